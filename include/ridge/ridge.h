@@ -1,0 +1,286 @@
+/*
+ * Ridge: a topology-aware collective communication library.
+ *
+ * This is the whole public C ABI. It is shaped like NCCL's so that code written for
+ * NCCL ports by renaming: opaque communicators created from a unique id, collectives
+ * that take (send, recv, count, datatype, op, comm, stream) and return a result code,
+ * group calls that fuse point-to-point operations, and an error string per code.
+ *
+ * Every call validates its arguments and returns a result code; on failure the text
+ * of ridgeGetLastError() says which argument was wrong and why. No call aborts the
+ * process, and a peer that dies or never arrives turns into ridgeRemoteError or
+ * ridgeTimeout within RIDGE_TIMEOUT seconds instead of a hang.
+ *
+ * Memory: in this release buffers must be host memory. The stream argument is typed
+ * so that CUDA code passes a cudaStream_t without a cast; host callers pass NULL.
+ * Calls on host memory complete before they return (or, inside a group, before
+ * ridgeGroupEnd returns).
+ */
+#ifndef RIDGE_RIDGE_H
+#define RIDGE_RIDGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ridge/version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Symbol visibility: the shared library exports only what this header declares. */
+#if defined(_WIN32)
+#define RIDGE_API
+#else
+#define RIDGE_API __attribute__((visibility("default")))
+#endif
+
+/**
+ * A CUDA stream. Declared as the same incomplete struct pointer as cudaStream_t so
+ * that a cudaStream_t converts implicitly and no CUDA header is needed to include
+ * this one. Pass NULL for host memory.
+ */
+typedef struct CUstream_st* ridgeStream_t;
+
+/** Opaque communicator handle: one per rank per group of ranks. */
+typedef struct ridgeComm* ridgeComm_t;
+
+/** Result codes. Values of the first eight match NCCL's so wrappers can map them 1:1. */
+typedef enum {
+  ridgeSuccess = 0,            /**< The call did what it was asked. */
+  ridgeUnhandledCudaError = 1, /**< A CUDA call failed (CUDA builds only). */
+  ridgeSystemError = 2,        /**< An operating-system call failed (socket, mmap, ...). */
+  ridgeInternalError = 3,      /**< A bug in Ridge: please report it with the last-error text. */
+  ridgeInvalidArgument = 4,    /**< An argument is out of range: null pointer, bad type, root, ... */
+  ridgeInvalidUsage = 5,       /**< Valid arguments in an invalid order or state. */
+  ridgeRemoteError = 6,        /**< A peer failed, closed its connection or died. */
+  ridgeInProgress = 7,         /**< A non-blocking operation has not finished yet. */
+  ridgeTimeout = 8,            /**< A peer did not answer within RIDGE_TIMEOUT. */
+  ridgeAborted = 9,            /**< The communicator was aborted with ridgeCommAbort. */
+  ridgeNumResults = 10
+} ridgeResult_t;
+
+/** Element types. Values match NCCL's ncclDataType_t. */
+typedef enum {
+  ridgeInt8 = 0,
+  ridgeChar = 0,
+  ridgeUint8 = 1,
+  ridgeInt32 = 2,
+  ridgeInt = 2,
+  ridgeUint32 = 3,
+  ridgeInt64 = 4,
+  ridgeUint64 = 5,
+  ridgeFloat16 = 6, /**< IEEE 754 binary16; reductions accumulate in float32. */
+  ridgeHalf = 6,
+  ridgeFloat32 = 7,
+  ridgeFloat = 7,
+  ridgeFloat64 = 8,
+  ridgeDouble = 8,
+  ridgeBfloat16 = 9, /**< bfloat16; reductions accumulate in float32. */
+  ridgeNumTypes = 10
+} ridgeDataType_t;
+
+/** Reduction operators. Values match NCCL's ncclRedOp_t. */
+typedef enum {
+  ridgeSum = 0,
+  ridgeProd = 1,
+  ridgeMax = 2,
+  ridgeMin = 3,
+  ridgeAvg = 4, /**< Sum divided by the rank count; integers divide with truncation. */
+  ridgeNumOps = 5
+} ridgeRedOp_t;
+
+/** Size of the unique id in bytes (the same as NCCL's). */
+#define RIDGE_UNIQUE_ID_BYTES 128
+
+/**
+ * Rendezvous token. Created once by ridgeGetUniqueId on one process, copied to every
+ * rank by the caller (MPI_Bcast, a file, a key-value store), and passed to
+ * ridgeCommInitRank. It carries the root's socket address.
+ */
+typedef struct {
+  char internal[RIDGE_UNIQUE_ID_BYTES];
+} ridgeUniqueId;
+
+/** Marks a config field as "use the default". */
+#define RIDGE_CONFIG_UNDEF_INT INT32_MIN
+
+/**
+ * Options for ridgeCommInitRankConfig. Always start from RIDGE_CONFIG_INITIALIZER:
+ * the first three fields let later releases grow the struct without breaking callers.
+ */
+typedef struct ridgeConfig_v1 {
+  size_t size;          /**< sizeof(ridgeConfig_t), set by the initializer. */
+  unsigned int magic;   /**< RIDGE_CONFIG_MAGIC, set by the initializer. */
+  unsigned int version; /**< RIDGE_VERSION_CODE at compile time, set by the initializer. */
+  /** 1 (default): init returns when the communicator is ready. 0: init returns
+   *  ridgeInProgress at once; poll ridgeCommGetAsyncError until it is not ridgeInProgress. */
+  int blocking;
+  /** Seconds a rank waits for a peer before failing with ridgeTimeout; overrides
+   *  RIDGE_TIMEOUT for this communicator. */
+  int timeoutSeconds;
+  /** Name printed in log lines; may be NULL. */
+  const char* commName;
+} ridgeConfig_t;
+
+#define RIDGE_CONFIG_MAGIC 0x52494447u /* "RIDG" */
+
+/** Initializer for ridgeConfig_t: every option at its default. */
+#define RIDGE_CONFIG_INITIALIZER                                                    \
+  {                                                                                 \
+    sizeof(ridgeConfig_t), RIDGE_CONFIG_MAGIC, RIDGE_VERSION_CODE,                  \
+        RIDGE_CONFIG_UNDEF_INT, RIDGE_CONFIG_UNDEF_INT, NULL                        \
+  }
+
+/** Writes the library version as major*10000 + minor*100 + patch. */
+RIDGE_API ridgeResult_t ridgeGetVersion(int* version);
+
+/**
+ * Creates a unique id on this process and starts the rendezvous service that the
+ * ranks will connect to. Call it on exactly one process per communicator. The
+ * service listens on RIDGE_SOCKET_IFNAME (or the first non-loopback interface that
+ * is up, loopback as last resort) and lives until every rank has joined.
+ */
+RIDGE_API ridgeResult_t ridgeGetUniqueId(ridgeUniqueId* uniqueId);
+
+/**
+ * Creates the communicator of rank `rank` among `nranks` ranks. Collective: every
+ * rank must call it with the same id. Blocks until all ranks joined and transports
+ * are connected, or fails with ridgeTimeout after RIDGE_TIMEOUT.
+ */
+RIDGE_API ridgeResult_t ridgeCommInitRank(ridgeComm_t* comm, int nranks, ridgeUniqueId commId,
+                                          int rank);
+
+/**
+ * As ridgeCommInitRank, with options. With config->blocking == 0 it returns
+ * ridgeInProgress and finishes in the background; *comm is valid at once but may only
+ * be passed to ridgeCommGetAsyncError, ridgeCommAbort or ridgeCommDestroy until that
+ * reports ridgeSuccess.
+ */
+RIDGE_API ridgeResult_t ridgeCommInitRankConfig(ridgeComm_t* comm, int nranks,
+                                                ridgeUniqueId commId, int rank,
+                                                ridgeConfig_t* config);
+
+/**
+ * Creates a communicator from the environment, for launchers such as torchrun or
+ * Slurm: RIDGE_RANK, RIDGE_WORLD_SIZE and RIDGE_ROOT_ADDR (host:port; rank 0 listens
+ * there, the others connect). Falls back to RANK, WORLD_SIZE, MASTER_ADDR and
+ * MASTER_PORT when the RIDGE_ names are unset.
+ */
+RIDGE_API ridgeResult_t ridgeCommInitFromEnv(ridgeComm_t* comm);
+
+/**
+ * Completes all outstanding operations and tears down connections in step with the
+ * peers. Collective. After it, only ridgeCommDestroy may be called.
+ */
+RIDGE_API ridgeResult_t ridgeCommFinalize(ridgeComm_t comm);
+
+/** Frees the communicator. Calls ridgeCommFinalize first if the caller did not. */
+RIDGE_API ridgeResult_t ridgeCommDestroy(ridgeComm_t comm);
+
+/**
+ * Marks the communicator aborted and frees it. Safe to call from another thread
+ * while a collective is blocked: the blocked call returns ridgeAborted. Not collective.
+ */
+RIDGE_API ridgeResult_t ridgeCommAbort(ridgeComm_t comm);
+
+/**
+ * Reports the communicator's state: ridgeSuccess, ridgeInProgress while a
+ * non-blocking init runs, or the error that broke it (a dead peer, a timeout, ...).
+ */
+RIDGE_API ridgeResult_t ridgeCommGetAsyncError(ridgeComm_t comm, ridgeResult_t* asyncError);
+
+/** Writes the number of ranks in the communicator. */
+RIDGE_API ridgeResult_t ridgeCommCount(const ridgeComm_t comm, int* count);
+
+/** Writes this rank's index in the communicator. */
+RIDGE_API ridgeResult_t ridgeCommUserRank(const ridgeComm_t comm, int* rank);
+
+/** Writes the CUDA device of the communicator, or -1 for a host-only communicator. */
+RIDGE_API ridgeResult_t ridgeCommCuDevice(const ridgeComm_t comm, int* device);
+
+/** A fixed English string for a result code; never NULL. */
+RIDGE_API const char* ridgeGetErrorString(ridgeResult_t result);
+
+/**
+ * Text of the last error raised on this thread for `comm` (or by any call when comm is
+ * NULL): which call, which argument, which peer. Empty string when there was none.
+ */
+RIDGE_API const char* ridgeGetLastError(ridgeComm_t comm);
+
+/**
+ * Reduces `count` elements of every rank's sendbuff with `op` and writes the result
+ * to every rank's recvbuff. In place when sendbuff == recvbuff.
+ */
+RIDGE_API ridgeResult_t ridgeAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                       ridgeDataType_t datatype, ridgeRedOp_t op,
+                                       ridgeComm_t comm, ridgeStream_t stream);
+
+/**
+ * Copies `count` elements of root's sendbuff to every rank's recvbuff. sendbuff is read
+ * on root only. In place when sendbuff == recvbuff on root.
+ */
+RIDGE_API ridgeResult_t ridgeBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                       ridgeDataType_t datatype, int root, ridgeComm_t comm,
+                                       ridgeStream_t stream);
+
+/** Reduces every rank's sendbuff into root's recvbuff (recvbuff is ignored elsewhere). */
+RIDGE_API ridgeResult_t ridgeReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                    ridgeDataType_t datatype, ridgeRedOp_t op, int root,
+                                    ridgeComm_t comm, ridgeStream_t stream);
+
+/**
+ * Gathers `sendcount` elements from every rank into every rank's recvbuff, rank i's
+ * block at offset i*sendcount. In place when sendbuff == recvbuff + rank*sendcount.
+ */
+RIDGE_API ridgeResult_t ridgeAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                       ridgeDataType_t datatype, ridgeComm_t comm,
+                                       ridgeStream_t stream);
+
+/**
+ * Reduces nranks*recvcount elements across ranks and leaves block i of the result in
+ * rank i's recvbuff. In place when recvbuff == sendbuff + rank*recvcount.
+ */
+RIDGE_API ridgeResult_t ridgeReduceScatter(const void* sendbuff, void* recvbuff,
+                                           size_t recvcount, ridgeDataType_t datatype,
+                                           ridgeRedOp_t op, ridgeComm_t comm,
+                                           ridgeStream_t stream);
+
+/**
+ * Sends block j (of `count` elements) of sendbuff to rank j, which stores it as block i
+ * of its recvbuff (i = this rank). In place when sendbuff == recvbuff.
+ */
+RIDGE_API ridgeResult_t ridgeAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                                      ridgeDataType_t datatype, ridgeComm_t comm,
+                                      ridgeStream_t stream);
+
+/**
+ * Sends `count` elements to rank `peer`, which must post a matching ridgeRecv. Outside
+ * a group this blocks until the peer has the data; put a rank's sends and receives in
+ * one group to exchange data without ordering them.
+ */
+RIDGE_API ridgeResult_t ridgeSend(const void* sendbuff, size_t count, ridgeDataType_t datatype,
+                                  int peer, ridgeComm_t comm, ridgeStream_t stream);
+
+/** Receives `count` elements from rank `peer` into recvbuff. See ridgeSend. */
+RIDGE_API ridgeResult_t ridgeRecv(void* recvbuff, size_t count, ridgeDataType_t datatype,
+                                  int peer, ridgeComm_t comm, ridgeStream_t stream);
+
+/**
+ * Starts a group: calls until the matching ridgeGroupEnd are queued, not run. Groups
+ * nest; only the outermost ridgeGroupEnd runs them. Per thread.
+ */
+RIDGE_API ridgeResult_t ridgeGroupStart(void);
+
+/**
+ * Runs every operation queued since the outermost ridgeGroupStart, progressing them
+ * together so that, for example, a send and a receive between the same two ranks do
+ * not deadlock. Returns the first error any of them raised.
+ */
+RIDGE_API ridgeResult_t ridgeGroupEnd(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* RIDGE_RIDGE_H */

@@ -1,0 +1,40 @@
+// Which algorithm runs a collective of a given size: the defaults (a one-step
+// all-pairs exchange for small messages, a pipelined ring or chain for large ones,
+// crossover RIDGE_ALLPAIRS_MAX, measured: docs/performance.md) and the user's
+// RIDGE_ALGO override ("allreduce:0-64K:allpairs;allreduce:64K-:ring").
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace ridge {
+
+enum class CollType { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AlltoAll, Send, Recv };
+enum class Algo { AllPairs, Ring };
+
+const char* collTypeName(CollType t);
+const char* algoName(Algo a);
+
+class AlgoSelector {
+ public:
+  // Reads RIDGE_ALLPAIRS_MAX and parses `overrides` (RIDGE_ALGO syntax). A malformed
+  // entry is reported in the returned status and ignored.
+  Status configure(const std::string& overrides, size_t allPairsMax);
+  // `bytes` is the per-rank message size (the input of AllReduce/Reduce/Broadcast, one
+  // block of AllGather/ReduceScatter/AlltoAll).
+  Algo choose(CollType type, size_t bytes) const;
+
+ private:
+  struct Rule {
+    CollType type;
+    size_t lo, hi;  // [lo, hi)
+    Algo algo;
+  };
+  std::vector<Rule> rules_;
+  size_t allPairsMax_ = 32 << 10;
+};
+
+}  // namespace ridge

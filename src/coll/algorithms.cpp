@@ -1,0 +1,387 @@
+// Collective algorithms over slot FIFOs. Conventions used throughout:
+//   P = ranks, r = this rank, es = element size, a "chunk" fills at most one slot.
+//   Blocks of AllReduce are balanced: block b covers elements [count*b/P, count*(b+1)/P).
+//   Zero-length chunks are skipped by sender and receiver alike (both derive the same
+//   lengths), so no empty slot is ever posted inside a collective.
+//   Reductions always combine sources in the same order on every rank, so all ranks
+//   end with bit-identical results.
+#include "coll/algorithms.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "coll/comm.h"
+#include "core/log.h"
+#include "reduce/reduce.h"
+
+namespace ridge {
+namespace {
+
+inline int mod(int a, int p) { return ((a % p) + p) % p; }
+inline const char* cbytes(const void* p) { return static_cast<const char*>(p); }
+inline char* mbytes(void* p) { return static_cast<char*>(p); }
+
+// Balanced block boundary without overflowing count*b.
+inline size_t blockStart(size_t count, int b, int P) {
+  return (count / P) * b + (count % P) * b / P;
+}
+
+Status mismatch(ridgeComm* c, CollType t, int peer, size_t expected, const SlotInfo& got) {
+  return makeError(ridgeInvalidUsage,
+                   "rank %d: %s: peer %d sent a %u-byte chunk where %zu bytes were expected; ranks "
+                   "called collectives with different counts, types or order",
+                   c->rank, collTypeName(t), peer, got.bytes, expected);
+}
+
+// ---- point to point ---------------------------------------------------------------------
+
+Task sendMessage(ridgeComm* c, int peer, const char* src, size_t bytes) {
+  SendConnector* tx = c->sendTo[peer];
+  const size_t chunk = tx->slotBytes();
+  size_t off = 0;
+  do {
+    size_t n = std::min(chunk, bytes - off);
+    void* slot = co_await AcquireSlot(tx);
+    std::memcpy(slot, src + off, n);
+    off += n;
+    tx->post(static_cast<uint32_t>(n), off == bytes);
+  } while (off < bytes);
+  co_return Status::ok();
+}
+
+Task recvMessage(ridgeComm* c, int peer, char* dst, size_t bytes) {
+  RecvConnector* rx = c->recvFrom[peer];
+  size_t off = 0;
+  do {
+    PeekSlot pk(rx);
+    const void* slot = co_await pk;
+    size_t n = pk.info.bytes;
+    if (off + n > bytes || pk.info.lastOfMessage != (off + n == bytes))
+      co_return makeError(ridgeInvalidUsage,
+                          "rank %d: recv of %zu bytes from rank %d does not match the size of the "
+                          "message it sent (chunk of %zu bytes at offset %zu%s)",
+                          c->rank, bytes, peer, n, off, pk.info.lastOfMessage ? ", last" : "");
+    std::memcpy(dst + off, slot, n);
+    off += n;
+    rx->release();
+  } while (off < bytes);
+  co_return Status::ok();
+}
+
+// ---- all-pairs: every rank exchanges with every other rank in one step per chunk -------
+
+// AllReduce (blockStride 0) and ReduceScatter (blockStride = recv count): in each round
+// a rank sends the chunk every peer needs, then reduces the P contributions to its own.
+Task allPairsReduce(ridgeComm* c, CollArgs a, bool scatter) {
+  const int P = c->nranks, r = c->rank;
+  const size_t es = dataTypeSize(a.dtype);
+  const size_t chunkElems = P == 1 ? std::max<size_t>(a.count, 1) : c->sendTo[(r + 1) % P]->slotBytes() / es;
+  const int divisor = a.op == ridgeAvg ? P : 0;
+  const void** srcs = c->scratchPtrs.data();
+  for (size_t off = 0; off < a.count; off += chunkElems) {
+    const size_t n = std::min(chunkElems, a.count - off);
+    for (int k = 1; k < P; ++k) {
+      int j = (r + k) % P;
+      size_t src = scatter ? (size_t(j) * a.count + off) : off;
+      void* slot = co_await AcquireSlot(c->sendTo[j]);
+      std::memcpy(slot, cbytes(a.send) + src * es, n * es);
+      c->sendTo[j]->post(static_cast<uint32_t>(n * es), false);
+    }
+    srcs[r] = cbytes(a.send) + (scatter ? size_t(r) * a.count + off : off) * es;
+    for (int k = 1; k < P; ++k) {
+      int j = (r + P - k) % P;
+      PeekSlot pk(c->recvFrom[j]);
+      srcs[j] = co_await pk;
+      if (pk.info.bytes != n * es) co_return mismatch(c, scatter ? CollType::ReduceScatter : CollType::AllReduce, j, n * es, pk.info);
+    }
+    reduceMany(mbytes(a.recv) + off * es, srcs, P, n, a.dtype, a.op, divisor);
+    for (int k = 1; k < P; ++k) c->recvFrom[(r + P - k) % P]->release();
+  }
+  co_return Status::ok();
+}
+
+// AllGather (gather = true: every rank's block goes to everyone) and AlltoAll (block j
+// of the input goes to rank j). Each round sends one chunk to every peer before it
+// receives any, which also makes the in-place forms safe: a block is copied into a slot
+// before the incoming chunk for the same offset overwrites it.
+Task allPairsExchange(ridgeComm* c, CollArgs a, bool gather) {
+  const int P = c->nranks, r = c->rank;
+  const size_t es = dataTypeSize(a.dtype);
+  const size_t chunkElems = P == 1 ? std::max<size_t>(a.count, 1) : c->sendTo[(r + 1) % P]->slotBytes() / es;
+  for (size_t off = 0; off < a.count; off += chunkElems) {
+    const size_t n = std::min(chunkElems, a.count - off);
+    for (int k = 1; k < P; ++k) {
+      int j = (r + k) % P;
+      size_t src = gather ? off : size_t(j) * a.count + off;
+      void* slot = co_await AcquireSlot(c->sendTo[j]);
+      std::memcpy(slot, cbytes(a.send) + src * es, n * es);
+      c->sendTo[j]->post(static_cast<uint32_t>(n * es), false);
+    }
+    char* own = mbytes(a.recv) + (size_t(r) * a.count + off) * es;
+    const char* ownSrc = cbytes(a.send) + ((gather ? 0 : size_t(r) * a.count) + off) * es;
+    if (own != ownSrc) std::memcpy(own, ownSrc, n * es);
+    for (int k = 1; k < P; ++k) {
+      int j = (r + P - k) % P;
+      PeekSlot pk(c->recvFrom[j]);
+      const void* slot = co_await pk;
+      if (pk.info.bytes != n * es) co_return mismatch(c, gather ? CollType::AllGather : CollType::AlltoAll, j, n * es, pk.info);
+      std::memcpy(mbytes(a.recv) + (size_t(j) * a.count + off) * es, slot, n * es);
+      c->recvFrom[j]->release();
+    }
+  }
+  co_return Status::ok();
+}
+
+// Broadcast, all-pairs: the root writes each chunk into every peer's FIFO.
+Task allPairsBroadcast(ridgeComm* c, CollArgs a) {
+  const size_t bytes = a.count * dataTypeSize(a.dtype);
+  if (c->rank != a.root) co_return co_await recvMessage(c, a.root, mbytes(a.recv), bytes);
+  const int P = c->nranks;
+  const size_t chunk = P == 1 ? std::max<size_t>(bytes, 1) : c->sendTo[(a.root + 1) % P]->slotBytes();
+  for (size_t off = 0; off < bytes; off += chunk) {
+    const size_t n = std::min(chunk, bytes - off);
+    for (int k = 1; k < P; ++k) {
+      int j = (a.root + k) % P;
+      void* slot = co_await AcquireSlot(c->sendTo[j]);
+      std::memcpy(slot, cbytes(a.send) + off, n);
+      c->sendTo[j]->post(static_cast<uint32_t>(n), off + n == bytes);
+    }
+  }
+  if (a.recv != a.send) std::memcpy(a.recv, a.send, bytes);
+  co_return Status::ok();
+}
+
+// Reduce, all-pairs: every rank sends its whole input to the root, which reduces the P
+// contributions chunk by chunk.
+Task allPairsReduceToRoot(ridgeComm* c, CollArgs a) {
+  const size_t es = dataTypeSize(a.dtype);
+  if (c->rank != a.root) co_return co_await sendMessage(c, a.root, cbytes(a.send), a.count * es);
+  const int P = c->nranks, r = c->rank;
+  const size_t chunkElems = P == 1 ? std::max<size_t>(a.count, 1) : c->recvFrom[(r + 1) % P]->slotBytes() / es;
+  const void** srcs = c->scratchPtrs.data();
+  for (size_t off = 0; off < a.count; off += chunkElems) {
+    const size_t n = std::min(chunkElems, a.count - off);
+    srcs[r] = cbytes(a.send) + off * es;
+    for (int j = 0; j < P; ++j) {
+      if (j == r) continue;
+      PeekSlot pk(c->recvFrom[j]);
+      srcs[j] = co_await pk;
+      if (pk.info.bytes != n * es || pk.info.lastOfMessage != (off + n == a.count))
+        co_return mismatch(c, CollType::Reduce, j, n * es, pk.info);
+    }
+    reduceMany(mbytes(a.recv) + off * es, srcs, P, n, a.dtype, a.op, a.op == ridgeAvg ? P : 0);
+    for (int j = 0; j < P; ++j)
+      if (j != r) c->recvFrom[j]->release();
+  }
+  co_return Status::ok();
+}
+
+// ---- ring / chain: pipelined, each rank talks to its two neighbours ---------------------
+
+// AllReduce = reduce-scatter then all-gather around the ring (withAllGather = true);
+// ReduceScatter = the first half alone, blocks of a.count elements. Per chunk round:
+//   RS step 0 sends block r-1; step k receives block r-1-k, reduces it with the local
+//   input and forwards it (fused: the reduction writes straight into the next slot);
+//   at step P-1 the block is r, complete, and goes to the output (and, for AllReduce,
+//   starts around the ring again). AG step k receives block r-k, stores and forwards it.
+Task ringReduce(ridgeComm* c, CollArgs a, bool withAllGather) {
+  const int P = c->nranks, r = c->rank;
+  const int next = (r + 1) % P, prev = (r + P - 1) % P;
+  SendConnector* tx = c->sendTo[next];
+  RecvConnector* rx = c->recvFrom[prev];
+  const size_t es = dataTypeSize(a.dtype);
+  const size_t chunkElems = tx->slotBytes() / es;
+  const CollType type = withAllGather ? CollType::AllReduce : CollType::ReduceScatter;
+  const size_t total = withAllGather ? a.count : a.count * P;
+  auto start = [&](int b) { return withAllGather ? blockStart(total, b, P) : size_t(b) * a.count; };
+  auto length = [&](int b) { return start(b + 1) - start(b); };
+  const size_t maxBlock = withAllGather ? (total + P - 1) / P : a.count;
+  // Where block r's final result goes: in place in the AllReduce output, or at the start
+  // of the ReduceScatter output.
+  char* finalBase = mbytes(a.recv) + (withAllGather ? start(r) * es : 0);
+  const int divisor = a.op == ridgeAvg ? P : 0;
+  const char* in = cbytes(a.send);
+  char* out = mbytes(a.recv);
+
+  for (size_t base = 0; base < maxBlock; base += chunkElems) {
+    auto chunk = [&](int b, size_t* off) {
+      size_t len = length(b);
+      *off = start(b) + base;
+      return base >= len ? size_t{0} : std::min(chunkElems, len - base);
+    };
+    size_t off;
+    size_t n = chunk(mod(r - 1, P), &off);
+    if (n) {
+      void* slot = co_await AcquireSlot(tx);
+      std::memcpy(slot, in + off * es, n * es);
+      tx->post(static_cast<uint32_t>(n * es), false);
+    }
+    for (int k = 1; k < P; ++k) {
+      n = chunk(mod(r - 1 - k, P), &off);
+      if (!n) continue;
+      PeekSlot pk(rx);
+      const void* recvd = co_await pk;
+      if (pk.info.bytes != n * es) co_return mismatch(c, type, prev, n * es, pk.info);
+      if (k < P - 1) {
+        void* slot = co_await AcquireSlot(tx);
+        reduce2(slot, recvd, in + off * es, n, a.dtype, a.op, 0);
+        tx->post(static_cast<uint32_t>(n * es), false);
+        rx->release();
+      } else {
+        char* dst = finalBase + (off - start(r)) * es;
+        reduce2(dst, recvd, in + off * es, n, a.dtype, a.op, divisor);
+        rx->release();
+        if (withAllGather) {
+          void* slot = co_await AcquireSlot(tx);
+          std::memcpy(slot, dst, n * es);
+          tx->post(static_cast<uint32_t>(n * es), false);
+        }
+      }
+    }
+    if (!withAllGather) continue;
+    for (int k = 1; k < P; ++k) {
+      n = chunk(mod(r - k, P), &off);
+      if (!n) continue;
+      PeekSlot pk(rx);
+      const void* recvd = co_await pk;
+      if (pk.info.bytes != n * es) co_return mismatch(c, type, prev, n * es, pk.info);
+      std::memcpy(out + off * es, recvd, n * es);
+      rx->release();
+      if (k < P - 1) {
+        void* slot = co_await AcquireSlot(tx);
+        std::memcpy(slot, out + off * es, n * es);
+        tx->post(static_cast<uint32_t>(n * es), false);
+      }
+    }
+  }
+  co_return Status::ok();
+}
+
+// AllGather around the ring: each rank sends its block, then P-2 times forwards the
+// block it just received.
+Task ringAllGather(ridgeComm* c, CollArgs a) {
+  const int P = c->nranks, r = c->rank;
+  SendConnector* tx = c->sendTo[(r + 1) % P];
+  RecvConnector* rx = c->recvFrom[(r + P - 1) % P];
+  const size_t es = dataTypeSize(a.dtype);
+  const size_t chunkElems = tx->slotBytes() / es;
+  char* out = mbytes(a.recv);
+  for (size_t off = 0; off < a.count; off += chunkElems) {
+    const size_t n = std::min(chunkElems, a.count - off);
+    char* own = out + (size_t(r) * a.count + off) * es;
+    const char* src = cbytes(a.send) + off * es;
+    void* slot = co_await AcquireSlot(tx);
+    std::memcpy(slot, src, n * es);
+    tx->post(static_cast<uint32_t>(n * es), false);
+    if (own != src) std::memcpy(own, src, n * es);
+    for (int k = 1; k < P; ++k) {
+      int b = mod(r - k, P);
+      char* dst = out + (size_t(b) * a.count + off) * es;
+      PeekSlot pk(rx);
+      const void* recvd = co_await pk;
+      if (pk.info.bytes != n * es) co_return mismatch(c, CollType::AllGather, (r + P - 1) % P, n * es, pk.info);
+      std::memcpy(dst, recvd, n * es);
+      rx->release();
+      if (k < P - 1) {
+        void* s = co_await AcquireSlot(tx);
+        std::memcpy(s, dst, n * es);
+        tx->post(static_cast<uint32_t>(n * es), false);
+      }
+    }
+  }
+  co_return Status::ok();
+}
+
+// Broadcast down a chain that starts at the root (position = (rank - root) mod P); every
+// rank but the last forwards each chunk as soon as it has it.
+Task chainBroadcast(ridgeComm* c, CollArgs a) {
+  const int P = c->nranks, r = c->rank;
+  const int pos = mod(r - a.root, P);
+  SendConnector* tx = pos < P - 1 ? c->sendTo[(r + 1) % P] : nullptr;
+  RecvConnector* rx = pos > 0 ? c->recvFrom[(r + P - 1) % P] : nullptr;
+  const size_t bytes = a.count * dataTypeSize(a.dtype);
+  const size_t chunk = (tx ? tx->slotBytes() : rx->slotBytes());
+  for (size_t off = 0; off < bytes; off += chunk) {
+    const size_t n = std::min(chunk, bytes - off);
+    const char* src = cbytes(a.send) + off;
+    if (rx) {
+      PeekSlot pk(rx);
+      src = static_cast<const char*>(co_await pk);
+      if (pk.info.bytes != n) co_return mismatch(c, CollType::Broadcast, (r + P - 1) % P, n, pk.info);
+    }
+    if (tx) {
+      void* slot = co_await AcquireSlot(tx);
+      std::memcpy(slot, src, n);
+      tx->post(static_cast<uint32_t>(n), off + n == bytes);
+    }
+    if (mbytes(a.recv) + off != src) std::memcpy(mbytes(a.recv) + off, src, n);
+    if (rx) rx->release();
+  }
+  co_return Status::ok();
+}
+
+// Reduce up a chain that ends at the root (position = (rank - root - 1) mod P): each rank
+// adds its input to the partial result from its predecessor and passes it on.
+Task chainReduce(ridgeComm* c, CollArgs a) {
+  const int P = c->nranks, r = c->rank;
+  const int pos = mod(r - a.root - 1, P);
+  SendConnector* tx = pos < P - 1 ? c->sendTo[(r + 1) % P] : nullptr;
+  RecvConnector* rx = pos > 0 ? c->recvFrom[(r + P - 1) % P] : nullptr;
+  const size_t es = dataTypeSize(a.dtype);
+  const size_t chunkElems = (tx ? tx->slotBytes() : rx->slotBytes()) / es;
+  const int divisor = a.op == ridgeAvg ? P : 0;
+  for (size_t off = 0; off < a.count; off += chunkElems) {
+    const size_t n = std::min(chunkElems, a.count - off);
+    const char* in = cbytes(a.send) + off * es;
+    if (!rx) {
+      void* slot = co_await AcquireSlot(tx);
+      std::memcpy(slot, in, n * es);
+      tx->post(static_cast<uint32_t>(n * es), false);
+      continue;
+    }
+    PeekSlot pk(rx);
+    const void* recvd = co_await pk;
+    if (pk.info.bytes != n * es) co_return mismatch(c, CollType::Reduce, (r + P - 1) % P, n * es, pk.info);
+    if (tx) {
+      void* slot = co_await AcquireSlot(tx);
+      reduce2(slot, recvd, in, n, a.dtype, a.op, 0);
+      tx->post(static_cast<uint32_t>(n * es), false);
+    } else {
+      reduce2(mbytes(a.recv) + off * es, recvd, in, n, a.dtype, a.op, divisor);
+    }
+    rx->release();
+  }
+  co_return Status::ok();
+}
+
+}  // namespace
+
+Task runCollective(ridgeComm* c, CollArgs a) {
+  const size_t es = dataTypeSize(a.dtype);
+  const size_t bytes = a.count * es;
+  if (a.type == CollType::Send) co_return co_await sendMessage(c, a.root, cbytes(a.send), bytes);
+  if (a.type == CollType::Recv) co_return co_await recvMessage(c, a.root, mbytes(a.recv), bytes);
+  if (a.count == 0) co_return Status::ok();
+  const Algo algo = c->nranks == 1 ? Algo::AllPairs : c->algos.choose(a.type, bytes);
+  RIDGE_TRACE("rank %d: %s of %zu bytes with %s", c->rank, collTypeName(a.type), bytes, algoName(algo));
+  const bool ring = algo == Algo::Ring;
+  switch (a.type) {
+    case CollType::AllReduce:
+      co_return co_await (ring ? ringReduce(c, a, true) : allPairsReduce(c, a, false));
+    case CollType::ReduceScatter:
+      co_return co_await (ring ? ringReduce(c, a, false) : allPairsReduce(c, a, true));
+    case CollType::AllGather:
+      co_return co_await (ring ? ringAllGather(c, a) : allPairsExchange(c, a, true));
+    case CollType::AlltoAll:
+      co_return co_await allPairsExchange(c, a, false);
+    case CollType::Broadcast:
+      co_return co_await (ring ? chainBroadcast(c, a) : allPairsBroadcast(c, a));
+    case CollType::Reduce:
+      co_return co_await (ring ? chainReduce(c, a) : allPairsReduceToRoot(c, a));
+    default:
+      break;
+  }
+  co_return makeError(ridgeInternalError, "unknown collective type %d", static_cast<int>(a.type));
+}
+
+}  // namespace ridge

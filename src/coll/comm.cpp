@@ -1,0 +1,131 @@
+#include "coll/comm.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <mutex>
+
+#include "bootstrap/bootstrap.h"
+#include "core/log.h"
+#include "core/settings.h"
+#include "topo/summary.h"
+
+namespace ridge {
+
+// The host summary is the same for every communicator of the process: discover once.
+static const std::string& hostSummaryLine() {
+  static const std::string line = [] {
+    HostSummary s;
+    Status st = summarizeThisHost(&s);
+    return st.isOk() ? summaryToCompactString(s) : std::string("unknown");
+  }();
+  return line;
+}
+
+static void copyString(char* dst, size_t cap, const std::string& src) {
+  size_t n = std::min(cap - 1, src.size());
+  std::memcpy(dst, src.data(), n);
+  dst[n] = 0;
+}
+
+Status initComm(ridgeComm* c, const ridgeUniqueId& id) {
+  static std::once_flag settingsLogged;
+  std::call_once(settingsLogged, logSettings);
+  setLogRank(c->rank);
+
+  RIDGE_TRY(Bootstrap::connect(id, c->rank, c->nranks, c->timeoutSec, &c->aborted, &c->bootstrap));
+
+  PeerInfo me{};
+  me.hostHash = hostHash();
+  me.pid = getpid();
+  me.rank = c->rank;
+  me.version = RIDGE_VERSION_CODE;
+  char host[64] = {0};
+  gethostname(host, sizeof host - 1);
+  copyString(me.hostName, sizeof me.hostName, host);
+  copyString(me.topoSummary, sizeof me.topoSummary, hostSummaryLine());
+  c->peers.assign(c->nranks, PeerInfo{});
+  c->peers[c->rank] = me;
+  RIDGE_TRY(c->bootstrap->allGather(c->peers.data(), sizeof(PeerInfo)));
+  for (const PeerInfo& p : c->peers) {
+    if (p.version != me.version)
+      return makeError(ridgeInvalidUsage, "rank %d runs Ridge %u but rank %d runs %u; use one build", c->rank,
+                       me.version, p.rank, p.version);
+  }
+  RIDGE_INFO("comm %s: rank %d of %d on %s (%s)", c->name.c_str(), c->rank, c->nranks, me.hostName,
+             me.topoSummary);
+
+  TransportSetup setup;
+  setup.rank = c->rank;
+  setup.nranks = c->nranks;
+  setup.bootstrap = c->bootstrap.get();
+  setup.abortFlag = &c->aborted;
+  setup.timeoutSeconds = c->timeoutSec;
+  for (const PeerInfo& p : c->peers) {
+    setup.hostHashOfRank.push_back(p.hostHash);
+    setup.pidOfRank.push_back(p.pid);
+  }
+  // Every rank takes the same decisions from the same all-gathered data: which pairs
+  // are reachable, and which transports to create (creation is collective).
+  const auto& tables = registeredTransports();
+  for (int a = 0; a < c->nranks; ++a) {
+    for (int b = a + 1; b < c->nranks; ++b) {
+      bool reachable = false;
+      for (const TransportTable* t : tables) reachable = reachable || t->canConnect(setup, a, b);
+      if (!reachable)
+        return makeError(ridgeInvalidUsage,
+                         "ranks %d (%s) and %d (%s) are on different hosts and this build has no "
+                         "transport between hosts yet (only: shared memory)",
+                         a, c->peers[a].hostName, b, c->peers[b].hostName);
+    }
+  }
+  c->sendTo.assign(c->nranks, nullptr);
+  c->recvFrom.assign(c->nranks, nullptr);
+  for (const TransportTable* t : tables) {
+    bool used = false;
+    for (int a = 0; a < c->nranks && !used; ++a)
+      for (int b = a + 1; b < c->nranks && !used; ++b) used = t->canConnect(setup, a, b);
+    if (!used) continue;
+    std::unique_ptr<Transport> transport;
+    RIDGE_TRY(t->create(setup, &transport));
+    for (int peer = 0; peer < c->nranks; ++peer) {
+      if (peer == c->rank || c->sendTo[peer]) continue;
+      c->sendTo[peer] = transport->sendTo(peer);
+      c->recvFrom[peer] = transport->recvFrom(peer);
+    }
+    if (!c->waitTransport) c->waitTransport = transport.get();
+    c->transports.push_back(std::move(transport));
+  }
+  for (int peer = 0; peer < c->nranks; ++peer) {
+    if (peer != c->rank && (!c->sendTo[peer] || !c->recvFrom[peer]))
+      return makeError(ridgeInternalError, "rank %d: no connector to rank %d after transport setup", c->rank, peer);
+  }
+  c->scratchPtrs.assign(c->nranks, nullptr);
+  Status algo = c->algos.configure(settingString(Setting::ALGO),
+                                   static_cast<size_t>(settingSize(Setting::ALLPAIRS_MAX)));
+  (void)algo;  // malformed entries were logged and are ignored
+  c->asyncError.store(ridgeSuccess);
+  RIDGE_INFO("comm %s: rank %d ready", c->name.c_str(), c->rank);
+  return Status::ok();
+}
+
+Status finalizeComm(ridgeComm* c) {
+  Status s;
+  if (c->bootstrap && c->asyncError.load() == ridgeSuccess) s = c->bootstrap->barrier();
+  if (c->bootstrap) c->bootstrap->close();
+  c->finalized = true;
+  return s;
+}
+
+void freeComm(ridgeComm* c) {
+  if (c->initThread.joinable()) c->initThread.join();
+  c->sendTo.clear();
+  c->recvFrom.clear();
+  c->transports.clear();
+  if (c->bootstrap) c->bootstrap->close();
+  c->bootstrap.reset();
+  c->magic = ridgeComm::kDeadMagic;
+  delete c;
+}
+
+}  // namespace ridge

@@ -1,0 +1,204 @@
+#include "coll/executor.h"
+
+#include <sched.h>
+
+#include <chrono>
+
+#include "coll/comm.h"
+#include "core/log.h"
+#include "core/settings.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define RIDGE_CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define RIDGE_CPU_RELAX() asm volatile("yield")
+#else
+#define RIDGE_CPU_RELAX() ((void)0)
+#endif
+
+namespace ridge {
+
+// ---- coroutine frame pool -------------------------------------------------------------
+// Frames are recycled per thread in size classes of 256 bytes; a frame freed on another
+// thread simply joins that thread's lists.
+namespace {
+constexpr size_t kFrameClass = 256;
+constexpr size_t kFrameClasses = 32;  // up to 8 KiB pooled; larger frames use malloc
+struct FreeFrame {
+  FreeFrame* next;
+};
+struct FramePool {
+  FreeFrame* lists[kFrameClasses] = {};
+  ~FramePool() {
+    for (FreeFrame*& head : lists) {
+      while (head) {
+        FreeFrame* n = head->next;
+        ::operator delete(head);
+        head = n;
+      }
+    }
+  }
+};
+thread_local FramePool tFrames;
+}  // namespace
+
+void* allocateFrame(size_t bytes) {
+  size_t cls = (bytes + kFrameClass - 1) / kFrameClass;
+  if (cls < kFrameClasses) {
+    if (FreeFrame* f = tFrames.lists[cls]) {
+      tFrames.lists[cls] = f->next;
+      return f;
+    }
+    return ::operator new(cls * kFrameClass);
+  }
+  return ::operator new(bytes);
+}
+
+void freeFrame(void* p, size_t bytes) noexcept {
+  size_t cls = (bytes + kFrameClass - 1) / kFrameClass;
+  if (cls < kFrameClasses) {
+    auto* f = static_cast<FreeFrame*>(p);
+    f->next = tFrames.lists[cls];
+    tFrames.lists[cls] = f;
+    return;
+  }
+  ::operator delete(p);
+}
+
+// ---- executor -------------------------------------------------------------------------
+
+static int64_t nowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+Executor& Executor::forThisThread() {
+  thread_local Executor ex;
+  ex.reset();
+  return ex;
+}
+
+void Executor::reset() {
+  for (size_t i = 0; i < used_; ++i) {
+    entries_[i]->task = Task();
+    entries_[i]->strand = Strand();
+  }
+  used_ = 0;
+  comms_.clear();
+}
+
+void Executor::spawn(ridgeComm* comm, Task task) {
+  if (used_ == entries_.size()) entries_.push_back(std::make_unique<Entry>());
+  Entry& e = *entries_[used_++];
+  e.comm = comm;
+  e.strand = Strand();
+  e.strand.executor = this;
+  e.strand.leaf = task.handle();
+  task.handle().promise().strand = &e.strand;
+  e.task = std::move(task);
+  bool known = false;
+  for (ridgeComm* c : comms_) known = known || c == comm;
+  if (!known) comms_.push_back(comm);
+}
+
+bool Executor::anyReady() {
+  for (size_t i = 0; i < used_; ++i) {
+    Strand& s = entries_[i]->strand;
+    if (!s.done && (!s.blocked || s.blocked->ready(s.blocked))) return true;
+  }
+  return false;
+}
+
+Status Executor::checkIdle(int64_t idleNs, bool* slept) {
+  *slept = false;
+  for (ridgeComm* c : comms_) {
+    if (c->aborted.load(std::memory_order_relaxed))
+      return Status(ridgeAborted, format("rank %d: communicator aborted while waiting", c->rank));
+  }
+  static const int64_t spinNs = settingInt(Setting::SPIN_US) * 1000;
+  if (idleNs < spinNs) return Status::ok();
+  // Past the spin budget: find the shortest timeout among the communicators.
+  int64_t timeoutNs = INT64_MAX;
+  for (ridgeComm* c : comms_) timeoutNs = std::min<int64_t>(timeoutNs, int64_t{c->timeoutSec} * 1000000000);
+  if (idleNs > timeoutNs) {
+    ridgeComm* c = comms_.front();
+    return makeError(ridgeTimeout,
+                     "rank %d: no progress from any peer for %d s (RIDGE_TIMEOUT); a peer is stuck, "
+                     "dead, or called a different collective",
+                     c->rank, static_cast<int>(timeoutNs / 1000000000));
+  }
+  // Yield first (a peer on the same core gets to run), then sleep until a peer posts.
+  // Sleeping is only possible when one transport's futex covers every strand.
+  if (idleNs < spinNs * 20 || comms_.size() != 1 || !comms_.front()->waitTransport) {
+    sched_yield();
+    return Status::ok();
+  }
+  Transport* t = comms_.front()->waitTransport;
+  int64_t slice = std::min<int64_t>(100000000, timeoutNs - idleNs + 1000000);
+  t->waitForActivity(slice, [](void* self) { return !static_cast<Executor*>(self)->anyReady(); }, this);
+  *slept = true;
+  // A peer may post its last data and exit at once: only blame it when nothing it left
+  // behind lets us progress.
+  if (anyReady()) return Status::ok();
+  return t->checkPeers();
+}
+
+Status Executor::run() {
+  size_t remaining = used_;
+  int64_t idleSince = 0;
+  uint32_t idleSpins = 0;
+  Status failure;
+  while (remaining > 0) {
+    bool progressed = false;
+    for (size_t i = 0; i < used_; ++i) {  // used_ may grow while we resume
+      Entry& e = *entries_[i];
+      Strand& s = e.strand;
+      if (s.done) continue;
+      if (s.blocked) {
+        if (!s.blocked->ready(s.blocked)) continue;
+        s.blocked = nullptr;
+      }
+      s.leaf.resume();
+      progressed = true;
+      if (s.done) {
+        --remaining;
+        if (!s.result.isOk()) {
+          failure = std::move(s.result);
+          break;
+        }
+      }
+    }
+    if (!failure.isOk()) break;
+    // Strands spawned during this pass are counted here.
+    remaining = 0;
+    for (size_t i = 0; i < used_; ++i) remaining += entries_[i]->strand.done ? 0 : 1;
+    if (progressed) {
+      idleSpins = 0;
+      continue;
+    }
+    // Nothing could move. Reading the clock costs ~20 ns, so only every 64 idle polls.
+    if ((idleSpins++ & 63) == 0) {
+      int64_t now = nowNs();
+      if (idleSpins == 1) idleSince = now;
+      bool slept = false;
+      failure = checkIdle(now - idleSince, &slept);
+      if (!failure.isOk()) break;
+    } else {
+      RIDGE_CPU_RELAX();
+    }
+  }
+  if (!failure.isOk()) {
+    for (ridgeComm* c : comms_) {
+      int expected = ridgeSuccess;
+      c->asyncError.compare_exchange_strong(expected, failure.code());
+    }
+  }
+  // Destroy finished and unfinished frames now (an unfinished one holds slots of a
+  // connector that is broken anyway: the communicator has recorded the error).
+  reset();
+  return failure;
+}
+
+}  // namespace ridge

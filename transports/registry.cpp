@@ -1,0 +1,32 @@
+#include "transports/transport.h"
+
+#include "core/log.h"
+
+namespace ridge {
+
+// Built-in tables, defined in each transport's folder.
+extern const TransportTable kShmTransportTable;
+
+static std::vector<const TransportTable*>& tables() {
+  static std::vector<const TransportTable*> list = [] {
+    std::vector<const TransportTable*> builtin;
+    builtin.push_back(&kShmTransportTable);
+    return builtin;
+  }();
+  return list;
+}
+
+bool registerTransport(const TransportTable* table) {
+  if (!table || table->size != sizeof(TransportTable) || table->version != kTransportTableVersion) {
+    RIDGE_WARN("transport table %s refused: size %u version %u, expected size %zu version %u",
+               table && table->name ? table->name : "(null)", table ? table->size : 0,
+               table ? table->version : 0, sizeof(TransportTable), kTransportTableVersion);
+    return false;
+  }
+  tables().push_back(table);
+  return true;
+}
+
+const std::vector<const TransportTable*>& registeredTransports() { return tables(); }
+
+}  // namespace ridge

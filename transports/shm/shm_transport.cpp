@@ -1,0 +1,337 @@
+// Host shared-memory transport: one segment per host per communicator, holding a slot
+// FIFO for every ordered pair of ranks on the host plus a control block per rank.
+//
+// Layout (every part cache-line or page aligned so that the words written by the
+// sender and those written by the receiver never share a line):
+//
+//   [Header][RankCtl x P][FifoCtl x P*P][slot data: P*P FIFOs x nslots x slotBytes]
+//
+// A FIFO from local rank s to local rank d is FifoCtl[s*P+d] and its data area.
+// `head` counts posts (written by s only), `tail` counts releases (written by d only);
+// both increase forever and wrap at 2^32, so `head - tail` is the number of slots in
+// flight. A post stores the slot's metadata, then publishes `head` with release
+// ordering; the receiver reads `head` with acquire ordering before the payload.
+//
+// Sleeping: a rank with nothing to do announces itself in RankCtl::sleeping, re-checks
+// its work, and futex-waits on RankCtl::wakeWord. Whoever posts to it or releases one
+// of its slots issues a full fence, and only if `sleeping` is set bumps wakeWord and
+// calls futex_wake. So the common (busy) case costs one fence and no system call.
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+
+#include "bootstrap/bootstrap.h"
+#include "core/log.h"
+#include "core/settings.h"
+#include "transports/transport.h"
+
+namespace ridge {
+namespace {
+
+constexpr uint64_t kSegmentMagic = 0x52494447455348ull;  // "RIDGESH"
+constexpr size_t kLine = 64;
+constexpr uint32_t kLastFlag = 1u << 31;
+
+struct alignas(kLine) SegmentHeader {
+  uint64_t magic;
+  uint32_t localRanks;
+  uint32_t nslots;
+  uint64_t slotBytes;
+};
+
+struct alignas(kLine) RankCtl {
+  std::atomic<uint32_t> wakeWord;  // futex word, bumped by wakers
+  std::atomic<uint32_t> sleeping;  // 1 while the rank may be in futex_wait
+  char pad[kLine - 8];
+};
+static_assert(sizeof(RankCtl) == kLine);
+
+constexpr uint32_t kMaxSlots = 64;
+struct FifoCtl {
+  alignas(kLine) std::atomic<uint32_t> head;  // sender-written
+  alignas(kLine) std::atomic<uint32_t> tail;  // receiver-written
+  alignas(kLine) uint32_t meta[kMaxSlots];    // sender-written: bytes | kLastFlag
+};
+
+long futexCall(std::atomic<uint32_t>* word, int op, uint32_t val, const timespec* ts) {
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, val, ts, nullptr, 0);
+}
+
+// Wakes `ctl`'s rank if it announced that it may sleep. The fence orders our earlier
+// publish (head or tail store) before the read of `sleeping`; the sleeper orders its
+// `sleeping` store before re-checking our counters the same way.
+inline void wakeIfSleeping(RankCtl* ctl) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (ctl->sleeping.load(std::memory_order_relaxed)) [[unlikely]] {
+    ctl->wakeWord.fetch_add(1, std::memory_order_release);
+    futexCall(&ctl->wakeWord, FUTEX_WAKE, INT_MAX, nullptr);
+  }
+}
+
+class ShmSend final : public SendConnector {
+ public:
+  ShmSend(FifoCtl* ctl, char* data, uint32_t nslots, size_t slotBytes, RankCtl* receiver)
+      : ctl_(ctl), data_(data), nslots_(nslots), receiver_(receiver) {
+    slotBytes_ = slotBytes;
+  }
+  void* tryAcquire() override {
+    if (head_ - cachedTail_ >= nslots_) {
+      cachedTail_ = ctl_->tail.load(std::memory_order_acquire);
+      if (head_ - cachedTail_ >= nslots_) return nullptr;
+    }
+    return data_ + static_cast<size_t>(head_ % nslots_) * slotBytes_;
+  }
+  void post(uint32_t bytes, bool last) override {
+    ctl_->meta[head_ % nslots_] = bytes | (last ? kLastFlag : 0);
+    ++head_;
+    ctl_->head.store(head_, std::memory_order_release);
+    wakeIfSleeping(receiver_);
+  }
+
+ private:
+  FifoCtl* ctl_;
+  char* data_;
+  uint32_t nslots_;
+  RankCtl* receiver_;
+  uint32_t head_ = 0;
+  uint32_t cachedTail_ = 0;
+};
+
+class ShmRecv final : public RecvConnector {
+ public:
+  ShmRecv(FifoCtl* ctl, char* data, uint32_t nslots, size_t slotBytes, RankCtl* sender)
+      : ctl_(ctl), data_(data), nslots_(nslots), sender_(sender) {
+    slotBytes_ = slotBytes;
+  }
+  const void* tryPeek(SlotInfo* info) override {
+    if (tail_ == cachedHead_) {
+      cachedHead_ = ctl_->head.load(std::memory_order_acquire);
+      if (tail_ == cachedHead_) return nullptr;
+    }
+    uint32_t meta = ctl_->meta[tail_ % nslots_];
+    info->bytes = meta & ~kLastFlag;
+    info->lastOfMessage = (meta & kLastFlag) != 0;
+    return data_ + static_cast<size_t>(tail_ % nslots_) * slotBytes_;
+  }
+  void release() override {
+    ++tail_;
+    ctl_->tail.store(tail_, std::memory_order_release);
+    wakeIfSleeping(sender_);
+  }
+
+ private:
+  FifoCtl* ctl_;
+  char* data_;
+  uint32_t nslots_;
+  RankCtl* sender_;
+  uint32_t tail_ = 0;
+  uint32_t cachedHead_ = 0;
+};
+
+size_t alignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+class ShmTransport final : public Transport {
+ public:
+  ~ShmTransport() override {
+    send_.clear();
+    recv_.clear();
+    if (base_ && base_ != MAP_FAILED) munmap(base_, bytes_);
+  }
+  const char* name() const override { return "shm"; }
+  SendConnector* sendTo(int peer) override {
+    return peer >= 0 && peer < static_cast<int>(send_.size()) ? send_[peer].get() : nullptr;
+  }
+  RecvConnector* recvFrom(int peer) override {
+    return peer >= 0 && peer < static_cast<int>(recv_.size()) ? recv_[peer].get() : nullptr;
+  }
+
+  void waitForActivity(int64_t maxWaitNs, bool (*stillIdle)(void*), void* arg) override {
+    RankCtl* me = myCtl_;
+    uint32_t word = me->wakeWord.load(std::memory_order_acquire);
+    me->sleeping.store(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (stillIdle(arg)) {
+      timespec ts{static_cast<time_t>(maxWaitNs / 1000000000), static_cast<long>(maxWaitNs % 1000000000)};
+      futexCall(&me->wakeWord, FUTEX_WAIT, word, &ts);
+    }
+    me->sleeping.store(0, std::memory_order_relaxed);
+  }
+
+  Status checkPeers() override {
+    for (size_t i = 0; i < localRanks_.size(); ++i) {
+      int peer = localRanks_[i];
+      int pid = pids_[i];
+      if (peer == rank_ || pid == selfPid_) continue;
+      if (!processAlive(pid))
+        return makeError(ridgeRemoteError, "shm: rank %d (pid %d) on this host has exited", peer, pid);
+    }
+    return Status::ok();
+  }
+
+  Status connect(const TransportSetup& setup);
+
+ private:
+  static bool processAlive(int pid) {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE* f = std::fopen(path, "r");
+    if (!f) return false;
+    char buf[512];
+    size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    buf[n] = 0;
+    // The state follows the last ')' (the command name may contain spaces or parens).
+    const char* close = std::strrchr(buf, ')');
+    if (!close || close[1] == 0 || close[2] == 0) return true;
+    char state = close[2];
+    return state != 'Z' && state != 'X' && state != 'x';
+  }
+
+  int rank_ = -1;
+  int selfPid_ = 0;
+  std::vector<int> localRanks_;  // global ranks on this host, ascending
+  std::vector<int> pids_;
+  void* base_ = nullptr;
+  size_t bytes_ = 0;
+  RankCtl* myCtl_ = nullptr;
+  std::vector<std::unique_ptr<ShmSend>> send_;  // indexed by global rank
+  std::vector<std::unique_ptr<ShmRecv>> recv_;
+};
+
+Status ShmTransport::connect(const TransportSetup& setup) {
+  rank_ = setup.rank;
+  selfPid_ = getpid();
+  const uint64_t myHost = setup.hostHashOfRank[setup.rank];
+  int myLocal = -1;
+  for (int r = 0; r < setup.nranks; ++r) {
+    if (setup.hostHashOfRank[r] != myHost) continue;
+    if (r == setup.rank) myLocal = static_cast<int>(localRanks_.size());
+    localRanks_.push_back(r);
+    pids_.push_back(setup.pidOfRank[r]);
+  }
+  const uint32_t P = static_cast<uint32_t>(localRanks_.size());
+
+  int64_t slots = settingInt(Setting::SHM_SLOTS);
+  if (slots < 2 || slots > kMaxSlots) {
+    // One slot would let a ring deadlock: a rank holding a received slot waits for a
+    // free send slot that its successor can only free after the same wait.
+    RIDGE_WARN("RIDGE_SHM_SLOTS=%lld is outside 2..%u; using 4", static_cast<long long>(slots), kMaxSlots);
+    slots = 4;
+  }
+  int64_t slotBytes = settingSize(Setting::SHM_SLOT_BYTES);
+  if (slotBytes < 4096 || slotBytes > (1ll << 30)) {
+    RIDGE_WARN("RIDGE_SHM_SLOT_BYTES=%lld is outside 4K..1G; using 256K", static_cast<long long>(slotBytes));
+    slotBytes = 256 << 10;
+  }
+  slotBytes = static_cast<int64_t>(alignUp(static_cast<size_t>(slotBytes), 4096));
+  const uint32_t nslots = static_cast<uint32_t>(slots);
+
+  const size_t ctlOff = alignUp(sizeof(SegmentHeader), 4096);
+  const size_t fifoOff = alignUp(ctlOff + P * sizeof(RankCtl), 4096);
+  const size_t dataOff = alignUp(fifoOff + static_cast<size_t>(P) * P * sizeof(FifoCtl), 4096);
+  const size_t fifoData = static_cast<size_t>(nslots) * static_cast<size_t>(slotBytes);
+  bytes_ = dataOff + static_cast<size_t>(P) * P * fifoData;
+
+  // The lowest local rank creates the segment and publishes its name through the
+  // bootstrap; everyone maps it; then the creator unlinks it, so nothing is left in
+  // /dev/shm even if every process is killed later.
+  const bool leader = myLocal == 0;
+  char name[64] = {0};
+  if (leader) {
+    std::snprintf(name, sizeof name, "/ridge-%d-%016llx", selfPid_,
+                  static_cast<unsigned long long>(randomNonce()));
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) return systemError("shm: shm_open (is /dev/shm mounted and writable?)");
+    if (ftruncate(fd, static_cast<off_t>(bytes_)) != 0) {
+      Status s = systemError("shm: ftruncate of the shared segment (is /dev/shm large enough?)");
+      ::close(fd);
+      shm_unlink(name);
+      return s;
+    }
+    base_ = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (base_ == MAP_FAILED) {
+      shm_unlink(name);
+      return systemError("shm: mmap of the shared segment");
+    }
+    auto* hdr = static_cast<SegmentHeader*>(base_);
+    hdr->magic = kSegmentMagic;
+    hdr->localRanks = P;
+    hdr->nslots = nslots;
+    hdr->slotBytes = static_cast<uint64_t>(slotBytes);
+  }
+  std::vector<char> names(static_cast<size_t>(setup.nranks) * sizeof name);
+  std::memcpy(names.data() + static_cast<size_t>(setup.rank) * sizeof name, name, sizeof name);
+  Status s = setup.bootstrap->allGather(names.data(), sizeof name);
+  if (s.isOk() && !leader) {
+    const char* leaderName = names.data() + static_cast<size_t>(localRanks_[0]) * sizeof name;
+    std::memcpy(name, leaderName, sizeof name);
+    int fd = shm_open(name, O_RDWR, 0600);
+    if (fd < 0) {
+      s = systemError("shm: shm_open of the leader's segment");
+    } else {
+      base_ = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      ::close(fd);
+      if (base_ == MAP_FAILED) s = systemError("shm: mmap of the leader's segment");
+    }
+  }
+  // Everyone must have mapped (or failed) before the name goes away.
+  Status b = setup.bootstrap->barrier();
+  if (leader) shm_unlink(name);
+  RIDGE_TRY(s);
+  RIDGE_TRY(b);
+
+  auto* hdr = static_cast<SegmentHeader*>(base_);
+  if (hdr->magic != kSegmentMagic || hdr->localRanks != P || hdr->nslots != nslots ||
+      hdr->slotBytes != static_cast<uint64_t>(slotBytes))
+    return makeError(ridgeInvalidUsage,
+                     "shm: segment layout differs between ranks (RIDGE_SHM_SLOTS / RIDGE_SHM_SLOT_BYTES "
+                     "must be the same on every rank)");
+
+  char* base = static_cast<char*>(base_);
+  auto* ctl = reinterpret_cast<RankCtl*>(base + ctlOff);
+  auto* fifos = reinterpret_cast<FifoCtl*>(base + fifoOff);
+  myCtl_ = &ctl[myLocal];
+  send_.resize(setup.nranks);
+  recv_.resize(setup.nranks);
+  for (uint32_t j = 0; j < P; ++j) {
+    if (static_cast<int>(j) == myLocal) continue;
+    int peer = localRanks_[j];
+    size_t out = static_cast<size_t>(myLocal) * P + j;
+    size_t in = static_cast<size_t>(j) * P + myLocal;
+    send_[peer] = std::make_unique<ShmSend>(&fifos[out], base + dataOff + out * fifoData, nslots,
+                                            static_cast<size_t>(slotBytes), &ctl[j]);
+    recv_[peer] = std::make_unique<ShmRecv>(&fifos[in], base + dataOff + in * fifoData, nslots,
+                                            static_cast<size_t>(slotBytes), &ctl[j]);
+  }
+  RIDGE_INFO("shm: %u local ranks, %u slots of %lld bytes per pair, segment %zu bytes", P, nslots,
+             static_cast<long long>(slotBytes), bytes_);
+  return Status::ok();
+}
+
+bool shmCanConnect(const TransportSetup& setup, int a, int b) {
+  return setup.hostHashOfRank[a] == setup.hostHashOfRank[b];
+}
+
+Status shmCreate(const TransportSetup& setup, std::unique_ptr<Transport>* out) {
+  auto t = std::make_unique<ShmTransport>();
+  RIDGE_TRY(t->connect(setup));
+  *out = std::move(t);
+  return Status::ok();
+}
+
+}  // namespace
+
+extern const TransportTable kShmTransportTable = {sizeof(TransportTable), kTransportTableVersion, "shm",
+                                                  shmCanConnect, shmCreate};
+
+}  // namespace ridge

@@ -1,0 +1,109 @@
+// The transport interface: the only thing collective algorithms see of how bytes move.
+//
+// A transport connects this rank to a set of peers and hands out, per peer, a send
+// connector and a receive connector. Each connector is a FIFO of fixed-size slots:
+// the sender acquires a free slot, writes the payload straight into it (so a reduction
+// can be fused with the copy), and posts it; the receiver peeks at the oldest posted
+// slot, consumes it (again possibly fused with a reduction into the user buffer), and
+// releases it back to the sender. Every operation is non-blocking: algorithms run as
+// coroutines that suspend while a connector has no slot, and the executor decides when
+// to spin, yield or sleep (Transport::waitForActivity).
+//
+// Slot metadata carries the payload size and a "last chunk of a message" flag so that
+// a receiver expecting a different message size fails with a clear error instead of
+// silently misreading the stream.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace ridge {
+
+class Bootstrap;
+
+// Metadata of one posted slot.
+struct SlotInfo {
+  uint32_t bytes = 0;
+  bool lastOfMessage = false;
+};
+
+class SendConnector {
+ public:
+  virtual ~SendConnector() = default;
+  // The next free slot, or nullptr while the FIFO is full. Repeated calls before
+  // post() return the same slot.
+  virtual void* tryAcquire() = 0;
+  // Publishes the acquired slot with `bytes` (<= slotBytes()) of payload.
+  virtual void post(uint32_t bytes, bool lastOfMessage) = 0;
+  size_t slotBytes() const { return slotBytes_; }
+
+ protected:
+  size_t slotBytes_ = 0;
+};
+
+class RecvConnector {
+ public:
+  virtual ~RecvConnector() = default;
+  // The oldest posted slot (and its metadata), or nullptr while none is posted.
+  virtual const void* tryPeek(SlotInfo* info) = 0;
+  // Returns the peeked slot to the sender.
+  virtual void release() = 0;
+  size_t slotBytes() const { return slotBytes_; }
+
+ protected:
+  size_t slotBytes_ = 0;
+};
+
+// What a transport needs to know to connect one communicator.
+struct TransportSetup {
+  int rank = 0;
+  int nranks = 0;
+  std::vector<uint64_t> hostHashOfRank;  // ranks with equal hashes share a host
+  std::vector<int> pidOfRank;
+  Bootstrap* bootstrap = nullptr;         // out-of-band exchange during connect
+  const std::atomic<bool>* abortFlag = nullptr;
+  int timeoutSeconds = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual const char* name() const = 0;
+  // Connectors to/from `peer`; nullptr if this transport does not reach it.
+  virtual SendConnector* sendTo(int peer) = 0;
+  virtual RecvConnector* recvFrom(int peer) = 0;
+  // Called by a rank that has nothing to do: returns when a peer may have posted or
+  // released a slot, or after at most `maxWaitNs`. May return early spuriously.
+  // `stillIdle` is re-checked after announcing the sleep, to close the race with a
+  // peer that posts just before we go to sleep.
+  virtual void waitForActivity(int64_t maxWaitNs, bool (*stillIdle)(void*), void* arg) = 0;
+  // Slow-path health check, called while waiting: a non-OK status if a peer is known to
+  // be gone (process exited, connection closed).
+  virtual Status checkPeers() = 0;
+};
+
+// A transport type, registered once. Tables start with their size and version so that
+// out-of-tree transports built against an older header can be recognised and refused.
+constexpr uint32_t kTransportTableVersion = 1;
+struct TransportTable {
+  uint32_t size;     // sizeof(TransportTable) the transport was built with
+  uint32_t version;  // kTransportTableVersion the transport was built with
+  const char* name;
+  // Whether this transport can connect ranks a and b of the setup.
+  bool (*canConnect)(const TransportSetup& setup, int a, int b);
+  // Connects this rank to every peer it can reach. Collective over the ranks it reaches.
+  Status (*create)(const TransportSetup& setup, std::unique_ptr<Transport>* out);
+};
+
+// Adds a table; refuses (returns false, logs WARN) a wrong size or version.
+bool registerTransport(const TransportTable* table);
+// Registered tables in priority order (the first that can connect a pair wins).
+const std::vector<const TransportTable*>& registeredTransports();
+
+}  // namespace ridge
