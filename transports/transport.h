@@ -60,6 +60,17 @@ class RecvConnector {
   size_t slotBytes_ = 0;
 };
 
+// Optional single-copy access to a peer's memory (shm: cross-memory attach; a network
+// transport would map this to RDMA READ/WRITE). Addresses are the peer's virtual
+// addresses, exchanged by the algorithm through the connectors. Blocking, but bounded by
+// the size of the copy: no waiting on the peer is involved.
+class PeerMemory {
+ public:
+  virtual ~PeerMemory() = default;
+  virtual Status read(void* local, uint64_t remoteAddr, size_t bytes) = 0;
+  virtual Status write(uint64_t remoteAddr, const void* local, size_t bytes) = 0;
+};
+
 // What a transport needs to know to connect one communicator.
 struct TransportSetup {
   int rank = 0;
@@ -78,6 +89,10 @@ class Transport {
   // Connectors to/from `peer`; nullptr if this transport does not reach it.
   virtual SendConnector* sendTo(int peer) = 0;
   virtual RecvConnector* recvFrom(int peer) = 0;
+  // Single-copy access to `peer`'s memory, or nullptr. Either every rank of the
+  // communicator gets it for all its peers or none does (decided collectively at init),
+  // because algorithms that use it must be chosen identically everywhere.
+  virtual PeerMemory* peerMemory(int peer) { return nullptr; }
   // Called by a rank that has nothing to do: returns when a peer may have posted or
   // released a slot, or after at most `maxWaitNs`. May return early spuriously.
   // `stillIdle` is re-checked after announcing the sleep, to close the race with a

@@ -152,9 +152,10 @@ Task runSequence(ridgeComm* comm, std::vector<CollArgs> ops, std::vector<std::ve
 
 namespace {
 
-Status runGroup(std::vector<QueuedOp>& ops) {
+// Runs the queued operations; `comms` receives each communicator involved, whose
+// callsInFlight the caller must drop once it no longer touches them.
+Status runGroup(std::vector<QueuedOp>& ops, std::vector<ridgeComm*>& comms) {
   Executor& ex = Executor::forThisThread();
-  std::vector<ridgeComm*> comms;
   for (const QueuedOp& q : ops) {
     bool known = false;
     for (ridgeComm* c : comms) known = known || c == q.comm;
@@ -181,9 +182,7 @@ Status runGroup(std::vector<QueuedOp>& ops) {
     }
     c->callsInFlight.fetch_add(1);
   }
-  Status s = ex.run();
-  for (ridgeComm* c : comms) c->callsInFlight.fetch_sub(1);
-  return s;
+  return ex.run();
 }
 
 // Queues the operation inside a group; otherwise runs it now.
@@ -195,9 +194,10 @@ ridgeResult_t submit(ridgeComm* comm, const CollArgs& args) {
   Executor& ex = Executor::forThisThread();
   comm->callsInFlight.fetch_add(1);
   ex.spawn(comm, runCollective(comm, args));
-  Status s = ex.run();
+  ridgeResult_t result = finish(comm, ex.run());
+  // Last touch of comm: ridgeCommAbort on another thread may free it from here on.
   comm->callsInFlight.fetch_sub(1);
-  return finish(comm, s);
+  return result;
 }
 
 ridgeResult_t collective(const char* fn, CollType type, const void* send, void* recv, size_t count,
@@ -491,8 +491,11 @@ RIDGE_API ridgeResult_t ridgeGroupEnd(void) {
   std::vector<QueuedOp> ops;
   ops.swap(tGroup.ops);
   if (ops.empty()) return ridgeSuccess;
-  ridgeComm* first = ops.front().comm;
-  return finish(first, runGroup(ops));
+  std::vector<ridgeComm*> comms;
+  Status s = runGroup(ops, comms);
+  ridgeResult_t result = finish(comms.front(), s);
+  for (ridgeComm* c : comms) c->callsInFlight.fetch_sub(1);
+  return result;
 }
 
 }  // extern "C"

@@ -20,7 +20,14 @@ const char* collTypeName(CollType t) {
   return "?";
 }
 
-const char* algoName(Algo a) { return a == Algo::AllPairs ? "allpairs" : "ring"; }
+const char* algoName(Algo a) {
+  switch (a) {
+    case Algo::AllPairs: return "allpairs";
+    case Algo::Ring: return "ring";
+    case Algo::Direct: return "direct";
+  }
+  return "?";
+}
 
 static bool parseColl(const std::string& s, CollType* out) {
   for (CollType t : {CollType::AllReduce, CollType::Broadcast, CollType::Reduce, CollType::AllGather,
@@ -33,8 +40,11 @@ static bool parseColl(const std::string& s, CollType* out) {
   return false;
 }
 
-Status AlgoSelector::configure(const std::string& overrides, size_t allPairsMax) {
+Status AlgoSelector::configure(const std::string& overrides, size_t allPairsMax, bool directAvailable,
+                               size_t directMin) {
   allPairsMax_ = allPairsMax;
+  directAvailable_ = directAvailable;
+  directMin_ = directMin;
   rules_.clear();
   std::string bad;
   std::stringstream entries(overrides);
@@ -59,10 +69,16 @@ Status AlgoSelector::configure(const std::string& overrides, size_t allPairsMax)
         rule.algo = Algo::AllPairs;
       } else if (algo == "ring") {
         rule.algo = Algo::Ring;
+      } else if (algo == "direct") {
+        rule.algo = Algo::Direct;
       } else {
         ok = false;
       }
       ok = ok && rule.lo < rule.hi;
+      // All-to-all has only the all-pairs form (a direct read would race with the peer's
+      // own in-place writes); direct needs peer-memory access on every rank.
+      if (ok && rule.type == CollType::AlltoAll) rule.algo = Algo::AllPairs;
+      if (ok && rule.algo == Algo::Direct && !directAvailable_) rule.algo = Algo::Ring;
     }
     if (ok) {
       rules_.push_back(rule);
@@ -74,7 +90,7 @@ Status AlgoSelector::configure(const std::string& overrides, size_t allPairsMax)
     return makeError(ridgeInvalidArgument,
                      "RIDGE_ALGO: ignoring malformed entries [%s]; expected coll:lo-hi:algo with coll "
                      "in allreduce, broadcast, reduce, allgather, reducescatter, alltoall and algo in "
-                     "allpairs, ring",
+                     "allpairs, ring, direct",
                      bad.c_str());
   return Status::ok();
 }
@@ -85,6 +101,7 @@ Algo AlgoSelector::choose(CollType type, size_t bytes) const {
   // All-to-all is all-pairs by nature; everything else switches to the pipelined ring
   // once the message amortises its extra steps.
   if (type == CollType::AlltoAll) return Algo::AllPairs;
+  if (directAvailable_ && bytes >= directMin_) return Algo::Direct;
   return bytes <= allPairsMax_ ? Algo::AllPairs : Algo::Ring;
 }
 

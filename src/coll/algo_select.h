@@ -1,7 +1,9 @@
 // Which algorithm runs a collective of a given size: the defaults (a one-step
 // all-pairs exchange for small messages, a pipelined ring or chain for large ones,
 // crossover RIDGE_ALLPAIRS_MAX, measured: docs/performance.md) and the user's
-// RIDGE_ALGO override ("allreduce:0-64K:allpairs;allreduce:64K-:ring").
+// RIDGE_ALGO override ("allreduce:0-64K:allpairs;allreduce:64K-:ring"). With
+// single-copy peer access (CMA) messages of RIDGE_DIRECT_MIN and more use the direct
+// algorithms, where each rank reads and writes its peers' buffers itself.
 #pragma once
 
 #include <cstddef>
@@ -13,7 +15,7 @@
 namespace ridge {
 
 enum class CollType { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AlltoAll, Send, Recv };
-enum class Algo { AllPairs, Ring };
+enum class Algo { AllPairs, Ring, Direct };
 
 const char* collTypeName(CollType t);
 const char* algoName(Algo a);
@@ -22,7 +24,9 @@ class AlgoSelector {
  public:
   // Reads RIDGE_ALLPAIRS_MAX and parses `overrides` (RIDGE_ALGO syntax). A malformed
   // entry is reported in the returned status and ignored.
-  Status configure(const std::string& overrides, size_t allPairsMax);
+  // directMin: smallest size for the single-copy algorithms, used only when
+  // `directAvailable` (the transport gives peer-memory access to every rank).
+  Status configure(const std::string& overrides, size_t allPairsMax, bool directAvailable, size_t directMin);
   // `bytes` is the per-rank message size (the input of AllReduce/Reduce/Broadcast, one
   // block of AllGather/ReduceScatter/AlltoAll).
   Algo choose(CollType type, size_t bytes) const;
@@ -35,6 +39,8 @@ class AlgoSelector {
   };
   std::vector<Rule> rules_;
   size_t allPairsMax_ = 32 << 10;
+  bool directAvailable_ = false;
+  size_t directMin_ = SIZE_MAX;
 };
 
 }  // namespace ridge

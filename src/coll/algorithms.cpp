@@ -354,6 +354,130 @@ Task chainReduce(ridgeComm* c, CollArgs a) {
   co_return Status::ok();
 }
 
+// ---- direct: single copy through peer-memory access (CMA on one host) ------------------
+//
+// Every rank first tells every peer where its buffers are (one small slot each way),
+// then reads (and for AllReduce writes) peer buffers itself, and finally all ranks
+// exchange an empty "done" slot so that nobody returns, and reuses its buffers, while
+// a peer may still be reading or writing them.
+
+Task directBegin(ridgeComm* c, const CollArgs& a) {
+  const int P = c->nranks, r = c->rank;
+  ridgeComm::DirectDescriptor mine{reinterpret_cast<uint64_t>(a.send), reinterpret_cast<uint64_t>(a.recv), a.count,
+                                   static_cast<uint32_t>(a.type), static_cast<uint32_t>(a.root)};
+  for (int k = 1; k < P; ++k) {
+    int j = (r + k) % P;
+    void* slot = co_await AcquireSlot(c->sendTo[j]);
+    std::memcpy(slot, &mine, sizeof mine);
+    c->sendTo[j]->post(sizeof mine, true);
+  }
+  for (int k = 1; k < P; ++k) {
+    int j = (r + P - k) % P;
+    PeekSlot pk(c->recvFrom[j]);
+    const void* slot = co_await pk;
+    if (pk.info.bytes != sizeof mine) co_return mismatch(c, a.type, j, sizeof mine, pk.info);
+    std::memcpy(&c->peerDesc[j], slot, sizeof mine);
+    c->recvFrom[j]->release();
+    const auto& d = c->peerDesc[j];
+    if (d.count != mine.count || d.type != mine.type || d.root != mine.root)
+      co_return makeError(ridgeInvalidUsage,
+                          "rank %d: %s: rank %d called %s with count %llu root %u, this rank with count %zu root %d",
+                          r, collTypeName(a.type), j, collTypeName(static_cast<CollType>(d.type)),
+                          static_cast<unsigned long long>(d.count), d.root, a.count, a.root);
+  }
+  co_return Status::ok();
+}
+
+Task directEnd(ridgeComm* c, CollType type) {
+  const int P = c->nranks, r = c->rank;
+  for (int k = 1; k < P; ++k) {
+    int j = (r + k) % P;
+    (void)co_await AcquireSlot(c->sendTo[j]);
+    c->sendTo[j]->post(0, true);
+  }
+  for (int k = 1; k < P; ++k) {
+    int j = (r + P - k) % P;
+    PeekSlot pk(c->recvFrom[j]);
+    (void)co_await pk;
+    if (pk.info.bytes != 0) co_return mismatch(c, type, j, 0, pk.info);
+    c->recvFrom[j]->release();
+  }
+  co_return Status::ok();
+}
+
+// Reads chunk [off, off+n) of block `block` of every peer's send buffer into the bounce
+// chunks and reduces them with the local input into `dst`, sources in rank order.
+Status directReduceChunk(ridgeComm* c, const CollArgs& a, size_t srcElem, size_t n, char* dst, int divisor) {
+  const int P = c->nranks, r = c->rank;
+  const size_t es = dataTypeSize(a.dtype);
+  const void** srcs = c->scratchPtrs.data();
+  for (int j = 0; j < P; ++j) {
+    if (j == r) {
+      srcs[j] = cbytes(a.send) + srcElem * es;
+      continue;
+    }
+    char* bounce = c->bounce.data() + size_t(j) * c->bounceChunk;
+    RIDGE_TRY(c->peerMemory[j]->read(bounce, c->peerDesc[j].send + srcElem * es, n * es));
+    srcs[j] = bounce;
+  }
+  reduceMany(dst, srcs, P, n, a.dtype, a.op, divisor);
+  return Status::ok();
+}
+
+// AllReduce: rank r reduces its 1/P slice reading every peer's input once, then writes
+// the result into every peer's output. ReduceScatter: the same on block r, result kept.
+// Reduce: the root reduces everything.
+Task directReduce(ridgeComm* c, CollArgs a) {
+  RIDGE_CO_TRY(co_await directBegin(c, a));
+  const int P = c->nranks, r = c->rank;
+  const size_t es = dataTypeSize(a.dtype);
+  const size_t chunkElems = c->bounceChunk / es;
+  const int divisor = a.op == ridgeAvg ? P : 0;
+  size_t lo = 0, hi = 0, inBase = 0;  // output range [lo, hi) and its offset in the input
+  if (a.type == CollType::AllReduce) {
+    lo = blockStart(a.count, r, P);
+    hi = blockStart(a.count, r + 1, P);
+    inBase = 0;
+  } else if (a.type == CollType::ReduceScatter) {
+    hi = a.count;
+    inBase = size_t(r) * a.count;
+  } else if (r == a.root) {
+    hi = a.count;
+  }
+  for (size_t off = lo; off < hi; off += chunkElems) {
+    const size_t n = std::min(chunkElems, hi - off);
+    char* dst = mbytes(a.recv) + off * es;
+    RIDGE_CO_TRY(directReduceChunk(c, a, inBase + off, n, dst, divisor));
+    if (a.type != CollType::AllReduce) continue;
+    for (int k = 1; k < P; ++k) {
+      int j = (r + k) % P;
+      RIDGE_CO_TRY(c->peerMemory[j]->write(c->peerDesc[j].recv + off * es, dst, n * es));
+    }
+  }
+  co_return co_await directEnd(c, a.type);
+}
+
+// AllGather: read every peer's block straight into the output. Broadcast: non-roots read
+// the root's buffer. One kernel copy per byte, no staging.
+Task directCopy(ridgeComm* c, CollArgs a) {
+  RIDGE_CO_TRY(co_await directBegin(c, a));
+  const int P = c->nranks, r = c->rank;
+  const size_t bytes = a.count * dataTypeSize(a.dtype);
+  if (a.type == CollType::AllGather) {
+    char* own = mbytes(a.recv) + size_t(r) * bytes;
+    if (own != a.send) std::memcpy(own, a.send, bytes);
+    for (int k = 1; k < P; ++k) {
+      int j = (r + k) % P;
+      RIDGE_CO_TRY(c->peerMemory[j]->read(mbytes(a.recv) + size_t(j) * bytes, c->peerDesc[j].send, bytes));
+    }
+  } else if (r == a.root) {
+    if (a.recv != a.send) std::memcpy(a.recv, a.send, bytes);
+  } else {
+    RIDGE_CO_TRY(c->peerMemory[a.root]->read(a.recv, c->peerDesc[a.root].send, bytes));
+  }
+  co_return co_await directEnd(c, a.type);
+}
+
 }  // namespace
 
 Task runCollective(ridgeComm* c, CollArgs a) {
@@ -365,6 +489,19 @@ Task runCollective(ridgeComm* c, CollArgs a) {
   const Algo algo = c->nranks == 1 ? Algo::AllPairs : c->algos.choose(a.type, bytes);
   RIDGE_TRACE("rank %d: %s of %zu bytes with %s", c->rank, collTypeName(a.type), bytes, algoName(algo));
   const bool ring = algo == Algo::Ring;
+  if (algo == Algo::Direct) {
+    switch (a.type) {
+      case CollType::AllReduce:
+      case CollType::ReduceScatter:
+      case CollType::Reduce:
+        co_return co_await directReduce(c, a);
+      case CollType::AllGather:
+      case CollType::Broadcast:
+        co_return co_await directCopy(c, a);
+      default:
+        break;
+    }
+  }
   switch (a.type) {
     case CollType::AllReduce:
       co_return co_await (ring ? ringReduce(c, a, true) : allPairsReduce(c, a, false));

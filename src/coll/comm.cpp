@@ -101,8 +101,23 @@ Status initComm(ridgeComm* c, const ridgeUniqueId& id) {
       return makeError(ridgeInternalError, "rank %d: no connector to rank %d after transport setup", c->rank, peer);
   }
   c->scratchPtrs.assign(c->nranks, nullptr);
+  c->peerMemory.assign(c->nranks, nullptr);
+  bool direct = c->nranks > 1;
+  for (int peer = 0; peer < c->nranks; ++peer) {
+    if (peer == c->rank) continue;
+    for (auto& t : c->transports)
+      if (!c->peerMemory[peer]) c->peerMemory[peer] = t->peerMemory(peer);
+    direct = direct && c->peerMemory[peer];
+  }
+  if (direct) {
+    // Each bounce chunk stays in the L2 cache between the read and the reduction.
+    c->bounceChunk = 128 << 10;
+    c->bounce.assign(c->bounceChunk * c->nranks, 0);
+    c->peerDesc.assign(c->nranks, {});
+  }
   Status algo = c->algos.configure(settingString(Setting::ALGO),
-                                   static_cast<size_t>(settingSize(Setting::ALLPAIRS_MAX)));
+                                   static_cast<size_t>(settingSize(Setting::ALLPAIRS_MAX)), direct,
+                                   static_cast<size_t>(settingSize(Setting::DIRECT_MIN)));
   (void)algo;  // malformed entries were logged and are ignored
   c->asyncError.store(ridgeSuccess);
   RIDGE_INFO("comm %s: rank %d ready", c->name.c_str(), c->rank);

@@ -51,6 +51,17 @@ struct ridgeComm {
 
   // Scratch for algorithms (sized nranks at init so the hot path never allocates).
   std::vector<const void*> scratchPtrs;
+  // Single-copy access to each peer's memory (all null unless every rank has it), the
+  // peers' buffer descriptors of the running direct collective, and one bounce chunk
+  // per rank for reading peer data before it is reduced.
+  std::vector<ridge::PeerMemory*> peerMemory;
+  struct DirectDescriptor {
+    uint64_t send, recv, count;
+    uint32_t type, root;
+  };
+  std::vector<DirectDescriptor> peerDesc;
+  std::vector<char> bounce;
+  size_t bounceChunk = 0;
 
   std::atomic<bool> aborted{false};
   // ridgeSuccess, ridgeInProgress (non-blocking init running) or the error that broke it.

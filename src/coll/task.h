@@ -139,3 +139,11 @@ struct PeekSlot : WaitCondition {
 };
 
 }  // namespace ridge
+
+// RIDGE_TRY for coroutines (which must co_return).
+#define RIDGE_CO_TRY(expr)             \
+  do {                                 \
+    ::ridge::Status ridge_s_ = (expr); \
+    if (!ridge_s_.isOk()) [[unlikely]] \
+      co_return ridge_s_;              \
+  } while (0)

@@ -21,7 +21,10 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <atomic>
 #include <climits>
@@ -139,6 +142,44 @@ class ShmRecv final : public RecvConnector {
 
 size_t alignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
+// Cross-memory attach: the kernel copies straight between the two address spaces, so a
+// transfer touches each byte once. Needs ptrace-level access to the peer (same user,
+// and no Yama/ seccomp/container policy against it), which the init probe checks.
+class CmaPeerMemory final : public PeerMemory {
+ public:
+  CmaPeerMemory(int peerRank, pid_t pid) : peerRank_(peerRank), pid_(pid) {}
+  Status read(void* local, uint64_t remoteAddr, size_t bytes) override { return copy(local, remoteAddr, bytes, false); }
+  Status write(uint64_t remoteAddr, const void* local, size_t bytes) override {
+    return copy(const_cast<void*>(local), remoteAddr, bytes, true);
+  }
+
+ private:
+  Status copy(void* local, uint64_t remote, size_t bytes, bool toPeer) {
+    size_t done = 0;
+    while (done < bytes) {
+      iovec l{static_cast<char*>(local) + done, bytes - done};
+      iovec r{reinterpret_cast<void*>(remote + done), bytes - done};
+      ssize_t n = toPeer ? process_vm_writev(pid_, &l, 1, &r, 1, 0) : process_vm_readv(pid_, &l, 1, &r, 1, 0);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        int err = errno;
+        return makeError(errno == ESRCH ? ridgeRemoteError : ridgeSystemError,
+                         "shm: %s of %zu bytes %s rank %d (pid %d) failed: %s", toPeer ? "process_vm_writev" : "process_vm_readv",
+                         bytes - done, toPeer ? "to" : "from", peerRank_, static_cast<int>(pid_), std::strerror(err));
+      }
+      if (n == 0) return makeError(ridgeSystemError, "shm: cross-memory copy with rank %d made no progress", peerRank_);
+      done += static_cast<size_t>(n);
+    }
+    return Status::ok();
+  }
+  int peerRank_;
+  pid_t pid_;
+};
+
+// Read by peers in the init probe: if they can read this value out of our memory,
+// cross-memory attach works between us.
+volatile uint64_t gCmaProbeWord = 0;
+
 class ShmTransport final : public Transport {
  public:
   ~ShmTransport() override {
@@ -152,6 +193,9 @@ class ShmTransport final : public Transport {
   }
   RecvConnector* recvFrom(int peer) override {
     return peer >= 0 && peer < static_cast<int>(recv_.size()) ? recv_[peer].get() : nullptr;
+  }
+  PeerMemory* peerMemory(int peer) override {
+    return peer >= 0 && peer < static_cast<int>(cma_.size()) ? cma_[peer].get() : nullptr;
   }
 
   void waitForActivity(int64_t maxWaitNs, bool (*stillIdle)(void*), void* arg) override {
@@ -180,6 +224,8 @@ class ShmTransport final : public Transport {
   Status connect(const TransportSetup& setup);
 
  private:
+  Status probeCma(const TransportSetup& setup);
+
   static bool processAlive(int pid) {
     char path[64];
     std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
@@ -205,7 +251,59 @@ class ShmTransport final : public Transport {
   RankCtl* myCtl_ = nullptr;
   std::vector<std::unique_ptr<ShmSend>> send_;  // indexed by global rank
   std::vector<std::unique_ptr<ShmRecv>> recv_;
+  std::vector<std::unique_ptr<CmaPeerMemory>> cma_;  // empty unless every rank can use CMA
 };
+
+Status ShmTransport::probeCma(const TransportSetup& setup) {
+  const std::string mode = settingString(Setting::CMA);
+  const bool wanted = mode != "0";
+  struct Probe {
+    uint64_t addr;
+    uint64_t value;
+    int32_t canRead;  // this rank could read every local peer's probe word
+    int32_t pad;
+  };
+  if (gCmaProbeWord == 0) gCmaProbeWord = randomNonce() | 1;
+  std::vector<Probe> probes(setup.nranks);
+  probes[setup.rank] = {reinterpret_cast<uint64_t>(&gCmaProbeWord), gCmaProbeWord, 0, 0};
+  RIDGE_TRY(setup.bootstrap->allGather(probes.data(), sizeof(Probe)));
+  bool ok = wanted;
+  std::string why = wanted ? "" : "RIDGE_CMA=0";
+  for (int peer : localRanks_) {
+    if (!ok || peer == setup.rank || setup.pidOfRank[peer] == selfPid_) continue;
+    uint64_t got = 0;
+    iovec l{&got, sizeof got};
+    iovec r{reinterpret_cast<void*>(probes[peer].addr), sizeof got};
+    if (process_vm_readv(setup.pidOfRank[peer], &l, 1, &r, 1, 0) != static_cast<ssize_t>(sizeof got) ||
+        got != probes[peer].value) {
+      ok = false;
+      why = format("process_vm_readv from rank %d: %s", peer, got ? "wrong value" : std::strerror(errno));
+    }
+  }
+  probes.assign(setup.nranks, Probe{});
+  probes[setup.rank].canRead = ok ? 1 : 0;
+  RIDGE_TRY(setup.bootstrap->allGather(probes.data(), sizeof(Probe)));
+  // Direct algorithms are chosen identically on every rank, so CMA is on for all or
+  // none; and only within one host (every rank local).
+  bool all = localRanks_.size() == static_cast<size_t>(setup.nranks);
+  if (!all && why.empty()) why = "ranks span several hosts";
+  for (int r = 0; r < setup.nranks && all; ++r) {
+    if (!probes[r].canRead) {
+      all = false;
+      if (why.empty()) why = format("rank %d cannot use it", r);
+    }
+  }
+  if (!all && mode == "1")
+    return makeError(ridgeSystemError, "shm: RIDGE_CMA=1 but single-copy cross-memory attach is unavailable (%s)",
+                     why.c_str());
+  if (all && setup.nranks > 1) {
+    cma_.resize(setup.nranks);
+    for (int peer : localRanks_)
+      if (peer != setup.rank) cma_[peer] = std::make_unique<CmaPeerMemory>(peer, setup.pidOfRank[peer]);
+  }
+  RIDGE_INFO("shm: single-copy (CMA) %s%s%s", all ? "enabled" : "disabled", why.empty() ? "" : ": ", why.c_str());
+  return Status::ok();
+}
 
 Status ShmTransport::connect(const TransportSetup& setup) {
   rank_ = setup.rank;
@@ -313,6 +411,7 @@ Status ShmTransport::connect(const TransportSetup& setup) {
     recv_[peer] = std::make_unique<ShmRecv>(&fifos[in], base + dataOff + in * fifoData, nslots,
                                             static_cast<size_t>(slotBytes), &ctl[j]);
   }
+  RIDGE_TRY(probeCma(setup));
   RIDGE_INFO("shm: %u local ranks, %u slots of %lld bytes per pair, segment %zu bytes", P, nslots,
              static_cast<long long>(slotBytes), bytes_);
   return Status::ok();
