@@ -488,6 +488,8 @@ Task runCollective(ridgeComm* c, CollArgs a) {
   if (a.count == 0) co_return Status::ok();
   const Algo algo = c->nranks == 1 ? Algo::AllPairs : c->algos.choose(a.type, bytes);
   RIDGE_TRACE("rank %d: %s of %zu bytes with %s", c->rank, collTypeName(a.type), bytes, algoName(algo));
+  // Note: no `co_await (cond ? f() : g())` here: GCC 12 destroys the temporary task of
+  // a conditional expression twice (found by AddressSanitizer, test CollGroup).
   const bool ring = algo == Algo::Ring;
   if (algo == Algo::Direct) {
     switch (a.type) {
@@ -504,17 +506,22 @@ Task runCollective(ridgeComm* c, CollArgs a) {
   }
   switch (a.type) {
     case CollType::AllReduce:
-      co_return co_await (ring ? ringReduce(c, a, true) : allPairsReduce(c, a, false));
+      if (ring) co_return co_await ringReduce(c, a, true);
+      co_return co_await allPairsReduce(c, a, false);
     case CollType::ReduceScatter:
-      co_return co_await (ring ? ringReduce(c, a, false) : allPairsReduce(c, a, true));
+      if (ring) co_return co_await ringReduce(c, a, false);
+      co_return co_await allPairsReduce(c, a, true);
     case CollType::AllGather:
-      co_return co_await (ring ? ringAllGather(c, a) : allPairsExchange(c, a, true));
+      if (ring) co_return co_await ringAllGather(c, a);
+      co_return co_await allPairsExchange(c, a, true);
     case CollType::AlltoAll:
       co_return co_await allPairsExchange(c, a, false);
     case CollType::Broadcast:
-      co_return co_await (ring ? chainBroadcast(c, a) : allPairsBroadcast(c, a));
+      if (ring) co_return co_await chainBroadcast(c, a);
+      co_return co_await allPairsBroadcast(c, a);
     case CollType::Reduce:
-      co_return co_await (ring ? chainReduce(c, a) : allPairsReduceToRoot(c, a));
+      if (ring) co_return co_await chainReduce(c, a);
+      co_return co_await allPairsReduceToRoot(c, a);
     default:
       break;
   }

@@ -1,0 +1,123 @@
+// ridge-bench: shared declarations of the benchmark's pieces.
+//
+//   options.cpp  command line parsing and the usage text
+//   data.cpp     element types, input patterns, poisoning and result checking
+//   mpi_peer.cpp the MPI side of `--peer mpi` (empty stubs without MPI)
+//   runner.cpp   the measurement loop on one communicator and the report
+//   main.cpp     launch modes: MPI launcher, RIDGE_RANK environment, fork (-np), mpirun re-exec
+#pragma once
+
+#include <ridge/ridge.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace rbench {
+
+// Exit codes shared by every rank and by the fork launcher.
+constexpr int kExitOk = 0;
+constexpr int kExitWrong = 1;    // the run finished but some results were wrong
+constexpr int kExitUsage = 2;    // bad command line
+constexpr int kExitFailure = 3;  // a call failed, a rank died or the run timed out
+
+enum class Coll { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AlltoAll, SendRecv };
+
+const char* collName(Coll c);
+bool parseColl(const std::string& s, Coll* out);
+// busbw = algbw * factor (nccl-tests convention).
+double busBwFactor(Coll c, int nranks);
+// Whether the collective takes a reduction operator / a root.
+bool collHasOp(Coll c);
+bool collHasRoot(Coll c);
+
+struct Options {
+  Coll coll = Coll::AllReduce;
+  size_t minBytes = 8;
+  size_t maxBytes = size_t(32) << 20;
+  double factor = 2.0;
+  size_t increment = 0;  // > 0: step by adding instead of multiplying
+  int iters = 20;
+  int warmup = 5;
+  bool check = true;
+  ridgeDataType_t dtype = ridgeFloat;
+  ridgeRedOp_t op = ridgeSum;
+  int root = 0;
+  int np = 0;  // 0: not given on the command line
+  bool peerMpi = false;
+  std::string jsonPath;  // "" none, "-" stdout
+  std::string csvPath;
+  std::string algo;  // "" leaves RIDGE_ALGO alone
+  int timeoutSec = 1800;  // bound for the fork launcher's wait
+};
+
+enum class Parse { Ok, Help, Error };
+Parse parseOptions(int argc, char** argv, Options* o, std::string* err);
+void printUsage(FILE* f);
+// "64M"-style sizes, 1024-based suffixes K, M, G, T (an optional trailing B is accepted).
+bool parseSize(const std::string& s, size_t* out);
+
+// ---- element types (data.cpp) -------------------------------------------------------
+struct TypeInfo {
+  ridgeDataType_t type;
+  const char* name;
+  size_t size;
+  bool isFloat;
+  bool isSigned;
+  double eps;  // machine epsilon of the type; 0 for integers
+};
+const TypeInfo& typeInfo(ridgeDataType_t t);
+bool parseType(const std::string& s, ridgeDataType_t* out);
+const char* opName(ridgeRedOp_t op);
+bool parseOp(const std::string& s, ridgeRedOp_t* out);
+
+// Which family of values the inputs hold; see data.cpp for why each is exact.
+enum class Pattern { Move, Reduce, Prod };
+Pattern patternFor(Coll c, ridgeRedOp_t op);
+
+// buf[k] = value(srcRank, g0 + k) for k in [0, n).
+void fillPattern(ridgeDataType_t t, Pattern p, void* buf, size_t n, int srcRank, uint64_t g0);
+// Marks an output region as not yet written: NaN for floating types, 0xA5 bytes otherwise.
+void poison(ridgeDataType_t t, void* buf, size_t bytes);
+
+// Maps output element k to what it must hold.
+struct ExpectMap {
+  bool reduction = false;  // op over all ranks' value(r, g), else value(src, g)
+  int src = 0;             // source rank when block == 0
+  size_t block = 0;        // > 0: source rank = k / block
+  bool blockLocal = false; // g = gBase + k % block (else g = gBase + k)
+  uint64_t gBase = 0;
+};
+uint64_t countWrong(ridgeDataType_t t, Pattern p, ridgeRedOp_t op, int nranks, const void* out,
+                    size_t n, const ExpectMap& m);
+// out[k] /= nranks (integer types truncate), used to emulate avg on MPI's sum.
+void divideBy(ridgeDataType_t t, void* buf, size_t n, int nranks);
+
+// ---- MPI peer (mpi_peer.cpp) -------------------------------------------------------------
+bool mpiBuiltIn();
+// Empty when MPI can run this case; otherwise why not (shown as n/a).
+std::string mpiUnsupported(Coll c, bool inPlace, ridgeDataType_t t, ridgeRedOp_t op, size_t n);
+// One MPI call equivalent to the Ridge call (see runner.cpp for the buffer layouts). Returns
+// an MPI error code (0 = MPI_SUCCESS) and fills *err with its text.
+int mpiCollective(Coll c, bool inPlace, const void* send, void* recv, size_t n, ridgeDataType_t t,
+                  ridgeRedOp_t op, int root, int rank, int nranks, std::string* err);
+void mpiBarrier();
+void mpiAbort(int code);
+
+// ---- the benchmark on one communicator (runner.cpp) ---------------------------------------
+struct RunInfo {
+  std::string launch;  // "fork", "mpirun", "env"
+  bool mpiPeer = false; // MPI_COMM_WORLD matches the Ridge ranks and --peer mpi was asked
+};
+// Runs the whole sweep on this rank; returns the process exit code. Failing calls end the
+// process (after ridgeCommAbort) through fatal().
+int runBenchmark(const Options& o, ridgeComm_t comm, const RunInfo& info);
+
+// Prints "ridge-bench[ rank R]: msg" and ends the process with kExitFailure: aborts `comm`
+// when given, and the MPI job when running under MPI.
+[[noreturn]] void fatal(ridgeComm_t comm, const std::string& msg);
+void setFatalContext(int rank, bool underMpi);
+
+}  // namespace rbench

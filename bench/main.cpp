@@ -1,0 +1,415 @@
+// ridge-bench: entry point and launch modes.
+//
+// How the ranks come to be, checked in this order:
+//   1. Started by an MPI launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK in the
+//      environment): MPI_Init, rank 0 creates the unique id, MPI_Bcast hands it to the rest.
+//   2. RIDGE_RANK and RIDGE_WORLD_SIZE set: ridgeCommInitFromEnv (torchrun/Slurm style).
+//   3. --peer mpi: run again under mpirun with the same arguments (so that MPI_COMM_WORLD
+//      exists to compare against), which lands in case 1.
+//   4. Otherwise -np N (default 1): this process creates the unique id (which starts the
+//      rendezvous service here), forks N ranks and waits for them.
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench.h"
+
+#if defined(RIDGE_BENCH_HAVE_MPI)
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+#endif
+
+namespace rbench {
+
+namespace {
+int gRank = -1;
+bool gUnderMpi = false;
+
+std::string ridgeError(ridgeResult_t r, ridgeComm_t comm) {
+  std::string s = ridgeGetErrorString(r);
+  const char* last = ridgeGetLastError(comm);
+  if (last && *last) s += ": " + std::string(last);
+  return s;
+}
+
+bool underLauncher() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
+         std::getenv("PMIX_RANK");
+}
+
+int availableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? int(n) : 1;
+}
+
+// Where `#` lines go before the table: stdout unless stdout carries JSON or CSV.
+FILE* infoStream(const Options& o) {
+  return (o.jsonPath == "-" || o.csvPath == "-") ? stderr : stdout;
+}
+
+std::string shellQuote(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                        "0123456789-_./=:,+@%") == std::string::npos)
+    return s;
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// Runs one rank on an initialised communicator, then tears it down.
+int runAndDestroy(const Options& o, ridgeComm_t comm, const RunInfo& info) {
+  int rc = runBenchmark(o, comm, info);
+  ridgeResult_t r = ridgeCommDestroy(comm);
+  if (r != ridgeSuccess) {
+    std::fprintf(stderr, "ridge-bench rank %d: ridgeCommDestroy failed: %s\n", gRank,
+                 ridgeError(r, nullptr).c_str());
+    if (rc == kExitOk) rc = kExitFailure;
+  }
+  return rc;
+}
+
+// ---- 1. under an MPI launcher -------------------------------------------------------------
+int runUnderMpi(int argc, char** argv, const Options& o) {
+#if defined(RIDGE_BENCH_HAVE_MPI)
+  MPI_Init(&argc, &argv);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  setFatalContext(rank, true);
+  if (rank == 0 && o.np && o.np != size)
+    std::fprintf(stderr, "ridge-bench: note: -np %d ignored, the launcher started %d ranks\n",
+                 o.np, size);
+  ridgeUniqueId id;
+  std::memset(&id, 0, sizeof id);
+  if (rank == 0) {
+    ridgeResult_t r = ridgeGetUniqueId(&id);
+    if (r != ridgeSuccess) fatal(nullptr, "ridgeGetUniqueId failed: " + ridgeError(r, nullptr));
+  }
+  MPI_Bcast(&id, int(sizeof id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  ridgeComm_t comm = nullptr;
+  ridgeResult_t r = ridgeCommInitRank(&comm, size, id, rank);
+  if (r != ridgeSuccess) fatal(nullptr, "ridgeCommInitRank failed: " + ridgeError(r, nullptr));
+  RunInfo info;
+  info.launch = std::getenv("RIDGE_BENCH_REEXEC") ? "mpirun (re-exec)" : "mpi";
+  info.mpiPeer = o.peerMpi;
+  int rc = runAndDestroy(o, comm, info);
+  std::fflush(stdout);
+  MPI_Finalize();
+  return rc;
+#else
+  (void)argc;
+  (void)argv;
+  (void)o;
+  std::fprintf(stderr,
+               "ridge-bench: started by an MPI launcher, but this build has no MPI support, so "
+               "the ranks cannot exchange the unique id. Rebuild with MPI (install "
+               "libopenmpi-dev, configure with -DRIDGE_WITH_MPI=ON) or run without the launcher: "
+               "ridge-bench <collective> -np N ...\n");
+  return kExitUsage;
+#endif
+}
+
+// ---- 2. RIDGE_RANK / RIDGE_WORLD_SIZE ------------------------------------------------------
+int runFromEnv(const Options& o) {
+  if (o.np)
+    std::fprintf(stderr, "ridge-bench: note: -np ignored, RIDGE_RANK/RIDGE_WORLD_SIZE are set\n");
+  ridgeComm_t comm = nullptr;
+  ridgeResult_t r = ridgeCommInitFromEnv(&comm);
+  if (r != ridgeSuccess) fatal(nullptr, "ridgeCommInitFromEnv failed: " + ridgeError(r, nullptr));
+  int rank = 0;
+  ridgeCommUserRank(comm, &rank);
+  setFatalContext(rank, false);
+  RunInfo info;
+  info.launch = "env";
+  int rc = runAndDestroy(o, comm, info);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  _exit(rc);  // skip static destructors: the library may still hold service threads
+}
+
+// ---- 3. --peer mpi: re-run under mpirun ------------------------------------------------------
+int reexecUnderMpirun(int argc, char** argv, const Options& o) {
+#if defined(RIDGE_BENCH_HAVE_MPI)
+  const int n = o.np ? o.np : 1;
+  const int cores = availableCores();
+  const bool over = n > cores;
+  std::vector<std::string> args;
+  std::string launcher = RIDGE_BENCH_MPIEXEC;
+  if (launcher.empty()) launcher = "mpirun";
+  args.push_back(launcher);
+#if defined(OPEN_MPI)
+  if (geteuid() == 0) args.push_back("--allow-run-as-root");
+#endif
+  args.push_back("-np");
+  args.push_back(std::to_string(n));
+#if defined(OPEN_MPI)
+  if (over) {
+    args.push_back("--oversubscribe");
+  } else {
+    args.push_back("--bind-to");
+    args.push_back("core");
+  }
+#else
+  if (!over) {
+    args.push_back("-bind-to");
+    args.push_back("core");
+  }
+#endif
+  if (const char* extra = std::getenv("RIDGE_BENCH_MPIRUN_ARGS")) {
+    std::istringstream in(extra);
+    for (std::string w; in >> w;) args.push_back(w);
+  }
+  char self[4096];
+  ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (len <= 0) {
+    std::fprintf(stderr, "ridge-bench: cannot find my own executable: %s\n", std::strerror(errno));
+    return kExitFailure;
+  }
+  self[len] = '\0';
+  args.push_back(self);
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "-np" || a == "--np") {
+      ++i;  // and its value
+      continue;
+    }
+    if (a.rfind("--np=", 0) == 0) continue;
+    args.push_back(a);
+  }
+  FILE* info = infoStream(o);
+  std::string line;
+  for (const auto& a : args) {
+    if (!line.empty()) line += ' ';
+    line += shellQuote(a);
+  }
+  std::fprintf(info, "# ridge-bench: --peer mpi runs the ranks under MPI: %s\n", line.c_str());
+  if (over)
+    std::fprintf(info,
+                 "# %d ranks on %d cores: --oversubscribe, with which Open MPI turns on "
+                 "yield-when-idle (mpi_yield_when_idle): MPI ranks yield the core while polling, "
+                 "so MPI latency suffers\n",
+                 n, cores);
+  std::fflush(info);
+  setenv("RIDGE_BENCH_REEXEC", "1", 1);
+  std::vector<char*> cargs;
+  for (auto& a : args) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  execvp(cargs[0], cargs.data());
+  std::fprintf(stderr, "ridge-bench: cannot run %s: %s\n", cargs[0], std::strerror(errno));
+  return kExitFailure;
+#else
+  (void)argc;
+  (void)argv;
+  (void)o;
+  std::fprintf(stderr, "ridge-bench: --peer mpi needs a build with MPI (libopenmpi-dev)\n");
+  return kExitUsage;
+#endif
+}
+
+// ---- 4. -np N: fork the ranks -----------------------------------------------------------------
+void describeStatus(int st, char* buf, size_t len) {
+  if (WIFSIGNALED(st)) {
+    int sig = WTERMSIG(st);
+    const char* abbrev = sigabbrev_np(sig);
+    std::snprintf(buf, len, "was killed by signal SIG%s (%d, %s)%s", abbrev ? abbrev : "?", sig,
+                  strsignal(sig), WCOREDUMP(st) ? ", core dumped" : "");
+  } else {
+    int code = WEXITSTATUS(st);
+    const char* what = code == kExitWrong     ? "wrong results"
+                       : code == kExitUsage   ? "usage error"
+                       : code == kExitFailure ? "a call failed; see its message above"
+                                              : "unexpected status";
+    std::snprintf(buf, len, "exited with status %d (%s)", code, what);
+  }
+}
+
+int runForked(const Options& o) {
+  const int n = o.np ? o.np : 1;
+  if (collHasRoot(o.coll) && o.root >= n) {
+    std::fprintf(stderr, "ridge-bench: root %d is out of range for %d ranks (-r, -np)\n", o.root,
+                 n);
+    return kExitUsage;
+  }
+  ridgeUniqueId id;
+  ridgeResult_t r = ridgeGetUniqueId(&id);
+  if (r != ridgeSuccess) fatal(nullptr, "ridgeGetUniqueId failed: " + ridgeError(r, nullptr));
+
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t parent = getpid();
+  std::vector<pid_t> pids(size_t(n), 0);
+  for (int rank = 0; rank < n; ++rank) {
+    pid_t pid = fork();
+    if (pid < 0) {
+      std::fprintf(stderr, "ridge-bench: fork failed for rank %d: %s\n", rank,
+                   std::strerror(errno));
+      for (pid_t p : pids)
+        if (p > 0) kill(p, SIGKILL);
+      while (wait(nullptr) > 0) {
+      }
+      return kExitFailure;
+    }
+    if (pid == 0) {
+      // The rank: die with the launcher, so that a killed launcher leaves no orphans.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(kExitFailure);
+      setFatalContext(rank, false);
+      ridgeComm_t comm = nullptr;
+      ridgeResult_t ir = ridgeCommInitRank(&comm, n, id, rank);
+      if (ir != ridgeSuccess)
+        fatal(nullptr, "ridgeCommInitRank failed: " + ridgeError(ir, nullptr));
+      RunInfo info;
+      info.launch = "fork";
+      int rc = runAndDestroy(o, comm, info);
+      std::fflush(stdout);
+      std::fflush(stderr);
+      _exit(rc);
+    }
+    pids[size_t(rank)] = pid;
+  }
+
+  // Wait for every rank, within the bound. A rank that crashes or fails stops the run:
+  // the others would only wait for it until RIDGE_TIMEOUT.
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + std::chrono::seconds(o.timeoutSec);
+  int remaining = n;
+  int result = kExitOk;
+  std::string failure;
+  while (remaining > 0) {
+    int st = 0;
+    pid_t p = waitpid(-1, &st, WNOHANG);
+    if (p < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (p == 0) {
+      if (clock::now() > deadline) {
+        failure = "the ranks did not finish within " + std::to_string(o.timeoutSec) +
+                  " s (--timeout)";
+        result = kExitFailure;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
+    }
+    int rank = -1;
+    for (int i = 0; i < n; ++i)
+      if (pids[size_t(i)] == p) rank = i;
+    if (rank < 0) continue;
+    pids[size_t(rank)] = 0;
+    --remaining;
+    if (WIFEXITED(st) && WEXITSTATUS(st) == kExitOk) continue;
+    if (WIFEXITED(st) && WEXITSTATUS(st) == kExitWrong) {
+      result = std::max(result, kExitWrong);  // an orderly end: the others finish too
+      continue;
+    }
+    char what[160];
+    describeStatus(st, what, sizeof what);
+    failure = "rank " + std::to_string(rank) + " (pid " + std::to_string(p) + ") " + what;
+    result = (WIFEXITED(st) && WEXITSTATUS(st) == kExitUsage) ? kExitUsage : kExitFailure;
+    break;
+  }
+  if (!failure.empty()) {
+    std::fprintf(stderr, "ridge-bench: %s%s\n", failure.c_str(),
+                 remaining > 0 ? "; stopping the other ranks" : "");
+    for (pid_t p : pids)
+      if (p > 0) kill(p, SIGTERM);
+    const auto grace = clock::now() + std::chrono::seconds(2);
+    while (remaining > 0) {
+      pid_t p = waitpid(-1, nullptr, WNOHANG);
+      if (p > 0) {
+        for (auto& q : pids)
+          if (q == p) q = 0, --remaining;
+        continue;
+      }
+      if (p < 0 && errno != EINTR) break;
+      if (clock::now() > grace) {
+        for (pid_t q : pids)
+          if (q > 0) kill(q, SIGKILL);
+        while (waitpid(-1, nullptr, 0) > 0) {
+        }
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  return result;
+}
+
+}  // namespace
+
+void setFatalContext(int rank, bool underMpi) {
+  gRank = rank;
+  gUnderMpi = underMpi;
+}
+
+void fatal(ridgeComm_t comm, const std::string& msg) {
+  if (gRank >= 0)
+    std::fprintf(stderr, "ridge-bench rank %d: %s\n", gRank, msg.c_str());
+  else
+    std::fprintf(stderr, "ridge-bench: %s\n", msg.c_str());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (comm) ridgeCommAbort(comm);  // peers see ridgeAborted/RemoteError instead of waiting
+  if (gUnderMpi) mpiAbort(kExitFailure);
+  _exit(kExitFailure);
+}
+
+}  // namespace rbench
+
+int main(int argc, char** argv) {
+  using namespace rbench;
+  Options o;
+  std::string err;
+  switch (parseOptions(argc, argv, &o, &err)) {
+    case Parse::Help:
+      printUsage(stdout);
+      return kExitOk;
+    case Parse::Error:
+      std::fprintf(stderr, "ridge-bench: %s\n", err.c_str());
+      printUsage(stderr);
+      return kExitUsage;
+    case Parse::Ok:
+      break;
+  }
+  if (!o.algo.empty()) setenv("RIDGE_ALGO", o.algo.c_str(), 1);
+
+  int rc;
+  if (underLauncher()) {
+    rc = runUnderMpi(argc, argv, o);
+  } else if (std::getenv("RIDGE_RANK") && std::getenv("RIDGE_WORLD_SIZE")) {
+    if (o.peerMpi) {
+      std::fprintf(stderr,
+                   "ridge-bench: --peer mpi cannot be used with RIDGE_RANK/RIDGE_WORLD_SIZE; "
+                   "use -np N or start ridge-bench with mpirun\n");
+      return kExitUsage;
+    }
+    rc = runFromEnv(o);
+  } else if (o.peerMpi) {
+    rc = reexecUnderMpirun(argc, argv, o);
+  } else {
+    rc = runForked(o);
+  }
+  // Leave without static destructors: the library's service threads may still be running
+  // (for example the rendezvous service in the -np launcher).
+  std::fflush(stdout);
+  std::fflush(stderr);
+  _exit(rc);
+}

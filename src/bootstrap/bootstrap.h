@@ -1,0 +1,151 @@
+// Bootstrap: how ranks find each other before any transport exists, and the small
+// out-of-band collectives they need while setting transports up.
+//
+// Rendezvous. One process creates a unique id (createUniqueId): that starts a root
+// service thread listening on a TCP socket and writes the socket address plus a random
+// nonce into the 128-byte id. Every rank connects to the root, presents the nonce, its
+// rank, the rank count and the address of its own listening socket. When all ranks have
+// reported, the root sends each of them the table of listening addresses and exits.
+// Ranks then connect a ring (rank -> rank+1) for the collectives, and open direct
+// connections lazily for tagged point-to-point messages.
+//
+// Every wait is bounded by the connect timeout (or the timeout given at connect for the
+// later operations) and cancelled by the abort flag. A Bootstrap object is not thread
+// safe: one thread at a time may call its operations.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bootstrap/socket.h"
+#include "core/status.h"
+#include "ridge/ridge.h"
+
+namespace ridge {
+
+// Layout of ridgeUniqueId.internal (host byte order; ids travel between hosts of one
+// architecture):
+//   [0,4)    magic kUniqueIdMagic
+//   [4,6)    layout version
+//   [6,8)    address family (AF_INET / AF_INET6)
+//   [8,16)   nonce
+//   [16,20)  sockaddr length
+//   [20,48)  sockaddr_in / sockaddr_in6 of the root
+//   [124,128) checksum of bytes [0,124)
+constexpr uint32_t kUniqueIdMagic = 0x44494252u;  // "RBID" in memory order
+constexpr uint16_t kUniqueIdVersion = 1;
+
+// The decoded contents of a unique id.
+struct UniqueIdInfo {
+  SocketAddress root;
+  uint64_t nonce = 0;
+};
+
+// Fills `out` from a root address and a nonce.
+void encodeUniqueId(const SocketAddress& root, uint64_t nonce, ridgeUniqueId* out);
+// Checks magic, version, checksum and the address; ridgeInvalidArgument when malformed.
+Status decodeUniqueId(const ridgeUniqueId& id, UniqueIdInfo* out);
+
+// A random 64-bit value from the kernel (getrandom), never 0.
+uint64_t randomNonce();
+
+// Chooses the interface (RIDGE_SOCKET_IFNAME), starts the detached root service on an
+// ephemeral port of it and writes the id. The service handles one rendezvous, then
+// exits; it gives up after RIDGE_TIMEOUT seconds (WARN line).
+Status createUniqueId(ridgeUniqueId* out);
+// Runs the root service in this process on exactly `hostPort` (env-based init: rank 0).
+Status startRootService(const std::string& hostPort, uint64_t nonce);
+// Lower level: listens on `bindAddr` (port 0 picks one), writes the actual address to
+// *bound. timeoutSec <= 0 reads RIDGE_TIMEOUT.
+Status startRootServiceOn(const SocketAddress& bindAddr, uint64_t nonce, SocketAddress* bound,
+                          int timeoutSec = 0);
+// Builds the id that names the root at `hostPort` with `nonce` (no socket is opened).
+Status uniqueIdFromAddress(const std::string& hostPort, uint64_t nonce, ridgeUniqueId* out);
+// Root service threads of this process still running (tests use it to check exits).
+int activeRootServices();
+
+class Bootstrap {
+ public:
+  // Rendezvous of rank `rank` of `nranks` through the root named in `id`, then the ring.
+  // timeoutSec bounds the whole connect and, later, each operation (<= 0: RIDGE_TIMEOUT).
+  // Errors: ridgeInvalidArgument (malformed id, bad rank/nranks, ranks disagreeing on
+  // nranks, a rank claimed twice, the nonce of another job), ridgeTimeout,
+  // ridgeRemoteError (a peer or the root closed), ridgeAborted (*abortFlag became true).
+  static Status connect(const ridgeUniqueId& id, int rank, int nranks, int timeoutSec,
+                        const std::atomic<bool>* abortFlag, std::unique_ptr<Bootstrap>* out);
+  ~Bootstrap();
+  Bootstrap(const Bootstrap&) = delete;
+  Bootstrap& operator=(const Bootstrap&) = delete;
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  // Listening address of every rank (as reported to the root).
+  const std::vector<SocketAddress>& peerAddresses() const { return peers_; }
+  int timeoutSec() const { return timeoutSec_; }
+
+  // In-place all-gather over the ring: data holds nranks*bytesPerRank bytes, this rank's
+  // block at rank*bytesPerRank.
+  Status allGather(void* data, size_t bytesPerRank);
+  Status barrier();
+  Status broadcast(void* data, size_t bytes, int root);
+  // Tagged point-to-point over a direct connection per direction (opened on first use).
+  // Messages arrive in order per (peer, direction); a recv for one tag buffers messages
+  // of other tags that come first. The size must match what the sender sent.
+  Status send(int peer, uint32_t tag, const void* data, size_t bytes);
+  Status recv(int peer, uint32_t tag, void* data, size_t bytes);
+  // Closes every socket. Safe to call twice; later operations fail with ridgeInvalidUsage.
+  void close();
+
+  // Largest payload of one framed message.
+  static constexpr uint64_t kMaxMessageBytes = 1ull << 30;
+  // Most bytes of early (other-tag) messages buffered per peer before recv fails.
+  static constexpr uint64_t kMaxBufferedBytes = 256ull << 20;
+
+ private:
+  struct Pending {
+    uint32_t tag;
+    std::vector<char> data;
+  };
+
+  Bootstrap() = default;
+  Deadline deadline() const { return Deadline::after(timeoutSec_, abortFlag_); }
+  std::string peerName(int peer) const;
+  Status checkOpen(const char* op) const;
+  // Accepts incoming connections (ring or point-to-point) until `ready()` holds.
+  template <typename Pred>
+  Status acceptUntil(const Deadline& d, const char* waitingFor, Pred ready);
+  Status acceptOne(const Deadline& d, const char* waitingFor);
+  Status connectTo(int peer, uint32_t kind, const Deadline& d, Socket* out);
+  // Sends one framed message on `fd` while receiving one from `recvFd` (either may be -1).
+  Status exchange(int sendFd, int sendPeer, uint32_t tag, const void* sendData, size_t sendBytes,
+                  int recvFd, int recvPeer, void* recvData, size_t recvBytes, const Deadline& d);
+  Status ringAllGather(void* data, size_t bytesPerRank, uint32_t tag);
+
+  int rank_ = -1;
+  int nranks_ = 0;
+  int timeoutSec_ = 0;
+  uint64_t nonce_ = 0;
+  const std::atomic<bool>* abortFlag_ = nullptr;
+  bool closed_ = false;
+  std::vector<SocketAddress> peers_;
+  Socket listen_;
+  Socket ringNext_;  // we send on it
+  Socket ringPrev_;  // we receive on it
+  std::vector<Socket> sendConn_;
+  std::vector<Socket> recvConn_;
+  std::vector<std::deque<Pending>> pending_;
+  std::vector<uint64_t> pendingBytes_;
+};
+
+// A stable identity of this host for grouping ranks that can share memory: hostname,
+// boot id and IPC namespace, e.g. "node7|3f2c...|ipc:[4026531839]".
+std::string hostIdentity();
+// 64-bit hash of hostIdentity().
+uint64_t hostHash();
+
+}  // namespace ridge

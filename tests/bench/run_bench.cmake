@@ -1,0 +1,72 @@
+# Runs ridge-bench once and checks what it did. Variables (-D):
+#   BENCH       path of ridge-bench
+#   ARGS        its arguments, separated by spaces
+#   EXPECT      "pass" (exit status 0, the default) or "fail" (any non-zero status)
+#   OUT_MATCH   regular expression stdout must match (optional)
+#   OUT_MATCH2  a second one (optional)
+#   ERR_MATCH   regular expression stderr must match (optional)
+#   JSON_FILE   a file the run writes that must parse as JSON with a non-empty "rows" list
+#   JSON_STDOUT 1: stdout itself must be that JSON
+#   PYTHON      interpreter for the JSON checks
+#   TIMEOUT     seconds (default 50)
+if(NOT DEFINED TIMEOUT)
+  set(TIMEOUT 50)
+endif()
+if(NOT DEFINED EXPECT)
+  set(EXPECT pass)
+endif()
+separate_arguments(_args UNIX_COMMAND "${ARGS}")
+execute_process(COMMAND "${BENCH}" ${_args}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT ${TIMEOUT})
+string(REPLACE ";" " " _shown "${_args}")
+message("$ ridge-bench ${_shown}\n--- stdout ---\n${out}--- stderr ---\n${err}--- exit: ${rc}")
+
+if(EXPECT STREQUAL "fail")
+  if(rc EQUAL 0)
+    message(FATAL_ERROR "expected a non-zero exit status, got 0")
+  endif()
+  if(NOT rc MATCHES "^[0-9]+$")
+    message(FATAL_ERROR "expected a clean non-zero exit, got '${rc}'")
+  endif()
+elseif(NOT rc EQUAL 0)
+  message(FATAL_ERROR "expected exit status 0, got '${rc}'")
+endif()
+
+foreach(_v OUT_MATCH OUT_MATCH2)
+  if(DEFINED ${_v} AND NOT out MATCHES "${${_v}}")
+    message(FATAL_ERROR "stdout does not match '${${_v}}'")
+  endif()
+endforeach()
+if(DEFINED ERR_MATCH AND NOT err MATCHES "${ERR_MATCH}")
+  message(FATAL_ERROR "stderr does not match '${ERR_MATCH}'")
+endif()
+
+set(_check [=[
+import json, sys
+with open(sys.argv[1]) as f:
+    d = json.load(f)
+rows = d["rows"]
+assert rows, "no rows"
+for r in rows:
+    for k in ("size", "count", "time_us", "algbw", "busbw", "wrong"):
+        assert k in r, "missing " + k
+    assert r["wrong"] in (0, None), "wrong results in %r" % r
+print("json ok: %d rows" % len(rows))
+]=])
+if(JSON_STDOUT)
+  get_filename_component(_dir "${BENCH}" DIRECTORY)
+  string(RANDOM LENGTH 8 _tag)
+  set(JSON_FILE "${_dir}/ridge-bench-stdout-${_tag}.json")
+  file(WRITE "${JSON_FILE}" "${out}")
+endif()
+if(DEFINED JSON_FILE)
+  execute_process(COMMAND "${PYTHON}" -c "${_check}" "${JSON_FILE}"
+                  RESULT_VARIABLE prc OUTPUT_VARIABLE pout ERROR_VARIABLE perr)
+  message("${pout}${perr}")
+  if(JSON_STDOUT)
+    file(REMOVE "${JSON_FILE}")
+  endif()
+  if(NOT prc EQUAL 0)
+    message(FATAL_ERROR "the JSON output does not parse or lacks rows")
+  endif()
+endif()
