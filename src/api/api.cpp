@@ -308,6 +308,7 @@ RIDGE_API ridgeResult_t ridgeCommInitRankConfig(ridgeComm_t* comm, int nranks, r
 
 RIDGE_API ridgeResult_t ridgeCommInitFromEnv(ridgeComm_t* comm) {
   const char* fn = "ridgeCommInitFromEnv";
+  if (!comm) return fail(nullptr, badArg(fn, "comm is NULL"));
   auto envOr = [](const char* a, const char* b) -> std::string {
     const char* v = std::getenv(a);
     if (v && *v) return v;

@@ -41,7 +41,8 @@ static bool parseColl(const std::string& s, CollType* out) {
 }
 
 Status AlgoSelector::configure(const std::string& overrides, size_t allPairsMax, bool directAvailable,
-                               size_t directMin) {
+                               size_t directMin, size_t directMax) {
+  directMax_ = directMax;
   allPairsMax_ = allPairsMax;
   directAvailable_ = directAvailable;
   directMin_ = directMin;
@@ -101,7 +102,7 @@ Algo AlgoSelector::choose(CollType type, size_t bytes) const {
   // All-to-all is all-pairs by nature; everything else switches to the pipelined ring
   // once the message amortises its extra steps.
   if (type == CollType::AlltoAll) return Algo::AllPairs;
-  if (directAvailable_ && bytes >= directMin_) return Algo::Direct;
+  if (directAvailable_ && bytes >= directMin_ && bytes <= directMax_) return Algo::Direct;
   return bytes <= allPairsMax_ ? Algo::AllPairs : Algo::Ring;
 }
 

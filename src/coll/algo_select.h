@@ -2,7 +2,7 @@
 // all-pairs exchange for small messages, a pipelined ring or chain for large ones,
 // crossover RIDGE_ALLPAIRS_MAX, measured: docs/performance.md) and the user's
 // RIDGE_ALGO override ("allreduce:0-64K:allpairs;allreduce:64K-:ring"). With
-// single-copy peer access (CMA) messages of RIDGE_DIRECT_MIN and more use the direct
+// single-copy peer access (CMA) messages from RIDGE_DIRECT_MIN to RIDGE_DIRECT_MAX use the direct
 // algorithms, where each rank reads and writes its peers' buffers itself.
 #pragma once
 
@@ -26,7 +26,8 @@ class AlgoSelector {
   // entry is reported in the returned status and ignored.
   // directMin: smallest size for the single-copy algorithms, used only when
   // `directAvailable` (the transport gives peer-memory access to every rank).
-  Status configure(const std::string& overrides, size_t allPairsMax, bool directAvailable, size_t directMin);
+  Status configure(const std::string& overrides, size_t allPairsMax, bool directAvailable, size_t directMin,
+                   size_t directMax);
   // `bytes` is the per-rank message size (the input of AllReduce/Reduce/Broadcast, one
   // block of AllGather/ReduceScatter/AlltoAll).
   Algo choose(CollType type, size_t bytes) const;
@@ -41,6 +42,7 @@ class AlgoSelector {
   size_t allPairsMax_ = 32 << 10;
   bool directAvailable_ = false;
   size_t directMin_ = SIZE_MAX;
+  size_t directMax_ = 0;
 };
 
 }  // namespace ridge

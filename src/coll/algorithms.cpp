@@ -13,6 +13,7 @@
 #include "coll/comm.h"
 #include "core/log.h"
 #include "reduce/reduce.h"
+#include "reduce/stream_copy.h"
 
 namespace ridge {
 namespace {
@@ -24,6 +25,14 @@ inline char* mbytes(void* p) { return static_cast<char*>(p); }
 // Balanced block boundary without overflowing count*b.
 inline size_t blockStart(size_t count, int b, int P) {
   return (count / P) * b + (count % P) * b / P;
+}
+
+// Copy into the user's output: streaming stores for messages above RIDGE_STREAM_MIN.
+inline void copyOut(bool stream, void* dst, const void* src, size_t bytes) {
+  if (stream)
+    streamCopy(dst, src, bytes);
+  else
+    std::memcpy(dst, src, bytes);
 }
 
 Status mismatch(ridgeComm* c, CollType t, int peer, size_t expected, const SlotInfo& got) {
@@ -202,6 +211,8 @@ Task ringReduce(ridgeComm* c, CollArgs a, bool withAllGather) {
   const int divisor = a.op == ridgeAvg ? P : 0;
   const char* in = cbytes(a.send);
   char* out = mbytes(a.recv);
+  // In place, the output lines were just read as input and are in cache: plain stores.
+  const bool stream = total * es >= c->streamMin && a.send != a.recv;
 
   for (size_t base = 0; base < maxBlock; base += chunkElems) {
     auto chunk = [&](int b, size_t* off) {
@@ -227,15 +238,17 @@ Task ringReduce(ridgeComm* c, CollArgs a, bool withAllGather) {
         reduce2(slot, recvd, in + off * es, n, a.dtype, a.op, 0);
         tx->post(static_cast<uint32_t>(n * es), false);
         rx->release();
-      } else {
-        char* dst = finalBase + (off - start(r)) * es;
-        reduce2(dst, recvd, in + off * es, n, a.dtype, a.op, divisor);
+      } else if (withAllGather) {
+        // Reduce into the slot (cache) and copy to the output from there, so the output
+        // can take streaming stores and is never read back.
+        void* slot = co_await AcquireSlot(tx);
+        reduce2(slot, recvd, in + off * es, n, a.dtype, a.op, divisor);
+        copyOut(stream, finalBase + (off - start(r)) * es, slot, n * es);
+        tx->post(static_cast<uint32_t>(n * es), false);
         rx->release();
-        if (withAllGather) {
-          void* slot = co_await AcquireSlot(tx);
-          std::memcpy(slot, dst, n * es);
-          tx->post(static_cast<uint32_t>(n * es), false);
-        }
+      } else {
+        reduce2(finalBase + (off - start(r)) * es, recvd, in + off * es, n, a.dtype, a.op, divisor);
+        rx->release();
       }
     }
     if (!withAllGather) continue;
@@ -245,13 +258,13 @@ Task ringReduce(ridgeComm* c, CollArgs a, bool withAllGather) {
       PeekSlot pk(rx);
       const void* recvd = co_await pk;
       if (pk.info.bytes != n * es) co_return mismatch(c, type, prev, n * es, pk.info);
-      std::memcpy(out + off * es, recvd, n * es);
-      rx->release();
       if (k < P - 1) {
         void* slot = co_await AcquireSlot(tx);
-        std::memcpy(slot, out + off * es, n * es);
+        std::memcpy(slot, recvd, n * es);
         tx->post(static_cast<uint32_t>(n * es), false);
       }
+      copyOut(stream, out + off * es, recvd, n * es);
+      rx->release();
     }
   }
   co_return Status::ok();
@@ -444,15 +457,23 @@ Task directReduce(ridgeComm* c, CollArgs a) {
   } else if (r == a.root) {
     hi = a.count;
   }
+  // AllReduce reduces into this rank's own (otherwise unused) bounce chunk, which stays
+  // in cache while it is written to every peer and streamed to the output.
+  const bool stream = a.count * es >= c->streamMin && a.send != a.recv;
+  char* mine = c->bounce.data() + size_t(r) * c->bounceChunk;
   for (size_t off = lo; off < hi; off += chunkElems) {
     const size_t n = std::min(chunkElems, hi - off);
     char* dst = mbytes(a.recv) + off * es;
-    RIDGE_CO_TRY(directReduceChunk(c, a, inBase + off, n, dst, divisor));
-    if (a.type != CollType::AllReduce) continue;
+    if (a.type != CollType::AllReduce) {
+      RIDGE_CO_TRY(directReduceChunk(c, a, inBase + off, n, dst, divisor));
+      continue;
+    }
+    RIDGE_CO_TRY(directReduceChunk(c, a, inBase + off, n, mine, divisor));
     for (int k = 1; k < P; ++k) {
       int j = (r + k) % P;
-      RIDGE_CO_TRY(c->peerMemory[j]->write(c->peerDesc[j].recv + off * es, dst, n * es));
+      RIDGE_CO_TRY(c->peerMemory[j]->write(c->peerDesc[j].recv + off * es, mine, n * es));
     }
+    copyOut(stream, dst, mine, n * es);
   }
   co_return co_await directEnd(c, a.type);
 }

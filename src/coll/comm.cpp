@@ -115,9 +115,11 @@ Status initComm(ridgeComm* c, const ridgeUniqueId& id) {
     c->bounce.assign(c->bounceChunk * c->nranks, 0);
     c->peerDesc.assign(c->nranks, {});
   }
+  c->streamMin = static_cast<size_t>(settingSize(Setting::STREAM_MIN));
   Status algo = c->algos.configure(settingString(Setting::ALGO),
                                    static_cast<size_t>(settingSize(Setting::ALLPAIRS_MAX)), direct,
-                                   static_cast<size_t>(settingSize(Setting::DIRECT_MIN)));
+                                   static_cast<size_t>(settingSize(Setting::DIRECT_MIN)),
+                                   static_cast<size_t>(settingSize(Setting::DIRECT_MAX)));
   (void)algo;  // malformed entries were logged and are ignored
   c->asyncError.store(ridgeSuccess);
   RIDGE_INFO("comm %s: rank %d ready", c->name.c_str(), c->rank);

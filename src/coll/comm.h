@@ -62,6 +62,7 @@ struct ridgeComm {
   std::vector<DirectDescriptor> peerDesc;
   std::vector<char> bounce;
   size_t bounceChunk = 0;
+  size_t streamMin = SIZE_MAX;  // RIDGE_STREAM_MIN
 
   std::atomic<bool> aborted{false};
   // ridgeSuccess, ridgeInProgress (non-blocking init running) or the error that broke it.
