@@ -102,7 +102,10 @@ Algo AlgoSelector::choose(CollType type, size_t bytes) const {
   // All-to-all is all-pairs by nature; everything else switches to the pipelined ring
   // once the message amortises its extra steps.
   if (type == CollType::AlltoAll) return Algo::AllPairs;
-  if (directAvailable_ && bytes >= directMin_ && bytes <= directMax_) return Algo::Direct;
+  // Copy collectives gain from the single copy at every size; reductions only up to
+  // directMax_, beyond which the ring's streaming output stores win (docs/performance.md).
+  const bool copyOnly = type == CollType::AllGather || type == CollType::Broadcast;
+  if (directAvailable_ && bytes >= directMin_ && (copyOnly || bytes <= directMax_)) return Algo::Direct;
   return bytes <= allPairsMax_ ? Algo::AllPairs : Algo::Ring;
 }
 

@@ -1,5 +1,6 @@
 #include "coll/comm.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -116,6 +117,16 @@ Status initComm(ridgeComm* c, const ridgeUniqueId& id) {
     c->peerDesc.assign(c->nranks, {});
   }
   c->streamMin = static_cast<size_t>(settingSize(Setting::STREAM_MIN));
+  // Spinning only pays when every rank of the host has a core of its own; otherwise the
+  // spinner burns the time slice of the very rank it waits for.
+  int localRanks = 0;
+  for (const PeerInfo& p : c->peers) localRanks += p.hostHash == me.hostHash ? 1 : 0;
+  cpu_set_t cpus;
+  int usableCpus = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  const bool oversubscribed = localRanks > usableCpus;
+  c->spinNs = settingIsSet(Setting::SPIN_US) || !oversubscribed ? settingInt(Setting::SPIN_US) * 1000 : 0;
+  RIDGE_INFO("comm %s: %d ranks on this host, %d usable cores: %s", c->name.c_str(), localRanks, usableCpus,
+             c->spinNs ? "spin, then yield, then sleep" : "oversubscribed, yield at once, then sleep");
   Status algo = c->algos.configure(settingString(Setting::ALGO),
                                    static_cast<size_t>(settingSize(Setting::ALLPAIRS_MAX)), direct,
                                    static_cast<size_t>(settingSize(Setting::DIRECT_MIN)),

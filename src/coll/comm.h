@@ -63,6 +63,7 @@ struct ridgeComm {
   std::vector<char> bounce;
   size_t bounceChunk = 0;
   size_t streamMin = SIZE_MAX;  // RIDGE_STREAM_MIN
+  int64_t spinNs = 50000;       // busy-poll budget before yielding (RIDGE_SPIN_US)
 
   std::atomic<bool> aborted{false};
   // ridgeSuccess, ridgeInProgress (non-blocking init running) or the error that broke it.

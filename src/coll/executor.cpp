@@ -117,11 +117,12 @@ Status Executor::checkIdle(int64_t idleNs, bool* slept) {
     if (c->aborted.load(std::memory_order_relaxed))
       return Status(ridgeAborted, format("rank %d: communicator aborted while waiting", c->rank));
   }
-  static const int64_t spinNs = settingInt(Setting::SPIN_US) * 1000;
+  int64_t spinNs = INT64_MAX, timeoutNs = INT64_MAX;
+  for (ridgeComm* c : comms_) {
+    spinNs = std::min(spinNs, c->spinNs);
+    timeoutNs = std::min<int64_t>(timeoutNs, int64_t{c->timeoutSec} * 1000000000);
+  }
   if (idleNs < spinNs) return Status::ok();
-  // Past the spin budget: find the shortest timeout among the communicators.
-  int64_t timeoutNs = INT64_MAX;
-  for (ridgeComm* c : comms_) timeoutNs = std::min<int64_t>(timeoutNs, int64_t{c->timeoutSec} * 1000000000);
   if (idleNs > timeoutNs) {
     ridgeComm* c = comms_.front();
     return makeError(ridgeTimeout,
@@ -131,7 +132,8 @@ Status Executor::checkIdle(int64_t idleNs, bool* slept) {
   }
   // Yield first (a peer on the same core gets to run), then sleep until a peer posts.
   // Sleeping is only possible when one transport's futex covers every strand.
-  if (idleNs < spinNs * 20 || comms_.size() != 1 || !comms_.front()->waitTransport) {
+  constexpr int64_t kYieldNs = 1000000;
+  if (idleNs < spinNs + kYieldNs || comms_.size() != 1 || !comms_.front()->waitTransport) {
     sched_yield();
     return Status::ok();
   }
