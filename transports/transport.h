@@ -42,9 +42,12 @@ class SendConnector {
   // Publishes the acquired slot with `bytes` (<= slotBytes()) of payload.
   virtual void post(uint32_t bytes, bool lastOfMessage) = 0;
   size_t slotBytes() const { return slotBytes_; }
+  // The rank at the other end.
+  int peer() const { return peer_; }
 
  protected:
   size_t slotBytes_ = 0;
+  int peer_ = -1;
 };
 
 class RecvConnector {
@@ -55,9 +58,12 @@ class RecvConnector {
   // Returns the peeked slot to the sender.
   virtual void release() = 0;
   size_t slotBytes() const { return slotBytes_; }
+  // The rank at the other end.
+  int peer() const { return peer_; }
 
  protected:
   size_t slotBytes_ = 0;
+  int peer_ = -1;
 };
 
 // Optional single-copy access to a peer's memory (shm: cross-memory attach; a network
@@ -98,9 +104,10 @@ class Transport {
   // `stillIdle` is re-checked after announcing the sleep, to close the race with a
   // peer that posts just before we go to sleep.
   virtual void waitForActivity(int64_t maxWaitNs, bool (*stillIdle)(void*), void* arg) = 0;
-  // Slow-path health check, called while waiting: a non-OK status if a peer is known to
-  // be gone (process exited, connection closed).
-  virtual Status checkPeers() = 0;
+  // Slow-path health check, called while waiting on `peer`: a non-OK status if it is
+  // known to be gone (process exited, connection closed). Only peers that a waiting
+  // operation depends on are checked: a peer that finished and left is no error.
+  virtual Status checkPeer(int peer) = 0;
 };
 
 // A transport type, registered once. Tables start with their size and version so that

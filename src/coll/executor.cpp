@@ -141,10 +141,14 @@ Status Executor::checkIdle(int64_t idleNs, bool* slept) {
   int64_t slice = std::min<int64_t>(100000000, timeoutNs - idleNs + 1000000);
   t->waitForActivity(slice, [](void* self) { return !static_cast<Executor*>(self)->anyReady(); }, this);
   *slept = true;
-  // A peer may post its last data and exit at once: only blame it when nothing it left
-  // behind lets us progress.
+  // A peer may post its last data and exit at once, or finish everything it had with us
+  // and leave: only a peer that a blocked strand still waits for is checked.
   if (anyReady()) return Status::ok();
-  return t->checkPeers();
+  for (size_t i = 0; i < used_; ++i) {
+    const Strand& s = entries_[i]->strand;
+    if (!s.done && s.blocked && s.blocked->peer >= 0) RIDGE_TRY(t->checkPeer(s.blocked->peer));
+  }
+  return Status::ok();
 }
 
 Status Executor::run() {

@@ -28,6 +28,7 @@ class Executor;
 // What a suspended strand waits for: a predicate polled by the executor.
 struct WaitCondition {
   bool (*ready)(WaitCondition* self) = nullptr;
+  int peer = -1;  // the rank whose action would make it ready (for health checks)
 };
 
 struct Strand {
@@ -110,6 +111,7 @@ struct AcquireSlot : WaitCondition {
   SendConnector* conn;
   void* slot = nullptr;
   explicit AcquireSlot(SendConnector* c) : conn(c) {
+    peer = c->peer();
     ready = [](WaitCondition* self) {
       auto* a = static_cast<AcquireSlot*>(self);
       a->slot = a->conn->tryAcquire();
@@ -127,6 +129,7 @@ struct PeekSlot : WaitCondition {
   const void* slot = nullptr;
   SlotInfo info;
   explicit PeekSlot(RecvConnector* c) : conn(c) {
+    peer = c->peer();
     ready = [](WaitCondition* self) {
       auto* a = static_cast<PeekSlot*>(self);
       a->slot = a->conn->tryPeek(&a->info);

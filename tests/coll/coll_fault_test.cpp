@@ -4,6 +4,7 @@
 // bounded: the survivors must report an error within RIDGE_TIMEOUT + 5 s, and the harness
 // kills everything after 30 s.
 #include <atomic>
+#include <chrono>
 #include <future>
 #include <thread>
 
@@ -247,4 +248,41 @@ TEST(CollFault, AbortReleasesBlockedAllReduce) { abortReleasesBlockedCall(false)
 TEST(CollFault, AbortReleasesBlockedSend) { abortReleasesBlockedCall(true); }
 
 }  // namespace
+// Regression: a rank that finished everything it had with us and exited is no error while
+// we still wait for another, live rank. Rank 0 sends to rank 1 and leaves at once; rank 2
+// sends to rank 1 only 500 ms later, long enough for rank 1 to go to sleep and run its
+// peer health check. Before the check was limited to the peers a blocked operation waits
+// for, rank 1 failed here with "rank 0 has exited" (seen as a flaky matrix test).
+TEST(CollFault, FinishedPeerThatExitedIsNoError) {
+  faultEnv();
+  constexpr int n = 3;
+  constexpr size_t count = 16;
+  ridgeUniqueId id;
+  if (!makeUniqueId(&id)) return;
+  LaunchResult res = launchRanks(n, kHarnessLimit, [&](int me, Reporter& rep) {
+    ridgeComm_t comm = initRank(n, id, me, rep);
+    if (!comm) return 2;
+    std::vector<float> buf(count, static_cast<float>(me + 1));
+    if (me == 0 || me == 2) {
+      if (me == 2) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      ridgeResult_t r = ridgeSend(buf.data(), count, ridgeFloat32, 1, comm, nullptr);
+      if (r != ridgeSuccess) rep.fail("send", describeResult(r, comm));
+      ridgeCommDestroy(comm);
+      return 0;
+    }
+    for (int from : {0, 2}) {
+      std::vector<float> got(count, -1.0f);
+      ridgeResult_t r = ridgeRecv(got.data(), count, ridgeFloat32, from, comm, nullptr);
+      if (r != ridgeSuccess) {
+        rep.fail("recv from " + std::to_string(from), describeResult(r, comm));
+      } else if (got[0] != static_cast<float>(from + 1) || got[count - 1] != static_cast<float>(from + 1)) {
+        rep.fail("recv from " + std::to_string(from), "wrong data");
+      }
+    }
+    ridgeCommDestroy(comm);
+    return 0;
+  });
+  reportChildFailures(res, "finished-peer-exit");
+}
+
 }  // namespace ridgetest

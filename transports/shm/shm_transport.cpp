@@ -82,9 +82,10 @@ inline void wakeIfSleeping(RankCtl* ctl) {
 
 class ShmSend final : public SendConnector {
  public:
-  ShmSend(FifoCtl* ctl, char* data, uint32_t nslots, size_t slotBytes, RankCtl* receiver)
+  ShmSend(int peer, FifoCtl* ctl, char* data, uint32_t nslots, size_t slotBytes, RankCtl* receiver)
       : ctl_(ctl), data_(data), nslots_(nslots), receiver_(receiver) {
     slotBytes_ = slotBytes;
+    peer_ = peer;
   }
   void* tryAcquire() override {
     if (head_ - cachedTail_ >= nslots_) {
@@ -111,9 +112,10 @@ class ShmSend final : public SendConnector {
 
 class ShmRecv final : public RecvConnector {
  public:
-  ShmRecv(FifoCtl* ctl, char* data, uint32_t nslots, size_t slotBytes, RankCtl* sender)
+  ShmRecv(int peer, FifoCtl* ctl, char* data, uint32_t nslots, size_t slotBytes, RankCtl* sender)
       : ctl_(ctl), data_(data), nslots_(nslots), sender_(sender) {
     slotBytes_ = slotBytes;
+    peer_ = peer;
   }
   const void* tryPeek(SlotInfo* info) override {
     if (tail_ == cachedHead_) {
@@ -210,13 +212,11 @@ class ShmTransport final : public Transport {
     me->sleeping.store(0, std::memory_order_relaxed);
   }
 
-  Status checkPeers() override {
+  Status checkPeer(int peer) override {
     for (size_t i = 0; i < localRanks_.size(); ++i) {
-      int peer = localRanks_[i];
-      int pid = pids_[i];
-      if (peer == rank_ || pid == selfPid_) continue;
-      if (!processAlive(pid))
-        return makeError(ridgeRemoteError, "shm: rank %d (pid %d) on this host has exited", peer, pid);
+      if (localRanks_[i] != peer || pids_[i] == selfPid_) continue;
+      if (!processAlive(pids_[i]))
+        return makeError(ridgeRemoteError, "shm: rank %d (pid %d) on this host has exited", peer, pids_[i]);
     }
     return Status::ok();
   }
@@ -406,9 +406,9 @@ Status ShmTransport::connect(const TransportSetup& setup) {
     int peer = localRanks_[j];
     size_t out = static_cast<size_t>(myLocal) * P + j;
     size_t in = static_cast<size_t>(j) * P + myLocal;
-    send_[peer] = std::make_unique<ShmSend>(&fifos[out], base + dataOff + out * fifoData, nslots,
+    send_[peer] = std::make_unique<ShmSend>(peer, &fifos[out], base + dataOff + out * fifoData, nslots,
                                             static_cast<size_t>(slotBytes), &ctl[j]);
-    recv_[peer] = std::make_unique<ShmRecv>(&fifos[in], base + dataOff + in * fifoData, nslots,
+    recv_[peer] = std::make_unique<ShmRecv>(peer, &fifos[in], base + dataOff + in * fifoData, nslots,
                                             static_cast<size_t>(slotBytes), &ctl[j]);
   }
   RIDGE_TRY(probeCma(setup));
