@@ -49,7 +49,7 @@ struct Options {
   bool peerMpi = false;
   std::string jsonPath;  // "" none, "-" stdout
   std::string csvPath;
-  std::string algo;  // "" leaves RIDGE_ALGO alone
+  std::string algo;       // "" leaves RIDGE_ALGO alone
   int timeoutSec = 1800;  // bound for the fork launcher's wait
 };
 
@@ -84,14 +84,14 @@ void poison(ridgeDataType_t t, void* buf, size_t bytes);
 
 // Maps output element k to what it must hold.
 struct ExpectMap {
-  bool reduction = false;  // op over all ranks' value(r, g), else value(src, g)
-  int src = 0;             // source rank when block == 0
-  size_t block = 0;        // > 0: source rank = k / block
-  bool blockLocal = false; // g = gBase + k % block (else g = gBase + k)
+  bool reduction = false;   // op over all ranks' value(r, g), else value(src, g)
+  int src = 0;              // source rank when block == 0
+  size_t block = 0;         // > 0: source rank = k / block
+  bool blockLocal = false;  // g = gBase + k % block (else g = gBase + k)
   uint64_t gBase = 0;
 };
-uint64_t countWrong(ridgeDataType_t t, Pattern p, ridgeRedOp_t op, int nranks, const void* out,
-                    size_t n, const ExpectMap& m);
+uint64_t countWrong(ridgeDataType_t t, Pattern p, ridgeRedOp_t op, int nranks, const void* out, size_t n,
+                    const ExpectMap& m);
 // out[k] /= nranks (integer types truncate), used to emulate avg on MPI's sum.
 void divideBy(ridgeDataType_t t, void* buf, size_t n, int nranks);
 
@@ -108,8 +108,8 @@ void mpiAbort(int code);
 
 // ---- the benchmark on one communicator (runner.cpp) ---------------------------------------
 struct RunInfo {
-  std::string launch;  // "fork", "mpirun", "env"
-  bool mpiPeer = false; // MPI_COMM_WORLD matches the Ridge ranks and --peer mpi was asked
+  std::string launch;    // "fork", "mpirun", "env"
+  bool mpiPeer = false;  // MPI_COMM_WORLD matches the Ridge ranks and --peer mpi was asked
 };
 // Runs the whole sweep on this rank; returns the process exit code. Failing calls end the
 // process (after ridgeCommAbort) through fatal().

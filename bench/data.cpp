@@ -31,16 +31,11 @@ namespace rbench {
 namespace {
 
 constexpr TypeInfo kTypes[] = {
-    {ridgeInt8, "int8", 1, false, true, 0.0},
-    {ridgeUint8, "uint8", 1, false, false, 0.0},
-    {ridgeInt32, "int32", 4, false, true, 0.0},
-    {ridgeUint32, "uint32", 4, false, false, 0.0},
-    {ridgeInt64, "int64", 8, false, true, 0.0},
-    {ridgeUint64, "uint64", 8, false, false, 0.0},
-    {ridgeFloat16, "half", 2, true, true, 0x1p-10},
-    {ridgeFloat32, "float", 4, true, true, 0x1p-23},
-    {ridgeFloat64, "double", 8, true, true, 0x1p-52},
-    {ridgeBfloat16, "bfloat16", 2, true, true, 0x1p-7},
+    {ridgeInt8, "int8", 1, false, true, 0.0},         {ridgeUint8, "uint8", 1, false, false, 0.0},
+    {ridgeInt32, "int32", 4, false, true, 0.0},       {ridgeUint32, "uint32", 4, false, false, 0.0},
+    {ridgeInt64, "int64", 8, false, true, 0.0},       {ridgeUint64, "uint64", 8, false, false, 0.0},
+    {ridgeFloat16, "half", 2, true, true, 0x1p-10},   {ridgeFloat32, "float", 4, true, true, 0x1p-23},
+    {ridgeFloat64, "double", 8, true, true, 0x1p-52}, {ridgeBfloat16, "bfloat16", 2, true, true, 0x1p-7},
 };
 
 // ---- 16-bit floats, converted by hand (no dependency on compiler extensions) ----------
@@ -134,22 +129,14 @@ struct Access {
 };
 template <>
 struct Access<Half> {
-  static double load(const void* p, size_t i) {
-    return halfToFloat(static_cast<const uint16_t*>(p)[i]);
-  }
-  static void store(void* p, size_t i, double v) {
-    static_cast<uint16_t*>(p)[i] = floatToHalf(float(v));
-  }
+  static double load(const void* p, size_t i) { return halfToFloat(static_cast<const uint16_t*>(p)[i]); }
+  static void store(void* p, size_t i, double v) { static_cast<uint16_t*>(p)[i] = floatToHalf(float(v)); }
   static double wrap(double v) { return v; }
 };
 template <>
 struct Access<Bf16> {
-  static double load(const void* p, size_t i) {
-    return bf16ToFloat(static_cast<const uint16_t*>(p)[i]);
-  }
-  static void store(void* p, size_t i, double v) {
-    static_cast<uint16_t*>(p)[i] = floatToBf16(float(v));
-  }
+  static double load(const void* p, size_t i) { return bf16ToFloat(static_cast<const uint16_t*>(p)[i]); }
+  static void store(void* p, size_t i, double v) { static_cast<uint16_t*>(p)[i] = floatToBf16(float(v)); }
   static double wrap(double v) { return v; }
 };
 
@@ -196,8 +183,7 @@ inline int64_t value(Pattern p, bool isSigned, int rank, uint64_t g) {
       if (v == kPoisonUint8) return 251;
       return v;
     }
-    case Pattern::Reduce:
-      return isSigned ? int64_t(h % 13) - 6 : int64_t(h % 13);
+    case Pattern::Reduce: return isSigned ? int64_t(h % 13) - 6 : int64_t(h % 13);
     case Pattern::Prod: {
       uint64_t q = h % 8;
       if (q == 0) return rank < 8 ? 2 : 1;
@@ -228,9 +214,9 @@ bool parseType(const std::string& s, ridgeDataType_t* out) {
     ridgeDataType_t t;
   };
   static constexpr Alias kAliases[] = {
-      {"fp16", ridgeFloat16},   {"float16", ridgeFloat16}, {"bf16", ridgeBfloat16},
-      {"fp32", ridgeFloat32},   {"float32", ridgeFloat32}, {"fp64", ridgeFloat64},
-      {"float64", ridgeFloat64}, {"char", ridgeInt8},      {"int", ridgeInt32},
+      {"fp16", ridgeFloat16},    {"float16", ridgeFloat16}, {"bf16", ridgeBfloat16},
+      {"fp32", ridgeFloat32},    {"float32", ridgeFloat32}, {"fp64", ridgeFloat64},
+      {"float64", ridgeFloat64}, {"char", ridgeInt8},       {"int", ridgeInt32},
   };
   for (const auto& a : kAliases) {
     if (s == a.name) {
@@ -284,8 +270,8 @@ void poison(ridgeDataType_t t, void* buf, size_t bytes) {
   std::memset(buf, typeInfo(t).isFloat ? 0xFF : kPoisonByte, bytes);
 }
 
-uint64_t countWrong(ridgeDataType_t t, Pattern p, ridgeRedOp_t op, int nranks, const void* out,
-                    size_t n, const ExpectMap& m) {
+uint64_t countWrong(ridgeDataType_t t, Pattern p, ridgeRedOp_t op, int nranks, const void* out, size_t n,
+                    const ExpectMap& m) {
   const TypeInfo& ti = typeInfo(t);
   const bool sgn = ti.isSigned;
   return dispatch(t, [&](auto acc) -> uint64_t {

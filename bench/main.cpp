@@ -46,8 +46,7 @@ std::string ridgeError(ridgeResult_t r, ridgeComm_t comm) {
 }
 
 bool underLauncher() {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
-         std::getenv("PMIX_RANK");
+  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
 }
 
 int availableCores() {
@@ -94,8 +93,7 @@ int runUnderMpi(int argc, char** argv, const Options& o) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   setFatalContext(rank, true);
   if (rank == 0 && o.np && o.np != size)
-    std::fprintf(stderr, "ridge-bench: note: -np %d ignored, the launcher started %d ranks\n",
-                 o.np, size);
+    std::fprintf(stderr, "ridge-bench: note: -np %d ignored, the launcher started %d ranks\n", o.np, size);
   ridgeUniqueId id;
   std::memset(&id, 0, sizeof id);
   if (rank == 0) {
@@ -128,8 +126,7 @@ int runUnderMpi(int argc, char** argv, const Options& o) {
 
 // ---- 2. RIDGE_RANK / RIDGE_WORLD_SIZE ------------------------------------------------------
 int runFromEnv(const Options& o) {
-  if (o.np)
-    std::fprintf(stderr, "ridge-bench: note: -np ignored, RIDGE_RANK/RIDGE_WORLD_SIZE are set\n");
+  if (o.np) std::fprintf(stderr, "ridge-bench: note: -np ignored, RIDGE_RANK/RIDGE_WORLD_SIZE are set\n");
   ridgeComm_t comm = nullptr;
   ridgeResult_t r = ridgeCommInitFromEnv(&comm);
   if (r != ridgeSuccess) fatal(nullptr, "ridgeCommInitFromEnv failed: " + ridgeError(r, nullptr));
@@ -243,8 +240,7 @@ void describeStatus(int st, char* buf, size_t len) {
 int runForked(const Options& o) {
   const int n = o.np ? o.np : 1;
   if (collHasRoot(o.coll) && o.root >= n) {
-    std::fprintf(stderr, "ridge-bench: root %d is out of range for %d ranks (-r, -np)\n", o.root,
-                 n);
+    std::fprintf(stderr, "ridge-bench: root %d is out of range for %d ranks (-r, -np)\n", o.root, n);
     return kExitUsage;
   }
   ridgeUniqueId id;
@@ -258,8 +254,7 @@ int runForked(const Options& o) {
   for (int rank = 0; rank < n; ++rank) {
     pid_t pid = fork();
     if (pid < 0) {
-      std::fprintf(stderr, "ridge-bench: fork failed for rank %d: %s\n", rank,
-                   std::strerror(errno));
+      std::fprintf(stderr, "ridge-bench: fork failed for rank %d: %s\n", rank, std::strerror(errno));
       for (pid_t p : pids)
         if (p > 0) kill(p, SIGKILL);
       while (wait(nullptr) > 0) {
@@ -273,8 +268,7 @@ int runForked(const Options& o) {
       setFatalContext(rank, false);
       ridgeComm_t comm = nullptr;
       ridgeResult_t ir = ridgeCommInitRank(&comm, n, id, rank);
-      if (ir != ridgeSuccess)
-        fatal(nullptr, "ridgeCommInitRank failed: " + ridgeError(ir, nullptr));
+      if (ir != ridgeSuccess) fatal(nullptr, "ridgeCommInitRank failed: " + ridgeError(ir, nullptr));
       RunInfo info;
       info.launch = "fork";
       int rc = runAndDestroy(o, comm, info);
@@ -301,8 +295,7 @@ int runForked(const Options& o) {
     }
     if (p == 0) {
       if (clock::now() > deadline) {
-        failure = "the ranks did not finish within " + std::to_string(o.timeoutSec) +
-                  " s (--timeout)";
+        failure = "the ranks did not finish within " + std::to_string(o.timeoutSec) + " s (--timeout)";
         result = kExitFailure;
         break;
       }
@@ -379,15 +372,12 @@ int main(int argc, char** argv) {
   Options o;
   std::string err;
   switch (parseOptions(argc, argv, &o, &err)) {
-    case Parse::Help:
-      printUsage(stdout);
-      return kExitOk;
+    case Parse::Help: printUsage(stdout); return kExitOk;
     case Parse::Error:
       std::fprintf(stderr, "ridge-bench: %s\n", err.c_str());
       printUsage(stderr);
       return kExitUsage;
-    case Parse::Ok:
-      break;
+    case Parse::Ok: break;
   }
   if (!o.algo.empty()) setenv("RIDGE_ALGO", o.algo.c_str(), 1);
 

@@ -54,7 +54,9 @@ MPI_Op mpiOp(ridgeRedOp_t op) {
 
 }  // namespace
 
-bool mpiBuiltIn() { return true; }
+bool mpiBuiltIn() {
+  return true;
+}
 
 std::string mpiUnsupported(Coll c, bool inPlace, ridgeDataType_t t, ridgeRedOp_t op, size_t n) {
   if (mpiType(t) == MPI_DATATYPE_NULL) return "MPI has no " + std::string(typeInfo(t).name);
@@ -78,13 +80,11 @@ int mpiCollective(Coll c, bool inPlace, const void* send, void* recv, size_t n, 
       rc = MPI_Allreduce(inPlace ? MPI_IN_PLACE : sb, recv, cnt, dt, mop, w);
       avgElems = n;
       break;
-    case Coll::Broadcast:
-      rc = MPI_Bcast((!inPlace && rank == root) ? sb : recv, cnt, dt, root, w);
-      break;
+    case Coll::Broadcast: rc = MPI_Bcast((!inPlace && rank == root) ? sb : recv, cnt, dt, root, w); break;
     case Coll::Reduce:
       if (inPlace)
-        rc = MPI_Reduce(rank == root ? MPI_IN_PLACE : recv, rank == root ? recv : nullptr, cnt, dt,
-                        mop, root, w);
+        rc = MPI_Reduce(rank == root ? MPI_IN_PLACE : recv, rank == root ? recv : nullptr, cnt, dt, mop, root,
+                        w);
       else
         rc = MPI_Reduce(sb, recv, cnt, dt, mop, root, w);
       avgElems = rank == root ? n : 0;
@@ -106,8 +106,8 @@ int mpiCollective(Coll c, bool inPlace, const void* send, void* recv, size_t n, 
         rc = MPI_Alltoall(sb, cnt, dt, recv, cnt, dt, w);
       break;
     case Coll::SendRecv:
-      rc = MPI_Sendrecv(sb, cnt, dt, (rank + 1) % nranks, 0, recv, cnt, dt,
-                        (rank + nranks - 1) % nranks, 0, w, MPI_STATUS_IGNORE);
+      rc = MPI_Sendrecv(sb, cnt, dt, (rank + 1) % nranks, 0, recv, cnt, dt, (rank + nranks - 1) % nranks, 0,
+                        w, MPI_STATUS_IGNORE);
       break;
   }
   if (rc != MPI_SUCCESS) {
@@ -121,7 +121,9 @@ int mpiCollective(Coll c, bool inPlace, const void* send, void* recv, size_t n, 
   return rc;
 }
 
-void mpiBarrier() { MPI_Barrier(MPI_COMM_WORLD); }
+void mpiBarrier() {
+  MPI_Barrier(MPI_COMM_WORLD);
+}
 
 void mpiAbort(int code) {
   int init = 0, fin = 0;
@@ -132,12 +134,14 @@ void mpiAbort(int code) {
 
 #else  // no MPI in this build
 
-bool mpiBuiltIn() { return false; }
+bool mpiBuiltIn() {
+  return false;
+}
 std::string mpiUnsupported(Coll, bool, ridgeDataType_t, ridgeRedOp_t, size_t) {
   return "built without MPI";
 }
-int mpiCollective(Coll, bool, const void*, void*, size_t, ridgeDataType_t, ridgeRedOp_t, int, int,
-                  int, std::string* err) {
+int mpiCollective(Coll, bool, const void*, void*, size_t, ridgeDataType_t, ridgeRedOp_t, int, int, int,
+                  std::string* err) {
   *err = "built without MPI";
   return 1;
 }

@@ -16,9 +16,8 @@ struct CollName {
   const char* name;
 };
 constexpr CollName kColls[] = {
-    {Coll::AllReduce, "allreduce"},       {Coll::Broadcast, "broadcast"},
-    {Coll::Reduce, "reduce"},             {Coll::AllGather, "allgather"},
-    {Coll::ReduceScatter, "reducescatter"}, {Coll::AlltoAll, "alltoall"},
+    {Coll::AllReduce, "allreduce"}, {Coll::Broadcast, "broadcast"},         {Coll::Reduce, "reduce"},
+    {Coll::AllGather, "allgather"}, {Coll::ReduceScatter, "reducescatter"}, {Coll::AlltoAll, "alltoall"},
     {Coll::SendRecv, "sendrecv"},
 };
 
@@ -34,10 +33,10 @@ bool parseInt(const std::string& s, long lo, long hi, int* out) {
 
 bool knownOption(const std::string& a) {
   static const char* const kNames[] = {
-      "-b", "--minbytes", "-e", "--maxbytes", "-f", "--stepfactor", "-i", "--stepbytes",
-      "-n", "--iters", "-w", "--warmup_iters", "-c", "--check", "-d", "--datatype",
-      "-o", "--op", "-r", "--root", "-np", "--np", "--peer", "--json", "--csv", "--algo",
-      "--timeout"};
+      "-b",    "--minbytes", "-e",       "--maxbytes",     "-f",  "--stepfactor", "-i",     "--stepbytes",
+      "-n",    "--iters",    "-w",       "--warmup_iters", "-c",  "--check",      "-d",     "--datatype",
+      "-o",    "--op",       "-r",       "--root",         "-np", "--np",         "--peer", "--json",
+      "--csv", "--algo",     "--timeout"};
   for (const char* n : kNames)
     if (a == n) return true;
   return false;
@@ -70,16 +69,13 @@ bool parseColl(const std::string& s, Coll* out) {
 
 double busBwFactor(Coll c, int n) {
   switch (c) {
-    case Coll::AllReduce:
-      return 2.0 * (n - 1) / n;
+    case Coll::AllReduce: return 2.0 * (n - 1) / n;
     case Coll::ReduceScatter:
     case Coll::AllGather:
-    case Coll::AlltoAll:
-      return double(n - 1) / n;
+    case Coll::AlltoAll: return double(n - 1) / n;
     case Coll::Broadcast:
     case Coll::Reduce:
-    case Coll::SendRecv:
-      return 1.0;
+    case Coll::SendRecv: return 1.0;
   }
   return 1.0;
 }
@@ -87,7 +83,9 @@ double busBwFactor(Coll c, int n) {
 bool collHasOp(Coll c) {
   return c == Coll::AllReduce || c == Coll::Reduce || c == Coll::ReduceScatter;
 }
-bool collHasRoot(Coll c) { return c == Coll::Broadcast || c == Coll::Reduce; }
+bool collHasRoot(Coll c) {
+  return c == Coll::Broadcast || c == Coll::Reduce;
+}
 
 bool parseSize(const std::string& s, size_t* out) {
   if (s.empty() || !(s[0] >= '0' && s[0] <= '9')) return false;
@@ -97,14 +95,28 @@ bool parseSize(const std::string& s, size_t* out) {
   if (errno != 0) return false;
   unsigned shift = 0;
   switch (*end) {
-    case '\0':
+    case '\0': break;
+    case 'k':
+    case 'K':
+      shift = 10;
+      ++end;
       break;
-    case 'k': case 'K': shift = 10; ++end; break;
-    case 'm': case 'M': shift = 20; ++end; break;
-    case 'g': case 'G': shift = 30; ++end; break;
-    case 't': case 'T': shift = 40; ++end; break;
-    default:
+    case 'm':
+    case 'M':
+      shift = 20;
+      ++end;
       break;
+    case 'g':
+    case 'G':
+      shift = 30;
+      ++end;
+      break;
+    case 't':
+    case 'T':
+      shift = 40;
+      ++end;
+      break;
+    default: break;
   }
   if (*end == 'B' || *end == 'b') ++end;
   if (*end != '\0') return false;
@@ -115,33 +127,33 @@ bool parseSize(const std::string& s, size_t* out) {
 
 void printUsage(FILE* f) {
   std::fprintf(f,
-      "Usage: ridge-bench <collective> [options]\n"
-      "  collective: allreduce broadcast reduce allgather reducescatter alltoall sendrecv\n"
-      "              (sendrecv: ring shift, rank r sends to r+1 and receives from r-1)\n"
-      "Options (sizes take 1024-based K/M/G suffixes):\n"
-      "  -b BYTES     smallest size (default 8)\n"
-      "  -e BYTES     largest size (default 32M)\n"
-      "  -f FACTOR    multiply the size by FACTOR between rows (default 2)\n"
-      "  -i BYTES     add BYTES between rows instead of multiplying\n"
-      "  -n ITERS     timed iterations per size (default 20)\n"
-      "  -w ITERS     warm-up iterations per size (default 5)\n"
-      "  -c 0|1       check results (default 1)\n"
-      "  -d TYPE      int8 uint8 int32 uint32 int64 uint64 half float double bfloat16\n"
-      "               (aliases fp16 bf16 fp32 fp64; default float)\n"
-      "  -o OP        sum prod max min avg (default sum)\n"
-      "  -r ROOT      root rank of broadcast and reduce (default 0)\n"
-      "  -np N        run N ranks as forked processes of this one (default 1)\n"
-      "  --peer mpi   also time MPI on the same sizes, interleaved with Ridge; with -np N\n"
-      "               outside a launcher ridge-bench re-runs itself under mpirun\n"
-      "  --json FILE  write one record per size as JSON (- for stdout; the table then\n"
-      "               goes to stderr)\n"
-      "  --csv FILE   the same as CSV\n"
-      "  --algo STR   set RIDGE_ALGO for the Ridge runs\n"
-      "  --timeout S  with -np: seconds to wait for the ranks before killing them (1800)\n"
-      "  -h, --help   this text\n"
-      "Launch: under mpirun/srun (MPI build) ranks bootstrap through MPI; with RIDGE_RANK and\n"
-      "RIDGE_WORLD_SIZE set they use ridgeCommInitFromEnv; otherwise -np forks the ranks.\n"
-      "Exit status: 0 ok, 1 wrong results, 2 usage, 3 a call failed or a rank died.\n");
+               "Usage: ridge-bench <collective> [options]\n"
+               "  collective: allreduce broadcast reduce allgather reducescatter alltoall sendrecv\n"
+               "              (sendrecv: ring shift, rank r sends to r+1 and receives from r-1)\n"
+               "Options (sizes take 1024-based K/M/G suffixes):\n"
+               "  -b BYTES     smallest size (default 8)\n"
+               "  -e BYTES     largest size (default 32M)\n"
+               "  -f FACTOR    multiply the size by FACTOR between rows (default 2)\n"
+               "  -i BYTES     add BYTES between rows instead of multiplying\n"
+               "  -n ITERS     timed iterations per size (default 20)\n"
+               "  -w ITERS     warm-up iterations per size (default 5)\n"
+               "  -c 0|1       check results (default 1)\n"
+               "  -d TYPE      int8 uint8 int32 uint32 int64 uint64 half float double bfloat16\n"
+               "               (aliases fp16 bf16 fp32 fp64; default float)\n"
+               "  -o OP        sum prod max min avg (default sum)\n"
+               "  -r ROOT      root rank of broadcast and reduce (default 0)\n"
+               "  -np N        run N ranks as forked processes of this one (default 1)\n"
+               "  --peer mpi   also time MPI on the same sizes, interleaved with Ridge; with -np N\n"
+               "               outside a launcher ridge-bench re-runs itself under mpirun\n"
+               "  --json FILE  write one record per size as JSON (- for stdout; the table then\n"
+               "               goes to stderr)\n"
+               "  --csv FILE   the same as CSV\n"
+               "  --algo STR   set RIDGE_ALGO for the Ridge runs\n"
+               "  --timeout S  with -np: seconds to wait for the ranks before killing them (1800)\n"
+               "  -h, --help   this text\n"
+               "Launch: under mpirun/srun (MPI build) ranks bootstrap through MPI; with RIDGE_RANK and\n"
+               "RIDGE_WORLD_SIZE set they use ridgeCommInitFromEnv; otherwise -np forks the ranks.\n"
+               "Exit status: 0 ok, 1 wrong results, 2 usage, 3 a call failed or a rank died.\n");
 }
 
 Parse parseOptions(int argc, char** argv, Options* o, std::string* err) {

@@ -28,8 +28,7 @@ namespace rbench {
 namespace {
 
 double nowSec() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 enum Variant { kRidgeOop = 0, kRidgeIp = 1, kMpiOop = 2, kMpiIp = 3, kNumVariants = 4 };
@@ -68,8 +67,7 @@ class Bench {
   }
   void barrier() {
     float one = 1.0f, out = 0.0f;
-    check(ridgeAllReduce(&one, &out, 1, ridgeFloat, ridgeSum, comm_, nullptr),
-          "ridgeAllReduce (barrier)");
+    check(ridgeAllReduce(&one, &out, 1, ridgeFloat, ridgeSum, comm_, nullptr), "ridgeAllReduce (barrier)");
   }
   void allreduceDoubles(double* v, size_t n, ridgeRedOp_t op) {
     check(ridgeAllReduce(v, v, n, ridgeFloat64, op, comm_, nullptr), "ridgeAllReduce (stats)");
@@ -119,15 +117,14 @@ class Bench {
 // is the total over ranks, to whole per-rank blocks); duplicates after rounding are dropped.
 // A sweep below one block still gets one row of the smallest possible size.
 std::vector<size_t> Bench::sizes() const {
-  const bool perRankBlocks = o_.coll == Coll::AllGather || o_.coll == Coll::ReduceScatter ||
-                             o_.coll == Coll::AlltoAll;
+  const bool perRankBlocks =
+      o_.coll == Coll::AllGather || o_.coll == Coll::ReduceScatter || o_.coll == Coll::AlltoAll;
   const size_t unit = ti_.size * (perRankBlocks ? size_t(nranks_) : 1);
   std::vector<size_t> out;
   size_t s = o_.minBytes;
   while (s <= o_.maxBytes) {
     size_t adj = std::max(unit, s / unit * unit);
-    if ((adj <= o_.maxBytes || out.empty()) && (out.empty() || adj != out.back()))
-      out.push_back(adj);
+    if ((adj <= o_.maxBytes || out.empty()) && (out.empty() || adj != out.back())) out.push_back(adj);
     size_t next;
     if (o_.increment) {
       next = s + o_.increment;
@@ -159,22 +156,19 @@ void Bench::printHeader() {
   if (rank_ != 0) return;
   int ver = 0;
   ridgeGetVersion(&ver);
-  std::string step = o_.increment ? std::to_string(o_.increment) + " (increment)"
-                                  : ([&] {
-                                      char b[32];
-                                      std::snprintf(b, sizeof b, "%g (factor)", o_.factor);
-                                      return std::string(b);
-                                    })();
+  std::string step = o_.increment ? std::to_string(o_.increment) + " (increment)" : ([&] {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g (factor)", o_.factor);
+    return std::string(b);
+  })();
   std::fprintf(out_,
                "# ridge-bench %s: nranks %d, minBytes %zu, maxBytes %zu, step %s, warmup %d, "
                "iters %d, check %d, dtype %s, op %s, root %s, launch %s, peer %s, algo %s\n",
-               collName(o_.coll), nranks_, o_.minBytes, o_.maxBytes, step.c_str(), o_.warmup,
-               o_.iters, o_.check ? 1 : 0, ti_.name, collHasOp(o_.coll) ? opName(o_.op) : "none",
-               collHasRoot(o_.coll) ? std::to_string(o_.root).c_str() : "none",
-               info_.launch.c_str(),
+               collName(o_.coll), nranks_, o_.minBytes, o_.maxBytes, step.c_str(), o_.warmup, o_.iters,
+               o_.check ? 1 : 0, ti_.name, collHasOp(o_.coll) ? opName(o_.op) : "none",
+               collHasRoot(o_.coll) ? std::to_string(o_.root).c_str() : "none", info_.launch.c_str(),
                info_.mpiPeer ? "mpi" : "none", o_.algo.empty() ? "default" : o_.algo.c_str());
-  std::fprintf(out_, "# Ridge library version %d.%d.%d\n", ver / 10000, ver / 100 % 100,
-               ver % 100);
+  std::fprintf(out_, "# Ridge library version %d.%d.%d\n", ver / 10000, ver / 100 % 100, ver % 100);
   if (o_.check)
     std::fprintf(out_,
                  "# check: inputs refilled and outputs poisoned (NaN for floating types, 0xA5 "
@@ -189,10 +183,9 @@ void Bench::printRanks() {
   std::vector<uint8_t> slots(kSlot * size_t(nranks_), 0);
   char host[64] = "?";
   gethostname(host, sizeof host - 1);
-  std::snprintf(reinterpret_cast<char*>(&slots[kSlot * size_t(rank_)]), kSlot,
-                "#   rank %3d: pid %7d on %s", rank_, int(getpid()), host);
-  check(ridgeAllReduce(slots.data(), slots.data(), slots.size(), ridgeUint8, ridgeSum, comm_,
-                       nullptr),
+  std::snprintf(reinterpret_cast<char*>(&slots[kSlot * size_t(rank_)]), kSlot, "#   rank %3d: pid %7d on %s",
+                rank_, int(getpid()), host);
+  check(ridgeAllReduce(slots.data(), slots.data(), slots.size(), ridgeUint8, ridgeSum, comm_, nullptr),
         "ridgeAllReduce (rank table)");
   if (rank_ != 0) return;
   for (int r = 0; r < nranks_; ++r) {
@@ -297,8 +290,7 @@ void Bench::prepare(bool inPlace, size_t n) {
       break;
     case Coll::AllGather:
       poison(o_.dtype, recv_, N * n * ts);
-      fill(inPlace ? recv_ : send_, inPlace ? size_t(rank_) * n : 0, n, rank_,
-           uint64_t(rank_) * n);
+      fill(inPlace ? recv_ : send_, inPlace ? size_t(rank_) * n : 0, n, rank_, uint64_t(rank_) * n);
       break;
   }
 }
@@ -309,9 +301,7 @@ uint64_t Bench::checkOutput(bool inPlace, bool mpi, size_t n) {
   const char* out = recv_;
   size_t cnt = n;
   switch (o_.coll) {
-    case Coll::AllReduce:
-      m.reduction = true;
-      break;
+    case Coll::AllReduce: m.reduction = true; break;
     case Coll::Reduce:
       if (rank_ != o_.root) return 0;  // recvbuff is only written on the root
       m.reduction = true;
@@ -335,9 +325,7 @@ uint64_t Bench::checkOutput(bool inPlace, bool mpi, size_t n) {
       m.blockLocal = true;
       m.gBase = uint64_t(rank_) * n;
       break;
-    case Coll::SendRecv:
-      m.src = (rank_ + nranks_ - 1) % nranks_;
-      break;
+    case Coll::SendRecv: m.src = (rank_ + nranks_ - 1) % nranks_; break;
   }
   return countWrong(o_.dtype, pat_, o_.op, nranks_, out, cnt, m);
 }
@@ -348,20 +336,15 @@ ridgeResult_t Bench::ridgeCall(bool inPlace, size_t n) {
   char* r = recv_;
   const ridgeDataType_t dt = o_.dtype;
   switch (o_.coll) {
-    case Coll::AllReduce:
-      return ridgeAllReduce(inPlace ? r : s, r, n, dt, o_.op, comm_, nullptr);
-    case Coll::Broadcast:
-      return ridgeBroadcast(inPlace ? r : s, r, n, dt, o_.root, comm_, nullptr);
-    case Coll::Reduce:
-      return ridgeReduce(inPlace ? r : s, r, n, dt, o_.op, o_.root, comm_, nullptr);
+    case Coll::AllReduce: return ridgeAllReduce(inPlace ? r : s, r, n, dt, o_.op, comm_, nullptr);
+    case Coll::Broadcast: return ridgeBroadcast(inPlace ? r : s, r, n, dt, o_.root, comm_, nullptr);
+    case Coll::Reduce: return ridgeReduce(inPlace ? r : s, r, n, dt, o_.op, o_.root, comm_, nullptr);
     case Coll::AllGather:
       return ridgeAllGather(inPlace ? r + size_t(rank_) * n * ts : s, r, n, dt, comm_, nullptr);
     case Coll::ReduceScatter:
-      if (inPlace)
-        return ridgeReduceScatter(r, r + size_t(rank_) * n * ts, n, dt, o_.op, comm_, nullptr);
+      if (inPlace) return ridgeReduceScatter(r, r + size_t(rank_) * n * ts, n, dt, o_.op, comm_, nullptr);
       return ridgeReduceScatter(s, r, n, dt, o_.op, comm_, nullptr);
-    case Coll::AlltoAll:
-      return ridgeAlltoAll(inPlace ? r : s, r, n, dt, comm_, nullptr);
+    case Coll::AlltoAll: return ridgeAlltoAll(inPlace ? r : s, r, n, dt, comm_, nullptr);
     case Coll::SendRecv: {
       // Ring shift in one group: send to rank+1, receive from rank-1.
       ridgeResult_t res[4];
@@ -379,8 +362,7 @@ ridgeResult_t Bench::ridgeCall(bool inPlace, size_t n) {
 
 void Bench::mpiCall(bool inPlace, size_t n) {
   std::string err;
-  int rc = mpiCollective(o_.coll, inPlace, send_, recv_, n, o_.dtype, o_.op, o_.root, rank_,
-                         nranks_, &err);
+  int rc = mpiCollective(o_.coll, inPlace, send_, recv_, n, o_.dtype, o_.op, o_.root, rank_, nranks_, &err);
   if (rc != 0) fatal(comm_, std::string("MPI ") + collName(o_.coll) + " failed: " + err);
 }
 
@@ -407,8 +389,8 @@ void Bench::runVariant(Row& row, int v, double* timeUs, double* wrong) {
     } else {
       ridgeResult_t r = ridgeCall(inPlace, n);
       if (r != ridgeSuccess) {
-        std::string what = std::string(callName(o_.coll)) + " (" + std::to_string(row.bytes) +
-                           " bytes, " + (inPlace ? "in-place" : "out-of-place") + ")";
+        std::string what = std::string(callName(o_.coll)) + " (" + std::to_string(row.bytes) + " bytes, " +
+                           (inPlace ? "in-place" : "out-of-place") + ")";
         check(r, what.c_str());
       }
     }
@@ -447,8 +429,12 @@ std::string num(const char* f, double v) {
   std::snprintf(b, sizeof b, f, v);
   return b;
 }
-std::string time(double us) { return num(us < 1e6 ? "%.2f" : "%.0f", us); }
-std::string bw(double gbs) { return num("%.3f", gbs); }
+std::string time(double us) {
+  return num(us < 1e6 ? "%.2f" : "%.0f", us);
+}
+std::string bw(double gbs) {
+  return num("%.3f", gbs);
+}
 }  // namespace fmt
 
 constexpr const char* kPrefixFmt = "%12s %12s %9s %6s %5s";
@@ -501,9 +487,8 @@ void Bench::printColumns() {
 void Bench::printRow(const Row& r) {
   if (rank_ != 0) return;
   char b[256];
-  std::snprintf(b, sizeof b, kPrefixFmt, std::to_string(r.bytes).c_str(),
-                std::to_string(r.count).c_str(), ti_.name,
-                collHasOp(o_.coll) ? opName(o_.op) : "none",
+  std::snprintf(b, sizeof b, kPrefixFmt, std::to_string(r.bytes).c_str(), std::to_string(r.count).c_str(),
+                ti_.name, collHasOp(o_.coll) ? opName(o_.op) : "none",
                 std::to_string(collHasRoot(o_.coll) ? o_.root : -1).c_str());
   std::string line = b;
   auto group = [&](int v) {
@@ -511,8 +496,8 @@ void Bench::printRow(const Row& r) {
       std::snprintf(b, sizeof b, kGroupFmt, "n/a", "n/a", "n/a", "n/a");
     } else {
       std::string w = o_.check ? fmt::num("%.0f", r.wrong[v]) : "N/A";
-      std::snprintf(b, sizeof b, kGroupFmt, fmt::time(r.timeUs[v]).c_str(),
-                    fmt::bw(algbw(r, v)).c_str(), fmt::bw(busbw(r, v)).c_str(), w.c_str());
+      std::snprintf(b, sizeof b, kGroupFmt, fmt::time(r.timeUs[v]).c_str(), fmt::bw(algbw(r, v)).c_str(),
+                    fmt::bw(busbw(r, v)).c_str(), w.c_str());
     }
     line += b;
   };
@@ -533,8 +518,7 @@ void Bench::printRow(const Row& r) {
 }
 
 // One machine-readable record: (column, JSON literal or nullopt for n/a).
-std::vector<std::pair<std::string, std::optional<std::string>>> Bench::record(
-    const Row& r) const {
+std::vector<std::pair<std::string, std::optional<std::string>>> Bench::record(const Row& r) const {
   std::vector<std::pair<std::string, std::optional<std::string>>> rec;
   auto str = [](const std::string& s) { return std::optional<std::string>("\"" + s + "\""); };
   auto num = [](double v) { return std::optional<std::string>(fmt::num("%.6g", v)); };
@@ -582,8 +566,7 @@ void Bench::writeMachineReadable(const std::vector<Row>& rows, double avgBus, do
       algoJson += "\"";
     }
     if (!f) {
-      std::fprintf(stderr, "ridge-bench: cannot write %s: %s\n", o_.jsonPath.c_str(),
-                   std::strerror(errno));
+      std::fprintf(stderr, "ridge-bench: cannot write %s: %s\n", o_.jsonPath.c_str(), std::strerror(errno));
     } else {
       std::fprintf(f,
                    "{\n  \"benchmark\": \"ridge-bench\",\n  \"collective\": \"%s\",\n"
@@ -593,11 +576,10 @@ void Bench::writeMachineReadable(const std::vector<Row>& rows, double avgBus, do
                    "  \"iters\": %d,\n  \"warmup\": %d,\n  \"check\": %s,\n"
                    "  \"memory_copied_GBps\": %.6g,\n  \"memory_traffic_GBps\": %.6g,\n"
                    "  \"avg_busbw\": %.6g,\n  \"avg_ratio\": %s,\n  \"rows\": [",
-                   collName(o_.coll), nranks_, ti_.name,
-                   collHasOp(o_.coll) ? opName(o_.op) : "none",
+                   collName(o_.coll), nranks_, ti_.name, collHasOp(o_.coll) ? opName(o_.op) : "none",
                    collHasRoot(o_.coll) ? o_.root : -1, algoJson.c_str(), info_.launch.c_str(),
-                   info_.mpiPeer ? "\"mpi\"" : "null", o_.iters, o_.warmup,
-                   o_.check ? "true" : "false", copiedGBs_, trafficGBs_, avgBus,
+                   info_.mpiPeer ? "\"mpi\"" : "null", o_.iters, o_.warmup, o_.check ? "true" : "false",
+                   copiedGBs_, trafficGBs_, avgBus,
                    avgRatio > 0 ? fmt::num("%.6g", avgRatio).c_str() : "null");
       for (size_t i = 0; i < rows.size(); ++i) {
         std::fprintf(f, "%s\n    {", i ? "," : "");
@@ -617,15 +599,13 @@ void Bench::writeMachineReadable(const std::vector<Row>& rows, double avgBus, do
   if (!o_.csvPath.empty()) {
     FILE* f = openOutput(o_.csvPath);
     if (!f) {
-      std::fprintf(stderr, "ridge-bench: cannot write %s: %s\n", o_.csvPath.c_str(),
-                   std::strerror(errno));
+      std::fprintf(stderr, "ridge-bench: cannot write %s: %s\n", o_.csvPath.c_str(), std::strerror(errno));
       return;
     }
     for (size_t i = 0; i < rows.size(); ++i) {
       auto rec = record(rows[i]);
       if (i == 0) {
-        for (size_t k = 0; k < rec.size(); ++k)
-          std::fprintf(f, "%s%s", k ? "," : "", rec[k].first.c_str());
+        for (size_t k = 0; k < rec.size(); ++k) std::fprintf(f, "%s%s", k ? "," : "", rec[k].first.c_str());
         std::fprintf(f, "\n");
       }
       for (size_t k = 0; k < rec.size(); ++k) {
@@ -651,8 +631,8 @@ void Bench::progress(size_t i, size_t total, size_t bytes, bool done) {
     return;
   }
   if (nowSec() - startSec_ < 2.0) return;
-  std::fprintf(stderr, "\rridge-bench %s: size %zu/%zu (%zu bytes)   ", collName(o_.coll), i + 1,
-               total, bytes);
+  std::fprintf(stderr, "\rridge-bench %s: size %zu/%zu (%zu bytes)   ", collName(o_.coll), i + 1, total,
+               bytes);
   std::fflush(stderr);
   progressShown_ = true;
 }
@@ -663,8 +643,7 @@ int Bench::run() {
   if (o_.jsonPath == "-" || o_.csvPath == "-") out_ = stderr;
   if (collHasRoot(o_.coll) && o_.root >= nranks_) {
     if (rank_ == 0)
-      std::fprintf(stderr, "ridge-bench: root %d is out of range for %d ranks\n", o_.root,
-                   nranks_);
+      std::fprintf(stderr, "ridge-bench: root %d is out of range for %d ranks\n", o_.root, nranks_);
     return kExitUsage;
   }
   printHeader();
@@ -682,8 +661,8 @@ int Bench::run() {
   allocate(list.back());
   printColumns();
 
-  const bool blocks = o_.coll == Coll::AllGather || o_.coll == Coll::ReduceScatter ||
-                      o_.coll == Coll::AlltoAll;
+  const bool blocks =
+      o_.coll == Coll::AllGather || o_.coll == Coll::ReduceScatter || o_.coll == Coll::AlltoAll;
   std::vector<Row> rows;
   for (size_t i = 0; i < list.size(); ++i) {
     Row row;
@@ -734,8 +713,7 @@ int Bench::run() {
   const double avgRatio = ratioN ? ratioSum / ratioN : 0.0;
   if (rank_ == 0) {
     if (o_.check)
-      std::fprintf(out_, "# Out of bounds values : %.0f %s\n", wrongRidge,
-                   wrongRidge == 0 ? "OK" : "FAILED");
+      std::fprintf(out_, "# Out of bounds values : %.0f %s\n", wrongRidge, wrongRidge == 0 ? "OK" : "FAILED");
     else
       std::fprintf(out_, "# Out of bounds values : not checked (-c 0)\n");
     std::fprintf(out_, "# Avg bus bandwidth : %.4f\n", avgBus);

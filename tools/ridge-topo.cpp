@@ -82,8 +82,8 @@ class ArgList {
       if (!used_[i]) error_ = "unexpected argument '" + args_[i] + "'";
     }
     if (error_.empty()) return true;
-    std::fprintf(stderr, "ridge-topo %s: %s (see 'ridge-topo help %s')\n", command_,
-                 error_.c_str(), command_);
+    std::fprintf(stderr, "ridge-topo %s: %s (see 'ridge-topo help %s')\n", command_, error_.c_str(),
+                 command_);
     return false;
   }
 
@@ -155,9 +155,12 @@ int runSummary(ArgList& args) {
 std::string markdownCell(const std::string& text) {
   std::string out;
   for (char c : text) {
-    if (c == '|') out += "\\|";
-    else if (c == '\n') out += ' ';
-    else out += c;
+    if (c == '|')
+      out += "\\|";
+    else if (c == '\n')
+      out += ' ';
+    else
+      out += c;
   }
   return out;
 }
@@ -179,8 +182,7 @@ void printSettingsMarkdown() {
       def += markdownCell(s.defaultValue);
       def += '`';
     }
-    std::printf("| `RIDGE_%s` | %s | %s | %s |\n", s.name, s.type, def.c_str(),
-                markdownCell(s.doc).c_str());
+    std::printf("| `RIDGE_%s` | %s | %s | %s |\n", s.name, s.type, def.c_str(), markdownCell(s.doc).c_str());
   }
 }
 
@@ -224,8 +226,10 @@ void printSettingsText() {
 int runSettings(ArgList& args) {
   bool markdown = args.flag("--markdown");
   if (!args.finish()) return kExitUsage;
-  if (markdown) printSettingsMarkdown();
-  else printSettingsText();
+  if (markdown)
+    printSettingsMarkdown();
+  else
+    printSettingsText();
   return kExitOk;
 }
 

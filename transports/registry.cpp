@@ -1,6 +1,5 @@
-#include "transports/transport.h"
-
 #include "core/log.h"
+#include "transports/transport.h"
 
 namespace ridge {
 
@@ -27,6 +26,8 @@ bool registerTransport(const TransportTable* table) {
   return true;
 }
 
-const std::vector<const TransportTable*>& registeredTransports() { return tables(); }
+const std::vector<const TransportTable*>& registeredTransports() {
+  return tables();
+}
 
 }  // namespace ridge

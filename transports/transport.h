@@ -83,7 +83,7 @@ struct TransportSetup {
   int nranks = 0;
   std::vector<uint64_t> hostHashOfRank;  // ranks with equal hashes share a host
   std::vector<int> pidOfRank;
-  Bootstrap* bootstrap = nullptr;         // out-of-band exchange during connect
+  Bootstrap* bootstrap = nullptr;  // out-of-band exchange during connect
   const std::atomic<bool>* abortFlag = nullptr;
   int timeoutSeconds = 0;
 };

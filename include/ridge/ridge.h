@@ -126,10 +126,10 @@ typedef struct ridgeConfig_v1 {
 #define RIDGE_CONFIG_MAGIC 0x52494447u /* "RIDG" */
 
 /** Initializer for ridgeConfig_t: every option at its default. */
-#define RIDGE_CONFIG_INITIALIZER                                                    \
-  {                                                                                 \
-    sizeof(ridgeConfig_t), RIDGE_CONFIG_MAGIC, RIDGE_VERSION_CODE,                  \
-        RIDGE_CONFIG_UNDEF_INT, RIDGE_CONFIG_UNDEF_INT, NULL                        \
+#define RIDGE_CONFIG_INITIALIZER                                                           \
+  {                                                                                        \
+    sizeof(ridgeConfig_t), RIDGE_CONFIG_MAGIC, RIDGE_VERSION_CODE, RIDGE_CONFIG_UNDEF_INT, \
+        RIDGE_CONFIG_UNDEF_INT, NULL                                                       \
   }
 
 /** Writes the library version as major*10000 + minor*100 + patch. */
@@ -148,8 +148,7 @@ RIDGE_API ridgeResult_t ridgeGetUniqueId(ridgeUniqueId* uniqueId);
  * rank must call it with the same id. Blocks until all ranks joined and transports
  * are connected, or fails with ridgeTimeout after RIDGE_TIMEOUT.
  */
-RIDGE_API ridgeResult_t ridgeCommInitRank(ridgeComm_t* comm, int nranks, ridgeUniqueId commId,
-                                          int rank);
+RIDGE_API ridgeResult_t ridgeCommInitRank(ridgeComm_t* comm, int nranks, ridgeUniqueId commId, int rank);
 
 /**
  * As ridgeCommInitRank, with options. With config->blocking == 0 it returns
@@ -157,8 +156,7 @@ RIDGE_API ridgeResult_t ridgeCommInitRank(ridgeComm_t* comm, int nranks, ridgeUn
  * be passed to ridgeCommGetAsyncError, ridgeCommAbort or ridgeCommDestroy until that
  * reports ridgeSuccess.
  */
-RIDGE_API ridgeResult_t ridgeCommInitRankConfig(ridgeComm_t* comm, int nranks,
-                                                ridgeUniqueId commId, int rank,
+RIDGE_API ridgeResult_t ridgeCommInitRankConfig(ridgeComm_t* comm, int nranks, ridgeUniqueId commId, int rank,
                                                 ridgeConfig_t* config);
 
 /**
@@ -213,8 +211,8 @@ RIDGE_API const char* ridgeGetLastError(ridgeComm_t comm);
  * to every rank's recvbuff. In place when sendbuff == recvbuff.
  */
 RIDGE_API ridgeResult_t ridgeAllReduce(const void* sendbuff, void* recvbuff, size_t count,
-                                       ridgeDataType_t datatype, ridgeRedOp_t op,
-                                       ridgeComm_t comm, ridgeStream_t stream);
+                                       ridgeDataType_t datatype, ridgeRedOp_t op, ridgeComm_t comm,
+                                       ridgeStream_t stream);
 
 /**
  * Copies `count` elements of root's sendbuff to every rank's recvbuff. sendbuff is read
@@ -226,24 +224,22 @@ RIDGE_API ridgeResult_t ridgeBroadcast(const void* sendbuff, void* recvbuff, siz
 
 /** Reduces every rank's sendbuff into root's recvbuff (recvbuff is ignored elsewhere). */
 RIDGE_API ridgeResult_t ridgeReduce(const void* sendbuff, void* recvbuff, size_t count,
-                                    ridgeDataType_t datatype, ridgeRedOp_t op, int root,
-                                    ridgeComm_t comm, ridgeStream_t stream);
+                                    ridgeDataType_t datatype, ridgeRedOp_t op, int root, ridgeComm_t comm,
+                                    ridgeStream_t stream);
 
 /**
  * Gathers `sendcount` elements from every rank into every rank's recvbuff, rank i's
  * block at offset i*sendcount. In place when sendbuff == recvbuff + rank*sendcount.
  */
 RIDGE_API ridgeResult_t ridgeAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
-                                       ridgeDataType_t datatype, ridgeComm_t comm,
-                                       ridgeStream_t stream);
+                                       ridgeDataType_t datatype, ridgeComm_t comm, ridgeStream_t stream);
 
 /**
  * Reduces nranks*recvcount elements across ranks and leaves block i of the result in
  * rank i's recvbuff. In place when recvbuff == sendbuff + rank*recvcount.
  */
-RIDGE_API ridgeResult_t ridgeReduceScatter(const void* sendbuff, void* recvbuff,
-                                           size_t recvcount, ridgeDataType_t datatype,
-                                           ridgeRedOp_t op, ridgeComm_t comm,
+RIDGE_API ridgeResult_t ridgeReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                           ridgeDataType_t datatype, ridgeRedOp_t op, ridgeComm_t comm,
                                            ridgeStream_t stream);
 
 /**
@@ -251,20 +247,19 @@ RIDGE_API ridgeResult_t ridgeReduceScatter(const void* sendbuff, void* recvbuff,
  * of its recvbuff (i = this rank). In place when sendbuff == recvbuff.
  */
 RIDGE_API ridgeResult_t ridgeAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
-                                      ridgeDataType_t datatype, ridgeComm_t comm,
-                                      ridgeStream_t stream);
+                                      ridgeDataType_t datatype, ridgeComm_t comm, ridgeStream_t stream);
 
 /**
  * Sends `count` elements to rank `peer`, which must post a matching ridgeRecv. Outside
  * a group this blocks until the peer has the data; put a rank's sends and receives in
  * one group to exchange data without ordering them.
  */
-RIDGE_API ridgeResult_t ridgeSend(const void* sendbuff, size_t count, ridgeDataType_t datatype,
-                                  int peer, ridgeComm_t comm, ridgeStream_t stream);
+RIDGE_API ridgeResult_t ridgeSend(const void* sendbuff, size_t count, ridgeDataType_t datatype, int peer,
+                                  ridgeComm_t comm, ridgeStream_t stream);
 
 /** Receives `count` elements from rank `peer` into recvbuff. See ridgeSend. */
-RIDGE_API ridgeResult_t ridgeRecv(void* recvbuff, size_t count, ridgeDataType_t datatype,
-                                  int peer, ridgeComm_t comm, ridgeStream_t stream);
+RIDGE_API ridgeResult_t ridgeRecv(void* recvbuff, size_t count, ridgeDataType_t datatype, int peer,
+                                  ridgeComm_t comm, ridgeStream_t stream);
 
 /**
  * Starts a group: calls until the matching ridgeGroupEnd are queued, not run. Groups

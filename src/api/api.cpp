@@ -40,11 +40,13 @@ ridgeResult_t fail(ridgeComm* comm, const Status& s) {
   return s.code();
 }
 
-ridgeResult_t finish(ridgeComm* comm, const Status& s) { return s.isOk() ? ridgeSuccess : fail(comm, s); }
+ridgeResult_t finish(ridgeComm* comm, const Status& s) {
+  return s.isOk() ? ridgeSuccess : fail(comm, s);
+}
 
-#define RIDGE_CHECK(comm, expr)                        \
-  do {                                                 \
-    ::ridge::Status check_s_ = (expr);                 \
+#define RIDGE_CHECK(comm, expr)                          \
+  do {                                                   \
+    ::ridge::Status check_s_ = (expr);                   \
     if (!check_s_.isOk()) return fail((comm), check_s_); \
   } while (0)
 
@@ -55,7 +57,8 @@ Status badArg(const char* fn, const char* what) {
 // A usable communicator: not null, not freed, init finished, not broken by an error.
 Status checkComm(const char* fn, ridgeComm* comm, bool allowBroken = false) {
   if (!comm) return badArg(fn, "comm is NULL");
-  if (comm->magic != ridgeComm::kMagic) return badArg(fn, "comm is not a live communicator (destroyed or garbage)");
+  if (comm->magic != ridgeComm::kMagic)
+    return badArg(fn, "comm is not a live communicator (destroyed or garbage)");
   if (comm->finalized) return makeError(ridgeInvalidUsage, "%s: comm was finalized", fn);
   int state = comm->asyncError.load();
   if (state == ridgeInProgress)
@@ -69,7 +72,8 @@ Status checkComm(const char* fn, ridgeComm* comm, bool allowBroken = false) {
 
 Status checkTypeOp(const char* fn, ridgeDataType_t dt, const ridgeRedOp_t* op) {
   if (static_cast<unsigned>(dt) >= static_cast<unsigned>(ridgeNumTypes) || dataTypeSize(dt) == 0)
-    return makeError(ridgeInvalidArgument, "%s: datatype %d is not a ridgeDataType_t", fn, static_cast<int>(dt));
+    return makeError(ridgeInvalidArgument, "%s: datatype %d is not a ridgeDataType_t", fn,
+                     static_cast<int>(dt));
   if (op && static_cast<unsigned>(*op) >= static_cast<unsigned>(ridgeNumOps))
     return makeError(ridgeInvalidArgument, "%s: op %d is not a ridgeRedOp_t", fn, static_cast<int>(*op));
   return Status::ok();
@@ -86,7 +90,8 @@ Status checkSize(const char* fn, size_t count, size_t multiplier, ridgeDataType_
 }
 
 Status checkBuffer(const char* fn, const char* name, const void* p, size_t count) {
-  if (count > 0 && !p) return makeError(ridgeInvalidArgument, "%s: %s is NULL with count %zu > 0", fn, name, count);
+  if (count > 0 && !p)
+    return makeError(ridgeInvalidArgument, "%s: %s is NULL with count %zu > 0", fn, name, count);
   if (p && count > 0) {
     MemoryKind kind = classifyMemory(p);
     if (kind == MemoryKind::Device)
@@ -205,16 +210,20 @@ ridgeResult_t collective(const char* fn, CollType type, const void* send, void* 
                          bool hasOp, bool hasRoot) {
   RIDGE_CHECK(comm, checkComm(fn, comm));
   RIDGE_CHECK(comm, checkTypeOp(fn, dt, hasOp ? &op : nullptr));
-  const size_t blocks = (type == CollType::AllGather || type == CollType::ReduceScatter ||
-                         type == CollType::AlltoAll)
-                            ? static_cast<size_t>(comm->nranks)
-                            : 1;
+  const size_t blocks =
+      (type == CollType::AllGather || type == CollType::ReduceScatter || type == CollType::AlltoAll)
+          ? static_cast<size_t>(comm->nranks)
+          : 1;
   RIDGE_CHECK(comm, checkSize(fn, count, blocks, dt));
-  if (hasRoot) RIDGE_CHECK(comm, checkRoot(fn, type == CollType::Send || type == CollType::Recv ? "peer" : "root", root, comm));
+  if (hasRoot)
+    RIDGE_CHECK(
+        comm, checkRoot(fn, type == CollType::Send || type == CollType::Recv ? "peer" : "root", root, comm));
   if ((type == CollType::Send || type == CollType::Recv) && root == comm->rank)
-    return fail(comm, makeError(ridgeInvalidArgument, "%s: peer %d is this rank; send to self is not supported", fn, root));
+    return fail(comm, makeError(ridgeInvalidArgument,
+                                "%s: peer %d is this rank; send to self is not supported", fn, root));
   // Which buffers are read/written depends on the collective and on the root.
-  const size_t sendCount = type == CollType::ReduceScatter || type == CollType::AlltoAll ? count * blocks : count;
+  const size_t sendCount =
+      type == CollType::ReduceScatter || type == CollType::AlltoAll ? count * blocks : count;
   const size_t recvCount = type == CollType::AllGather || type == CollType::AlltoAll ? count * blocks : count;
   const bool readsSend = type != CollType::Recv && (type != CollType::Broadcast || root == comm->rank);
   const bool writesRecv = type != CollType::Send && (type != CollType::Reduce || root == comm->rank);
@@ -251,7 +260,8 @@ static ridgeResult_t initRank(const char* fn, ridgeComm_t* out, int nranks, cons
   *out = nullptr;
   if (nranks < 1) return fail(nullptr, makeError(ridgeInvalidArgument, "%s: nranks %d < 1", fn, nranks));
   if (rank < 0 || rank >= nranks)
-    return fail(nullptr, makeError(ridgeInvalidArgument, "%s: rank %d is out of range [0, %d)", fn, rank, nranks));
+    return fail(nullptr,
+                makeError(ridgeInvalidArgument, "%s: rank %d is out of range [0, %d)", fn, rank, nranks));
   UniqueIdInfo info;
   if (Status s = decodeUniqueId(id, &info); !s.isOk())
     return fail(nullptr, Status(ridgeInvalidArgument, std::string(fn) + ": commId: " + s.message()));
@@ -295,13 +305,17 @@ RIDGE_API ridgeResult_t ridgeCommInitRankConfig(ridgeComm_t* comm, int nranks, r
                                                 ridgeConfig_t* config) {
   const char* fn = "ridgeCommInitRankConfig";
   if (config) {
-    if (config->magic != RIDGE_CONFIG_MAGIC || config->size < offsetof(ridgeConfig_t, blocking) + sizeof(int) ||
+    if (config->magic != RIDGE_CONFIG_MAGIC ||
+        config->size < offsetof(ridgeConfig_t, blocking) + sizeof(int) ||
         config->size > sizeof(ridgeConfig_t))
-      return fail(nullptr, badArg(fn, "config was not initialized with RIDGE_CONFIG_INITIALIZER (bad magic or size)"));
+      return fail(nullptr,
+                  badArg(fn, "config was not initialized with RIDGE_CONFIG_INITIALIZER (bad magic or size)"));
     if (config->blocking != RIDGE_CONFIG_UNDEF_INT && config->blocking != 0 && config->blocking != 1)
-      return fail(nullptr, makeError(ridgeInvalidArgument, "%s: config->blocking must be 0 or 1, not %d", fn, config->blocking));
+      return fail(nullptr, makeError(ridgeInvalidArgument, "%s: config->blocking must be 0 or 1, not %d", fn,
+                                     config->blocking));
     if (config->timeoutSeconds != RIDGE_CONFIG_UNDEF_INT && config->timeoutSeconds <= 0)
-      return fail(nullptr, makeError(ridgeInvalidArgument, "%s: config->timeoutSeconds must be > 0, not %d", fn, config->timeoutSeconds));
+      return fail(nullptr, makeError(ridgeInvalidArgument, "%s: config->timeoutSeconds must be > 0, not %d",
+                                     fn, config->timeoutSeconds));
   }
   return initRank(fn, comm, nranks, commId, rank, config);
 }
@@ -319,7 +333,8 @@ RIDGE_API ridgeResult_t ridgeCommInitFromEnv(ridgeComm_t* comm) {
   std::string addr = envOr("RIDGE_ROOT_ADDR", nullptr);
   if (addr.empty()) {
     std::string host = envOr("MASTER_ADDR", nullptr), port = envOr("MASTER_PORT", nullptr);
-    if (!host.empty() && !port.empty()) addr = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + port;
+    if (!host.empty() && !port.empty())
+      addr = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + port;
   }
   if (rankText.empty() || sizeText.empty() || addr.empty())
     return fail(nullptr, makeError(ridgeInvalidUsage,
@@ -351,7 +366,8 @@ RIDGE_API ridgeResult_t ridgeCommFinalize(ridgeComm_t comm) {
 
 RIDGE_API ridgeResult_t ridgeCommDestroy(ridgeComm_t comm) {
   if (!comm) return fail(nullptr, badArg("ridgeCommDestroy", "comm is NULL"));
-  if (comm->magic != ridgeComm::kMagic) return fail(nullptr, badArg("ridgeCommDestroy", "comm is not a live communicator"));
+  if (comm->magic != ridgeComm::kMagic)
+    return fail(nullptr, badArg("ridgeCommDestroy", "comm is not a live communicator"));
   if (comm->initThread.joinable()) comm->initThread.join();
   if (!comm->finalized && comm->bootstrap) comm->bootstrap->close();
   freeComm(comm);
@@ -360,7 +376,8 @@ RIDGE_API ridgeResult_t ridgeCommDestroy(ridgeComm_t comm) {
 
 RIDGE_API ridgeResult_t ridgeCommAbort(ridgeComm_t comm) {
   if (!comm) return fail(nullptr, badArg("ridgeCommAbort", "comm is NULL"));
-  if (comm->magic != ridgeComm::kMagic) return fail(nullptr, badArg("ridgeCommAbort", "comm is not a live communicator"));
+  if (comm->magic != ridgeComm::kMagic)
+    return fail(nullptr, badArg("ridgeCommAbort", "comm is not a live communicator"));
   comm->aborted.store(true);
   // A thread blocked in a collective notices the flag within a poll slice (<= 100 ms)
   // and leaves; wait for it before freeing, bounded so that abort itself never hangs.
@@ -370,7 +387,8 @@ RIDGE_API ridgeResult_t ridgeCommAbort(ridgeComm_t comm) {
   if (comm->callsInFlight.load() > 0) {
     // Leaking is better than freeing memory another thread still uses.
     comm->asyncError.store(ridgeAborted);
-    return fail(comm, makeError(ridgeInternalError, "ridgeCommAbort: a call did not leave within 10 s; comm leaked"));
+    return fail(
+        comm, makeError(ridgeInternalError, "ridgeCommAbort: a call did not leave within 10 s; comm leaked"));
   }
   if (comm->initThread.joinable()) comm->initThread.join();
   freeComm(comm);
@@ -379,7 +397,8 @@ RIDGE_API ridgeResult_t ridgeCommAbort(ridgeComm_t comm) {
 
 RIDGE_API ridgeResult_t ridgeCommGetAsyncError(ridgeComm_t comm, ridgeResult_t* asyncError) {
   if (!comm || comm->magic != ridgeComm::kMagic)
-    return fail(nullptr, badArg("ridgeCommGetAsyncError", comm ? "comm is not a live communicator" : "comm is NULL"));
+    return fail(nullptr,
+                badArg("ridgeCommGetAsyncError", comm ? "comm is not a live communicator" : "comm is NULL"));
   if (!asyncError) return fail(comm, badArg("ridgeCommGetAsyncError", "asyncError is NULL"));
   *asyncError = static_cast<ridgeResult_t>(comm->asyncError.load());
   if (*asyncError != ridgeSuccess && *asyncError != ridgeInProgress) {
@@ -431,53 +450,56 @@ RIDGE_API const char* ridgeGetLastError(ridgeComm_t comm) {
   return tLastError.c_str();
 }
 
-RIDGE_API ridgeResult_t ridgeAllReduce(const void* sendbuff, void* recvbuff, size_t count, ridgeDataType_t datatype,
-                                       ridgeRedOp_t op, ridgeComm_t comm, ridgeStream_t stream) {
-  return collective("ridgeAllReduce", CollType::AllReduce, sendbuff, recvbuff, count, datatype, op, 0, comm, stream,
-                    true, false);
+RIDGE_API ridgeResult_t ridgeAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                       ridgeDataType_t datatype, ridgeRedOp_t op, ridgeComm_t comm,
+                                       ridgeStream_t stream) {
+  return collective("ridgeAllReduce", CollType::AllReduce, sendbuff, recvbuff, count, datatype, op, 0, comm,
+                    stream, true, false);
 }
 
-RIDGE_API ridgeResult_t ridgeBroadcast(const void* sendbuff, void* recvbuff, size_t count, ridgeDataType_t datatype,
-                                       int root, ridgeComm_t comm, ridgeStream_t stream) {
-  return collective("ridgeBroadcast", CollType::Broadcast, sendbuff, recvbuff, count, datatype, ridgeSum, root, comm,
-                    stream, false, true);
+RIDGE_API ridgeResult_t ridgeBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                       ridgeDataType_t datatype, int root, ridgeComm_t comm,
+                                       ridgeStream_t stream) {
+  return collective("ridgeBroadcast", CollType::Broadcast, sendbuff, recvbuff, count, datatype, ridgeSum,
+                    root, comm, stream, false, true);
 }
 
-RIDGE_API ridgeResult_t ridgeReduce(const void* sendbuff, void* recvbuff, size_t count, ridgeDataType_t datatype,
-                                    ridgeRedOp_t op, int root, ridgeComm_t comm, ridgeStream_t stream) {
-  return collective("ridgeReduce", CollType::Reduce, sendbuff, recvbuff, count, datatype, op, root, comm, stream,
-                    true, true);
+RIDGE_API ridgeResult_t ridgeReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                    ridgeDataType_t datatype, ridgeRedOp_t op, int root, ridgeComm_t comm,
+                                    ridgeStream_t stream) {
+  return collective("ridgeReduce", CollType::Reduce, sendbuff, recvbuff, count, datatype, op, root, comm,
+                    stream, true, true);
 }
 
 RIDGE_API ridgeResult_t ridgeAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                                        ridgeDataType_t datatype, ridgeComm_t comm, ridgeStream_t stream) {
-  return collective("ridgeAllGather", CollType::AllGather, sendbuff, recvbuff, sendcount, datatype, ridgeSum, 0, comm,
-                    stream, false, false);
+  return collective("ridgeAllGather", CollType::AllGather, sendbuff, recvbuff, sendcount, datatype, ridgeSum,
+                    0, comm, stream, false, false);
 }
 
 RIDGE_API ridgeResult_t ridgeReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                            ridgeDataType_t datatype, ridgeRedOp_t op, ridgeComm_t comm,
                                            ridgeStream_t stream) {
-  return collective("ridgeReduceScatter", CollType::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0,
-                    comm, stream, true, false);
+  return collective("ridgeReduceScatter", CollType::ReduceScatter, sendbuff, recvbuff, recvcount, datatype,
+                    op, 0, comm, stream, true, false);
 }
 
-RIDGE_API ridgeResult_t ridgeAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ridgeDataType_t datatype,
-                                      ridgeComm_t comm, ridgeStream_t stream) {
-  return collective("ridgeAlltoAll", CollType::AlltoAll, sendbuff, recvbuff, count, datatype, ridgeSum, 0, comm,
-                    stream, false, false);
+RIDGE_API ridgeResult_t ridgeAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                                      ridgeDataType_t datatype, ridgeComm_t comm, ridgeStream_t stream) {
+  return collective("ridgeAlltoAll", CollType::AlltoAll, sendbuff, recvbuff, count, datatype, ridgeSum, 0,
+                    comm, stream, false, false);
 }
 
 RIDGE_API ridgeResult_t ridgeSend(const void* sendbuff, size_t count, ridgeDataType_t datatype, int peer,
                                   ridgeComm_t comm, ridgeStream_t stream) {
-  return collective("ridgeSend", CollType::Send, sendbuff, nullptr, count, datatype, ridgeSum, peer, comm, stream,
-                    false, true);
+  return collective("ridgeSend", CollType::Send, sendbuff, nullptr, count, datatype, ridgeSum, peer, comm,
+                    stream, false, true);
 }
 
-RIDGE_API ridgeResult_t ridgeRecv(void* recvbuff, size_t count, ridgeDataType_t datatype, int peer, ridgeComm_t comm,
-                                  ridgeStream_t stream) {
-  return collective("ridgeRecv", CollType::Recv, nullptr, recvbuff, count, datatype, ridgeSum, peer, comm, stream,
-                    false, true);
+RIDGE_API ridgeResult_t ridgeRecv(void* recvbuff, size_t count, ridgeDataType_t datatype, int peer,
+                                  ridgeComm_t comm, ridgeStream_t stream) {
+  return collective("ridgeRecv", CollType::Recv, nullptr, recvbuff, count, datatype, ridgeSum, peer, comm,
+                    stream, false, true);
 }
 
 RIDGE_API ridgeResult_t ridgeGroupStart(void) {

@@ -62,9 +62,13 @@ uint64_t fnv1a64(const void* data, size_t n) {
   return h;
 }
 
-bool validResultCode(int32_t code) { return code > 0 && code < ridgeNumResults; }
+bool validResultCode(int32_t code) {
+  return code > 0 && code < ridgeNumResults;
+}
 
-std::string truncated(const std::string& s, size_t max) { return s.size() <= max ? s : s.substr(0, max); }
+std::string truncated(const std::string& s, size_t max) {
+  return s.size() <= max ? s : s.substr(0, max);
+}
 
 // ---- Root service ------------------------------------------------------------------------
 
@@ -127,7 +131,8 @@ void RootService::sendReply(int fd, const Status& status, const std::vector<Wire
   MsgHeader h{kMsgMagic, kTagReply, sizeof head + tableBytes};
   iovec iov[3] = {{&h, sizeof h}, {&head, sizeof head}, {table ? (void*)table->data() : nullptr, tableBytes}};
   Status s = sendAllv(fd, iov, 3, d.capped(kHandshakeWait), who_ + ": reply to " + to);
-  if (!s.isOk()) RIDGE_WARN("%s: could not send the reply to %s: %s", who_.c_str(), to.c_str(), s.message().c_str());
+  if (!s.isOk())
+    RIDGE_WARN("%s: could not send the reply to %s: %s", who_.c_str(), to.c_str(), s.message().c_str());
 }
 
 std::string RootService::missingRanks() const {
@@ -156,7 +161,8 @@ void RootService::fail(const Status& status, const Deadline& d) {
   }
 }
 
-void RootService::handleHello(Socket s, const SocketAddress& from, const Hello& hello, const Deadline& deadline) {
+void RootService::handleHello(Socket s, const SocketAddress& from, const Hello& hello,
+                              const Deadline& deadline) {
   std::string fromText = from.toString();
   if (hello.magic != kHelloMagic || hello.version != kProtocolVersion) {
     sendReply(s.fd(),
@@ -204,8 +210,8 @@ void RootService::handleHello(Socket s, const SocketAddress& from, const Hello& 
   }
   SocketAddress listen;
   if (!fromWire(hello.listen, &listen)) {
-    Status e = makeError(ridgeInvalidArgument, "%s: %s reported a malformed listening address",
-                         who_.c_str(), rankText.c_str());
+    Status e = makeError(ridgeInvalidArgument, "%s: %s reported a malformed listening address", who_.c_str(),
+                         rankText.c_str());
     sendReply(s.fd(), e, nullptr, deadline, rankText);
     fail(e, deadline);
     return;
@@ -248,9 +254,10 @@ bool RootService::progressIncoming(Incoming& in, const Deadline& deadline) {
     MsgHeader h;
     std::memcpy(&h, in.buf, sizeof h);
     if (h.magic != kMsgMagic || h.tag != kTagHello || h.length != sizeof(Hello)) {
-      RIDGE_WARN("%s: dropping a connection from %s: not a Ridge bootstrap hello (magic 0x%08x, tag 0x%08x, "
-                 "length %llu)",
-                 who_.c_str(), fromText.c_str(), h.magic, h.tag, (unsigned long long)h.length);
+      RIDGE_WARN(
+          "%s: dropping a connection from %s: not a Ridge bootstrap hello (magic 0x%08x, tag 0x%08x, "
+          "length %llu)",
+          who_.c_str(), fromText.c_str(), h.magic, h.tag, (unsigned long long)h.length);
       return true;
     }
   }
@@ -268,10 +275,12 @@ void RootService::run() {
   while (!done_) {
     if (deadline.expired()) {
       if (!failed_) {
-        Status e = nranks_ < 0
-                       ? makeError(ridgeTimeout, "%s: gave up after %d s: no rank arrived", who_.c_str(), timeoutSec_)
-                       : makeError(ridgeTimeout, "%s: gave up after %d s: %d of %d ranks arrived (missing: %s)",
-                                   who_.c_str(), timeoutSec_, arrived_, nranks_, missingRanks().c_str());
+        Status e =
+            nranks_ < 0
+                ? makeError(ridgeTimeout, "%s: gave up after %d s: no rank arrived", who_.c_str(),
+                            timeoutSec_)
+                : makeError(ridgeTimeout, "%s: gave up after %d s: %d of %d ranks arrived (missing: %s)",
+                            who_.c_str(), timeoutSec_, arrived_, nranks_, missingRanks().c_str());
         Deadline replyDeadline = Deadline::after(1, nullptr);
         fail(e, replyDeadline);
       }
@@ -313,8 +322,9 @@ void RootService::run() {
     for (size_t i = 1; i < fds.size(); ++i) {
       int r = fdRank[i];
       if (r < 0 || !fds[i].revents || !members_[r].sock.valid()) continue;
-      RIDGE_WARN("%s: rank %d (%s) left before all %d ranks arrived (%d had); waiting for a rank %d to come back",
-                 who_.c_str(), r, members_[r].from.toString().c_str(), nranks_, arrived_, r);
+      RIDGE_WARN(
+          "%s: rank %d (%s) left before all %d ranks arrived (%d had); waiting for a rank %d to come back",
+          who_.c_str(), r, members_[r].from.toString().c_str(), nranks_, arrived_, r);
       members_[r].sock.reset();
       --arrived_;
     }
@@ -334,7 +344,8 @@ void RootService::run() {
       for (int k = 0; k < 256; ++k) {
         sockaddr_storage ss{};
         socklen_t len = sizeof ss;
-        int fd = ::accept4(listener_.fd(), reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd =
+            ::accept4(listener_.fd(), reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) break;  // EAGAIN, ECONNABORTED, EINTR, ...: next slice
         Socket s(fd);
         if (!configureSocket(fd).isOk()) continue;
@@ -353,7 +364,9 @@ void RootService::run() {
 
 }  // namespace
 
-int activeRootServices() { return gActiveRootServices.load(); }
+int activeRootServices() {
+  return gActiveRootServices.load();
+}
 
 // ---- Unique id ---------------------------------------------------------------------------
 
@@ -391,17 +404,19 @@ Status decodeUniqueId(const ridgeUniqueId& id, UniqueIdInfo* out) {
                      "ridgeGetUniqueId wrote, copied unchanged to every rank)",
                      magic, kUniqueIdMagic);
   if (version != kUniqueIdVersion)
-    return makeError(ridgeInvalidArgument, "bootstrap: unique id has layout version %u, this library reads %u",
-                     version, kUniqueIdVersion);
+    return makeError(ridgeInvalidArgument,
+                     "bootstrap: unique id has layout version %u, this library reads %u", version,
+                     kUniqueIdVersion);
   if (sum != fnv1a32(p, 124))
-    return makeError(ridgeInvalidArgument, "bootstrap: malformed unique id: checksum mismatch (corrupted in transit?)");
+    return makeError(ridgeInvalidArgument,
+                     "bootstrap: malformed unique id: checksum mismatch (corrupted in transit?)");
   if ((family != AF_INET && family != AF_INET6) || len > 28)
     return makeError(ridgeInvalidArgument, "bootstrap: malformed unique id: address family %u, length %u",
                      family, len);
   SocketAddress a = SocketAddress::fromSockaddr(reinterpret_cast<const sockaddr*>(p + 20), len);
   if (!a.valid() || a.family() != family || a.port() == 0)
-    return makeError(ridgeInvalidArgument, "bootstrap: malformed unique id: bad root address (family %u, length %u)",
-                     family, len);
+    return makeError(ridgeInvalidArgument,
+                     "bootstrap: malformed unique id: bad root address (family %u, length %u)", family, len);
   out->root = a;
   out->nonce = nonce;
   return Status::ok();
@@ -424,7 +439,8 @@ uint64_t randomNonce() {
 
 Status startRootServiceOn(const SocketAddress& bindAddr, uint64_t nonce, SocketAddress* bound,
                           int timeoutSec) {
-  if (timeoutSec <= 0) timeoutSec = static_cast<int>(std::clamp<int64_t>(settingInt(Setting::TIMEOUT), 1, 1 << 24));
+  if (timeoutSec <= 0)
+    timeoutSec = static_cast<int>(std::clamp<int64_t>(settingInt(Setting::TIMEOUT), 1, 1 << 24));
   Socket listener;
   SocketAddress actual;
   RIDGE_TRY(listenOn(bindAddr, &listener, &actual));
@@ -440,7 +456,8 @@ Status startRootServiceOn(const SocketAddress& bindAddr, uint64_t nonce, SocketA
     gActiveRootServices.fetch_sub(1);
     return makeError(ridgeSystemError, "bootstrap: cannot start the root service thread: %s", e.what());
   }
-  RIDGE_INFO("bootstrap: root service listening on %s (gives up after %d s)", actual.toString().c_str(), timeoutSec);
+  RIDGE_INFO("bootstrap: root service listening on %s (gives up after %d s)", actual.toString().c_str(),
+             timeoutSec);
   if (bound) *bound = actual;
   return Status::ok();
 }
@@ -456,7 +473,8 @@ Status uniqueIdFromAddress(const std::string& hostPort, uint64_t nonce, ridgeUni
   SocketAddress addr;
   RIDGE_TRY(parseHostPort(hostPort, &addr));
   if (addr.port() == 0)
-    return makeError(ridgeInvalidArgument, "bootstrap: root address '%s' needs a non-zero port", hostPort.c_str());
+    return makeError(ridgeInvalidArgument, "bootstrap: root address '%s' needs a non-zero port",
+                     hostPort.c_str());
   encodeUniqueId(addr, nonce, out);
   return Status::ok();
 }
@@ -477,7 +495,9 @@ Status createUniqueId(ridgeUniqueId* out) {
 
 // ---- Bootstrap ---------------------------------------------------------------------------
 
-Bootstrap::~Bootstrap() { close(); }
+Bootstrap::~Bootstrap() {
+  close();
+}
 
 void Bootstrap::close() {
   closed_ = true;
@@ -510,7 +530,8 @@ Status Bootstrap::connect(const ridgeUniqueId& id, int rank, int nranks, int tim
     return makeError(ridgeInvalidArgument, "bootstrap: nranks %d is out of range 1..%d", nranks, kMaxRanks);
   if (rank < 0 || rank >= nranks)
     return makeError(ridgeInvalidArgument, "bootstrap: rank %d is out of range 0..%d", rank, nranks - 1);
-  if (timeoutSec <= 0) timeoutSec = static_cast<int>(std::clamp<int64_t>(settingInt(Setting::TIMEOUT), 1, 1 << 24));
+  if (timeoutSec <= 0)
+    timeoutSec = static_cast<int>(std::clamp<int64_t>(settingInt(Setting::TIMEOUT), 1, 1 << 24));
 
   std::unique_ptr<Bootstrap> b(new Bootstrap);
   b->rank_ = rank;
@@ -557,13 +578,14 @@ Status Bootstrap::connect(const ridgeUniqueId& id, int rank, int nranks, int tim
   RIDGE_TRY(recvAll(root.fd(), &head, sizeof head, d, rootWho));
   head.message[sizeof head.message - 1] = '\0';
   if (head.code != 0) {
-    ridgeResult_t code = validResultCode(head.code) ? static_cast<ridgeResult_t>(head.code) : ridgeRemoteError;
+    ridgeResult_t code =
+        validResultCode(head.code) ? static_cast<ridgeResult_t>(head.code) : ridgeRemoteError;
     return makeError(code, "bootstrap: rank %d: the root at %s refused the rendezvous: %s", rank,
                      info.root.toString().c_str(), head.message);
   }
   if (head.nranks != nranks || rh.length != sizeof(ReplyHead) + tableBytes)
-    return makeError(ridgeRemoteError, "%s sent a table of %d ranks (%llu bytes), expected %d", rootWho.c_str(),
-                     head.nranks, (unsigned long long)rh.length, nranks);
+    return makeError(ridgeRemoteError, "%s sent a table of %d ranks (%llu bytes), expected %d",
+                     rootWho.c_str(), head.nranks, (unsigned long long)rh.length, nranks);
   std::vector<WireAddr> table(static_cast<size_t>(nranks));
   RIDGE_TRY(recvAll(root.fd(), table.data(), tableBytes, d, rootWho));
   root.reset();
@@ -609,7 +631,8 @@ Status Bootstrap::acceptOne(const Deadline& d, const char* waitingFor) {
   Socket s;
   SocketAddress from;
   RIDGE_TRY(acceptWithDeadline(listen_, d, who, &s, &from));
-  std::string fromText = format("bootstrap: rank %d: incoming connection from %s", rank_, from.toString().c_str());
+  std::string fromText =
+      format("bootstrap: rank %d: incoming connection from %s", rank_, from.toString().c_str());
   MsgHeader h{};
   Handshake hs{};
   Deadline hd = d.capped(kHandshakeWait);
@@ -694,7 +717,8 @@ Status Bootstrap::exchange(int sendFd, int sendPeer, uint32_t tag, const void* s
         iov[cnt++] = {reinterpret_cast<char*>(&sh) + sent, sizeof sh - sent};
         iov[cnt++] = {const_cast<void*>(sendData), sendBytes};
       } else {
-        iov[cnt++] = {const_cast<char*>(static_cast<const char*>(sendData)) + (sent - sizeof sh), sendTotal - sent};
+        iov[cnt++] = {const_cast<char*>(static_cast<const char*>(sendData)) + (sent - sizeof sh),
+                      sendTotal - sent};
       }
       size_t n = 0;
       RIDGE_TRY(sendSome(sendFd, iov, cnt, &n, sendWho));
@@ -721,7 +745,8 @@ Status Bootstrap::exchange(int sendFd, int sendPeer, uint32_t tag, const void* s
                              recvWho.c_str(), tagName(tag), recvBytes, (unsigned long long)rh.length);
         }
       } else {
-        RIDGE_TRY(recvSome(recvFd, static_cast<char*>(recvData) + (got - sizeof rh), recvTotal - got, &n, recvWho));
+        RIDGE_TRY(
+            recvSome(recvFd, static_cast<char*>(recvData) + (got - sizeof rh), recvTotal - got, &n, recvWho));
         got += n;
       }
       progress |= n > 0;
@@ -733,9 +758,10 @@ Status Bootstrap::exchange(int sendFd, int sendPeer, uint32_t tag, const void* s
     if (sent < sendTotal) fds[cnt++] = {sendFd, POLLOUT, 0};
     if (got < recvTotal) fds[cnt++] = {recvFd, POLLIN, 0};
     if (d.expired() || d.aborted())
-      return d.check(format("bootstrap: rank %d: %s (sent %zu of %zu bytes to rank %d, received %zu of %zu "
-                            "bytes from rank %d)",
-                            rank_, tagName(tag), sent, sendTotal, sendPeer, got, recvTotal, recvPeer));
+      return d.check(
+          format("bootstrap: rank %d: %s (sent %zu of %zu bytes to rank %d, received %zu of %zu "
+                 "bytes from rank %d)",
+                 rank_, tagName(tag), sent, sendTotal, sendPeer, got, recvTotal, recvPeer));
     int ready = 0;
     RIDGE_TRY(pollSlice(fds, cnt, d, &ready));
   }
@@ -751,18 +777,21 @@ Status Bootstrap::ringAllGather(void* data, size_t bytesPerRank, uint32_t tag) {
   for (int step = 0; step < nranks_ - 1; ++step) {
     int sendBlock = (rank_ - step + nranks_) % nranks_;
     int recvBlock = (rank_ - step - 1 + nranks_) % nranks_;
-    RIDGE_TRY(exchange(ringNext_.fd(), next, tag, base ? base + sendBlock * bytesPerRank : nullptr, bytesPerRank,
-                       ringPrev_.fd(), prev, base ? base + recvBlock * bytesPerRank : nullptr, bytesPerRank, d));
+    RIDGE_TRY(exchange(ringNext_.fd(), next, tag, base ? base + sendBlock * bytesPerRank : nullptr,
+                       bytesPerRank, ringPrev_.fd(), prev, base ? base + recvBlock * bytesPerRank : nullptr,
+                       bytesPerRank, d));
   }
   return Status::ok();
 }
 
 Status Bootstrap::allGather(void* data, size_t bytesPerRank) {
   RIDGE_TRY(checkOpen("allGather"));
-  if (!data && bytesPerRank > 0) return makeError(ridgeInvalidArgument, "bootstrap: rank %d: allGather: data is NULL", rank_);
+  if (!data && bytesPerRank > 0)
+    return makeError(ridgeInvalidArgument, "bootstrap: rank %d: allGather: data is NULL", rank_);
   if (bytesPerRank > kMaxMessageBytes)
-    return makeError(ridgeInvalidArgument, "bootstrap: rank %d: allGather: %zu bytes per rank exceeds the limit %llu",
-                     rank_, bytesPerRank, (unsigned long long)kMaxMessageBytes);
+    return makeError(ridgeInvalidArgument,
+                     "bootstrap: rank %d: allGather: %zu bytes per rank exceeds the limit %llu", rank_,
+                     bytesPerRank, (unsigned long long)kMaxMessageBytes);
   return ringAllGather(data, bytesPerRank, kTagAllGather);
 }
 
@@ -774,12 +803,14 @@ Status Bootstrap::barrier() {
 Status Bootstrap::broadcast(void* data, size_t bytes, int root) {
   RIDGE_TRY(checkOpen("broadcast"));
   if (root < 0 || root >= nranks_)
-    return makeError(ridgeInvalidArgument, "bootstrap: rank %d: broadcast root %d is out of range 0..%d", rank_, root,
-                     nranks_ - 1);
-  if (!data && bytes > 0) return makeError(ridgeInvalidArgument, "bootstrap: rank %d: broadcast: data is NULL", rank_);
+    return makeError(ridgeInvalidArgument, "bootstrap: rank %d: broadcast root %d is out of range 0..%d",
+                     rank_, root, nranks_ - 1);
+  if (!data && bytes > 0)
+    return makeError(ridgeInvalidArgument, "bootstrap: rank %d: broadcast: data is NULL", rank_);
   if (bytes > kMaxMessageBytes)
-    return makeError(ridgeInvalidArgument, "bootstrap: rank %d: broadcast of %zu bytes exceeds the limit %llu", rank_,
-                     bytes, (unsigned long long)kMaxMessageBytes);
+    return makeError(ridgeInvalidArgument,
+                     "bootstrap: rank %d: broadcast of %zu bytes exceeds the limit %llu", rank_, bytes,
+                     (unsigned long long)kMaxMessageBytes);
   if (nranks_ == 1) return Status::ok();
   Deadline d = deadline();
   int next = (rank_ + 1) % nranks_;
@@ -795,15 +826,17 @@ Status Bootstrap::broadcast(void* data, size_t bytes, int root) {
 Status Bootstrap::send(int peer, uint32_t tag, const void* data, size_t bytes) {
   RIDGE_TRY(checkOpen("send"));
   if (peer < 0 || peer >= nranks_)
-    return makeError(ridgeInvalidArgument, "bootstrap: rank %d: send to peer %d, out of range 0..%d", rank_, peer,
-                     nranks_ - 1);
-  if (!data && bytes > 0) return makeError(ridgeInvalidArgument, "bootstrap: rank %d: send: data is NULL", rank_);
+    return makeError(ridgeInvalidArgument, "bootstrap: rank %d: send to peer %d, out of range 0..%d", rank_,
+                     peer, nranks_ - 1);
+  if (!data && bytes > 0)
+    return makeError(ridgeInvalidArgument, "bootstrap: rank %d: send: data is NULL", rank_);
   if (bytes > kMaxMessageBytes)
-    return makeError(ridgeInvalidArgument, "bootstrap: rank %d: send of %zu bytes exceeds the limit %llu", rank_, bytes,
-                     (unsigned long long)kMaxMessageBytes);
+    return makeError(ridgeInvalidArgument, "bootstrap: rank %d: send of %zu bytes exceeds the limit %llu",
+                     rank_, bytes, (unsigned long long)kMaxMessageBytes);
   if (peer == rank_) {
     if (pendingBytes_[peer] + bytes > kMaxBufferedBytes)
-      return makeError(ridgeInvalidUsage, "bootstrap: rank %d: too many unreceived messages to itself", rank_);
+      return makeError(ridgeInvalidUsage, "bootstrap: rank %d: too many unreceived messages to itself",
+                       rank_);
     const char* p = static_cast<const char*>(data);
     pending_[peer].push_back({tag, std::vector<char>(p, p + bytes)});
     pendingBytes_[peer] += bytes;
@@ -821,9 +854,10 @@ Status Bootstrap::send(int peer, uint32_t tag, const void* data, size_t bytes) {
 Status Bootstrap::recv(int peer, uint32_t tag, void* data, size_t bytes) {
   RIDGE_TRY(checkOpen("recv"));
   if (peer < 0 || peer >= nranks_)
-    return makeError(ridgeInvalidArgument, "bootstrap: rank %d: recv from peer %d, out of range 0..%d", rank_, peer,
-                     nranks_ - 1);
-  if (!data && bytes > 0) return makeError(ridgeInvalidArgument, "bootstrap: rank %d: recv: data is NULL", rank_);
+    return makeError(ridgeInvalidArgument, "bootstrap: rank %d: recv from peer %d, out of range 0..%d", rank_,
+                     peer, nranks_ - 1);
+  if (!data && bytes > 0)
+    return makeError(ridgeInvalidArgument, "bootstrap: rank %d: recv: data is NULL", rank_);
 
   // A message of this tag that arrived earlier?
   auto& queue = pending_[peer];
@@ -838,8 +872,9 @@ Status Bootstrap::recv(int peer, uint32_t tag, void* data, size_t bytes) {
     return Status::ok();
   }
   if (peer == rank_)
-    return makeError(ridgeInvalidUsage, "bootstrap: rank %d: recv from itself with tag %u but no such message was sent",
-                     rank_, tag);
+    return makeError(ridgeInvalidUsage,
+                     "bootstrap: rank %d: recv from itself with tag %u but no such message was sent", rank_,
+                     tag);
 
   Deadline d = deadline();
   std::string who = peerName(peer);
@@ -851,14 +886,14 @@ Status Bootstrap::recv(int peer, uint32_t tag, void* data, size_t bytes) {
   int fd = recvConn_[peer].fd();
   for (;;) {
     RIDGE_TRY(waitFd(fd, POLLIN, d,
-                     format("bootstrap: rank %d: waiting for a message with tag %u from peer %d at %s", rank_, tag,
-                            peer, peers_[peer].toString().c_str())));
+                     format("bootstrap: rank %d: waiting for a message with tag %u from peer %d at %s", rank_,
+                            tag, peer, peers_[peer].toString().c_str())));
     MsgHeader h{};
     RIDGE_TRY(recvAll(fd, &h, sizeof h, d, who));
     if (h.magic != kMsgMagic) {
       recvConn_[peer].reset();
-      return makeError(ridgeRemoteError, "%s sent a malformed message (magic 0x%08x, expected 0x%08x)", who.c_str(),
-                       h.magic, kMsgMagic);
+      return makeError(ridgeRemoteError, "%s sent a malformed message (magic 0x%08x, expected 0x%08x)",
+                       who.c_str(), h.magic, kMsgMagic);
     }
     if (h.length > kMaxMessageBytes) {
       recvConn_[peer].reset();
@@ -868,9 +903,10 @@ Status Bootstrap::recv(int peer, uint32_t tag, void* data, size_t bytes) {
     if (h.tag == tag && h.length == bytes) return recvAll(fd, data, bytes, d, who);
     if (h.tag != tag && pendingBytes_[peer] + h.length > kMaxBufferedBytes) {
       recvConn_[peer].reset();
-      return makeError(ridgeInvalidUsage,
-                       "%s: more than %llu bytes of messages with other tags arrived while waiting for tag %u",
-                       who.c_str(), (unsigned long long)kMaxBufferedBytes, tag);
+      return makeError(
+          ridgeInvalidUsage,
+          "%s: more than %llu bytes of messages with other tags arrived while waiting for tag %u",
+          who.c_str(), (unsigned long long)kMaxBufferedBytes, tag);
     }
     std::vector<char> buf(h.length);
     RIDGE_TRY(recvAll(fd, buf.data(), buf.size(), d, who));

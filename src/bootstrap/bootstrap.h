@@ -122,8 +122,8 @@ class Bootstrap {
   Status acceptOne(const Deadline& d, const char* waitingFor);
   Status connectTo(int peer, uint32_t kind, const Deadline& d, Socket* out);
   // Sends one framed message on `fd` while receiving one from `recvFd` (either may be -1).
-  Status exchange(int sendFd, int sendPeer, uint32_t tag, const void* sendData, size_t sendBytes,
-                  int recvFd, int recvPeer, void* recvData, size_t recvBytes, const Deadline& d);
+  Status exchange(int sendFd, int sendPeer, uint32_t tag, const void* sendData, size_t sendBytes, int recvFd,
+                  int recvPeer, void* recvData, size_t recvBytes, const Deadline& d);
   Status ringAllGather(void* data, size_t bytesPerRank, uint32_t tag);
 
   int rank_ = -1;

@@ -29,8 +29,7 @@ bool SocketAddress::valid() const {
 
 uint16_t SocketAddress::port() const {
   if (storage.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(&storage)->sin_port);
-  if (storage.ss_family == AF_INET6)
-    return ntohs(reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_port);
+  if (storage.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_port);
   return 0;
 }
 
@@ -139,15 +138,16 @@ Status splitHostPort(const std::string& text, std::string* host, uint16_t* port)
       return makeError(ridgeInvalidArgument, "address '%s': missing ':port' (expected host:port)",
                        text.c_str());
     if (text.find(':') != colon)
-      return makeError(ridgeInvalidArgument,
-                       "address '%s': an IPv6 address needs brackets, e.g. [::1]:29500", text.c_str());
+      return makeError(ridgeInvalidArgument, "address '%s': an IPv6 address needs brackets, e.g. [::1]:29500",
+                       text.c_str());
     h = text.substr(0, colon);
     p = text.substr(colon + 1);
   }
   if (h.empty()) return makeError(ridgeInvalidArgument, "address '%s': empty host", text.c_str());
-  if (p.empty() || p.size() > 5 || !std::all_of(p.begin(), p.end(), [](char c) { return c >= '0' && c <= '9'; }))
-    return makeError(ridgeInvalidArgument, "address '%s': port '%s' is not a number 0-65535",
-                     text.c_str(), p.c_str());
+  if (p.empty() || p.size() > 5 ||
+      !std::all_of(p.begin(), p.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return makeError(ridgeInvalidArgument, "address '%s': port '%s' is not a number 0-65535", text.c_str(),
+                     p.c_str());
   long v = std::strtol(p.c_str(), nullptr, 10);
   if (v > 65535)
     return makeError(ridgeInvalidArgument, "address '%s': port %ld is out of range 0-65535", text.c_str(), v);
@@ -211,8 +211,8 @@ std::vector<InterfaceAddress> listInterfaces() {
     if (fam != AF_INET && fam != AF_INET6) continue;
     InterfaceAddress ia;
     ia.name = i->ifa_name;
-    ia.address = SocketAddress::fromSockaddr(
-        i->ifa_addr, fam == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
+    ia.address =
+        SocketAddress::fromSockaddr(i->ifa_addr, fam == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
     if (!ia.address.valid()) continue;
     ia.address.setPort(0);
     ia.up = (i->ifa_flags & IFF_UP) != 0;
@@ -249,8 +249,7 @@ bool interfaceMatches(const std::string& specIn, const std::string& name) {
   return exclude ? !hit : hit;
 }
 
-Status selectInterface(const std::string& spec, int preferFamily, SocketAddress* out,
-                       std::string* ifName) {
+Status selectInterface(const std::string& spec, int preferFamily, SocketAddress* out, std::string* ifName) {
   std::vector<InterfaceAddress> all = listInterfaces();
   auto rankOf = [&](const InterfaceAddress& ia) {
     // Lower is better: preferred family, then the other, link-local IPv6 last.
@@ -331,7 +330,8 @@ Deadline Deadline::capped(std::chrono::milliseconds limit) const {
 }
 
 int Deadline::sliceMs() const {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(when - std::chrono::steady_clock::now()).count();
+  auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(when - std::chrono::steady_clock::now()).count();
   if (left <= 0) return 0;
   return static_cast<int>(std::min<int64_t>(left, kPollSliceMs));
 }
@@ -351,7 +351,8 @@ void Socket::reset(int fd) {
 
 Status configureSocket(int fd) {
   int flags = fcntl(fd, F_GETFL, 0);
-  if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) return systemError("bootstrap: fcntl(O_NONBLOCK)");
+  if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
+    return systemError("bootstrap: fcntl(O_NONBLOCK)");
   int fdflags = fcntl(fd, F_GETFD, 0);
   if (fdflags >= 0) fcntl(fd, F_SETFD, fdflags | FD_CLOEXEC);
   int one = 1;
@@ -399,8 +400,7 @@ Status connectWithRetry(const SocketAddress& addr, const Deadline& deadline, con
     if (deadline.aborted()) return makeError(ridgeAborted, "%s: aborted while connecting", who.c_str());
     if (deadline.expired())
       return makeError(ridgeTimeout, "%s: could not connect within %d s (%d attempts, last error: %s)",
-                       who.c_str(), deadline.timeoutSec, attempts,
-                       lastErr ? std::strerror(lastErr) : "none");
+                       who.c_str(), deadline.timeoutSec, attempts, lastErr ? std::strerror(lastErr) : "none");
     ++attempts;
     Socket s(newSocket(addr.family()));
     if (!s.valid()) return systemError(format("%s: socket()", who.c_str()).c_str());
@@ -547,7 +547,8 @@ Status sendAllv(int fd, const iovec* iovIn, int iovCount, const Deadline& deadli
   while (first < iov.size() && iov[first].iov_len == 0) ++first;
   while (first < iov.size()) {
     size_t n = 0;
-    RIDGE_TRY(sendSome(fd, iov.data() + first, static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX)), &n, who));
+    RIDGE_TRY(sendSome(fd, iov.data() + first,
+                       static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX)), &n, who));
     sent += n;
     while (n > 0 && first < iov.size()) {
       size_t take = std::min(n, iov[first].iov_len);

@@ -79,8 +79,7 @@ bool interfaceMatches(const std::string& spec, const std::string& name);
 // non-loopback interface, loopback as last resort. Among the addresses of the chosen
 // kind, those of `preferFamily` come first (AF_UNSPEC: IPv4 first), and IPv6
 // link-local addresses last. Errors: ridgeSystemError when nothing matches.
-Status selectInterface(const std::string& spec, int preferFamily, SocketAddress* out,
-                       std::string* ifName);
+Status selectInterface(const std::string& spec, int preferFamily, SocketAddress* out, std::string* ifName);
 // Same with the spec read from RIDGE_SOCKET_IFNAME.
 Status selectInterface(int preferFamily, SocketAddress* out, std::string* ifName);
 

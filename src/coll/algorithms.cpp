@@ -18,9 +18,15 @@
 namespace ridge {
 namespace {
 
-inline int mod(int a, int p) { return ((a % p) + p) % p; }
-inline const char* cbytes(const void* p) { return static_cast<const char*>(p); }
-inline char* mbytes(void* p) { return static_cast<char*>(p); }
+inline int mod(int a, int p) {
+  return ((a % p) + p) % p;
+}
+inline const char* cbytes(const void* p) {
+  return static_cast<const char*>(p);
+}
+inline char* mbytes(void* p) {
+  return static_cast<char*>(p);
+}
 
 // Balanced block boundary without overflowing count*b.
 inline size_t blockStart(size_t count, int b, int P) {
@@ -101,7 +107,8 @@ Task allPairsReduce(ridgeComm* c, CollArgs a, bool scatter) {
       int j = (r + P - k) % P;
       PeekSlot pk(c->recvFrom[j]);
       srcs[j] = co_await pk;
-      if (pk.info.bytes != n * es) co_return mismatch(c, scatter ? CollType::ReduceScatter : CollType::AllReduce, j, n * es, pk.info);
+      if (pk.info.bytes != n * es)
+        co_return mismatch(c, scatter ? CollType::ReduceScatter : CollType::AllReduce, j, n * es, pk.info);
     }
     reduceMany(mbytes(a.recv) + off * es, srcs, P, n, a.dtype, a.op, divisor);
     for (int k = 1; k < P; ++k) c->recvFrom[(r + P - k) % P]->release();
@@ -133,7 +140,8 @@ Task allPairsExchange(ridgeComm* c, CollArgs a, bool gather) {
       int j = (r + P - k) % P;
       PeekSlot pk(c->recvFrom[j]);
       const void* slot = co_await pk;
-      if (pk.info.bytes != n * es) co_return mismatch(c, gather ? CollType::AllGather : CollType::AlltoAll, j, n * es, pk.info);
+      if (pk.info.bytes != n * es)
+        co_return mismatch(c, gather ? CollType::AllGather : CollType::AlltoAll, j, n * es, pk.info);
       std::memcpy(mbytes(a.recv) + (size_t(j) * a.count + off) * es, slot, n * es);
       c->recvFrom[j]->release();
     }
@@ -166,7 +174,8 @@ Task allPairsReduceToRoot(ridgeComm* c, CollArgs a) {
   const size_t es = dataTypeSize(a.dtype);
   if (c->rank != a.root) co_return co_await sendMessage(c, a.root, cbytes(a.send), a.count * es);
   const int P = c->nranks, r = c->rank;
-  const size_t chunkElems = P == 1 ? std::max<size_t>(a.count, 1) : c->recvFrom[(r + 1) % P]->slotBytes() / es;
+  const size_t chunkElems =
+      P == 1 ? std::max<size_t>(a.count, 1) : c->recvFrom[(r + 1) % P]->slotBytes() / es;
   const void** srcs = c->scratchPtrs.data();
   for (size_t off = 0; off < a.count; off += chunkElems) {
     const size_t n = std::min(chunkElems, a.count - off);
@@ -292,7 +301,8 @@ Task ringAllGather(ridgeComm* c, CollArgs a) {
       char* dst = out + (size_t(b) * a.count + off) * es;
       PeekSlot pk(rx);
       const void* recvd = co_await pk;
-      if (pk.info.bytes != n * es) co_return mismatch(c, CollType::AllGather, (r + P - 1) % P, n * es, pk.info);
+      if (pk.info.bytes != n * es)
+        co_return mismatch(c, CollType::AllGather, (r + P - 1) % P, n * es, pk.info);
       std::memcpy(dst, recvd, n * es);
       rx->release();
       if (k < P - 1) {
@@ -376,8 +386,8 @@ Task chainReduce(ridgeComm* c, CollArgs a) {
 
 Task directBegin(ridgeComm* c, const CollArgs& a) {
   const int P = c->nranks, r = c->rank;
-  ridgeComm::DirectDescriptor mine{reinterpret_cast<uint64_t>(a.send), reinterpret_cast<uint64_t>(a.recv), a.count,
-                                   static_cast<uint32_t>(a.type), static_cast<uint32_t>(a.root)};
+  ridgeComm::DirectDescriptor mine{reinterpret_cast<uint64_t>(a.send), reinterpret_cast<uint64_t>(a.recv),
+                                   a.count, static_cast<uint32_t>(a.type), static_cast<uint32_t>(a.root)};
   for (int k = 1; k < P; ++k) {
     int j = (r + k) % P;
     void* slot = co_await AcquireSlot(c->sendTo[j]);
@@ -393,10 +403,11 @@ Task directBegin(ridgeComm* c, const CollArgs& a) {
     c->recvFrom[j]->release();
     const auto& d = c->peerDesc[j];
     if (d.count != mine.count || d.type != mine.type || d.root != mine.root)
-      co_return makeError(ridgeInvalidUsage,
-                          "rank %d: %s: rank %d called %s with count %llu root %u, this rank with count %zu root %d",
-                          r, collTypeName(a.type), j, collTypeName(static_cast<CollType>(d.type)),
-                          static_cast<unsigned long long>(d.count), d.root, a.count, a.root);
+      co_return makeError(
+          ridgeInvalidUsage,
+          "rank %d: %s: rank %d called %s with count %llu root %u, this rank with count %zu root %d", r,
+          collTypeName(a.type), j, collTypeName(static_cast<CollType>(d.type)),
+          static_cast<unsigned long long>(d.count), d.root, a.count, a.root);
   }
   co_return Status::ok();
 }
@@ -516,13 +527,10 @@ Task runCollective(ridgeComm* c, CollArgs a) {
     switch (a.type) {
       case CollType::AllReduce:
       case CollType::ReduceScatter:
-      case CollType::Reduce:
-        co_return co_await directReduce(c, a);
+      case CollType::Reduce: co_return co_await directReduce(c, a);
       case CollType::AllGather:
-      case CollType::Broadcast:
-        co_return co_await directCopy(c, a);
-      default:
-        break;
+      case CollType::Broadcast: co_return co_await directCopy(c, a);
+      default: break;
     }
   }
   switch (a.type) {
@@ -535,16 +543,14 @@ Task runCollective(ridgeComm* c, CollArgs a) {
     case CollType::AllGather:
       if (ring) co_return co_await ringAllGather(c, a);
       co_return co_await allPairsExchange(c, a, true);
-    case CollType::AlltoAll:
-      co_return co_await allPairsExchange(c, a, false);
+    case CollType::AlltoAll: co_return co_await allPairsExchange(c, a, false);
     case CollType::Broadcast:
       if (ring) co_return co_await chainBroadcast(c, a);
       co_return co_await allPairsBroadcast(c, a);
     case CollType::Reduce:
       if (ring) co_return co_await chainReduce(c, a);
       co_return co_await allPairsReduceToRoot(c, a);
-    default:
-      break;
+    default: break;
   }
   co_return makeError(ridgeInternalError, "unknown collective type %d", static_cast<int>(a.type));
 }

@@ -99,7 +99,8 @@ Status initComm(ridgeComm* c, const ridgeUniqueId& id) {
   }
   for (int peer = 0; peer < c->nranks; ++peer) {
     if (peer != c->rank && (!c->sendTo[peer] || !c->recvFrom[peer]))
-      return makeError(ridgeInternalError, "rank %d: no connector to rank %d after transport setup", c->rank, peer);
+      return makeError(ridgeInternalError, "rank %d: no connector to rank %d after transport setup", c->rank,
+                       peer);
   }
   c->scratchPtrs.assign(c->nranks, nullptr);
   c->peerMemory.assign(c->nranks, nullptr);

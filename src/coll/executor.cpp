@@ -50,7 +50,7 @@ void* allocateFrame(size_t bytes) {
       tFrames.lists[cls] = f->next;
       return f;
     }
-    return ::operator new(cls * kFrameClass);
+    return ::operator new(cls* kFrameClass);
   }
   return ::operator new(bytes);
 }
@@ -139,7 +139,8 @@ Status Executor::checkIdle(int64_t idleNs, bool* slept) {
   }
   Transport* t = comms_.front()->waitTransport;
   int64_t slice = std::min<int64_t>(100000000, timeoutNs - idleNs + 1000000);
-  t->waitForActivity(slice, [](void* self) { return !static_cast<Executor*>(self)->anyReady(); }, this);
+  t->waitForActivity(
+      slice, [](void* self) { return !static_cast<Executor*>(self)->anyReady(); }, this);
   *slept = true;
   // A peer may post its last data and exit at once, or finish everything it had with us
   // and leave: only a peer that a blocked strand still waits for is checked.

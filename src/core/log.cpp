@@ -29,7 +29,9 @@ LogLevel logLevel() {
 }
 
 static std::atomic<int> gLogRank{-1};
-void setLogRank(int rank) { gLogRank.store(rank, std::memory_order_relaxed); }
+void setLogRank(int rank) {
+  gLogRank.store(rank, std::memory_order_relaxed);
+}
 
 void logLine(LogLevel level, const char* fmt, ...) {
   if (logLevel() < level) return;

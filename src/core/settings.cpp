@@ -17,7 +17,9 @@ const std::vector<SettingInfo>& allSettings() {
   return list;
 }
 
-const SettingInfo& settingInfo(Setting s) { return allSettings()[static_cast<size_t>(s)]; }
+const SettingInfo& settingInfo(Setting s) {
+  return allSettings()[static_cast<size_t>(s)];
+}
 
 static const char* rawValue(Setting s) {
   std::string env = std::string("RIDGE_") + settingInfo(s).name;
@@ -25,7 +27,9 @@ static const char* rawValue(Setting s) {
   return (v && *v) ? v : nullptr;
 }
 
-bool settingIsSet(Setting s) { return rawValue(s) != nullptr; }
+bool settingIsSet(Setting s) {
+  return rawValue(s) != nullptr;
+}
 
 std::string settingString(Setting s) {
   const char* v = rawValue(s);
@@ -41,9 +45,12 @@ bool parseSize(const std::string& text, int64_t* out) {
   int64_t mult = 1;
   if (*end) {
     switch (*end) {
-      case 'k': case 'K': mult = 1LL << 10; break;
-      case 'm': case 'M': mult = 1LL << 20; break;
-      case 'g': case 'G': mult = 1LL << 30; break;
+      case 'k':
+      case 'K': mult = 1LL << 10; break;
+      case 'm':
+      case 'M': mult = 1LL << 20; break;
+      case 'g':
+      case 'G': mult = 1LL << 30; break;
       default: return false;
     }
     ++end;
@@ -74,13 +81,17 @@ static int64_t parseOrDefault(Setting s, bool size) {
     long long x = std::strtoll(v, &end, 10);
     if (!errno && end != v && *end == 0) return x;
   }
-  RIDGE_WARN("RIDGE_%s=%s is not a valid %s; using the default %s", info.name, v,
-             size ? "size" : "integer", info.defaultValue);
+  RIDGE_WARN("RIDGE_%s=%s is not a valid %s; using the default %s", info.name, v, size ? "size" : "integer",
+             info.defaultValue);
   return def;
 }
 
-int64_t settingInt(Setting s) { return parseOrDefault(s, false); }
-int64_t settingSize(Setting s) { return parseOrDefault(s, true); }
+int64_t settingInt(Setting s) {
+  return parseOrDefault(s, false);
+}
+int64_t settingSize(Setting s) {
+  return parseOrDefault(s, true);
+}
 
 void logSettings() {
   if (logLevel() < LogLevel::Info) return;

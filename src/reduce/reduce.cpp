@@ -20,8 +20,7 @@
 namespace ridge {
 namespace reduce_detail {
 
-using KernelFn = void (*)(void* dst, const void* const* srcs, int nsrcs, size_t count,
-                          int finalDivisor);
+using KernelFn = void (*)(void* dst, const void* const* srcs, int nsrcs, size_t count, int finalDivisor);
 constexpr int kNumKernelOps = 5;  // sum, prod, max, min, avg-with-division
 
 struct KernelTable {
@@ -52,8 +51,7 @@ namespace {
 bool cpuHasAvx2() {
 #if defined(RIDGE_REDUCE_HAVE_AVX2_BUILD)
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
-         __builtin_cpu_supports("fma");
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
 #else
   return false;
 #endif
@@ -107,21 +105,16 @@ using namespace reduce_detail;
 size_t dataTypeSize(ridgeDataType_t t) {
   switch (t) {
     case ridgeInt8:
-    case ridgeUint8:
-      return 1;
+    case ridgeUint8: return 1;
     case ridgeFloat16:
-    case ridgeBfloat16:
-      return 2;
+    case ridgeBfloat16: return 2;
     case ridgeInt32:
     case ridgeUint32:
-    case ridgeFloat32:
-      return 4;
+    case ridgeFloat32: return 4;
     case ridgeInt64:
     case ridgeUint64:
-    case ridgeFloat64:
-      return 8;
-    default:
-      return 0;
+    case ridgeFloat64: return 8;
+    default: return 0;
   }
 }
 
@@ -135,9 +128,9 @@ struct TypeAlias {
   ridgeDataType_t type;
 };
 const TypeAlias kTypeAliases[] = {
-    {"char", ridgeInt8},       {"int", ridgeInt32},         {"float16", ridgeFloat16},
-    {"fp16", ridgeFloat16},    {"float32", ridgeFloat32},   {"fp32", ridgeFloat32},
-    {"float64", ridgeFloat64}, {"fp64", ridgeFloat64},      {"bf16", ridgeBfloat16},
+    {"char", ridgeInt8},       {"int", ridgeInt32},       {"float16", ridgeFloat16},
+    {"fp16", ridgeFloat16},    {"float32", ridgeFloat32}, {"fp32", ridgeFloat32},
+    {"float64", ridgeFloat64}, {"fp64", ridgeFloat64},    {"bf16", ridgeBfloat16},
 };
 }  // namespace
 
@@ -183,32 +176,26 @@ namespace {
 // Maps (op, divisor) to the kernel column; -1 for an invalid op.
 inline int kernelColumn(ridgeRedOp_t op, int finalDivisor) {
   switch (op) {
-    case ridgeSum:
-      return 0;
-    case ridgeProd:
-      return 1;
-    case ridgeMax:
-      return 2;
-    case ridgeMin:
-      return 3;
-    case ridgeAvg:
-      return finalDivisor > 0 ? 4 : 0;
-    default:
-      return -1;
+    case ridgeSum: return 0;
+    case ridgeProd: return 1;
+    case ridgeMax: return 2;
+    case ridgeMin: return 3;
+    case ridgeAvg: return finalDivisor > 0 ? 4 : 0;
+    default: return -1;
   }
 }
 }  // namespace
 
-void reduceMany(void* dst, const void* const* srcs, int nsrcs, size_t count,
-                ridgeDataType_t type, ridgeRedOp_t op, int finalDivisor) {
+void reduceMany(void* dst, const void* const* srcs, int nsrcs, size_t count, ridgeDataType_t type,
+                ridgeRedOp_t op, int finalDivisor) {
   const int t = static_cast<int>(type);
   const int col = kernelColumn(op, finalDivisor);
   if (count == 0 || nsrcs < 1 || t < 0 || t >= ridgeNumTypes || col < 0) return;
   table()->fn[t][col](dst, srcs, nsrcs, count, finalDivisor);
 }
 
-void reduce2(void* dst, const void* a, const void* b, size_t count, ridgeDataType_t type,
-             ridgeRedOp_t op, int finalDivisor) {
+void reduce2(void* dst, const void* a, const void* b, size_t count, ridgeDataType_t type, ridgeRedOp_t op,
+             int finalDivisor) {
   const void* srcs[2] = {a, b};
   reduceMany(dst, srcs, 2, count, type, op, finalDivisor);
 }
@@ -249,7 +236,9 @@ uint16_t floatToHalf(float f) {
   return static_cast<uint16_t>(r | sign);
 }
 
-float bf16ToFloat(uint16_t b) { return bitsFloat(static_cast<uint32_t>(b) << 16); }
+float bf16ToFloat(uint16_t b) {
+  return bitsFloat(static_cast<uint32_t>(b) << 16);
+}
 
 uint16_t floatToBf16(float f) {
   const uint32_t x = floatBits(f);
@@ -257,10 +246,18 @@ uint16_t floatToBf16(float f) {
   return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
-void halfToFloatN(float* out, const uint16_t* in, size_t n) { table()->halfToFloatN(out, in, n); }
-void floatToHalfN(uint16_t* out, const float* in, size_t n) { table()->floatToHalfN(out, in, n); }
-void bf16ToFloatN(float* out, const uint16_t* in, size_t n) { table()->bf16ToFloatN(out, in, n); }
-void floatToBf16N(uint16_t* out, const float* in, size_t n) { table()->floatToBf16N(out, in, n); }
+void halfToFloatN(float* out, const uint16_t* in, size_t n) {
+  table()->halfToFloatN(out, in, n);
+}
+void floatToHalfN(uint16_t* out, const float* in, size_t n) {
+  table()->floatToHalfN(out, in, n);
+}
+void bf16ToFloatN(float* out, const uint16_t* in, size_t n) {
+  table()->bf16ToFloatN(out, in, n);
+}
+void floatToBf16N(uint16_t* out, const float* in, size_t n) {
+  table()->floatToBf16N(out, in, n);
+}
 
 // ---- Implementation selection ---------------------------------------------------------
 
@@ -271,7 +268,9 @@ const char* reduceImplName() {
   return "generic";
 }
 
-bool reduceHasSimdImpl() { return cpuHasAvx2(); }
+bool reduceHasSimdImpl() {
+  return cpuHasAvx2();
+}
 
 void reduceForceScalarForTesting(bool force) {
   gTable.store(force ? &generic::kTable : bestTable(), std::memory_order_release);

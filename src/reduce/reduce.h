@@ -48,11 +48,11 @@ bool parseDataType(const char* name, ridgeDataType_t* out);
 bool parseRedOp(const char* name, ridgeRedOp_t* out);
 
 // dst[i] = op(srcs[0][i], ..., srcs[nsrcs-1][i]) for i < count; see above.
-void reduceMany(void* dst, const void* const* srcs, int nsrcs, size_t count,
-                ridgeDataType_t type, ridgeRedOp_t op, int finalDivisor);
+void reduceMany(void* dst, const void* const* srcs, int nsrcs, size_t count, ridgeDataType_t type,
+                ridgeRedOp_t op, int finalDivisor);
 // The same with two sources; the hot case.
-void reduce2(void* dst, const void* a, const void* b, size_t count, ridgeDataType_t type,
-             ridgeRedOp_t op, int finalDivisor);
+void reduce2(void* dst, const void* a, const void* b, size_t count, ridgeDataType_t type, ridgeRedOp_t op,
+             int finalDivisor);
 
 // Scalar conversions: round to nearest even, overflow goes to infinity, NaN stays NaN
 // (signalling NaNs come back quiet, sign and top payload bits kept, the same as F16C).

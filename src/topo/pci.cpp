@@ -19,12 +19,13 @@ bool isGpuClass(uint16_t classId, uint16_t vendor) {
     case 0x80ee:  // VirtualBox
     case 0x1414:  // Hyper-V synthetic video
       return false;
-    default:
-      return true;
+    default: return true;
   }
 }
 
-bool isNicClass(uint16_t classId) { return (classId >> 8) == 0x02; }
+bool isNicClass(uint16_t classId) {
+  return (classId >> 8) == 0x02;
+}
 
 const char* pciVendorShortName(uint16_t vendor) {
   switch (vendor) {
@@ -111,8 +112,7 @@ std::string describePciDevice(const std::string& busId, uint16_t vendor, uint16_
 }
 
 bool isDrmDeviceName(const std::string& name) {
-  return name.rfind("card", 0) == 0 || name.rfind("renderD", 0) == 0 ||
-         name.rfind("controlD", 0) == 0;
+  return name.rfind("card", 0) == 0 || name.rfind("renderD", 0) == 0 || name.rfind("controlD", 0) == 0;
 }
 
 }  // namespace ridge::topo

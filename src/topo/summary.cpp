@@ -90,8 +90,10 @@ std::vector<int> parseCpuList(const std::string& text) {
       p = end;
     }
     for (long c = a; c <= b && c - a < (1 << 20); ++c) cpus.push_back(static_cast<int>(c));
-    if (*p == ',') ++p;
-    else break;
+    if (*p == ',')
+      ++p;
+    else
+      break;
   }
   return cpus;
 }
@@ -134,9 +136,9 @@ void sysfsPciDevices(HostSummary* out) {
       }
     }
     SysfsPciLink link = sysfsPciLink(busId);
-    std::string line = topo::describePciDevice(busId, static_cast<uint16_t>(vendor),
-                                               static_cast<uint16_t>(device), "", "", names,
-                                               topo::pcieLinkText(link.width, link.gts));
+    std::string line =
+        topo::describePciDevice(busId, static_cast<uint16_t>(vendor), static_cast<uint16_t>(device), "", "",
+                                names, topo::pcieLinkText(link.width, link.gts));
     if (gpu) {
       ++out->gpus;
       out->gpuNames.push_back(std::move(line));
@@ -175,8 +177,7 @@ Status sysfsSummary(HostSummary* out) {
   if (pus == 0) return makeError(ridgeSystemError, "sysfs: found no usable CPU");
   int numa = 0;
   for (const std::string& n : listDir("/sys/devices/system/node")) {
-    if (n.rfind("node", 0) == 0 && n.size() > 4 && std::isdigit(static_cast<unsigned char>(n[4])))
-      ++numa;
+    if (n.rfind("node", 0) == 0 && n.size() > 4 && std::isdigit(static_cast<unsigned char>(n[4]))) ++numa;
   }
   out->packages = static_cast<int>(packages.size());
   out->cores = static_cast<int>(cores.size());
@@ -215,16 +216,18 @@ void fromHwloc(hwloc_topology_t t, bool live, HostSummary* out) {
     bool nic = topo::isNicClass(pci.class_id);
     if (!gpu && !nic) continue;
     char busId[32];
-    std::snprintf(busId, sizeof busId, "%04x:%02x:%02x.%01x", static_cast<unsigned>(pci.domain),
-                  pci.bus, pci.dev, pci.func);
+    std::snprintf(busId, sizeof busId, "%04x:%02x:%02x.%01x", static_cast<unsigned>(pci.domain), pci.bus,
+                  pci.dev, pci.func);
     // OS devices (cuda0, mlx5_0, ib0, eth0, card0 ...). Their type enum changed between
     // hwloc 2 and 3, so names are judged by themselves: for GPUs, DRM nodes only when
     // nothing better is there.
     std::vector<std::string> names, drm;
     for (hwloc_obj_t c = o->io_first_child; c; c = c->next_sibling) {
       if (c->type != HWLOC_OBJ_OS_DEVICE || !c->name) continue;
-      if (gpu && topo::isDrmDeviceName(c->name)) drm.emplace_back(c->name);
-      else names.emplace_back(c->name);
+      if (gpu && topo::isDrmDeviceName(c->name))
+        drm.emplace_back(c->name);
+      else
+        names.emplace_back(c->name);
     }
     if (names.empty()) names = std::move(drm);
     const char* vendorName = hwloc_obj_get_info_by_name(o, "PCIVendor");
@@ -235,9 +238,9 @@ void fromHwloc(hwloc_topology_t t, bool live, HostSummary* out) {
       link = topo::pcieLinkText(l.width, l.gts);
     }
     if (link.empty()) link = topo::pcieLinkTextFromGBs(pci.linkspeed);
-    std::string line = topo::describePciDevice(busId, pci.vendor_id, pci.device_id,
-                                               vendorName ? vendorName : "",
-                                               deviceName ? deviceName : "", names, link);
+    std::string line =
+        topo::describePciDevice(busId, pci.vendor_id, pci.device_id, vendorName ? vendorName : "",
+                                deviceName ? deviceName : "", names, link);
     if (gpu) {
       ++out->gpus;
       out->gpuNames.push_back(std::move(line));
@@ -286,11 +289,16 @@ bool downgradeHwloc3Xml(std::string* xml) {
     // 32 OpenFabrics, 64 DMA. hwloc 2 values: 0 block, 1 GPU, 2 network, 3 OpenFabrics,
     // 4 DMA, 5 coprocessor.
     int v2 = 0;
-    if (mask & 32) v2 = 3;
-    else if (mask & 16) v2 = 2;
-    else if (mask & 8) v2 = 5;
-    else if (mask & 4) v2 = 1;
-    else if (mask & 64) v2 = 4;
+    if (mask & 32)
+      v2 = 3;
+    else if (mask & 16)
+      v2 = 2;
+    else if (mask & 8)
+      v2 = 5;
+    else if (mask & 4)
+      v2 = 1;
+    else if (mask & 64)
+      v2 = 4;
     xml->replace(p, e - p, std::to_string(v2));
   }
   return true;
@@ -309,8 +317,7 @@ Status hwlocXml(const std::string& path, std::string xml, HostSummary* out) {
   if (hwloc_topology_set_xmlbuffer(topo.t, xml.data(), static_cast<int>(xml.size() + 1)) != 0)
     return makeError(ridgeInvalidArgument, "hwloc cannot read %s as hwloc XML", path.c_str());
   if (hwloc_topology_load(topo.t) != 0)
-    return makeError(ridgeInvalidArgument, "hwloc failed to load %s: %s", path.c_str(),
-                     std::strerror(errno));
+    return makeError(ridgeInvalidArgument, "hwloc failed to load %s: %s", path.c_str(), std::strerror(errno));
   fromHwloc(topo.t, false, out);
   const char* host = rootInfo(topo.t, "HostName");
   out->hostname = host ? host : "";
@@ -361,8 +368,10 @@ struct NcclWalk {
 
   void visit(const XmlElement& e, bool underNicPci) {
     if (e.name == "cpu") {
-      if (const std::string* id = e.attribute("numaid")) numaIds.insert(*id);
-      else ++cpusWithoutId;
+      if (const std::string* id = e.attribute("numaid"))
+        numaIds.insert(*id);
+      else
+        ++cpusWithoutId;
       if (const std::string* a = e.attribute("affinity")) orAffinity(*a, &affinity);
     } else if (e.name == "pci") {
       // class is 24 bits (0x030200): base class, subclass, programming interface.
@@ -375,8 +384,8 @@ struct NcclWalk {
         const std::string* busId = e.attribute("busid");
         const std::string* speed = e.attribute("link_speed");
         const std::string* width = e.attribute("link_width");
-        std::string link = topo::pcieLinkText(width ? std::atoi(width->c_str()) : 0,
-                                              speed ? topo::parseGts(*speed) : 0);
+        std::string link =
+            topo::pcieLinkText(width ? std::atoi(width->c_str()) : 0, speed ? topo::parseGts(*speed) : 0);
         std::vector<std::string> names;
         if (nic) collectNetNames(e, &names);
         if (gpu) {
@@ -385,8 +394,7 @@ struct NcclWalk {
               names.push_back("gpu" + *dev);
           }
         }
-        std::string line = topo::describePciDevice(busId ? *busId : "?", vendor, device, "",
-                                                   "", names, link);
+        std::string line = topo::describePciDevice(busId ? *busId : "?", vendor, device, "", "", names, link);
         if (gpu) {
           ++out->gpus;
           out->gpuNames.push_back(std::move(line));
@@ -428,8 +436,7 @@ Status ncclTopoXml(const std::string& path, const XmlElement& root, HostSummary*
   out->packages = -1;  // NCCL files describe NUMA nodes, not sockets or cores
   out->cores = -1;
   if (out->numaNodes == 0)
-    return makeError(ridgeInvalidArgument, "%s: NCCL topology file with no <cpu> element",
-                     path.c_str());
+    return makeError(ridgeInvalidArgument, "%s: NCCL topology file with no <cpu> element", path.c_str());
   out->source = "NCCL topology XML " + path;
   return Status::ok();
 }
@@ -508,8 +515,7 @@ Status summarizeHwlocXml(const std::string& path, HostSummary* out) {
       RIDGE_TRY(hwlocXml(path, std::move(text), out));
       break;
 #else
-      return makeError(ridgeInvalidUsage,
-                       "%s is an hwloc XML file, but this Ridge was built without hwloc",
+      return makeError(ridgeInvalidUsage, "%s is an hwloc XML file, but this Ridge was built without hwloc",
                        path.c_str());
 #endif
     }
@@ -544,11 +550,11 @@ std::string countText(int n, const char* one, const char* many) {
 }  // namespace
 
 std::string formatSummary(const HostSummary& s) {
-  std::string text = "host " + (s.hostname.empty() ? std::string("(unnamed)") : s.hostname) +
-                     ": " + countText(s.packages, "package", "packages") + ", " +
+  std::string text = "host " + (s.hostname.empty() ? std::string("(unnamed)") : s.hostname) + ": " +
+                     countText(s.packages, "package", "packages") + ", " +
                      countText(s.numaNodes, "NUMA node", "NUMA nodes") + ", " +
-                     countText(s.cores, "core", "cores") + ", " + countText(s.pus, "PU", "PUs") +
-                     ", " + countText(s.gpus, "GPU", "GPUs") + ", " + countText(s.nics, "NIC", "NICs");
+                     countText(s.cores, "core", "cores") + ", " + countText(s.pus, "PU", "PUs") + ", " +
+                     countText(s.gpus, "GPU", "GPUs") + ", " + countText(s.nics, "NIC", "NICs");
   for (const auto& g : s.gpuNames) text += "\n  GPU " + g;
   for (const auto& n : s.nicNames) text += "\n  NIC " + n;
   text += format("\nsource: %s; discovered in %.1f ms", s.source.c_str(), s.discoveryMs);
@@ -557,7 +563,9 @@ std::string formatSummary(const HostSummary& s) {
 
 namespace {
 
-std::string compactCount(int n) { return n < 0 ? std::string("?") : std::to_string(n); }
+std::string compactCount(int n) {
+  return n < 0 ? std::string("?") : std::to_string(n);
+}
 
 }  // namespace
 

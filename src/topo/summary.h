@@ -30,11 +30,11 @@ namespace ridge {
 struct HostSummary {
   std::string hostname;  ///< Empty when the source does not say (most files).
   int packages = 0;      ///< Processor packages (sockets).
-  int numaNodes = 0;     ///< NUMA nodes that hold memory (GPU-memory nodes included when the file lists them).
-  int cores = 0;         ///< Physical cores.
-  int pus = 0;           ///< Processing units (hardware threads) that this process may use.
-  int gpus = 0;          ///< PCI display-class (0x03xx) compute devices; board-management VGA excluded.
-  int nics = 0;          ///< PCI network-class (0x02xx) functions (each port function counts).
+  int numaNodes = 0;  ///< NUMA nodes that hold memory (GPU-memory nodes included when the file lists them).
+  int cores = 0;      ///< Physical cores.
+  int pus = 0;        ///< Processing units (hardware threads) that this process may use.
+  int gpus = 0;       ///< PCI display-class (0x03xx) compute devices; board-management VGA excluded.
+  int nics = 0;       ///< PCI network-class (0x02xx) functions (each port function counts).
   /// One line per GPU/NIC: "<busid> <vendor> <device> [<os names>] (PCIe ...)", e.g.
   /// "0000:3b:00.0 NVIDIA 20b0 [cuda0] (PCIe x16 Gen4)". Parts the source lacks are left out.
   std::vector<std::string> gpuNames, nicNames;

@@ -38,8 +38,7 @@ class Parser {
   static constexpr int kMaxDepth = 256;
 
   Status error(const char* msg) const {
-    return makeError(ridgeInvalidArgument, "%s: malformed XML at line %d: %s", what_.c_str(),
-                     line(), msg);
+    return makeError(ridgeInvalidArgument, "%s: malformed XML at line %d: %s", what_.c_str(), line(), msg);
   }
   // Line of pos_; counts incrementally because pos_ only moves forward.
   int line() const {
@@ -58,8 +57,7 @@ class Parser {
     return true;
   }
   void skipSpace() {
-    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' ||
-                                s_[pos_] == '\r'))
+    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r'))
       ++pos_;
   }
   // Whitespace, comments, processing instructions and <!DOCTYPE ...> between elements.
@@ -91,8 +89,8 @@ class Parser {
     return false;
   }
   static bool isNameChar(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '-' || c == '.' || c == ':';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-' || c == '.' || c == ':';
   }
   std::string readName() {
     size_t b = pos_;
@@ -130,11 +128,16 @@ class Parser {
         continue;
       }
       std::string ent = raw.substr(i + 1, semi - i - 1);
-      if (ent == "amp") out.push_back('&');
-      else if (ent == "lt") out.push_back('<');
-      else if (ent == "gt") out.push_back('>');
-      else if (ent == "quot") out.push_back('"');
-      else if (ent == "apos") out.push_back('\'');
+      if (ent == "amp")
+        out.push_back('&');
+      else if (ent == "lt")
+        out.push_back('<');
+      else if (ent == "gt")
+        out.push_back('>');
+      else if (ent == "quot")
+        out.push_back('"');
+      else if (ent == "apos")
+        out.push_back('\'');
       else if (!ent.empty() && ent[0] == '#') {
         bool hex = ent.size() > 1 && (ent[1] == 'x' || ent[1] == 'X');
         appendUtf8(&out, std::strtoul(ent.c_str() + (hex ? 2 : 1), nullptr, hex ? 16 : 10));
@@ -189,8 +192,7 @@ class Parser {
       if (startsWith("</")) {
         pos_ += 2;
         std::string closing = readName();
-        if (closing != el->name)
-          return error(("</" + closing + "> closes <" + el->name + ">").c_str());
+        if (closing != el->name) return error(("</" + closing + "> closes <" + el->name + ">").c_str());
         skipSpace();
         if (pos_ >= s_.size() || s_[pos_] != '>') return error("bad closing tag");
         ++pos_;

@@ -55,82 +55,173 @@ std::vector<BadCall> buildTable() {
   const std::vector<std::string> kComm = {"comm"};
 
   // ---- Null communicator --------------------------------------------------------------
-  add("NullComm_AllReduce", IA, kComm, [](const Ctx& c) { return ridgeAllReduce(c.sb, c.rb, 8, kF32, kSum, nullptr, nullptr); }, 1, false);
-  add("NullComm_Broadcast", IA, kComm, [](const Ctx& c) { return ridgeBroadcast(c.sb, c.rb, 8, kF32, 0, nullptr, nullptr); }, 1, false);
-  add("NullComm_Reduce", IA, kComm, [](const Ctx& c) { return ridgeReduce(c.sb, c.rb, 8, kF32, kSum, 0, nullptr, nullptr); }, 1, false);
-  add("NullComm_AllGather", IA, kComm, [](const Ctx& c) { return ridgeAllGather(c.sb, c.rb, 8, kF32, nullptr, nullptr); }, 1, false);
-  add("NullComm_ReduceScatter", IA, kComm, [](const Ctx& c) { return ridgeReduceScatter(c.sb, c.rb, 8, kF32, kSum, nullptr, nullptr); }, 1, false);
-  add("NullComm_AlltoAll", IA, kComm, [](const Ctx& c) { return ridgeAlltoAll(c.sb, c.rb, 8, kF32, nullptr, nullptr); }, 1, false);
-  add("NullComm_Send", IA, kComm, [](const Ctx& c) { return ridgeSend(c.sb, 8, kF32, 0, nullptr, nullptr); }, 1, false);
-  add("NullComm_Recv", IA, kComm, [](const Ctx& c) { return ridgeRecv(c.rb, 8, kF32, 0, nullptr, nullptr); }, 1, false);
-  add("NullComm_CommCount", IA, kComm, [](const Ctx&) { int v; return ridgeCommCount(nullptr, &v); }, 1, false);
-  add("NullComm_CommUserRank", IA, kComm, [](const Ctx&) { int v; return ridgeCommUserRank(nullptr, &v); }, 1, false);
-  add("NullComm_CommCuDevice", IA, kComm, [](const Ctx&) { int v; return ridgeCommCuDevice(nullptr, &v); }, 1, false);
-  add("NullComm_CommGetAsyncError", IA, kComm, [](const Ctx&) { ridgeResult_t v; return ridgeCommGetAsyncError(nullptr, &v); }, 1, false);
-  add("NullComm_CommFinalize", IA, kComm, [](const Ctx&) { return ridgeCommFinalize(nullptr); }, 1, false);
-  add("NullComm_CommDestroy", IA, kComm, [](const Ctx&) { return ridgeCommDestroy(nullptr); }, 1, false);
-  add("NullComm_CommAbort", IA, kComm, [](const Ctx&) { return ridgeCommAbort(nullptr); }, 1, false);
+  add(
+      "NullComm_AllReduce", IA, kComm,
+      [](const Ctx& c) { return ridgeAllReduce(c.sb, c.rb, 8, kF32, kSum, nullptr, nullptr); }, 1, false);
+  add(
+      "NullComm_Broadcast", IA, kComm,
+      [](const Ctx& c) { return ridgeBroadcast(c.sb, c.rb, 8, kF32, 0, nullptr, nullptr); }, 1, false);
+  add(
+      "NullComm_Reduce", IA, kComm,
+      [](const Ctx& c) { return ridgeReduce(c.sb, c.rb, 8, kF32, kSum, 0, nullptr, nullptr); }, 1, false);
+  add(
+      "NullComm_AllGather", IA, kComm,
+      [](const Ctx& c) { return ridgeAllGather(c.sb, c.rb, 8, kF32, nullptr, nullptr); }, 1, false);
+  add(
+      "NullComm_ReduceScatter", IA, kComm,
+      [](const Ctx& c) { return ridgeReduceScatter(c.sb, c.rb, 8, kF32, kSum, nullptr, nullptr); }, 1, false);
+  add(
+      "NullComm_AlltoAll", IA, kComm,
+      [](const Ctx& c) { return ridgeAlltoAll(c.sb, c.rb, 8, kF32, nullptr, nullptr); }, 1, false);
+  add(
+      "NullComm_Send", IA, kComm, [](const Ctx& c) { return ridgeSend(c.sb, 8, kF32, 0, nullptr, nullptr); },
+      1, false);
+  add(
+      "NullComm_Recv", IA, kComm, [](const Ctx& c) { return ridgeRecv(c.rb, 8, kF32, 0, nullptr, nullptr); },
+      1, false);
+  add(
+      "NullComm_CommCount", IA, kComm,
+      [](const Ctx&) {
+        int v;
+        return ridgeCommCount(nullptr, &v);
+      },
+      1, false);
+  add(
+      "NullComm_CommUserRank", IA, kComm,
+      [](const Ctx&) {
+        int v;
+        return ridgeCommUserRank(nullptr, &v);
+      },
+      1, false);
+  add(
+      "NullComm_CommCuDevice", IA, kComm,
+      [](const Ctx&) {
+        int v;
+        return ridgeCommCuDevice(nullptr, &v);
+      },
+      1, false);
+  add(
+      "NullComm_CommGetAsyncError", IA, kComm,
+      [](const Ctx&) {
+        ridgeResult_t v;
+        return ridgeCommGetAsyncError(nullptr, &v);
+      },
+      1, false);
+  add(
+      "NullComm_CommFinalize", IA, kComm, [](const Ctx&) { return ridgeCommFinalize(nullptr); }, 1, false);
+  add(
+      "NullComm_CommDestroy", IA, kComm, [](const Ctx&) { return ridgeCommDestroy(nullptr); }, 1, false);
+  add(
+      "NullComm_CommAbort", IA, kComm, [](const Ctx&) { return ridgeCommAbort(nullptr); }, 1, false);
 
   // ---- Null output pointers of init and queries ------------------------------------------
-  add("NullOut_GetVersion", IA, {"version"}, [](const Ctx&) { return ridgeGetVersion(nullptr); }, 1, false);
-  add("NullOut_GetUniqueId", IA, {"uniqueid", "id"}, [](const Ctx&) { return ridgeGetUniqueId(nullptr); }, 1, false);
-  add("NullOut_CommInitRank", IA, kComm, [](const Ctx& c) { return ridgeCommInitRank(nullptr, 1, *c.freshId, 0); }, 1, false);
-  add("NullOut_CommInitRankConfig", IA, kComm, [](const Ctx& c) {
-    ridgeConfig_t cfg = RIDGE_CONFIG_INITIALIZER;
-    return ridgeCommInitRankConfig(nullptr, 1, *c.freshId, 0, &cfg);
-  }, 1, false);
-  add("NullOut_CommInitFromEnv", IA, kComm, [](const Ctx&) { return ridgeCommInitFromEnv(nullptr); }, 1, false);
+  add(
+      "NullOut_GetVersion", IA, {"version"}, [](const Ctx&) { return ridgeGetVersion(nullptr); }, 1, false);
+  add(
+      "NullOut_GetUniqueId", IA, {"uniqueid", "id"}, [](const Ctx&) { return ridgeGetUniqueId(nullptr); }, 1,
+      false);
+  add(
+      "NullOut_CommInitRank", IA, kComm,
+      [](const Ctx& c) { return ridgeCommInitRank(nullptr, 1, *c.freshId, 0); }, 1, false);
+  add(
+      "NullOut_CommInitRankConfig", IA, kComm,
+      [](const Ctx& c) {
+        ridgeConfig_t cfg = RIDGE_CONFIG_INITIALIZER;
+        return ridgeCommInitRankConfig(nullptr, 1, *c.freshId, 0, &cfg);
+      },
+      1, false);
+  add(
+      "NullOut_CommInitFromEnv", IA, kComm, [](const Ctx&) { return ridgeCommInitFromEnv(nullptr); }, 1,
+      false);
   add("NullOut_CommCount", IA, {"count"}, [](const Ctx& c) { return ridgeCommCount(c.comm, nullptr); });
   add("NullOut_CommUserRank", IA, {"rank"}, [](const Ctx& c) { return ridgeCommUserRank(c.comm, nullptr); });
-  add("NullOut_CommCuDevice", IA, {"device"}, [](const Ctx& c) { return ridgeCommCuDevice(c.comm, nullptr); });
-  add("NullOut_CommGetAsyncError", IA, {"asyncerror", "async"}, [](const Ctx& c) { return ridgeCommGetAsyncError(c.comm, nullptr); });
+  add("NullOut_CommCuDevice", IA, {"device"},
+      [](const Ctx& c) { return ridgeCommCuDevice(c.comm, nullptr); });
+  add("NullOut_CommGetAsyncError", IA, {"asyncerror", "async"},
+      [](const Ctx& c) { return ridgeCommGetAsyncError(c.comm, nullptr); });
 
   // ---- Null buffers with count > 0 ---------------------------------------------------------
   const std::vector<std::string> kSend = {"sendbuff"}, kRecv = {"recvbuff"};
-  add("NullSend_AllReduce", IA, kSend, [](const Ctx& c) { return ridgeAllReduce(nullptr, c.rb, 8, kF32, kSum, c.comm, nullptr); });
-  add("NullRecv_AllReduce", IA, kRecv, [](const Ctx& c) { return ridgeAllReduce(c.sb, nullptr, 8, kF32, kSum, c.comm, nullptr); });
-  add("NullSendOnRoot_Broadcast", IA, kSend, [](const Ctx& c) { return ridgeBroadcast(nullptr, c.rb, 8, kF32, c.me, c.comm, nullptr); });
-  add("NullRecv_Broadcast", IA, kRecv, [](const Ctx& c) { return ridgeBroadcast(c.sb, nullptr, 8, kF32, 0, c.comm, nullptr); });
-  add("NullSend_Reduce", IA, kSend, [](const Ctx& c) { return ridgeReduce(nullptr, c.rb, 8, kF32, kSum, 0, c.comm, nullptr); });
-  add("NullRecvOnRoot_Reduce", IA, kRecv, [](const Ctx& c) { return ridgeReduce(c.sb, nullptr, 8, kF32, kSum, c.me, c.comm, nullptr); });
-  add("NullSend_AllGather", IA, kSend, [](const Ctx& c) { return ridgeAllGather(nullptr, c.rb, 8, kF32, c.comm, nullptr); });
-  add("NullRecv_AllGather", IA, kRecv, [](const Ctx& c) { return ridgeAllGather(c.sb, nullptr, 8, kF32, c.comm, nullptr); });
-  add("NullSend_ReduceScatter", IA, kSend, [](const Ctx& c) { return ridgeReduceScatter(nullptr, c.rb, 8, kF32, kSum, c.comm, nullptr); });
-  add("NullRecv_ReduceScatter", IA, kRecv, [](const Ctx& c) { return ridgeReduceScatter(c.sb, nullptr, 8, kF32, kSum, c.comm, nullptr); });
-  add("NullSend_AlltoAll", IA, kSend, [](const Ctx& c) { return ridgeAlltoAll(nullptr, c.rb, 8, kF32, c.comm, nullptr); });
-  add("NullRecv_AlltoAll", IA, kRecv, [](const Ctx& c) { return ridgeAlltoAll(c.sb, nullptr, 8, kF32, c.comm, nullptr); });
-  add("NullSend_Send", IA, kSend, [](const Ctx& c) { return ridgeSend(nullptr, 8, kF32, (c.me + 1) % c.n, c.comm, nullptr); }, 2);
-  add("NullRecv_Recv", IA, kRecv, [](const Ctx& c) { return ridgeRecv(nullptr, 8, kF32, (c.me + 1) % c.n, c.comm, nullptr); }, 2);
+  add("NullSend_AllReduce", IA, kSend,
+      [](const Ctx& c) { return ridgeAllReduce(nullptr, c.rb, 8, kF32, kSum, c.comm, nullptr); });
+  add("NullRecv_AllReduce", IA, kRecv,
+      [](const Ctx& c) { return ridgeAllReduce(c.sb, nullptr, 8, kF32, kSum, c.comm, nullptr); });
+  add("NullSendOnRoot_Broadcast", IA, kSend,
+      [](const Ctx& c) { return ridgeBroadcast(nullptr, c.rb, 8, kF32, c.me, c.comm, nullptr); });
+  add("NullRecv_Broadcast", IA, kRecv,
+      [](const Ctx& c) { return ridgeBroadcast(c.sb, nullptr, 8, kF32, 0, c.comm, nullptr); });
+  add("NullSend_Reduce", IA, kSend,
+      [](const Ctx& c) { return ridgeReduce(nullptr, c.rb, 8, kF32, kSum, 0, c.comm, nullptr); });
+  add("NullRecvOnRoot_Reduce", IA, kRecv,
+      [](const Ctx& c) { return ridgeReduce(c.sb, nullptr, 8, kF32, kSum, c.me, c.comm, nullptr); });
+  add("NullSend_AllGather", IA, kSend,
+      [](const Ctx& c) { return ridgeAllGather(nullptr, c.rb, 8, kF32, c.comm, nullptr); });
+  add("NullRecv_AllGather", IA, kRecv,
+      [](const Ctx& c) { return ridgeAllGather(c.sb, nullptr, 8, kF32, c.comm, nullptr); });
+  add("NullSend_ReduceScatter", IA, kSend,
+      [](const Ctx& c) { return ridgeReduceScatter(nullptr, c.rb, 8, kF32, kSum, c.comm, nullptr); });
+  add("NullRecv_ReduceScatter", IA, kRecv,
+      [](const Ctx& c) { return ridgeReduceScatter(c.sb, nullptr, 8, kF32, kSum, c.comm, nullptr); });
+  add("NullSend_AlltoAll", IA, kSend,
+      [](const Ctx& c) { return ridgeAlltoAll(nullptr, c.rb, 8, kF32, c.comm, nullptr); });
+  add("NullRecv_AlltoAll", IA, kRecv,
+      [](const Ctx& c) { return ridgeAlltoAll(c.sb, nullptr, 8, kF32, c.comm, nullptr); });
+  add(
+      "NullSend_Send", IA, kSend,
+      [](const Ctx& c) { return ridgeSend(nullptr, 8, kF32, (c.me + 1) % c.n, c.comm, nullptr); }, 2);
+  add(
+      "NullRecv_Recv", IA, kRecv,
+      [](const Ctx& c) { return ridgeRecv(nullptr, 8, kF32, (c.me + 1) % c.n, c.comm, nullptr); }, 2);
 
   // ---- Null buffers with count 0 are fine (collective: every rank makes these calls) ----
-  add("ZeroCountNull_AllReduce", ridgeSuccess, {}, [](const Ctx& c) { return ridgeAllReduce(nullptr, nullptr, 0, kF32, kSum, c.comm, nullptr); });
-  add("ZeroCountNull_Broadcast", ridgeSuccess, {}, [](const Ctx& c) { return ridgeBroadcast(nullptr, nullptr, 0, kF32, 0, c.comm, nullptr); });
-  add("ZeroCountNull_Reduce", ridgeSuccess, {}, [](const Ctx& c) { return ridgeReduce(nullptr, nullptr, 0, kF32, kSum, 0, c.comm, nullptr); });
-  add("ZeroCountNull_AllGather", ridgeSuccess, {}, [](const Ctx& c) { return ridgeAllGather(nullptr, nullptr, 0, kF32, c.comm, nullptr); });
-  add("ZeroCountNull_ReduceScatter", ridgeSuccess, {}, [](const Ctx& c) { return ridgeReduceScatter(nullptr, nullptr, 0, kF32, kSum, c.comm, nullptr); });
-  add("ZeroCountNull_AlltoAll", ridgeSuccess, {}, [](const Ctx& c) { return ridgeAlltoAll(nullptr, nullptr, 0, kF32, c.comm, nullptr); });
-  add("ZeroCountNull_SendRecvGroup", ridgeSuccess, {}, [](const Ctx& c) {
-    ridgeResult_t a = ridgeGroupStart();
-    ridgeResult_t s = ridgeSend(nullptr, 0, kF32, (c.me + 1) % c.n, c.comm, nullptr);
-    ridgeResult_t r = ridgeRecv(nullptr, 0, kF32, (c.me + c.n - 1) % c.n, c.comm, nullptr);
-    ridgeResult_t e = ridgeGroupEnd();
-    for (ridgeResult_t x : {a, s, r, e}) if (x != ridgeSuccess) return x;
-    return ridgeSuccess;
-  }, 2);
+  add("ZeroCountNull_AllReduce", ridgeSuccess, {},
+      [](const Ctx& c) { return ridgeAllReduce(nullptr, nullptr, 0, kF32, kSum, c.comm, nullptr); });
+  add("ZeroCountNull_Broadcast", ridgeSuccess, {},
+      [](const Ctx& c) { return ridgeBroadcast(nullptr, nullptr, 0, kF32, 0, c.comm, nullptr); });
+  add("ZeroCountNull_Reduce", ridgeSuccess, {},
+      [](const Ctx& c) { return ridgeReduce(nullptr, nullptr, 0, kF32, kSum, 0, c.comm, nullptr); });
+  add("ZeroCountNull_AllGather", ridgeSuccess, {},
+      [](const Ctx& c) { return ridgeAllGather(nullptr, nullptr, 0, kF32, c.comm, nullptr); });
+  add("ZeroCountNull_ReduceScatter", ridgeSuccess, {},
+      [](const Ctx& c) { return ridgeReduceScatter(nullptr, nullptr, 0, kF32, kSum, c.comm, nullptr); });
+  add("ZeroCountNull_AlltoAll", ridgeSuccess, {},
+      [](const Ctx& c) { return ridgeAlltoAll(nullptr, nullptr, 0, kF32, c.comm, nullptr); });
+  add(
+      "ZeroCountNull_SendRecvGroup", ridgeSuccess, {},
+      [](const Ctx& c) {
+        ridgeResult_t a = ridgeGroupStart();
+        ridgeResult_t s = ridgeSend(nullptr, 0, kF32, (c.me + 1) % c.n, c.comm, nullptr);
+        ridgeResult_t r = ridgeRecv(nullptr, 0, kF32, (c.me + c.n - 1) % c.n, c.comm, nullptr);
+        ridgeResult_t e = ridgeGroupEnd();
+        for (ridgeResult_t x : {a, s, r, e})
+          if (x != ridgeSuccess) return x;
+        return ridgeSuccess;
+      },
+      2);
 
   // ---- Invalid datatype ------------------------------------------------------------------
   for (int bad : {42, -1, static_cast<int>(ridgeNumTypes)}) {
     const auto dt = static_cast<ridgeDataType_t>(bad);
     const std::string sfx = bad < 0 ? "Minus1" : std::to_string(bad);
     const std::vector<std::string> m = {"datatype"};
-    add("BadDatatype" + sfx + "_AllReduce", IA, m, [dt](const Ctx& c) { return ridgeAllReduce(c.sb, c.rb, 8, dt, kSum, c.comm, nullptr); });
-    add("BadDatatype" + sfx + "_Broadcast", IA, m, [dt](const Ctx& c) { return ridgeBroadcast(c.sb, c.rb, 8, dt, 0, c.comm, nullptr); });
-    add("BadDatatype" + sfx + "_Reduce", IA, m, [dt](const Ctx& c) { return ridgeReduce(c.sb, c.rb, 8, dt, kSum, 0, c.comm, nullptr); });
-    add("BadDatatype" + sfx + "_AllGather", IA, m, [dt](const Ctx& c) { return ridgeAllGather(c.sb, c.rb, 8, dt, c.comm, nullptr); });
-    add("BadDatatype" + sfx + "_ReduceScatter", IA, m, [dt](const Ctx& c) { return ridgeReduceScatter(c.sb, c.rb, 8, dt, kSum, c.comm, nullptr); });
-    add("BadDatatype" + sfx + "_AlltoAll", IA, m, [dt](const Ctx& c) { return ridgeAlltoAll(c.sb, c.rb, 8, dt, c.comm, nullptr); });
-    add("BadDatatype" + sfx + "_Send", IA, m, [dt](const Ctx& c) { return ridgeSend(c.sb, 8, dt, (c.me + 1) % c.n, c.comm, nullptr); }, 2);
-    add("BadDatatype" + sfx + "_Recv", IA, m, [dt](const Ctx& c) { return ridgeRecv(c.rb, 8, dt, (c.me + 1) % c.n, c.comm, nullptr); }, 2);
+    add("BadDatatype" + sfx + "_AllReduce", IA, m,
+        [dt](const Ctx& c) { return ridgeAllReduce(c.sb, c.rb, 8, dt, kSum, c.comm, nullptr); });
+    add("BadDatatype" + sfx + "_Broadcast", IA, m,
+        [dt](const Ctx& c) { return ridgeBroadcast(c.sb, c.rb, 8, dt, 0, c.comm, nullptr); });
+    add("BadDatatype" + sfx + "_Reduce", IA, m,
+        [dt](const Ctx& c) { return ridgeReduce(c.sb, c.rb, 8, dt, kSum, 0, c.comm, nullptr); });
+    add("BadDatatype" + sfx + "_AllGather", IA, m,
+        [dt](const Ctx& c) { return ridgeAllGather(c.sb, c.rb, 8, dt, c.comm, nullptr); });
+    add("BadDatatype" + sfx + "_ReduceScatter", IA, m,
+        [dt](const Ctx& c) { return ridgeReduceScatter(c.sb, c.rb, 8, dt, kSum, c.comm, nullptr); });
+    add("BadDatatype" + sfx + "_AlltoAll", IA, m,
+        [dt](const Ctx& c) { return ridgeAlltoAll(c.sb, c.rb, 8, dt, c.comm, nullptr); });
+    add(
+        "BadDatatype" + sfx + "_Send", IA, m,
+        [dt](const Ctx& c) { return ridgeSend(c.sb, 8, dt, (c.me + 1) % c.n, c.comm, nullptr); }, 2);
+    add(
+        "BadDatatype" + sfx + "_Recv", IA, m,
+        [dt](const Ctx& c) { return ridgeRecv(c.rb, 8, dt, (c.me + 1) % c.n, c.comm, nullptr); }, 2);
   }
 
   // ---- Invalid operator -------------------------------------------------------------------
@@ -138,30 +229,57 @@ std::vector<BadCall> buildTable() {
     const auto op = static_cast<ridgeRedOp_t>(bad);
     const std::string sfx = bad < 0 ? "Minus1" : std::to_string(bad);
     const std::vector<std::string> m = {"op"};
-    add("BadOp" + sfx + "_AllReduce", IA, m, [op](const Ctx& c) { return ridgeAllReduce(c.sb, c.rb, 8, kF32, op, c.comm, nullptr); });
-    add("BadOp" + sfx + "_Reduce", IA, m, [op](const Ctx& c) { return ridgeReduce(c.sb, c.rb, 8, kF32, op, 0, c.comm, nullptr); });
-    add("BadOp" + sfx + "_ReduceScatter", IA, m, [op](const Ctx& c) { return ridgeReduceScatter(c.sb, c.rb, 8, kF32, op, c.comm, nullptr); });
+    add("BadOp" + sfx + "_AllReduce", IA, m,
+        [op](const Ctx& c) { return ridgeAllReduce(c.sb, c.rb, 8, kF32, op, c.comm, nullptr); });
+    add("BadOp" + sfx + "_Reduce", IA, m,
+        [op](const Ctx& c) { return ridgeReduce(c.sb, c.rb, 8, kF32, op, 0, c.comm, nullptr); });
+    add("BadOp" + sfx + "_ReduceScatter", IA, m,
+        [op](const Ctx& c) { return ridgeReduceScatter(c.sb, c.rb, 8, kF32, op, c.comm, nullptr); });
   }
 
   // ---- Size overflow: count * sizeof(double) does not fit in size_t ----------------------
   const size_t huge = SIZE_MAX / 8 + 2;
   const ridgeDataType_t kF64 = ridgeFloat64;
   const std::vector<std::string> kCount = {"count"};
-  add("Overflow_AllReduce", IA, kCount, [=](const Ctx& c) { return ridgeAllReduce(c.sb, c.rb, huge, kF64, kSum, c.comm, nullptr); });
-  add("Overflow_Broadcast", IA, kCount, [=](const Ctx& c) { return ridgeBroadcast(c.sb, c.rb, huge, kF64, 0, c.comm, nullptr); });
-  add("Overflow_Reduce", IA, kCount, [=](const Ctx& c) { return ridgeReduce(c.sb, c.rb, huge, kF64, kSum, 0, c.comm, nullptr); });
-  add("Overflow_AllGather", IA, kCount, [=](const Ctx& c) { return ridgeAllGather(c.sb, c.rb, huge, kF64, c.comm, nullptr); });
-  add("Overflow_ReduceScatter", IA, kCount, [=](const Ctx& c) { return ridgeReduceScatter(c.sb, c.rb, huge, kF64, kSum, c.comm, nullptr); });
-  add("Overflow_AlltoAll", IA, kCount, [=](const Ctx& c) { return ridgeAlltoAll(c.sb, c.rb, huge, kF64, c.comm, nullptr); });
-  add("Overflow_Send", IA, kCount, [=](const Ctx& c) { return ridgeSend(c.sb, huge, kF64, (c.me + 1) % c.n, c.comm, nullptr); }, 2);
-  add("Overflow_Recv", IA, kCount, [=](const Ctx& c) { return ridgeRecv(c.rb, huge, kF64, (c.me + 1) % c.n, c.comm, nullptr); }, 2);
+  add("Overflow_AllReduce", IA, kCount,
+      [=](const Ctx& c) { return ridgeAllReduce(c.sb, c.rb, huge, kF64, kSum, c.comm, nullptr); });
+  add("Overflow_Broadcast", IA, kCount,
+      [=](const Ctx& c) { return ridgeBroadcast(c.sb, c.rb, huge, kF64, 0, c.comm, nullptr); });
+  add("Overflow_Reduce", IA, kCount,
+      [=](const Ctx& c) { return ridgeReduce(c.sb, c.rb, huge, kF64, kSum, 0, c.comm, nullptr); });
+  add("Overflow_AllGather", IA, kCount,
+      [=](const Ctx& c) { return ridgeAllGather(c.sb, c.rb, huge, kF64, c.comm, nullptr); });
+  add("Overflow_ReduceScatter", IA, kCount,
+      [=](const Ctx& c) { return ridgeReduceScatter(c.sb, c.rb, huge, kF64, kSum, c.comm, nullptr); });
+  add("Overflow_AlltoAll", IA, kCount,
+      [=](const Ctx& c) { return ridgeAlltoAll(c.sb, c.rb, huge, kF64, c.comm, nullptr); });
+  add(
+      "Overflow_Send", IA, kCount,
+      [=](const Ctx& c) { return ridgeSend(c.sb, huge, kF64, (c.me + 1) % c.n, c.comm, nullptr); }, 2);
+  add(
+      "Overflow_Recv", IA, kCount,
+      [=](const Ctx& c) { return ridgeRecv(c.rb, huge, kF64, (c.me + 1) % c.n, c.comm, nullptr); }, 2);
   // count * elemsize fits, count * nranks * elemsize does not (int8, 2+ ranks).
-  add("OverflowTimesNranks_AllGather", IA, kCount, [](const Ctx& c) {
-    return ridgeAllGather(c.sb, c.rb, SIZE_MAX / static_cast<size_t>(c.n) + 1, ridgeInt8, c.comm, nullptr); }, 2);
-  add("OverflowTimesNranks_ReduceScatter", IA, kCount, [](const Ctx& c) {
-    return ridgeReduceScatter(c.sb, c.rb, SIZE_MAX / static_cast<size_t>(c.n) + 1, ridgeInt8, kSum, c.comm, nullptr); }, 2);
-  add("OverflowTimesNranks_AlltoAll", IA, kCount, [](const Ctx& c) {
-    return ridgeAlltoAll(c.sb, c.rb, SIZE_MAX / static_cast<size_t>(c.n) + 1, ridgeInt8, c.comm, nullptr); }, 2);
+  add(
+      "OverflowTimesNranks_AllGather", IA, kCount,
+      [](const Ctx& c) {
+        return ridgeAllGather(c.sb, c.rb, SIZE_MAX / static_cast<size_t>(c.n) + 1, ridgeInt8, c.comm,
+                              nullptr);
+      },
+      2);
+  add(
+      "OverflowTimesNranks_ReduceScatter", IA, kCount,
+      [](const Ctx& c) {
+        return ridgeReduceScatter(c.sb, c.rb, SIZE_MAX / static_cast<size_t>(c.n) + 1, ridgeInt8, kSum,
+                                  c.comm, nullptr);
+      },
+      2);
+  add(
+      "OverflowTimesNranks_AlltoAll", IA, kCount,
+      [](const Ctx& c) {
+        return ridgeAlltoAll(c.sb, c.rb, SIZE_MAX / static_cast<size_t>(c.n) + 1, ridgeInt8, c.comm, nullptr);
+      },
+      2);
 
   // ---- Root out of range -------------------------------------------------------------------
   for (int which = 0; which < 4; ++which) {
@@ -169,20 +287,27 @@ std::vector<BadCall> buildTable() {
     auto root = [which](const Ctx& c) {
       return which == 0 ? -1 : which == 1 ? c.n : which == 2 ? INT_MAX : INT_MIN;
     };
-    add(std::string("BadRoot") + sfx[which] + "_Broadcast", IA, {"root"}, [root](const Ctx& c) {
-      return ridgeBroadcast(c.sb, c.rb, 8, kF32, root(c), c.comm, nullptr); });
-    add(std::string("BadRoot") + sfx[which] + "_Reduce", IA, {"root"}, [root](const Ctx& c) {
-      return ridgeReduce(c.sb, c.rb, 8, kF32, kSum, root(c), c.comm, nullptr); });
+    add(std::string("BadRoot") + sfx[which] + "_Broadcast", IA, {"root"},
+        [root](const Ctx& c) { return ridgeBroadcast(c.sb, c.rb, 8, kF32, root(c), c.comm, nullptr); });
+    add(std::string("BadRoot") + sfx[which] + "_Reduce", IA, {"root"},
+        [root](const Ctx& c) { return ridgeReduce(c.sb, c.rb, 8, kF32, kSum, root(c), c.comm, nullptr); });
   }
 
   // ---- Peer out of range, and self send/recv --------------------------------------------
-  add("BadPeerMinus1_Send", IA, {"peer"}, [](const Ctx& c) { return ridgeSend(c.sb, 8, kF32, -1, c.comm, nullptr); });
-  add("BadPeerMinus1_Recv", IA, {"peer"}, [](const Ctx& c) { return ridgeRecv(c.rb, 8, kF32, -1, c.comm, nullptr); });
-  add("BadPeerNranks_Send", IA, {"peer"}, [](const Ctx& c) { return ridgeSend(c.sb, 8, kF32, c.n, c.comm, nullptr); });
-  add("BadPeerNranks_Recv", IA, {"peer"}, [](const Ctx& c) { return ridgeRecv(c.rb, 8, kF32, c.n, c.comm, nullptr); });
-  add("BadPeerIntMax_Send", IA, {"peer"}, [](const Ctx& c) { return ridgeSend(c.sb, 8, kF32, INT_MAX, c.comm, nullptr); });
-  add("SelfPeer_Send", IA, {"peer"}, [](const Ctx& c) { return ridgeSend(c.sb, 8, kF32, c.me, c.comm, nullptr); });
-  add("SelfPeer_Recv", IA, {"peer"}, [](const Ctx& c) { return ridgeRecv(c.rb, 8, kF32, c.me, c.comm, nullptr); });
+  add("BadPeerMinus1_Send", IA, {"peer"},
+      [](const Ctx& c) { return ridgeSend(c.sb, 8, kF32, -1, c.comm, nullptr); });
+  add("BadPeerMinus1_Recv", IA, {"peer"},
+      [](const Ctx& c) { return ridgeRecv(c.rb, 8, kF32, -1, c.comm, nullptr); });
+  add("BadPeerNranks_Send", IA, {"peer"},
+      [](const Ctx& c) { return ridgeSend(c.sb, 8, kF32, c.n, c.comm, nullptr); });
+  add("BadPeerNranks_Recv", IA, {"peer"},
+      [](const Ctx& c) { return ridgeRecv(c.rb, 8, kF32, c.n, c.comm, nullptr); });
+  add("BadPeerIntMax_Send", IA, {"peer"},
+      [](const Ctx& c) { return ridgeSend(c.sb, 8, kF32, INT_MAX, c.comm, nullptr); });
+  add("SelfPeer_Send", IA, {"peer"},
+      [](const Ctx& c) { return ridgeSend(c.sb, 8, kF32, c.me, c.comm, nullptr); });
+  add("SelfPeer_Recv", IA, {"peer"},
+      [](const Ctx& c) { return ridgeRecv(c.rb, 8, kF32, c.me, c.comm, nullptr); });
   // Inside a group the error may come from the call or from ridgeGroupEnd; the group must
   // close cleanly either way.
   add("BadPeerInGroup_Send", IA, {"peer"}, [](const Ctx& c) {
@@ -194,48 +319,92 @@ std::vector<BadCall> buildTable() {
   });
 
   // ---- Init arguments ----------------------------------------------------------------------
-  add("Init_NranksZero", IA, {"nranks"}, [](const Ctx& c) { ridgeComm_t x = nullptr; return ridgeCommInitRank(&x, 0, *c.freshId, 0); }, 1, false);
-  add("Init_NranksNegative", IA, {"nranks"}, [](const Ctx& c) { ridgeComm_t x = nullptr; return ridgeCommInitRank(&x, -1, *c.freshId, 0); }, 1, false);
-  add("Init_RankNegative", IA, {"rank"}, [](const Ctx& c) { ridgeComm_t x = nullptr; return ridgeCommInitRank(&x, 2, *c.freshId, -1); }, 1, false);
-  add("Init_RankEqualsNranks", IA, {"rank"}, [](const Ctx& c) { ridgeComm_t x = nullptr; return ridgeCommInitRank(&x, 2, *c.freshId, 2); }, 1, false);
-  add("Init_GarbageUniqueId", IA, {"commid", "unique", "id"}, [](const Ctx&) {
-    ridgeUniqueId g;
-    for (size_t i = 0; i < sizeof(g.internal); ++i) g.internal[i] = static_cast<char>(0x9D ^ (i * 37));
-    ridgeComm_t x = nullptr;
-    return ridgeCommInitRank(&x, 1, g, 0);
-  }, 1, false);
-  add("Init_ZeroUniqueId", IA, {"commid", "unique", "id"}, [](const Ctx&) {
-    ridgeUniqueId g;
-    std::memset(&g, 0, sizeof g);
-    ridgeComm_t x = nullptr;
-    return ridgeCommInitRank(&x, 1, g, 0);
-  }, 1, false);
-  add("InitConfig_WrongMagic", IA, {"config", "magic"}, [](const Ctx& c) {
-    ridgeConfig_t cfg = RIDGE_CONFIG_INITIALIZER;
-    cfg.magic = 0xdeadbeefu;
-    ridgeComm_t x = nullptr;
-    return ridgeCommInitRankConfig(&x, 1, *c.freshId, 0, &cfg);
-  }, 1, false);
-  add("InitConfig_SizeZero", IA, {"config", "size"}, [](const Ctx& c) {
-    ridgeConfig_t cfg = RIDGE_CONFIG_INITIALIZER;
-    cfg.size = 0;
-    ridgeComm_t x = nullptr;
-    return ridgeCommInitRankConfig(&x, 1, *c.freshId, 0, &cfg);
-  }, 1, false);
-  add("InitConfig_SizeTooSmall", IA, {"config", "size"}, [](const Ctx& c) {
-    ridgeConfig_t cfg = RIDGE_CONFIG_INITIALIZER;
-    cfg.size = 4;
-    ridgeComm_t x = nullptr;
-    return ridgeCommInitRankConfig(&x, 1, *c.freshId, 0, &cfg);
-  }, 1, false);
-  add("InitConfig_NranksZero", IA, {"nranks"}, [](const Ctx& c) {
-    ridgeConfig_t cfg = RIDGE_CONFIG_INITIALIZER;
-    ridgeComm_t x = nullptr;
-    return ridgeCommInitRankConfig(&x, 0, *c.freshId, 0, &cfg);
-  }, 1, false);
+  add(
+      "Init_NranksZero", IA, {"nranks"},
+      [](const Ctx& c) {
+        ridgeComm_t x = nullptr;
+        return ridgeCommInitRank(&x, 0, *c.freshId, 0);
+      },
+      1, false);
+  add(
+      "Init_NranksNegative", IA, {"nranks"},
+      [](const Ctx& c) {
+        ridgeComm_t x = nullptr;
+        return ridgeCommInitRank(&x, -1, *c.freshId, 0);
+      },
+      1, false);
+  add(
+      "Init_RankNegative", IA, {"rank"},
+      [](const Ctx& c) {
+        ridgeComm_t x = nullptr;
+        return ridgeCommInitRank(&x, 2, *c.freshId, -1);
+      },
+      1, false);
+  add(
+      "Init_RankEqualsNranks", IA, {"rank"},
+      [](const Ctx& c) {
+        ridgeComm_t x = nullptr;
+        return ridgeCommInitRank(&x, 2, *c.freshId, 2);
+      },
+      1, false);
+  add(
+      "Init_GarbageUniqueId", IA, {"commid", "unique", "id"},
+      [](const Ctx&) {
+        ridgeUniqueId g;
+        for (size_t i = 0; i < sizeof(g.internal); ++i) g.internal[i] = static_cast<char>(0x9D ^ (i * 37));
+        ridgeComm_t x = nullptr;
+        return ridgeCommInitRank(&x, 1, g, 0);
+      },
+      1, false);
+  add(
+      "Init_ZeroUniqueId", IA, {"commid", "unique", "id"},
+      [](const Ctx&) {
+        ridgeUniqueId g;
+        std::memset(&g, 0, sizeof g);
+        ridgeComm_t x = nullptr;
+        return ridgeCommInitRank(&x, 1, g, 0);
+      },
+      1, false);
+  add(
+      "InitConfig_WrongMagic", IA, {"config", "magic"},
+      [](const Ctx& c) {
+        ridgeConfig_t cfg = RIDGE_CONFIG_INITIALIZER;
+        cfg.magic = 0xdeadbeefu;
+        ridgeComm_t x = nullptr;
+        return ridgeCommInitRankConfig(&x, 1, *c.freshId, 0, &cfg);
+      },
+      1, false);
+  add(
+      "InitConfig_SizeZero", IA, {"config", "size"},
+      [](const Ctx& c) {
+        ridgeConfig_t cfg = RIDGE_CONFIG_INITIALIZER;
+        cfg.size = 0;
+        ridgeComm_t x = nullptr;
+        return ridgeCommInitRankConfig(&x, 1, *c.freshId, 0, &cfg);
+      },
+      1, false);
+  add(
+      "InitConfig_SizeTooSmall", IA, {"config", "size"},
+      [](const Ctx& c) {
+        ridgeConfig_t cfg = RIDGE_CONFIG_INITIALIZER;
+        cfg.size = 4;
+        ridgeComm_t x = nullptr;
+        return ridgeCommInitRankConfig(&x, 1, *c.freshId, 0, &cfg);
+      },
+      1, false);
+  add(
+      "InitConfig_NranksZero", IA, {"nranks"},
+      [](const Ctx& c) {
+        ridgeConfig_t cfg = RIDGE_CONFIG_INITIALIZER;
+        ridgeComm_t x = nullptr;
+        return ridgeCommInitRankConfig(&x, 0, *c.freshId, 0, &cfg);
+      },
+      1, false);
 
   // ---- Group misuse --------------------------------------------------------------------------
-  add("GroupEndWithoutStart", ridgeInvalidUsage, {"group"}, [](const Ctx&) { return ridgeGroupEnd(); }, 1, false);
+  add(
+      "GroupEndWithoutStart", ridgeInvalidUsage, {"group"}, [](const Ctx&) { return ridgeGroupEnd(); }, 1,
+      false);
   return t;
 }
 
@@ -251,7 +420,8 @@ std::string runEntry(const BadCall& e, const Ctx& ctx) {
   const ridgeResult_t r = e.call(ctx);
   const double dt = nowSec() - t0;
   if (r != e.expect) {
-    err += "returned " + describeResult(r, e.usesComm ? ctx.comm : nullptr) + ", expected " + resultName(e.expect) + ". ";
+    err += "returned " + describeResult(r, e.usesComm ? ctx.comm : nullptr) + ", expected " +
+           resultName(e.expect) + ". ";
   }
   if (dt > 5.0) err += "took " + std::to_string(dt) + " s. ";
   if (e.expect != ridgeSuccess && r != ridgeSuccess) {
@@ -282,15 +452,16 @@ std::string runEntry(const BadCall& e, const Ctx& ctx) {
 std::string validAllReduce(ridgeComm_t comm, int n, int me, uint32_t salt) {
   const size_t count = 1009;
   std::vector<int32_t> in(count), out(count, -7);
-  for (size_t i = 0; i < count; ++i) in[i] = static_cast<int32_t>((i * 31 + me * 1000003 + salt) % 65536) - 30000;
+  for (size_t i = 0; i < count; ++i)
+    in[i] = static_cast<int32_t>((i * 31 + me * 1000003 + salt) % 65536) - 30000;
   ridgeResult_t r = ridgeAllReduce(in.data(), out.data(), count, ridgeInt32, ridgeSum, comm, nullptr);
   if (r != ridgeSuccess) return "follow-up allreduce returned " + describeResult(r, comm);
   for (size_t i = 0; i < count; ++i) {
     int64_t want = 0;
     for (int q = 0; q < n; ++q) want += static_cast<int32_t>((i * 31 + q * 1000003 + salt) % 65536) - 30000;
     if (out[i] != want) {
-      return "follow-up allreduce wrong at " + std::to_string(i) + ": " + std::to_string(out[i]) + " != " +
-             std::to_string(want);
+      return "follow-up allreduce wrong at " + std::to_string(i) + ": " + std::to_string(out[i]) +
+             " != " + std::to_string(want);
     }
   }
   return "";
@@ -329,7 +500,9 @@ TEST_P(BadInputOneRank, ReturnsCodeNamesArgumentAndCommStillWorks) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, BadInputOneRank, ::testing::Range<size_t>(0, table().size()),
-                         [](const ::testing::TestParamInfo<size_t>& info) { return table()[info.param].name; });
+                         [](const ::testing::TestParamInfo<size_t>& info) {
+                           return table()[info.param].name;
+                         });
 
 // ---- 2 ranks, forked ---------------------------------------------------------------------------
 TEST(BadInputTwoRanks, EveryBadCallThenValidAllReduce) {
@@ -361,13 +534,18 @@ TEST(BadInputTwoRanks, EveryBadCallThenValidAllReduce) {
     // rank are allowed: those buffers are not used there.
     std::vector<int32_t> v(64);
     for (int k = 0; k < 64; ++k) v[k] = me == 0 ? k * 3 : -1;
-    ridgeResult_t r = ridgeBroadcast(me == 0 ? v.data() : nullptr, v.data(), 64, ridgeInt32, 0, comm, nullptr);
-    if (r != ridgeSuccess) rep.fail("Broadcast null sendbuff on non-root", describeResult(r, comm));
-    else if (v[63] != 189) rep.fail("Broadcast null sendbuff on non-root", "wrong data");
+    ridgeResult_t r =
+        ridgeBroadcast(me == 0 ? v.data() : nullptr, v.data(), 64, ridgeInt32, 0, comm, nullptr);
+    if (r != ridgeSuccess)
+      rep.fail("Broadcast null sendbuff on non-root", describeResult(r, comm));
+    else if (v[63] != 189)
+      rep.fail("Broadcast null sendbuff on non-root", "wrong data");
     std::vector<int32_t> red(64, 0);
     r = ridgeReduce(v.data(), me == 0 ? red.data() : nullptr, 64, ridgeInt32, ridgeSum, 0, comm, nullptr);
-    if (r != ridgeSuccess) rep.fail("Reduce null recvbuff on non-root", describeResult(r, comm));
-    else if (me == 0 && red[10] != 60) rep.fail("Reduce null recvbuff on non-root", "wrong data");
+    if (r != ridgeSuccess)
+      rep.fail("Reduce null recvbuff on non-root", describeResult(r, comm));
+    else if (me == 0 && red[10] != 60)
+      rep.fail("Reduce null recvbuff on non-root", "wrong data");
     std::string ar = validAllReduce(comm, n, me, 999);
     if (!ar.empty()) rep.fail("final", ar);
     r = ridgeCommDestroy(comm);
@@ -433,7 +611,8 @@ std::string finalizedChecks(ridgeComm_t c, int me, int n) {
   std::string err;
   std::vector<float> sb(64, 1.0f), rb(64);
   auto expectUsage = [&](const char* what, ridgeResult_t r) {
-    if (r != ridgeInvalidUsage) err += std::string(what) + " on a finalized comm returned " + resultName(r) + "; ";
+    if (r != ridgeInvalidUsage)
+      err += std::string(what) + " on a finalized comm returned " + resultName(r) + "; ";
   };
   ridgeResult_t r = ridgeCommFinalize(c);
   if (r != ridgeSuccess) return "ridgeCommFinalize returned " + describeResult(r, c);

@@ -54,19 +54,21 @@ void fillBlock(uint8_t* p, size_t n, uint32_t seed, int rank) {
   for (size_t i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(gen());
 }
 
-#define EXPECT_OK(expr)                                  \
-  do {                                                   \
-    ::ridge::Status s_ = (expr);                         \
+#define EXPECT_OK(expr)                                      \
+  do {                                                       \
+    ::ridge::Status s_ = (expr);                             \
     EXPECT_TRUE(s_.isOk()) << #expr << ": " << s_.message(); \
   } while (0)
 
-#define CHECK_OK(expr)                        \
-  do {                                        \
-    ::ridge::Status s_ = (expr);              \
-    if (!s_.isOk()) return s_;                \
+#define CHECK_OK(expr)           \
+  do {                           \
+    ::ridge::Status s_ = (expr); \
+    if (!s_.isOk()) return s_;   \
   } while (0)
 
-Status makeFail(const std::string& what) { return Status(ridgeInternalError, what); }
+Status makeFail(const std::string& what) {
+  return Status(ridgeInternalError, what);
+}
 
 // The full exercise every rank runs after connecting.
 Status exercise(Bootstrap& b, uint32_t seed, size_t blockBytes) {
@@ -180,9 +182,9 @@ TEST(BootstrapAddress, ParsesIpv4AndIpv6) {
 
 TEST(BootstrapAddress, RejectsMalformed) {
   SocketAddress a;
-  for (const char* bad : {"", "127.0.0.1", "127.0.0.1:", ":80", "::1:80", "[::1]", "[::1]80", "[::1:80",
-                          "127.0.0.1:65536", "127.0.0.1:-1", "127.0.0.1:8o", "[]:80", "[127.0.0.1]:80",
-                          "127.0.0.1:1234567"}) {
+  for (const char* bad :
+       {"", "127.0.0.1", "127.0.0.1:", ":80", "::1:80", "[::1]", "[::1]80", "[::1:80", "127.0.0.1:65536",
+        "127.0.0.1:-1", "127.0.0.1:8o", "[]:80", "[127.0.0.1]:80", "127.0.0.1:1234567"}) {
     Status s = parseHostPort(bad, &a);
     EXPECT_EQ(s.code(), ridgeInvalidArgument) << "'" << bad << "' -> " << s.message();
   }
@@ -421,7 +423,8 @@ TEST(Bootstrap, ForkedProcesses) {
   for (pid_t pid : kids) {
     int status = 0;
     pid_t got = 0;
-    while ((got = waitpid(pid, &status, WNOHANG)) == 0 && Clock::now() < until) std::this_thread::sleep_for(10ms);
+    while ((got = waitpid(pid, &status, WNOHANG)) == 0 && Clock::now() < until)
+      std::this_thread::sleep_for(10ms);
     if (got == 0) {
       kill(pid, SIGKILL);
       waitpid(pid, &status, 0);
@@ -649,7 +652,8 @@ TEST(BootstrapFailure, MismatchedCollectivesAndSizes) {
     // Rank 0 sends 8 bytes with tag 1; rank 1 expects 4.
     uint64_t big = 7;
     uint32_t small = 0;
-    if (r == 0) CHECK_OK(b->send(1, 1, &big, sizeof big));
+    if (r == 0)
+      CHECK_OK(b->send(1, 1, &big, sizeof big));
     else {
       Status s = b->recv(0, 1, &small, sizeof small);
       if (s.code() != ridgeInvalidUsage) return makeFail("size mismatch: " + s.message());

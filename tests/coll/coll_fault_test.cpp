@@ -14,11 +14,13 @@
 namespace ridgetest {
 namespace {
 
-constexpr int kTimeout = 3;            // RIDGE_TIMEOUT for these tests
-constexpr double kMargin = 5.0;        // allowed on top of it
+constexpr int kTimeout = 3;      // RIDGE_TIMEOUT for these tests
+constexpr double kMargin = 5.0;  // allowed on top of it
 constexpr double kHarnessLimit = 30.0;
 
-bool isPeerFailure(ridgeResult_t r) { return r == ridgeRemoteError || r == ridgeTimeout; }
+bool isPeerFailure(ridgeResult_t r) {
+  return r == ridgeRemoteError || r == ridgeTimeout;
+}
 
 void faultEnv() {
   setLoopbackEnv();
@@ -58,7 +60,9 @@ TEST(CollFault, RankExitsBeforeThirdAllReduce) {
       ridgeResult_t r = ridgeAllReduce(buf.data(), buf.data(), count, ridgeFloat32, ridgeSum, comm, nullptr);
       const double dt = nowSec() - t0;
       if (r != ridgeSuccess) {
-        if (iter < 2) rep.fail("allreduce " + std::to_string(iter), "failed before the peer left: " + describeResult(r, comm));
+        if (iter < 2)
+          rep.fail("allreduce " + std::to_string(iter),
+                   "failed before the peer left: " + describeResult(r, comm));
         rep.line("RESULT " + std::to_string(r) + " " + fmtD(dt));
         rep.line("LASTERROR " + std::string(ridgeGetLastError(comm)));
         ridgeResult_t async = ridgeSuccess;
@@ -69,7 +73,8 @@ TEST(CollFault, RankExitsBeforeThirdAllReduce) {
         rep.line("DESTROY " + std::to_string(dr) + " " + fmtD(nowSec() - td));
         return 0;
       }
-      if (buf[0] != 3.0f || buf[count - 1] != 3.0f) rep.fail("allreduce " + std::to_string(iter), "wrong sum");
+      if (buf[0] != 3.0f || buf[count - 1] != 3.0f)
+        rep.fail("allreduce " + std::to_string(iter), "wrong sum");
     }
     rep.fail("rank " + std::to_string(me), "8 allreduces succeeded although rank 2 left after 2");
     ridgeCommDestroy(comm);
@@ -120,7 +125,8 @@ TEST(CollFault, RankKilledDuringLargeAllReduce) {
         if (!comm) return 2;
         std::vector<float> buf(count, 1.0f);
         for (int iter = 0; iter < 100; ++iter) {
-          ridgeResult_t r = ridgeAllReduce(buf.data(), buf.data(), count, ridgeFloat32, ridgeMax, comm, nullptr);
+          ridgeResult_t r =
+              ridgeAllReduce(buf.data(), buf.data(), count, ridgeFloat32, ridgeMax, comm, nullptr);
           if (r != ridgeSuccess) {
             rep.line("RESULT " + std::to_string(r) + " 0");
             ridgeCommAbort(comm);
@@ -149,7 +155,8 @@ TEST(CollFault, RankKilledDuringLargeAllReduce) {
     EXPECT_TRUE(isPeerFailure(static_cast<ridgeResult_t>(o.code)))
         << "rank " << r << " got " << resultName(static_cast<ridgeResult_t>(o.code));
     const double detect = tResult[r] - tKill;
-    std::printf("rank %d: %s %.2f s after the kill\n", r, resultName(static_cast<ridgeResult_t>(o.code)), detect);
+    std::printf("rank %d: %s %.2f s after the kill\n", r, resultName(static_cast<ridgeResult_t>(o.code)),
+                detect);
     EXPECT_LT(detect, kTimeout + kMargin);
     EXPECT_TRUE(res.ranks[r].exited && res.ranks[r].exitCode == 0);
   }
@@ -173,14 +180,15 @@ TEST(CollFault, RankNeverArrivesAtInit) {
   for (int r = 0; r < 2; ++r) {
     Outcome o = outcomeOf(res.ranks[r], "RESULT ");
     ASSERT_TRUE(o.seen) << "rank " << r << " did not return from init";
-    EXPECT_EQ(o.code, ridgeTimeout) << "rank " << r << " got " << resultName(static_cast<ridgeResult_t>(o.code));
+    EXPECT_EQ(o.code, ridgeTimeout) << "rank " << r << " got "
+                                    << resultName(static_cast<ridgeResult_t>(o.code));
     EXPECT_LT(o.seconds, kTimeout + kMargin);
     EXPECT_GT(o.seconds, kTimeout - 1.0) << "gave up long before RIDGE_TIMEOUT";
     auto last = linesWith(res.ranks[r], "LASTERROR ");
     ASSERT_EQ(last.size(), 1u);
     EXPECT_FALSE(last[0].empty());
-    std::printf("rank %d: %s after %.2f s: %s\n", r, resultName(static_cast<ridgeResult_t>(o.code)), o.seconds,
-                last[0].c_str());
+    std::printf("rank %d: %s after %.2f s: %s\n", r, resultName(static_cast<ridgeResult_t>(o.code)),
+                o.seconds, last[0].c_str());
   }
 }
 
@@ -212,8 +220,9 @@ void abortReleasesBlockedCall(bool useSend) {
     std::promise<ridgeResult_t> prom;
     std::future<ridgeResult_t> fut = prom.get_future();
     std::thread t([&] {
-      ridgeResult_t r = useSend ? ridgeSend(buf.data(), count, ridgeFloat32, 1, comm, nullptr)
-                                : ridgeAllReduce(buf.data(), buf.data(), count, ridgeFloat32, ridgeSum, comm, nullptr);
+      ridgeResult_t r =
+          useSend ? ridgeSend(buf.data(), count, ridgeFloat32, 1, comm, nullptr)
+                  : ridgeAllReduce(buf.data(), buf.data(), count, ridgeFloat32, ridgeSum, comm, nullptr);
       returned = true;
       prom.set_value(r);
     });
@@ -238,14 +247,19 @@ void abortReleasesBlockedCall(bool useSend) {
   reportChildFailures(res, useSend ? "abort blocked send" : "abort blocked allreduce");
   Outcome o = outcomeOf(res.ranks[0], "RESULT ");
   ASSERT_TRUE(o.seen);
-  EXPECT_EQ(o.code, ridgeAborted) << "blocked call returned " << resultName(static_cast<ridgeResult_t>(o.code));
+  EXPECT_EQ(o.code, ridgeAborted) << "blocked call returned "
+                                  << resultName(static_cast<ridgeResult_t>(o.code));
   EXPECT_LT(o.seconds, 5.0) << "release after abort took too long";
-  std::printf("released with %s %.3f s after ridgeCommAbort\n", resultName(static_cast<ridgeResult_t>(o.code)),
-              o.seconds);
+  std::printf("released with %s %.3f s after ridgeCommAbort\n",
+              resultName(static_cast<ridgeResult_t>(o.code)), o.seconds);
 }
 
-TEST(CollFault, AbortReleasesBlockedAllReduce) { abortReleasesBlockedCall(false); }
-TEST(CollFault, AbortReleasesBlockedSend) { abortReleasesBlockedCall(true); }
+TEST(CollFault, AbortReleasesBlockedAllReduce) {
+  abortReleasesBlockedCall(false);
+}
+TEST(CollFault, AbortReleasesBlockedSend) {
+  abortReleasesBlockedCall(true);
+}
 
 }  // namespace
 // Regression: a rank that finished everything it had with us and exited is no error while

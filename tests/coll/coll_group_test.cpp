@@ -41,17 +41,17 @@ class GBuf {
   std::unique_ptr<uint8_t[]> mem_;
 };
 
-#define GCHECK(call, where)                                                   \
-  do {                                                                        \
-    ridgeResult_t _r = (call);                                                \
-    if (_r != ridgeSuccess) {                                                 \
+#define GCHECK(call, where)                                                    \
+  do {                                                                         \
+    ridgeResult_t _r = (call);                                                 \
+    if (_r != ridgeSuccess) {                                                  \
       rep.fail(where, std::string(#call) + " -> " + describeResult(_r, comm)); \
-      return false;                                                           \
-    }                                                                         \
+      return false;                                                            \
+    }                                                                          \
   } while (0)
 
-void checkRawBuf(Reporter& rep, const std::string& where, GBuf& b, size_t esz, size_t count,
-                 uint32_t key, size_t base) {
+void checkRawBuf(Reporter& rep, const std::string& where, GBuf& b, size_t esz, size_t count, uint32_t key,
+                 size_t base) {
   Mismatches mm;
   checkRawAny(esz, b.data(), count, key, base, 0, mm);
   if (mm.count) rep.fail(where, std::to_string(mm.count) + " wrong elements: " + mm.text);
@@ -186,8 +186,10 @@ bool allPairs(ridgeComm_t comm, int me, int n, Reporter& rep, uint32_t seed, int
     const bool sends = (k == 0) == (me % 2 == 0);
     for (int i = 1; i < n; ++i) {
       const int p = (me + i) % n;
-      if (sends) GCHECK(ridgeSend(sb[p]->data(), pairSize(me, p, iter), ridgeInt32, p, comm, nullptr), where);
-      else GCHECK(ridgeRecv(rb[p]->data(), pairSize(p, me, iter), ridgeInt32, p, comm, nullptr), where);
+      if (sends)
+        GCHECK(ridgeSend(sb[p]->data(), pairSize(me, p, iter), ridgeInt32, p, comm, nullptr), where);
+      else
+        GCHECK(ridgeRecv(rb[p]->data(), pairSize(p, me, iter), ridgeInt32, p, comm, nullptr), where);
     }
   }
   GCHECK(ridgeGroupEnd(), where);
@@ -251,10 +253,9 @@ void runGroups(int n) {
   LaunchResult res = launchRanks(n, 90, [&](int me, Reporter& rep) {
     ridgeComm_t comm = initRank(n, id, me, rep);
     if (!comm) return 2;
-    bool ok = fusedCollectives(comm, me, n, rep, 11, false) &&
-              fusedCollectives(comm, me, n, rep, 12, true) &&
-              ringBothWays(comm, me, n, rep, 13, 1009) &&
-              ringBothWays(comm, me, n, rep, 14, 300001) && ringBothWays(comm, me, n, rep, 15, 0);
+    bool ok = fusedCollectives(comm, me, n, rep, 11, false) && fusedCollectives(comm, me, n, rep, 12, true) &&
+              ringBothWays(comm, me, n, rep, 13, 1009) && ringBothWays(comm, me, n, rep, 14, 300001) &&
+              ringBothWays(comm, me, n, rep, 15, 0);
     for (int iter = 0; ok && iter < 16; ++iter) ok = allPairs(comm, me, n, rep, 100 + iter, iter);
     ok = ok && sameePeerOrdered(comm, me, n, rep, 20) && blockingPingPong(comm, me, n, rep, 21);
     // A collective after all of it still works.
@@ -267,9 +268,15 @@ void runGroups(int n) {
   reportChildFailures(res, "groups n=" + std::to_string(n));
 }
 
-TEST(CollGroup, Ranks2) { runGroups(2); }
-TEST(CollGroup, Ranks3) { runGroups(3); }
-TEST(CollGroup, Ranks4) { runGroups(4); }
+TEST(CollGroup, Ranks2) {
+  runGroups(2);
+}
+TEST(CollGroup, Ranks3) {
+  runGroups(3);
+}
+TEST(CollGroup, Ranks4) {
+  runGroups(4);
+}
 
 }  // namespace
 }  // namespace ridgetest

@@ -29,11 +29,13 @@ namespace {
 
 enum Coll { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAlltoAll, kSendRecv, kNumColl };
 const char* collName(int c) {
-  static const char* n[] = {"AllReduce", "Broadcast", "Reduce", "AllGather",
-                            "ReduceScatter", "AlltoAll", "SendRecv"};
+  static const char* n[] = {"AllReduce",     "Broadcast", "Reduce",  "AllGather",
+                            "ReduceScatter", "AlltoAll",  "SendRecv"};
   return n[c];
 }
-bool isReducing(int c) { return c == kAllReduce || c == kReduce || c == kReduceScatter; }
+bool isReducing(int c) {
+  return c == kAllReduce || c == kReduce || c == kReduceScatter;
+}
 
 constexpr size_t kLargeBytes = 64ull << 20;
 constexpr size_t kGuard = 4096;  // guard zone before and after each buffer
@@ -43,8 +45,8 @@ constexpr uint8_t kPoisonSend = 0x5B;
 struct Case {
   int coll;
   int dt;
-  int op;      // reducing collectives only
-  bool alt;    // in-place; for SendRecv: ring direction backwards
+  int op;    // reducing collectives only
+  bool alt;  // in-place; for SendRecv: ring direction backwards
   size_t count;
   int root;
   uint32_t seed;
@@ -55,8 +57,10 @@ struct Case {
 std::string caseName(const Case& c, int n) {
   std::string s = "n" + std::to_string(n) + "/" + collName(c.coll) + "/" + dtName(c.dt);
   if (isReducing(c.coll)) s += std::string("/") + opName(c.op);
-  if (c.coll == kSendRecv) s += c.alt ? "/ring-bwd" : "/ring-fwd";
-  else s += c.alt ? "/inplace" : "/outofplace";
+  if (c.coll == kSendRecv)
+    s += c.alt ? "/ring-bwd" : "/ring-fwd";
+  else
+    s += c.alt ? "/inplace" : "/outofplace";
   s += "/count=" + std::to_string(c.count);
   if (c.coll == kReduce || c.coll == kBroadcast) s += "/root=" + std::to_string(c.root);
   if (c.shift) s += "/shift=" + std::to_string(c.shift);
@@ -127,8 +131,8 @@ std::vector<Case> buildCases(int n, bool large) {
   } else {
     for (int coll = 0; coll < kNumColl; ++coll) {
       for (int dt = 0; dt < ridgeNumTypes; ++dt) {
-        const bool allOps = isReducing(coll) &&
-                            (dt == ridgeFloat32 || dt == ridgeInt32 || dt == ridgeBfloat16);
+        const bool allOps =
+            isReducing(coll) && (dt == ridgeFloat32 || dt == ridgeInt32 || dt == ridgeBfloat16);
         const int nops = allOps ? ridgeNumOps : 1;
         for (int op = 0; op < nops; ++op) {
           for (int alt = 0; alt < 2; ++alt) {
@@ -153,8 +157,7 @@ struct Seg {
 
 class CaseRunner {
  public:
-  CaseRunner(ridgeComm_t comm, int rank, int n, Reporter& rep)
-      : comm_(comm), rank_(rank), n_(n), rep_(rep) {
+  CaseRunner(ridgeComm_t comm, int rank, int n, Reporter& rep) : comm_(comm), rank_(rank), n_(n), rep_(rep) {
     areaBytes_ = kLargeBytes + 2 * kGuard + 64;
     a_ = static_cast<uint8_t*>(mapArea(areaBytes_));
     b_ = static_cast<uint8_t*>(mapArea(areaBytes_));
@@ -195,8 +198,10 @@ class CaseRunner {
         break;
       case kReduce:
         sendBefore = {seg(0, cnt, kInput, self)};
-        if (rank_ == c.root) recvAfter = {seg(0, cnt, kReduced, 0, 0)};
-        else recvAfter = {seg(0, cnt, inplace ? kInput : kPoison, self)};  // recvbuff ignored
+        if (rank_ == c.root)
+          recvAfter = {seg(0, cnt, kReduced, 0, 0)};
+        else
+          recvAfter = {seg(0, cnt, inplace ? kInput : kPoison, self)};  // recvbuff ignored
         break;
       case kBroadcast:
         sendBefore = {seg(0, cnt, kInput, self)};
@@ -294,9 +299,16 @@ class CaseRunner {
         ridgeResult_t s = ridgeSend(sendPtr, cnt, dtype(), sendPeer, comm_, nullptr);
         ridgeResult_t r = ridgeRecv(recvPtr, cnt, dtype(), recvPeer, comm_, nullptr);
         ridgeResult_t e = ridgeGroupEnd();
-        if (s != ridgeSuccess) { call = "ridgeSend"; res = s; }
-        else if (r != ridgeSuccess) { call = "ridgeRecv"; res = r; }
-        else { call = "ridgeGroupEnd"; res = e; }
+        if (s != ridgeSuccess) {
+          call = "ridgeSend";
+          res = s;
+        } else if (r != ridgeSuccess) {
+          call = "ridgeRecv";
+          res = r;
+        } else {
+          call = "ridgeGroupEnd";
+          res = e;
+        }
         break;
       }
     }
@@ -333,9 +345,12 @@ class CaseRunner {
   void fillSegs(uint8_t* buf, const std::vector<Seg>& segs) {
     for (const Seg& s : segs) {
       uint8_t* p = buf + s.off * esz_;
-      if (s.kind == kPoison) std::memset(p, kPoisonRecv, s.len * esz_);
-      else if (reducing_) ops_->fill(p, s.len, s.key, s.base);
-      else fillRawAny(esz_, p, s.len, s.key, s.base);
+      if (s.kind == kPoison)
+        std::memset(p, kPoisonRecv, s.len * esz_);
+      else if (reducing_)
+        ops_->fill(p, s.len, s.key, s.base);
+      else
+        fillRawAny(esz_, p, s.len, s.key, s.base);
     }
   }
   void checkSegs(const uint8_t* buf, const std::vector<Seg>& segs, const char* what) {
@@ -351,22 +366,24 @@ class CaseRunner {
           }
         }
       } else if (s.kind == kInput) {
-        if (reducing_) ops_->checkIn(p, s.len, s.key, s.base, s.off, mm);
-        else checkRawAny(esz_, p, s.len, s.key, s.base, s.off, mm);
+        if (reducing_)
+          ops_->checkIn(p, s.len, s.key, s.base, s.off, mm);
+        else
+          checkRawAny(esz_, p, s.len, s.key, s.base, s.off, mm);
       } else {
         ops_->checkRed(p, s.len, keys_.data(), n_, s.base, s.off, mm);
       }
     }
     if (mm.count) {
-      rep_.fail(name_, std::string(what) + ": " + std::to_string(mm.count) +
-                           " wrong elements, first: " + mm.text);
+      rep_.fail(name_,
+                std::string(what) + ": " + std::to_string(mm.count) + " wrong elements, first: " + mm.text);
     }
   }
   void checkBytes(const uint8_t* p, size_t len, uint8_t poison, const char* what) {
     for (size_t i = 0; i < len; ++i) {
       if (p[i] != poison) {
-        rep_.fail(name_, std::string(what) + " overwritten at byte " + std::to_string(i) +
-                             " of " + std::to_string(len) + " (value " + fmtHex(p[i]) + ")");
+        rep_.fail(name_, std::string(what) + " overwritten at byte " + std::to_string(i) + " of " +
+                             std::to_string(len) + " (value " + fmtHex(p[i]) + ")");
         return;
       }
     }
@@ -401,7 +418,7 @@ int matrixBody(int rank, int n, const ridgeUniqueId& id, bool large, Reporter& r
   for (const Case& c : cases) {
     const double tc = nowSec();
     rep.line("CASE " + caseName(c, n));  // the last one is shown if this rank crashes
-    if (!runner.run(c)) break;  // the communicator may be broken: stop this rank
+    if (!runner.run(c)) break;           // the communicator may be broken: stop this rank
     ++done;
     auto& pc = perColl[collName(c.coll)];
     pc.first += nowSec() - tc;
@@ -412,8 +429,8 @@ int matrixBody(int rank, int n, const ridgeUniqueId& id, bool large, Reporter& r
              "stopped after " + std::to_string(done) + " of " + std::to_string(cases.size()) + " cases");
   }
   if (rank == 0) {
-    std::string t = "n=" + std::to_string(n) + (large ? " 64MiB" : " small") + ": " +
-                    std::to_string(done) + " cases in " + fmtD(nowSec() - t0) + " s;";
+    std::string t = "n=" + std::to_string(n) + (large ? " 64MiB" : " small") + ": " + std::to_string(done) +
+                    " cases in " + fmtD(nowSec() - t0) + " s;";
     for (auto& [k, v] : perColl) t += " " + k + " " + fmtD(v.first) + "s/" + std::to_string(v.second);
     rep.info(t);
   }
@@ -430,22 +447,37 @@ void runMatrix(int n, bool large, double budgetSec) {
   if (!makeUniqueId(&id)) return;
   const size_t ncases = buildCases(n, large).size();
   std::printf("matrix n=%d %s: %zu cases\n", n, large ? "64MiB" : "small", ncases);
-  LaunchResult res = launchRanks(n, budgetSec, [&](int rank, Reporter& rep) {
-    return matrixBody(rank, n, id, large, rep);
-  });
+  LaunchResult res =
+      launchRanks(n, budgetSec, [&](int rank, Reporter& rep) { return matrixBody(rank, n, id, large, rep); });
   std::printf("matrix n=%d %s: %.1f s\n", n, large ? "64MiB" : "small", res.elapsed);
   reportChildFailures(res, "matrix n=" + std::to_string(n));
 }
 
 // Deadlines are below the ctest TIMEOUT so a slow run fails with a readable message.
-TEST(CollMatrix, Ranks1Small) { runMatrix(1, false, 100); }
-TEST(CollMatrix, Ranks2Small) { runMatrix(2, false, 150); }
-TEST(CollMatrix, Ranks3Small) { runMatrix(3, false, 200); }
-TEST(CollMatrix, Ranks4Small) { runMatrix(4, false, 250); }
-TEST(CollMatrix, Ranks1Large) { runMatrix(1, true, 150); }
-TEST(CollMatrix, Ranks2Large) { runMatrix(2, true, 200); }
-TEST(CollMatrix, Ranks3Large) { runMatrix(3, true, 250); }
-TEST(CollMatrix, Ranks4Large) { runMatrix(4, true, 300); }
+TEST(CollMatrix, Ranks1Small) {
+  runMatrix(1, false, 100);
+}
+TEST(CollMatrix, Ranks2Small) {
+  runMatrix(2, false, 150);
+}
+TEST(CollMatrix, Ranks3Small) {
+  runMatrix(3, false, 200);
+}
+TEST(CollMatrix, Ranks4Small) {
+  runMatrix(4, false, 250);
+}
+TEST(CollMatrix, Ranks1Large) {
+  runMatrix(1, true, 150);
+}
+TEST(CollMatrix, Ranks2Large) {
+  runMatrix(2, true, 200);
+}
+TEST(CollMatrix, Ranks3Large) {
+  runMatrix(3, true, 250);
+}
+TEST(CollMatrix, Ranks4Large) {
+  runMatrix(4, true, 300);
+}
 
 // The case list itself: guards against a matrix that silently shrinks.
 TEST(CollMatrix, CaseListCoversTheCrossProduct) {

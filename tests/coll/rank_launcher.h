@@ -14,6 +14,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -29,8 +30,6 @@
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "ridge/ridge.h"
 
 namespace ridgetest {
@@ -41,7 +40,9 @@ inline double nowSec() {
 }
 
 /** Bootstrap over loopback only; called by every test before the library reads settings. */
-inline void setLoopbackEnv() { setenv("RIDGE_SOCKET_IFNAME", "lo", 1); }
+inline void setLoopbackEnv() {
+  setenv("RIDGE_SOCKET_IFNAME", "lo", 1);
+}
 
 inline const char* resultName(ridgeResult_t r) {
   switch (r) {
@@ -278,8 +279,8 @@ inline LaunchResult launchRanks(int nranks, double timeoutSec, const RankBody& b
 inline void reportChildFailures(const LaunchResult& res, const std::string& what,
                                 bool expectCleanExit = true) {
   if (res.timedOut) {
-    ADD_FAILURE() << what << ": ranks did not finish within the harness deadline (elapsed "
-                  << res.elapsed << " s); killed them";
+    ADD_FAILURE() << what << ": ranks did not finish within the harness deadline (elapsed " << res.elapsed
+                  << " s); killed them";
   }
   for (const RankResult& rr : res.ranks) {
     for (const std::string& ln : rr.lines) {

@@ -68,9 +68,13 @@ inline uint16_t floatToHalfExact(float f) {
   const uint32_t e = (b >> 23) & 255u;
   return static_cast<uint16_t>(sign | ((e - 112u) << 10) | ((b >> 13) & 0x3ffu));
 }
-inline double bf16ToDouble(uint16_t h) { return bitsToFloat(static_cast<uint32_t>(h) << 16); }
+inline double bf16ToDouble(uint16_t h) {
+  return bitsToFloat(static_cast<uint32_t>(h) << 16);
+}
 /** Exact for floats with at most 8 significant bits (all we make). */
-inline uint16_t floatToBf16Exact(float f) { return static_cast<uint16_t>(floatToBits(f) >> 16); }
+inline uint16_t floatToBf16Exact(float f) {
+  return static_cast<uint16_t>(floatToBits(f) >> 16);
+}
 
 // ---- Type traits -----------------------------------------------------------------------
 enum class Kind { Int, Float, Half, Bf16 };
@@ -93,14 +97,18 @@ using TBF16 = TypeTag<uint16_t, Kind::Bf16, ridgeBfloat16>;
 
 inline size_t dtSize(int dt) {
   switch (dt) {
-    case ridgeInt8: case ridgeUint8: return 1;
-    case ridgeFloat16: case ridgeBfloat16: return 2;
-    case ridgeInt32: case ridgeUint32: case ridgeFloat32: return 4;
+    case ridgeInt8:
+    case ridgeUint8: return 1;
+    case ridgeFloat16:
+    case ridgeBfloat16: return 2;
+    case ridgeInt32:
+    case ridgeUint32:
+    case ridgeFloat32: return 4;
     default: return 8;
   }
 }
 inline const char* dtName(int dt) {
-  static const char* names[] = {"int8", "uint8", "int32", "uint32", "int64",
+  static const char* names[] = {"int8",   "uint8",   "int32",   "uint32",  "int64",
                                 "uint64", "float16", "float32", "float64", "bfloat16"};
   return (dt >= 0 && dt < 10) ? names[dt] : "?";
 }
@@ -111,10 +119,14 @@ inline const char* opName(int op) {
 /** Machine epsilon of the storage type. */
 template <class T>
 constexpr double typeEps() {
-  if constexpr (T::kind == Kind::Half) return 0x1p-10;
-  else if constexpr (T::kind == Kind::Bf16) return 0x1p-7;
-  else if constexpr (sizeof(typename T::S) == 4) return 0x1p-23;
-  else return 0x1p-52;
+  if constexpr (T::kind == Kind::Half)
+    return 0x1p-10;
+  else if constexpr (T::kind == Kind::Bf16)
+    return 0x1p-7;
+  else if constexpr (sizeof(typename T::S) == 4)
+    return 0x1p-23;
+  else
+    return 0x1p-52;
 }
 
 // ---- Input values for reducing collectives ------------------------------------------------
@@ -151,16 +163,23 @@ inline auto genValue(uint32_t h) {
 template <class T, int OP>
 inline typename T::S genStore(uint32_t h) {
   using S = typename T::S;
-  if constexpr (T::kind == Kind::Int) return genValue<T, OP>(h);
-  else if constexpr (T::kind == Kind::Half) return floatToHalfExact(static_cast<float>(genValue<T, OP>(h)));
-  else if constexpr (T::kind == Kind::Bf16) return floatToBf16Exact(static_cast<float>(genValue<T, OP>(h)));
-  else return static_cast<S>(genValue<T, OP>(h));
+  if constexpr (T::kind == Kind::Int)
+    return genValue<T, OP>(h);
+  else if constexpr (T::kind == Kind::Half)
+    return floatToHalfExact(static_cast<float>(genValue<T, OP>(h)));
+  else if constexpr (T::kind == Kind::Bf16)
+    return floatToBf16Exact(static_cast<float>(genValue<T, OP>(h)));
+  else
+    return static_cast<S>(genValue<T, OP>(h));
 }
 template <class T>
 inline double decode(typename T::S s) {
-  if constexpr (T::kind == Kind::Half) return halfToDouble(s);
-  else if constexpr (T::kind == Kind::Bf16) return bf16ToDouble(s);
-  else return static_cast<double>(s);
+  if constexpr (T::kind == Kind::Half)
+    return halfToDouble(s);
+  else if constexpr (T::kind == Kind::Bf16)
+    return bf16ToDouble(s);
+  else
+    return static_cast<double>(s);
 }
 
 /** Collects the first few mismatches of a check. */
@@ -181,8 +200,10 @@ inline std::string fmtD(double v) {
 }
 template <class S>
 inline std::string fmtInt(S v) {
-  if constexpr (std::is_signed_v<S>) return std::to_string(static_cast<long long>(v));
-  else return std::to_string(static_cast<unsigned long long>(v));
+  if constexpr (std::is_signed_v<S>)
+    return std::to_string(static_cast<long long>(v));
+  else
+    return std::to_string(static_cast<unsigned long long>(v));
 }
 inline std::string fmtHex(uint64_t v) {
   char b[24];
@@ -198,16 +219,17 @@ void fillInput(void* dst, size_t count, uint32_t key, size_t base) {
 }
 
 template <class T, int OP>
-void checkInput(const void* src, size_t count, uint32_t key, size_t base, size_t reportBase,
-                Mismatches& mm) {
+void checkInput(const void* src, size_t count, uint32_t key, size_t base, size_t reportBase, Mismatches& mm) {
   using S = typename T::S;
   const S* p = static_cast<const S*>(src);
   for (size_t i = 0; i < count; ++i) {
     S want = genStore<T, OP>(elemHash(key, base + i));
     if (std::memcmp(&want, &p[i], sizeof(S)) != 0) {
       if (!mm.note()) continue;
-      if constexpr (T::kind == Kind::Int) mm.add(reportBase + i, fmtInt(p[i]), fmtInt(want));
-      else mm.add(reportBase + i, fmtD(decode<T>(p[i])), fmtD(decode<T>(want)));
+      if constexpr (T::kind == Kind::Int)
+        mm.add(reportBase + i, fmtInt(p[i]), fmtInt(want));
+      else
+        mm.add(reportBase + i, fmtD(decode<T>(p[i])), fmtD(decode<T>(want)));
     }
   }
 }
@@ -217,8 +239,8 @@ void checkInput(const void* src, size_t count, uint32_t key, size_t base, size_t
  * start at element `base` of each rank's generated sequence.
  */
 template <class T, int OP>
-void checkReduced(const void* out, size_t count, const uint32_t* keys, int n, size_t base,
-                  size_t reportBase, Mismatches& mm) {
+void checkReduced(const void* out, size_t count, const uint32_t* keys, int n, size_t base, size_t reportBase,
+                  Mismatches& mm) {
   using S = typename T::S;
   constexpr size_t B = 256;
   const S* p = static_cast<const S*>(out);
@@ -229,15 +251,20 @@ void checkReduced(const void* out, size_t count, const uint32_t* keys, int n, si
       // max/min: native comparisons.
       using Acc = std::conditional_t<(OP == ridgeMax || OP == ridgeMin), S, uint64_t>;
       Acc acc[B];
-      for (size_t j = 0; j < len; ++j) acc[j] = static_cast<Acc>(genValue<T, OP>(elemHash(keys[0], base + b0 + j)));
+      for (size_t j = 0; j < len; ++j)
+        acc[j] = static_cast<Acc>(genValue<T, OP>(elemHash(keys[0], base + b0 + j)));
       for (int r = 1; r < n; ++r) {
         const uint32_t k = keys[r];
         for (size_t j = 0; j < len; ++j) {
           const S v = genValue<T, OP>(elemHash(k, base + b0 + j));
-          if constexpr (OP == ridgeSum || OP == ridgeAvg) acc[j] += static_cast<uint64_t>(v);
-          else if constexpr (OP == ridgeProd) acc[j] *= static_cast<uint64_t>(v);
-          else if constexpr (OP == ridgeMax) acc[j] = std::max<S>(acc[j], v);
-          else acc[j] = std::min<S>(acc[j], v);
+          if constexpr (OP == ridgeSum || OP == ridgeAvg)
+            acc[j] += static_cast<uint64_t>(v);
+          else if constexpr (OP == ridgeProd)
+            acc[j] *= static_cast<uint64_t>(v);
+          else if constexpr (OP == ridgeMax)
+            acc[j] = std::max<S>(acc[j], v);
+          else
+            acc[j] = std::min<S>(acc[j], v);
         }
       }
       for (size_t j = 0; j < len; ++j) {
@@ -293,15 +320,29 @@ void checkReduced(const void* out, size_t count, const uint32_t* keys, int n, si
 // Full-range bits, NaN patterns included: a copy must move them unchanged.
 template <size_t ESZ>
 struct RawT;
-template <> struct RawT<1> { using U = uint8_t; };
-template <> struct RawT<2> { using U = uint16_t; };
-template <> struct RawT<4> { using U = uint32_t; };
-template <> struct RawT<8> { using U = uint64_t; };
+template <>
+struct RawT<1> {
+  using U = uint8_t;
+};
+template <>
+struct RawT<2> {
+  using U = uint16_t;
+};
+template <>
+struct RawT<4> {
+  using U = uint32_t;
+};
+template <>
+struct RawT<8> {
+  using U = uint64_t;
+};
 
 template <size_t ESZ>
 inline typename RawT<ESZ>::U rawValue(uint32_t h) {
-  if constexpr (ESZ == 8) return (static_cast<uint64_t>(mix32(h ^ 0x2545F491u)) << 32) | h;
-  else return static_cast<typename RawT<ESZ>::U>(h);
+  if constexpr (ESZ == 8)
+    return (static_cast<uint64_t>(mix32(h ^ 0x2545F491u)) << 32) | h;
+  else
+    return static_cast<typename RawT<ESZ>::U>(h);
 }
 template <size_t ESZ>
 void fillRaw(void* dst, size_t count, uint32_t key, size_t base) {
@@ -309,8 +350,7 @@ void fillRaw(void* dst, size_t count, uint32_t key, size_t base) {
   for (size_t i = 0; i < count; ++i) p[i] = rawValue<ESZ>(elemHash(key, base + i));
 }
 template <size_t ESZ>
-void checkRaw(const void* src, size_t count, uint32_t key, size_t base, size_t reportBase,
-              Mismatches& mm) {
+void checkRaw(const void* src, size_t count, uint32_t key, size_t base, size_t reportBase, Mismatches& mm) {
   const auto* p = static_cast<const typename RawT<ESZ>::U*>(src);
   for (size_t i = 0; i < count; ++i) {
     const auto want = rawValue<ESZ>(elemHash(key, base + i));

@@ -1,8 +1,6 @@
 // Tests for src/reduce: every type x op x source count x length x aliasing against an
 // independent reference, the 16-bit float conversions over every bit pattern, and the
 // portable build against the AVX2 build bit for bit.
-#include "reduce/reduce.h"
-
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -15,6 +13,8 @@
 #include <string>
 #include <tuple>
 #include <vector>
+
+#include "reduce/reduce.h"
 
 namespace ridge {
 namespace {
@@ -100,15 +100,20 @@ uint64_t doubleToBits(double d) {
   return u;
 }
 
-bool isHalfNan(uint16_t h) { return (h & 0x7c00) == 0x7c00 && (h & 0x3ff); }
-bool isBf16Nan(uint16_t b) { return (b & 0x7f80) == 0x7f80 && (b & 0x7f); }
+bool isHalfNan(uint16_t h) {
+  return (h & 0x7c00) == 0x7c00 && (h & 0x3ff);
+}
+bool isBf16Nan(uint16_t b) {
+  return (b & 0x7f80) == 0x7f80 && (b & 0x7f);
+}
 
-const ridgeDataType_t kAllTypes[] = {ridgeInt8,   ridgeUint8,   ridgeInt32,   ridgeUint32,
-                                     ridgeInt64,  ridgeUint64,  ridgeFloat16, ridgeFloat32,
-                                     ridgeFloat64, ridgeBfloat16};
+const ridgeDataType_t kAllTypes[] = {ridgeInt8,   ridgeUint8,   ridgeInt32,   ridgeUint32,  ridgeInt64,
+                                     ridgeUint64, ridgeFloat16, ridgeFloat32, ridgeFloat64, ridgeBfloat16};
 const ridgeRedOp_t kAllOps[] = {ridgeSum, ridgeProd, ridgeMax, ridgeMin, ridgeAvg};
 
-bool isIntType(ridgeDataType_t t) { return t <= ridgeUint64; }
+bool isIntType(ridgeDataType_t t) {
+  return t <= ridgeUint64;
+}
 bool isSignedInt(ridgeDataType_t t) {
   return t == ridgeInt8 || t == ridgeInt32 || t == ridgeInt64;
 }
@@ -118,16 +123,36 @@ bool isSignedInt(ridgeDataType_t t) {
 uint64_t loadElem(const uint8_t* base, size_t i, size_t es) {
   switch (es) {
     case 1: return base[i];
-    case 2: { uint16_t v; std::memcpy(&v, base + 2 * i, 2); return v; }
-    case 4: { uint32_t v; std::memcpy(&v, base + 4 * i, 4); return v; }
-    default: { uint64_t v; std::memcpy(&v, base + 8 * i, 8); return v; }
+    case 2: {
+      uint16_t v;
+      std::memcpy(&v, base + 2 * i, 2);
+      return v;
+    }
+    case 4: {
+      uint32_t v;
+      std::memcpy(&v, base + 4 * i, 4);
+      return v;
+    }
+    default: {
+      uint64_t v;
+      std::memcpy(&v, base + 8 * i, 8);
+      return v;
+    }
   }
 }
 void storeElem(uint8_t* base, size_t i, size_t es, uint64_t bits) {
   switch (es) {
     case 1: base[i] = static_cast<uint8_t>(bits); break;
-    case 2: { uint16_t v = static_cast<uint16_t>(bits); std::memcpy(base + 2 * i, &v, 2); break; }
-    case 4: { uint32_t v = static_cast<uint32_t>(bits); std::memcpy(base + 4 * i, &v, 4); break; }
+    case 2: {
+      uint16_t v = static_cast<uint16_t>(bits);
+      std::memcpy(base + 2 * i, &v, 2);
+      break;
+    }
+    case 4: {
+      uint32_t v = static_cast<uint32_t>(bits);
+      std::memcpy(base + 4 * i, &v, 4);
+      break;
+    }
     default: std::memcpy(base + 8 * i, &bits, 8); break;
   }
 }
@@ -161,7 +186,8 @@ uint64_t refReduce(ridgeDataType_t t, ridgeRedOp_t op, int div, const uint64_t* 
     for (int k = 1; k < n; ++k) {
       const uint64_t x = v[k] & mask;
       switch (op) {
-        case ridgeSum: case ridgeAvg: acc = (acc + x) & mask; break;
+        case ridgeSum:
+        case ridgeAvg: acc = (acc + x) & mask; break;
         case ridgeProd: acc = (acc * x) & mask; break;
         case ridgeMax: acc = less(x, acc) ? acc : x; break;
         case ridgeMin: acc = less(acc, x) ? acc : x; break;
@@ -169,8 +195,10 @@ uint64_t refReduce(ridgeDataType_t t, ridgeRedOp_t op, int div, const uint64_t* 
       }
     }
     if (op == ridgeAvg && div > 0) {
-      if (sgn) acc = static_cast<uint64_t>(sx(acc) / static_cast<int64_t>(div)) & mask;
-      else acc = acc / static_cast<uint64_t>(div);
+      if (sgn)
+        acc = static_cast<uint64_t>(sx(acc) / static_cast<int64_t>(div)) & mask;
+      else
+        acc = acc / static_cast<uint64_t>(div);
     }
     return acc;
   }
@@ -179,7 +207,8 @@ uint64_t refReduce(ridgeDataType_t t, ridgeRedOp_t op, int div, const uint64_t* 
     for (int k = 1; k < n; ++k) {
       const double x = floatValue(t, v[k]);
       switch (op) {
-        case ridgeSum: case ridgeAvg: acc = acc + x; break;
+        case ridgeSum:
+        case ridgeAvg: acc = acc + x; break;
         case ridgeProd: acc = acc * x; break;
         case ridgeMax: acc = (acc > x || std::isnan(acc)) ? acc : x; break;
         case ridgeMin: acc = (acc < x || std::isnan(acc)) ? acc : x; break;
@@ -195,7 +224,8 @@ uint64_t refReduce(ridgeDataType_t t, ridgeRedOp_t op, int div, const uint64_t* 
   for (int k = 1; k < n; ++k) {
     const float x = static_cast<float>(floatValue(t, v[k]));
     switch (op) {
-      case ridgeSum: case ridgeAvg: acc = static_cast<float>(static_cast<double>(acc) + x); break;
+      case ridgeSum:
+      case ridgeAvg: acc = static_cast<float>(static_cast<double>(acc) + x); break;
       case ridgeProd: acc = static_cast<float>(static_cast<double>(acc) * x); break;
       case ridgeMax: acc = (acc > x || std::isnan(acc)) ? acc : x; break;
       case ridgeMin: acc = (acc < x || std::isnan(acc)) ? acc : x; break;
@@ -217,7 +247,8 @@ bool sameResult(ridgeDataType_t t, uint64_t a, uint64_t b) {
     case ridgeFloat16: return isHalfNan(static_cast<uint16_t>(a)) && isHalfNan(static_cast<uint16_t>(b));
     case ridgeBfloat16: return isBf16Nan(static_cast<uint16_t>(a)) && isBf16Nan(static_cast<uint16_t>(b));
     case ridgeFloat32:
-      return std::isnan(bitsToFloat(static_cast<uint32_t>(a))) && std::isnan(bitsToFloat(static_cast<uint32_t>(b)));
+      return std::isnan(bitsToFloat(static_cast<uint32_t>(a))) &&
+             std::isnan(bitsToFloat(static_cast<uint32_t>(b)));
     case ridgeFloat64: return std::isnan(bitsToDouble(a)) && std::isnan(bitsToDouble(b));
     default: return false;
   }
@@ -230,10 +261,24 @@ uint64_t randomFinite(ridgeDataType_t t, std::mt19937_64& rng) {
   for (;;) {
     const uint64_t r = rng();
     switch (t) {
-      case ridgeFloat16: { uint16_t h = r & 0xffff; if ((h & 0x7c00) != 0x7c00) return h; break; }
-      case ridgeBfloat16: { uint16_t b = r & 0xffff; if ((b & 0x7f80) != 0x7f80) return b; break; }
-      case ridgeFloat32: { uint32_t u = r & 0xffffffffu; if ((u & 0x7f800000u) != 0x7f800000u) return u; break; }
-      default: if ((r & 0x7ff0000000000000ull) != 0x7ff0000000000000ull) return r; break;
+      case ridgeFloat16: {
+        uint16_t h = r & 0xffff;
+        if ((h & 0x7c00) != 0x7c00) return h;
+        break;
+      }
+      case ridgeBfloat16: {
+        uint16_t b = r & 0xffff;
+        if ((b & 0x7f80) != 0x7f80) return b;
+        break;
+      }
+      case ridgeFloat32: {
+        uint32_t u = r & 0xffffffffu;
+        if ((u & 0x7f800000u) != 0x7f800000u) return u;
+        break;
+      }
+      default:
+        if ((r & 0x7ff0000000000000ull) != 0x7ff0000000000000ull) return r;
+        break;
     }
   }
 }
@@ -269,7 +314,7 @@ struct Case {
   ridgeRedOp_t op;
   int nsrcs;
   size_t count;
-  int alias;      // -1: separate dst; otherwise dst == srcs[alias]
+  int alias;  // -1: separate dst; otherwise dst == srcs[alias]
   int divisor;
   size_t misalign;  // element offset added to every buffer's start
   bool useReduce2;
@@ -278,8 +323,8 @@ struct Case {
 std::string describe(const Case& c) {
   char buf[256];
   std::snprintf(buf, sizeof buf, "type=%s op=%s nsrcs=%d count=%zu alias=%d div=%d misalign=%zu r2=%d",
-                dataTypeName(c.type), redOpName(c.op), c.nsrcs, c.count, c.alias, c.divisor,
-                c.misalign, c.useReduce2 ? 1 : 0);
+                dataTypeName(c.type), redOpName(c.op), c.nsrcs, c.count, c.alias, c.divisor, c.misalign,
+                c.useReduce2 ? 1 : 0);
   return buf;
 }
 
@@ -315,8 +360,8 @@ int runCase(const Case& c, std::mt19937_64& rng) {
     const uint64_t got = loadElem(dst, i, es);
     if (!sameResult(c.type, want, got)) {
       if (++bad <= 3) {
-        ADD_FAILURE() << describe(c) << " index " << i << ": want 0x" << std::hex << want
-                      << " got 0x" << got << std::dec;
+        ADD_FAILURE() << describe(c) << " index " << i << ": want 0x" << std::hex << want << " got 0x" << got
+                      << std::dec;
       }
     }
   }
@@ -324,10 +369,18 @@ int runCase(const Case& c, std::mt19937_64& rng) {
   // and unaliased sources are unchanged.
   const uint8_t* d = bufs[dstBuf].data();
   for (size_t b = 0; b < (kGuard + c.misalign) * es; ++b) {
-    if (d[b] != kGuardByte) { ++bad; ADD_FAILURE() << describe(c) << " wrote before dst"; break; }
+    if (d[b] != kGuardByte) {
+      ++bad;
+      ADD_FAILURE() << describe(c) << " wrote before dst";
+      break;
+    }
   }
   for (size_t b = (kGuard + c.misalign + c.count) * es; b < total * es; ++b) {
-    if (d[b] != kGuardByte) { ++bad; ADD_FAILURE() << describe(c) << " wrote past dst"; break; }
+    if (d[b] != kGuardByte) {
+      ++bad;
+      ADD_FAILURE() << describe(c) << " wrote past dst";
+      break;
+    }
   }
   for (int s = 0; s < c.nsrcs; ++s) {
     if (s == dstBuf) continue;
@@ -345,8 +398,7 @@ int runCase(const Case& c, std::mt19937_64& rng) {
 
 // ---- The exhaustive sweep -------------------------------------------------------------
 
-class ReduceSweep
-    : public ::testing::TestWithParam<std::tuple<ridgeDataType_t, ridgeRedOp_t, bool>> {
+class ReduceSweep : public ::testing::TestWithParam<std::tuple<ridgeDataType_t, ridgeRedOp_t, bool>> {
  protected:
   void SetUp() override {
     if (std::get<2>(GetParam())) reduceForceScalarForTesting(true);
@@ -404,8 +456,8 @@ TEST_P(ReduceSweep, ManySourcesAcrossBlocks) {
 }
 
 std::string sweepName(const ::testing::TestParamInfo<ReduceSweep::ParamType>& info) {
-  return std::string(dataTypeName(std::get<0>(info.param))) + "_" +
-         redOpName(std::get<1>(info.param)) + (std::get<2>(info.param) ? "_generic" : "_best");
+  return std::string(dataTypeName(std::get<0>(info.param))) + "_" + redOpName(std::get<1>(info.param)) +
+         (std::get<2>(info.param) ? "_generic" : "_best");
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypesOps, ReduceSweep,
@@ -446,7 +498,7 @@ TEST_P(ReduceBothPaths, IntegerWrapAndTruncatingAverage) {
   std::vector<uint8_t> u1(5, 200), u2(5, 100), u0(5, 0);
   EXPECT_EQ(run3(u1, u2, u0, ridgeUint8, ridgeAvg, 2)[4], 22);
   EXPECT_EQ(run3(u1, u1, u0, ridgeUint8, ridgeAvg, 1000)[4], 0);  // 144/1000
-  EXPECT_EQ(run3(u1, u2, u0, ridgeUint8, ridgeProd, 0)[4], 0);     // 200*100*0
+  EXPECT_EQ(run3(u1, u2, u0, ridgeUint8, ridgeProd, 0)[4], 0);    // 200*100*0
   // Signed vs unsigned max: 0x80 is -128 as int8 and 128 as uint8.
   std::vector<int8_t> s1(33, -128), s2(33, 1);
   EXPECT_EQ(run3(s1, s2, s1, ridgeInt8, ridgeMax, 0)[32], 1);
@@ -461,7 +513,7 @@ TEST_P(ReduceBothPaths, IntegerWrapAndTruncatingAverage) {
   std::vector<int64_t> i1(5, INT64_MIN), i2(5, -1), i3(5, 5);
   EXPECT_EQ(run3(i1, i2, i3, ridgeInt64, ridgeMin, 0)[4], INT64_MIN);
   EXPECT_EQ(run3(i1, i2, i3, ridgeInt64, ridgeMax, 0)[4], 5);
-    // INT64_MIN + (-1) wraps to INT64_MAX, + 5 wraps to INT64_MIN + 4; avg /4 = (INT64_MIN+4)/4.
+  // INT64_MIN + (-1) wraps to INT64_MAX, + 5 wraps to INT64_MIN + 4; avg /4 = (INT64_MIN+4)/4.
   EXPECT_EQ(run3(i1, i2, i3, ridgeInt64, ridgeSum, 0)[4], INT64_MIN + 4);
   EXPECT_EQ(run3(i1, i2, i3, ridgeInt64, ridgeAvg, 4)[4], (INT64_MIN + 4) / 4);
   std::vector<int32_t> j1(9, -9), j2(9, 2), j3(9, 0);
@@ -682,11 +734,9 @@ TEST_P(BulkConversion, MatchesScalarOnEveryPattern) {
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
   std::vector<float> f(all.size());
   halfToFloatN(f.data(), all.data(), all.size());
-  for (size_t i = 0; i < all.size(); ++i)
-    ASSERT_EQ(floatToBits(f[i]), floatToBits(halfToFloat(all[i]))) << i;
+  for (size_t i = 0; i < all.size(); ++i) ASSERT_EQ(floatToBits(f[i]), floatToBits(halfToFloat(all[i]))) << i;
   bf16ToFloatN(f.data(), all.data(), all.size());
-  for (size_t i = 0; i < all.size(); ++i)
-    ASSERT_EQ(floatToBits(f[i]), floatToBits(bf16ToFloat(all[i]))) << i;
+  for (size_t i = 0; i < all.size(); ++i) ASSERT_EQ(floatToBits(f[i]), floatToBits(bf16ToFloat(all[i]))) << i;
 
   std::mt19937_64 rng(7);
   std::vector<float> in(1 << 20);
@@ -753,8 +803,8 @@ TEST(ReducePaths, AvxAndGenericAgreeBitForBit) {
           for (size_t i = 0; i < count; ++i) {
             ASSERT_TRUE(sameResult(t, loadElem(fast.data(), i, es), loadElem(slow.data(), i, es)))
                 << dataTypeName(t) << " " << redOpName(op) << " nsrcs=" << nsrcs << " div=" << div
-                << " index " << i << std::hex << " avx2=0x" << loadElem(fast.data(), i, es)
-                << " generic=0x" << loadElem(slow.data(), i, es);
+                << " index " << i << std::hex << " avx2=0x" << loadElem(fast.data(), i, es) << " generic=0x"
+                << loadElem(slow.data(), i, es);
           }
           ++compared;
         }
@@ -768,7 +818,8 @@ TEST(ReducePaths, AvxAndGenericAgreeBitForBit) {
 
 TEST(ReduceNames, SizesNamesAndParsing) {
   const size_t sizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
-  const char* names[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double", "bfloat16"};
+  const char* names[] = {"int8",   "uint8", "int32", "uint32", "int64",
+                         "uint64", "half",  "float", "double", "bfloat16"};
   for (int i = 0; i < ridgeNumTypes; ++i) {
     const auto t = static_cast<ridgeDataType_t>(i);
     EXPECT_EQ(dataTypeSize(t), sizes[i]);
@@ -780,10 +831,9 @@ TEST(ReduceNames, SizesNamesAndParsing) {
   EXPECT_EQ(dataTypeSize(static_cast<ridgeDataType_t>(ridgeNumTypes)), 0u);
   EXPECT_EQ(dataTypeSize(static_cast<ridgeDataType_t>(-1)), 0u);
   const std::pair<const char*, ridgeDataType_t> aliases[] = {
-      {"float16", ridgeFloat16}, {"fp16", ridgeFloat16}, {"float32", ridgeFloat32},
-      {"fp32", ridgeFloat32},    {"float64", ridgeFloat64}, {"fp64", ridgeFloat64},
-      {"bf16", ridgeBfloat16},   {"char", ridgeInt8},      {"int", ridgeInt32},
-      {"FP16", ridgeFloat16},    {"Double", ridgeFloat64}};
+      {"float16", ridgeFloat16}, {"fp16", ridgeFloat16}, {"float32", ridgeFloat32}, {"fp32", ridgeFloat32},
+      {"float64", ridgeFloat64}, {"fp64", ridgeFloat64}, {"bf16", ridgeBfloat16},   {"char", ridgeInt8},
+      {"int", ridgeInt32},       {"FP16", ridgeFloat16}, {"Double", ridgeFloat64}};
   for (const auto& [name, t] : aliases) {
     ridgeDataType_t got = ridgeNumTypes;
     EXPECT_TRUE(parseDataType(name, &got)) << name;
@@ -829,29 +879,26 @@ TEST(ReduceThroughput, Reduce2FloatSum16MiB) {
   const size_t n = bytes / sizeof(float);
   std::vector<float> a(n, 1.0f), b(n, 2.0f), d(n, 0.0f);
   const double tcopy = bestSeconds(10, [&] { std::memcpy(d.data(), a.data(), bytes); });
-  std::printf("[ throughput ] memcpy 16 MiB: %.1f GB/s (read+write %.1f GB/s)\n",
-              bytes / tcopy / 1e9, 2 * bytes / tcopy / 1e9);
+  std::printf("[ throughput ] memcpy 16 MiB: %.1f GB/s (read+write %.1f GB/s)\n", bytes / tcopy / 1e9,
+              2 * bytes / tcopy / 1e9);
   for (bool scalar : {true, false}) {
     if (!scalar && !reduceHasSimdImpl()) continue;
     reduceForceScalarForTesting(scalar);
-    const double t = bestSeconds(10, [&] {
-      reduce2(d.data(), a.data(), b.data(), n, ridgeFloat32, ridgeSum, 0);
-    });
+    const double t =
+        bestSeconds(10, [&] { reduce2(d.data(), a.data(), b.data(), n, ridgeFloat32, ridgeSum, 0); });
     std::printf("[ throughput ] reduce2 float sum 16 MiB (%s): %.1f GB/s of output, %.1f GB/s moved\n",
                 reduceImplName(), bytes / t / 1e9, 3 * bytes / t / 1e9);
     const size_t hn = bytes / 2;
     std::vector<uint16_t> ha(hn, 0x3c00), hb(hn, 0x4000), hd(hn, 0);
     for (ridgeDataType_t ht : {ridgeFloat16, ridgeBfloat16}) {
-      const double th = bestSeconds(5, [&] {
-        reduce2(hd.data(), ha.data(), hb.data(), hn, ht, ridgeSum, 0);
-      });
-      std::printf("[ throughput ] reduce2 %s sum 16 MiB (%s): %.1f GB/s of output\n",
-                  dataTypeName(ht), reduceImplName(), bytes / th / 1e9);
+      const double th =
+          bestSeconds(5, [&] { reduce2(hd.data(), ha.data(), hb.data(), hn, ht, ridgeSum, 0); });
+      std::printf("[ throughput ] reduce2 %s sum 16 MiB (%s): %.1f GB/s of output\n", dataTypeName(ht),
+                  reduceImplName(), bytes / th / 1e9);
     }
     std::vector<const void*> four = {a.data(), b.data(), a.data(), b.data()};
-    const double t4 = bestSeconds(5, [&] {
-      reduceMany(d.data(), four.data(), 4, n, ridgeFloat32, ridgeSum, 0);
-    });
+    const double t4 =
+        bestSeconds(5, [&] { reduceMany(d.data(), four.data(), 4, n, ridgeFloat32, ridgeSum, 0); });
     std::printf("[ throughput ] reduceMany(4) float sum 16 MiB (%s): %.1f GB/s of output, %.1f GB/s moved\n",
                 reduceImplName(), bytes / t4 / 1e9, 5 * bytes / t4 / 1e9);
     reduce2(d.data(), a.data(), b.data(), n, ridgeFloat32, ridgeSum, 0);

@@ -1,3 +1,4 @@
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -5,8 +6,6 @@
 #include <fstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "topo/pci.h"
 #include "topo/summary.h"
@@ -20,11 +19,11 @@ namespace {
 const std::string kSamples = RIDGE_TOPO_SAMPLES_DIR;
 const std::string kData = RIDGE_TOPO_TEST_DATA_DIR;
 
-#define SKIP_WITHOUT_SAMPLES()                                                             \
-  do {                                                                                     \
-    if (!fs::is_directory(kSamples))                                                       \
-      GTEST_SKIP() << "topology samples not found at " << kSamples                         \
-                   << " (they live beside the repository in shared/topo_samples)";         \
+#define SKIP_WITHOUT_SAMPLES()                                                     \
+  do {                                                                             \
+    if (!fs::is_directory(kSamples))                                               \
+      GTEST_SKIP() << "topology samples not found at " << kSamples                 \
+                   << " (they live beside the repository in shared/topo_samples)"; \
   } while (0)
 
 std::vector<std::string> sampleFiles() {
@@ -273,11 +272,11 @@ TEST(TopoSummary, CompactStringCutsLongHostnames) {
 // ---- Helpers ------------------------------------------------------------------------------
 
 TEST(TopoPci, Classification) {
-  EXPECT_TRUE(topo::isGpuClass(0x0302, 0x10de));  // NVIDIA 3D controller
-  EXPECT_TRUE(topo::isGpuClass(0x0300, 0x1002));  // AMD VGA
-  EXPECT_TRUE(topo::isGpuClass(0x0302, 0));       // unknown vendor (NCCL files)
-  EXPECT_FALSE(topo::isGpuClass(0x0300, 0x1a03)); // ASPEED BMC
-  EXPECT_FALSE(topo::isGpuClass(0x0300, 0x102b)); // Matrox BMC
+  EXPECT_TRUE(topo::isGpuClass(0x0302, 0x10de));   // NVIDIA 3D controller
+  EXPECT_TRUE(topo::isGpuClass(0x0300, 0x1002));   // AMD VGA
+  EXPECT_TRUE(topo::isGpuClass(0x0302, 0));        // unknown vendor (NCCL files)
+  EXPECT_FALSE(topo::isGpuClass(0x0300, 0x1a03));  // ASPEED BMC
+  EXPECT_FALSE(topo::isGpuClass(0x0300, 0x102b));  // Matrox BMC
   EXPECT_FALSE(topo::isGpuClass(0x0207, 0x15b3));
   EXPECT_TRUE(topo::isNicClass(0x0200));
   EXPECT_TRUE(topo::isNicClass(0x0207));
@@ -291,7 +290,8 @@ TEST(TopoPci, Classification) {
 TEST(TopoXml, ParsesAttributesEntitiesAndComments) {
   topo::XmlElement root;
   Status st = topo::parseXml(
-      "<?xml version=\"1.0\"?>\n<!-- a > b -->\n<a x='1' y=\"&lt;&amp;&#65;\"><b/><!-- c --><b z=\"2\">t</b></a>\n",
+      "<?xml version=\"1.0\"?>\n<!-- a > b -->\n<a x='1' y=\"&lt;&amp;&#65;\"><b/><!-- c --><b "
+      "z=\"2\">t</b></a>\n",
       "test", &root);
   ASSERT_TRUE(st.isOk()) << st.message();
   EXPECT_EQ(root.name, "a");

@@ -24,9 +24,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include <cerrno>
-
 #include <atomic>
+#include <cerrno>
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -142,7 +141,9 @@ class ShmRecv final : public RecvConnector {
   uint32_t cachedHead_ = 0;
 };
 
-size_t alignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
+size_t alignUp(size_t v, size_t a) {
+  return (v + a - 1) / a * a;
+}
 
 // Cross-memory attach: the kernel copies straight between the two address spaces, so a
 // transfer touches each byte once. Needs ptrace-level access to the peer (same user,
@@ -150,7 +151,9 @@ size_t alignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
 class CmaPeerMemory final : public PeerMemory {
  public:
   CmaPeerMemory(int peerRank, pid_t pid) : peerRank_(peerRank), pid_(pid) {}
-  Status read(void* local, uint64_t remoteAddr, size_t bytes) override { return copy(local, remoteAddr, bytes, false); }
+  Status read(void* local, uint64_t remoteAddr, size_t bytes) override {
+    return copy(local, remoteAddr, bytes, false);
+  }
   Status write(uint64_t remoteAddr, const void* local, size_t bytes) override {
     return copy(const_cast<void*>(local), remoteAddr, bytes, true);
   }
@@ -166,10 +169,12 @@ class CmaPeerMemory final : public PeerMemory {
         if (errno == EINTR) continue;
         int err = errno;
         return makeError(errno == ESRCH ? ridgeRemoteError : ridgeSystemError,
-                         "shm: %s of %zu bytes %s rank %d (pid %d) failed: %s", toPeer ? "process_vm_writev" : "process_vm_readv",
-                         bytes - done, toPeer ? "to" : "from", peerRank_, static_cast<int>(pid_), std::strerror(err));
+                         "shm: %s of %zu bytes %s rank %d (pid %d) failed: %s",
+                         toPeer ? "process_vm_writev" : "process_vm_readv", bytes - done,
+                         toPeer ? "to" : "from", peerRank_, static_cast<int>(pid_), std::strerror(err));
       }
-      if (n == 0) return makeError(ridgeSystemError, "shm: cross-memory copy with rank %d made no progress", peerRank_);
+      if (n == 0)
+        return makeError(ridgeSystemError, "shm: cross-memory copy with rank %d made no progress", peerRank_);
       done += static_cast<size_t>(n);
     }
     return Status::ok();
@@ -294,14 +299,15 @@ Status ShmTransport::probeCma(const TransportSetup& setup) {
     }
   }
   if (!all && mode == "1")
-    return makeError(ridgeSystemError, "shm: RIDGE_CMA=1 but single-copy cross-memory attach is unavailable (%s)",
-                     why.c_str());
+    return makeError(ridgeSystemError,
+                     "shm: RIDGE_CMA=1 but single-copy cross-memory attach is unavailable (%s)", why.c_str());
   if (all && setup.nranks > 1) {
     cma_.resize(setup.nranks);
     for (int peer : localRanks_)
       if (peer != setup.rank) cma_[peer] = std::make_unique<CmaPeerMemory>(peer, setup.pidOfRank[peer]);
   }
-  RIDGE_INFO("shm: single-copy (CMA) %s%s%s", all ? "enabled" : "disabled", why.empty() ? "" : ": ", why.c_str());
+  RIDGE_INFO("shm: single-copy (CMA) %s%s%s", all ? "enabled" : "disabled", why.empty() ? "" : ": ",
+             why.c_str());
   return Status::ok();
 }
 
