@@ -111,8 +111,7 @@ bool Executor::anyReady() {
   return false;
 }
 
-Status Executor::checkIdle(int64_t idleNs, bool* slept) {
-  *slept = false;
+Status Executor::checkIdle(int64_t idleNs) {
   for (ridgeComm* c : comms_) {
     if (c->aborted.load(std::memory_order_relaxed))
       return Status(ridgeAborted, format("rank %d: communicator aborted while waiting", c->rank));
@@ -141,7 +140,6 @@ Status Executor::checkIdle(int64_t idleNs, bool* slept) {
   int64_t slice = std::min<int64_t>(100000000, timeoutNs - idleNs + 1000000);
   t->waitForActivity(
       slice, [](void* self) { return !static_cast<Executor*>(self)->anyReady(); }, this);
-  *slept = true;
   // A peer may post its last data and exit at once, or finish everything it had with us
   // and leave: only a peer that a blocked strand still waits for is checked.
   if (anyReady()) return Status::ok();
@@ -169,12 +167,9 @@ Status Executor::run() {
       }
       s.leaf.resume();
       progressed = true;
-      if (s.done) {
-        --remaining;
-        if (!s.result.isOk()) {
-          failure = std::move(s.result);
-          break;
-        }
+      if (s.done && !s.result.isOk()) {
+        failure = std::move(s.result);
+        break;
       }
     }
     if (!failure.isOk()) break;
@@ -189,8 +184,7 @@ Status Executor::run() {
     if ((idleSpins++ & 63) == 0) {
       int64_t now = nowNs();
       if (idleSpins == 1) idleSince = now;
-      bool slept = false;
-      failure = checkIdle(now - idleSince, &slept);
+      failure = checkIdle(now - idleSince);
       if (!failure.isOk()) break;
     } else {
       RIDGE_CPU_RELAX();

@@ -34,7 +34,8 @@ class Executor {
     ridgeComm* comm = nullptr;
   };
   bool anyReady();
-  Status checkIdle(int64_t idleNs, bool* slept);
+  // Backs off one step (yield or futex sleep) and checks abort, timeout and peer health.
+  Status checkIdle(int64_t idleNs);
   void reset();
 
   std::vector<std::unique_ptr<Entry>> entries_;
