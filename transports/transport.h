@@ -35,6 +35,7 @@ struct SlotInfo {
 
 class SendConnector {
  public:
+  SendConnector(size_t slotBytes, int peer) : slotBytes_(slotBytes), peer_(peer) {}
   virtual ~SendConnector() = default;
   // The next free slot, or nullptr while the FIFO is full. Repeated calls before
   // post() return the same slot.
@@ -45,13 +46,14 @@ class SendConnector {
   // The rank at the other end.
   int peer() const { return peer_; }
 
- protected:
-  size_t slotBytes_ = 0;
-  int peer_ = -1;
+ private:
+  const size_t slotBytes_;
+  const int peer_;
 };
 
 class RecvConnector {
  public:
+  RecvConnector(size_t slotBytes, int peer) : slotBytes_(slotBytes), peer_(peer) {}
   virtual ~RecvConnector() = default;
   // The oldest posted slot (and its metadata), or nullptr while none is posted.
   virtual const void* tryPeek(SlotInfo* info) = 0;
@@ -61,9 +63,9 @@ class RecvConnector {
   // The rank at the other end.
   int peer() const { return peer_; }
 
- protected:
-  size_t slotBytes_ = 0;
-  int peer_ = -1;
+ private:
+  const size_t slotBytes_;
+  const int peer_;
 };
 
 // Optional single-copy access to a peer's memory (shm: cross-memory attach; a network

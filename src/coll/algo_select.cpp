@@ -42,10 +42,10 @@ static bool parseColl(const std::string& s, CollType* out) {
 
 Status AlgoSelector::configure(const std::string& overrides, size_t allPairsMax, bool directAvailable,
                                size_t directMin, size_t directMax) {
-  directMax_ = directMax;
   allPairsMax_ = allPairsMax;
   directAvailable_ = directAvailable;
   directMin_ = directMin;
+  directMax_ = directMax;
   rules_.clear();
   std::string bad;
   std::stringstream entries(overrides);
@@ -99,8 +99,8 @@ Status AlgoSelector::configure(const std::string& overrides, size_t allPairsMax,
 Algo AlgoSelector::choose(CollType type, size_t bytes) const {
   for (const Rule& r : rules_)
     if (r.type == type && bytes >= r.lo && bytes < r.hi) return r.algo;
-  // All-to-all is all-pairs by nature; everything else switches to the pipelined ring
-  // once the message amortises its extra steps.
+  // All-to-all is all-pairs by nature; everything else switches to the direct or the
+  // pipelined ring algorithms once the message amortises their extra steps.
   if (type == CollType::AlltoAll) return Algo::AllPairs;
   // Copy collectives gain from the single copy at every size; reductions only up to
   // directMax_, beyond which the ring's streaming output stores win (docs/performance.md).

@@ -2,8 +2,9 @@
 // all-pairs exchange for small messages, a pipelined ring or chain for large ones,
 // crossover RIDGE_ALLPAIRS_MAX, measured: docs/performance.md) and the user's
 // RIDGE_ALGO override ("allreduce:0-64K:allpairs;allreduce:64K-:ring"). With
-// single-copy peer access (CMA) messages from RIDGE_DIRECT_MIN to RIDGE_DIRECT_MAX use the direct
-// algorithms, where each rank reads and writes its peers' buffers itself.
+// single-copy peer access (CMA), messages from RIDGE_DIRECT_MIN up use the direct
+// algorithms, where each rank reads and writes its peers' buffers itself; reductions
+// only up to RIDGE_DIRECT_MAX.
 #pragma once
 
 #include <cstddef>
@@ -22,9 +23,9 @@ const char* algoName(Algo a);
 
 class AlgoSelector {
  public:
-  // Reads RIDGE_ALLPAIRS_MAX and parses `overrides` (RIDGE_ALGO syntax). A malformed
-  // entry is reported in the returned status and ignored.
-  // directMin: smallest size for the single-copy algorithms, used only when
+  // Takes the thresholds (RIDGE_ALLPAIRS_MAX, RIDGE_DIRECT_MIN/MAX, read by the caller)
+  // and parses `overrides` (RIDGE_ALGO syntax); a malformed entry is reported in the
+  // returned status and ignored. The direct thresholds apply only when
   // `directAvailable` (the transport gives peer-memory access to every rank).
   Status configure(const std::string& overrides, size_t allPairsMax, bool directAvailable, size_t directMin,
                    size_t directMax);
@@ -39,7 +40,7 @@ class AlgoSelector {
     Algo algo;
   };
   std::vector<Rule> rules_;
-  size_t allPairsMax_ = 32 << 10;
+  size_t allPairsMax_ = 0;  // all set by configure()
   bool directAvailable_ = false;
   size_t directMin_ = SIZE_MAX;
   size_t directMax_ = 0;

@@ -50,7 +50,8 @@ void* allocateFrame(size_t bytes) {
       tFrames.lists[cls] = f->next;
       return f;
     }
-    return ::operator new(cls* kFrameClass);
+    const size_t classBytes = cls * kFrameClass;
+    return ::operator new(classBytes);
   }
   return ::operator new(bytes);
 }

@@ -33,6 +33,17 @@ double msSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
+// Counts a classified PCI device and keeps its description line.
+void addDevice(HostSummary* out, bool gpu, std::string line) {
+  if (gpu) {
+    ++out->gpus;
+    out->gpuNames.push_back(std::move(line));
+  } else {
+    ++out->nics;
+    out->nicNames.push_back(std::move(line));
+  }
+}
+
 std::string thisHostName() {
   char buf[256] = {};
   if (gethostname(buf, sizeof buf - 1) != 0) return "";
@@ -139,13 +150,7 @@ void sysfsPciDevices(HostSummary* out) {
     std::string line =
         topo::describePciDevice(busId, static_cast<uint16_t>(vendor), static_cast<uint16_t>(device), "", "",
                                 names, topo::pcieLinkText(link.width, link.gts));
-    if (gpu) {
-      ++out->gpus;
-      out->gpuNames.push_back(std::move(line));
-    } else {
-      ++out->nics;
-      out->nicNames.push_back(std::move(line));
-    }
+    addDevice(out, gpu, std::move(line));
   }
 }
 
@@ -241,13 +246,7 @@ void fromHwloc(hwloc_topology_t t, bool live, HostSummary* out) {
     std::string line =
         topo::describePciDevice(busId, pci.vendor_id, pci.device_id, vendorName ? vendorName : "",
                                 deviceName ? deviceName : "", names, link);
-    if (gpu) {
-      ++out->gpus;
-      out->gpuNames.push_back(std::move(line));
-    } else {
-      ++out->nics;
-      out->nicNames.push_back(std::move(line));
-    }
+    addDevice(out, gpu, std::move(line));
   }
 }
 
@@ -395,13 +394,7 @@ struct NcclWalk {
           }
         }
         std::string line = topo::describePciDevice(busId ? *busId : "?", vendor, device, "", "", names, link);
-        if (gpu) {
-          ++out->gpus;
-          out->gpuNames.push_back(std::move(line));
-        } else {
-          ++out->nics;
-          out->nicNames.push_back(std::move(line));
-        }
+        addDevice(out, gpu, std::move(line));
       }
       for (const XmlElement& c : e.children) visit(c, underNicPci || nic);
       return;

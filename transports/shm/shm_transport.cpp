@@ -82,16 +82,13 @@ inline void wakeIfSleeping(RankCtl* ctl) {
 class ShmSend final : public SendConnector {
  public:
   ShmSend(int peer, FifoCtl* ctl, char* data, uint32_t nslots, size_t slotBytes, RankCtl* receiver)
-      : ctl_(ctl), data_(data), nslots_(nslots), receiver_(receiver) {
-    slotBytes_ = slotBytes;
-    peer_ = peer;
-  }
+      : SendConnector(slotBytes, peer), ctl_(ctl), data_(data), nslots_(nslots), receiver_(receiver) {}
   void* tryAcquire() override {
     if (head_ - cachedTail_ >= nslots_) {
       cachedTail_ = ctl_->tail.load(std::memory_order_acquire);
       if (head_ - cachedTail_ >= nslots_) return nullptr;
     }
-    return data_ + static_cast<size_t>(head_ % nslots_) * slotBytes_;
+    return data_ + static_cast<size_t>(head_ % nslots_) * slotBytes();
   }
   void post(uint32_t bytes, bool last) override {
     ctl_->meta[head_ % nslots_] = bytes | (last ? kLastFlag : 0);
@@ -112,10 +109,7 @@ class ShmSend final : public SendConnector {
 class ShmRecv final : public RecvConnector {
  public:
   ShmRecv(int peer, FifoCtl* ctl, char* data, uint32_t nslots, size_t slotBytes, RankCtl* sender)
-      : ctl_(ctl), data_(data), nslots_(nslots), sender_(sender) {
-    slotBytes_ = slotBytes;
-    peer_ = peer;
-  }
+      : RecvConnector(slotBytes, peer), ctl_(ctl), data_(data), nslots_(nslots), sender_(sender) {}
   const void* tryPeek(SlotInfo* info) override {
     if (tail_ == cachedHead_) {
       cachedHead_ = ctl_->head.load(std::memory_order_acquire);
@@ -124,7 +118,7 @@ class ShmRecv final : public RecvConnector {
     uint32_t meta = ctl_->meta[tail_ % nslots_];
     info->bytes = meta & ~kLastFlag;
     info->lastOfMessage = (meta & kLastFlag) != 0;
-    return data_ + static_cast<size_t>(tail_ % nslots_) * slotBytes_;
+    return data_ + static_cast<size_t>(tail_ % nslots_) * slotBytes();
   }
   void release() override {
     ++tail_;
