@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# GPU checks, one command, for a machine with a CUDA device:
+#   tests/gpu/run.sh [REPORT_FILE]
+# Builds Ridge with CUDA in build-gpu/, runs the GPU tests (kernels against the host
+# reference for every dtype x op), the kernel bandwidth benchmark (reduce vs the same
+# GPU's device-to-device copy) and the register/spill report of the kernels, and writes a
+# short report (default build-gpu/gpu-report.txt). Exit status: 0 all passed, 1 a test
+# failed, 3 no CUDA device (nothing was checked).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+report=${1:-build-gpu/gpu-report.txt}
+jobs=$(nproc)
+cmake -S . -B build-gpu -G Ninja -DRIDGE_WITH_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
+ninja -C build-gpu -j"$jobs" test_gpu_kernels ridge-gpu-kernel-bw ridge_kernels >/dev/null
+mkdir -p "$(dirname "$report")"
+{
+  echo "# Ridge GPU report, $(date -u +%Y-%m-%dT%H:%MZ)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "nvidia-smi: not available"
+} >"$report"
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "skipped: no CUDA device" | tee -a "$report"
+  exit 3
+fi
+status=0
+echo "## kernel tests" >>"$report"
+if ./build-gpu/tests/gpu/test_gpu_kernels --gtest_brief=1 >>"$report" 2>&1; then
+  echo "kernel tests: passed" | tee -a "$report"
+else
+  echo "kernel tests: FAILED" | tee -a "$report"
+  status=1
+fi
+echo "## kernel bandwidth (ridge-gpu-kernel-bw 256 20)" >>"$report"
+./build-gpu/bench/ridge-gpu-kernel-bw 256 20 | tee -a "$report"
+echo "## registers and spills per kernel (sm_90)" >>"$report"
+obj=$(find build-gpu/kernels -name 'device_reduce.cu.o' | head -1)
+if [ -n "$obj" ] && command -v cuobjdump >/dev/null; then
+  cuobjdump --dump-resource-usage "$obj" 2>/dev/null | grep -E "Function|REG|STACK" | head -40 >>"$report" || true
+fi
+echo "report: $report"
+exit $status

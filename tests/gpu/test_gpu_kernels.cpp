@@ -1,0 +1,177 @@
+// The GPU reduction and copy kernels against the host kernels (src/reduce), which
+// tests/reduce checks against an independent higher-precision reference. The two must
+// agree bit for bit: same fold order, same rounding, same NaN and signed-zero rules.
+// Without a CUDA device every test reports "skipped: no CUDA device".
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/device_reduce.h"
+#include "reduce/reduce.h"
+
+namespace ridge {
+namespace {
+
+#define SKIP_WITHOUT_GPU()                                                  \
+  do {                                                                      \
+    if (gpu::deviceCount() == 0) GTEST_SKIP() << "skipped: no CUDA device"; \
+  } while (0)
+
+#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+
+const ridgeDataType_t kTypes[] = {ridgeInt8,   ridgeUint8,   ridgeInt32,    ridgeUint32,  ridgeInt64,
+                                  ridgeUint64, ridgeFloat16, ridgeBfloat16, ridgeFloat32, ridgeFloat64};
+const ridgeRedOp_t kOps[] = {ridgeSum, ridgeProd, ridgeMax, ridgeMin, ridgeAvg};
+
+// Random bytes that are valid, interesting values for the type: small magnitudes for
+// products (so they do not all overflow to inf), a few NaNs and signed zeros for floats.
+void fillRandom(std::vector<unsigned char>* buf, ridgeDataType_t t, size_t count, std::mt19937_64* rng) {
+  const size_t es = dataTypeSize(t);
+  buf->resize(count * es);
+  std::uniform_real_distribution<float> f(-2.0f, 2.0f);
+  for (size_t i = 0; i < count; ++i) {
+    unsigned char* p = buf->data() + i * es;
+    const uint64_t r = (*rng)();
+    float v = f(*rng);
+    if (r % 97 == 0) v = -0.0f;
+    if (r % 101 == 0) v = 0.0f;
+    if (r % 499 == 0) v = std::numeric_limits<float>::quiet_NaN();
+    switch (t) {
+      case ridgeFloat32: std::memcpy(p, &v, 4); break;
+      case ridgeFloat64: {
+        double d = static_cast<double>(v) + static_cast<double>(r % 1000) * 1e-9;
+        std::memcpy(p, &d, 8);
+        break;
+      }
+      case ridgeFloat16: {
+        uint16_t h = floatToHalf(v);
+        std::memcpy(p, &h, 2);
+        break;
+      }
+      case ridgeBfloat16: {
+        uint16_t b = floatToBf16(v);
+        std::memcpy(p, &b, 2);
+        break;
+      }
+      default: std::memcpy(p, &r, es); break;  // integers: any bit pattern
+    }
+  }
+}
+
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  explicit DeviceBuffer(size_t bytes) { EXPECT_EQ(cudaMalloc(&ptr, bytes + 64), cudaSuccess); }
+  ~DeviceBuffer() { cudaFree(ptr); }
+};
+
+// One case: nsrcs random inputs at byte offset `misalign` (0 keeps 16-byte alignment),
+// device result vs host result, output poisoned first.
+void checkCase(ridgeDataType_t t, ridgeRedOp_t op, int nsrcs, size_t count, size_t misalign, int maxBlocks,
+               std::mt19937_64* rng) {
+  const size_t es = dataTypeSize(t);
+  const size_t bytes = count * es;
+  const int divisor = op == ridgeAvg ? nsrcs : 0;
+  std::vector<std::vector<unsigned char>> host(nsrcs);
+  std::vector<DeviceBuffer*> dev;
+  std::vector<const void*> hostPtrs, devPtrs;
+  for (int k = 0; k < nsrcs; ++k) {
+    fillRandom(&host[k], t, count, rng);
+    dev.push_back(new DeviceBuffer(bytes));
+    void* d = static_cast<char*>(dev.back()->ptr) + misalign;
+    ASSERT_EQ(cudaMemcpy(d, host[k].data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    hostPtrs.push_back(host[k].data());
+    devPtrs.push_back(d);
+  }
+  DeviceBuffer out(bytes);
+  void* dOut = static_cast<char*>(out.ptr) + misalign;
+  ASSERT_EQ(cudaMemset(out.ptr, 0xAB, bytes + 64), cudaSuccess);
+  std::vector<unsigned char> expect(bytes), got(bytes + 64);
+  reduceMany(expect.data(), hostPtrs.data(), nsrcs, count, t, op, divisor);
+  ASSERT_TRUE(
+      gpu::launchReduce(dOut, devPtrs.data(), nsrcs, count, t, op, divisor, nullptr, maxBlocks).isOk());
+  ASSERT_EQ(cudaMemcpy(got.data(), out.ptr, bytes + 64, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (DeviceBuffer* d : dev) delete d;
+  ASSERT_EQ(std::memcmp(got.data() + misalign, expect.data(), bytes), 0)
+      << dataTypeName(t) << " " << redOpName(op) << " nsrcs=" << nsrcs << " count=" << count
+      << " misalign=" << misalign;
+  // Nothing written outside [dOut, dOut + bytes).
+  for (size_t i = 0; i < misalign; ++i) ASSERT_EQ(got[i], 0xAB);
+  for (size_t i = misalign + bytes; i < bytes + 64; ++i) ASSERT_EQ(got[i], 0xAB);
+}
+
+TEST(GpuKernels, ReduceMatchesHostForEveryTypeAndOp) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(12345);
+  for (ridgeDataType_t t : kTypes) {
+    for (ridgeRedOp_t op : kOps) {
+      // A size with a vector tail, one smaller than a vector, and a grid-stride case
+      // where each of 3 blocks loops many times.
+      checkCase(t, op, 2, 100003, 0, 0, &rng);
+      checkCase(t, op, 3, 5, 0, 0, &rng);
+      checkCase(t, op, 1, 4099, 0, 0, &rng);
+      checkCase(t, op, 8, 70001, 0, 3, &rng);
+      checkCase(t, op, 2, 33333, dataTypeSize(t), 0, &rng);  // not 16-byte aligned: scalar path
+    }
+  }
+}
+
+TEST(GpuKernels, ReduceInPlace) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(7);
+  const size_t count = 1 << 20;
+  std::vector<unsigned char> a, b;
+  fillRandom(&a, ridgeFloat32, count, &rng);
+  fillRandom(&b, ridgeFloat32, count, &rng);
+  DeviceBuffer da(count * 4), db(count * 4);
+  CUDA_OK(cudaMemcpy(da.ptr, a.data(), count * 4, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(db.ptr, b.data(), count * 4, cudaMemcpyHostToDevice));
+  const void* srcs[2] = {da.ptr, db.ptr};
+  ASSERT_TRUE(gpu::launchReduce(da.ptr, srcs, 2, count, ridgeFloat32, ridgeSum, 0, nullptr).isOk());
+  std::vector<unsigned char> expect(count * 4), got(count * 4);
+  reduce2(expect.data(), a.data(), b.data(), count, ridgeFloat32, ridgeSum, 0);
+  CUDA_OK(cudaMemcpy(got.data(), da.ptr, count * 4, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(std::memcmp(got.data(), expect.data(), count * 4), 0);
+}
+
+TEST(GpuKernels, CopyEveryAlignmentAndTail) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(99);
+  for (size_t bytes : {size_t{1}, size_t{15}, size_t{16}, size_t{4097}, size_t{3} << 20}) {
+    for (size_t off : {size_t{0}, size_t{1}, size_t{8}}) {
+      std::vector<unsigned char> src(bytes);
+      for (auto& c : src) c = static_cast<unsigned char>(rng());
+      DeviceBuffer ds(bytes), dd(bytes);
+      CUDA_OK(cudaMemcpy(static_cast<char*>(ds.ptr) + off, src.data(), bytes, cudaMemcpyHostToDevice));
+      CUDA_OK(cudaMemset(dd.ptr, 0xAB, bytes + 64));
+      ASSERT_TRUE(gpu::launchCopy(static_cast<char*>(dd.ptr) + off, static_cast<char*>(ds.ptr) + off, bytes,
+                                  nullptr, 2)
+                      .isOk());
+      std::vector<unsigned char> got(bytes + 64);
+      CUDA_OK(cudaMemcpy(got.data(), dd.ptr, bytes + 64, cudaMemcpyDeviceToHost));
+      EXPECT_EQ(std::memcmp(got.data() + off, src.data(), bytes), 0) << bytes << " at +" << off;
+      for (size_t i = off + bytes; i < bytes + 64; ++i) ASSERT_EQ(got[i], 0xAB);
+    }
+  }
+}
+
+TEST(GpuKernels, BadArgumentsAreErrorsNotCrashes) {
+  // Argument checks come before any CUDA call, so they hold with or without a device.
+  const void* srcs[1] = {nullptr};
+  EXPECT_EQ(gpu::launchReduce(nullptr, srcs, 1, 10, ridgeFloat32, ridgeSum, 0, nullptr).code(),
+            ridgeInvalidArgument);
+  int dummy = 0;
+  EXPECT_EQ(gpu::launchReduce(&dummy, srcs, 1, 10, ridgeFloat32, ridgeSum, 0, nullptr).code(),
+            ridgeInvalidArgument);
+  EXPECT_EQ(gpu::launchReduce(&dummy, srcs, 9, 10, ridgeFloat32, ridgeSum, 0, nullptr).code(),
+            ridgeInvalidArgument);
+  const void* ok[1] = {&dummy};
+  EXPECT_EQ(
+      gpu::launchReduce(&dummy, ok, 1, 10, static_cast<ridgeDataType_t>(77), ridgeSum, 0, nullptr).code(),
+      ridgeInvalidArgument);
+}
+
+}  // namespace
+}  // namespace ridge
