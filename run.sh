@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 PACKAGES=(cmake ninja-build g++ pkg-config python3 libhwloc-dev libibverbs-dev
-          libopenmpi-dev openmpi-bin libgtest-dev)
+          libopenmpi-dev openmpi-bin libgtest-dev libgloo-dev graphviz)
 BUILD_DIR=${RIDGE_BUILD_DIR:-build}
 JOBS=$(nproc 2>/dev/null || echo 2)
 
@@ -48,6 +48,10 @@ case "${1:-}" in
     echo
     echo "== Topology of this machine =="
     "$BUILD_DIR/tools/ridge-topo" summary
+    echo
+    "$BUILD_DIR/tools/ridge-topo" tree
+    echo
+    "$BUILD_DIR/tools/ridge-topo" matrix
     echo
     echo "== Allreduce on $JOBS local ranks (shared memory) =="
     "$BUILD_DIR/bench/ridge-bench" allreduce -np "$JOBS" -b 8 -e 64M -f 4

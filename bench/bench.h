@@ -3,6 +3,7 @@
 //   options.cpp  command line parsing and the usage text
 //   data.cpp     element types, input patterns, poisoning and result checking
 //   mpi_peer.cpp the MPI side of `--peer mpi` (empty stubs without MPI)
+//   gloo_peer.cpp the Gloo side of `--peer gloo` (empty stubs without Gloo)
 //   runner.cpp   the measurement loop on one communicator and the report
 //   main.cpp     launch modes: MPI launcher, RIDGE_RANK environment, fork (-np), mpirun re-exec
 #pragma once
@@ -47,6 +48,7 @@ struct Options {
   int root = 0;
   int np = 0;  // 0: not given on the command line
   bool peerMpi = false;
+  bool peerGloo = false;
   std::string jsonPath;  // "" none, "-" stdout
   std::string csvPath;
   std::string algo;       // "" leaves RIDGE_ALGO alone
@@ -106,10 +108,22 @@ int mpiCollective(Coll c, bool inPlace, const void* send, void* recv, size_t n, 
 void mpiBarrier();
 void mpiAbort(int code);
 
+// ---- Gloo peer (gloo_peer.cpp) -------------------------------------------------------------
+bool glooBuiltIn();
+// Connects Gloo's TCP device (on `iface`, or 127.0.0.1 when empty) through a file store in
+// `storeDir`; returns "" or the error text.
+std::string glooInit(int rank, int nranks, const std::string& storeDir, const std::string& iface);
+std::string glooUnsupported(Coll c, bool inPlace, ridgeDataType_t t, ridgeRedOp_t op, size_t n);
+int glooCollective(Coll c, bool inPlace, const void* send, void* recv, size_t n, ridgeDataType_t t,
+                   ridgeRedOp_t op, int root, int rank, int nranks, std::string* err);
+void glooBarrier();
+void glooShutdown();
+
 // ---- the benchmark on one communicator (runner.cpp) ---------------------------------------
 struct RunInfo {
-  std::string launch;    // "fork", "mpirun", "env"
-  bool mpiPeer = false;  // MPI_COMM_WORLD matches the Ridge ranks and --peer mpi was asked
+  std::string launch;     // "fork", "mpirun", "env"
+  bool mpiPeer = false;   // MPI_COMM_WORLD matches the Ridge ranks and --peer mpi was asked
+  bool glooPeer = false;  // a Gloo context over the same ranks is connected (--peer gloo)
 };
 // Runs the whole sweep on this rank; returns the process exit code. Failing calls end the
 // process (after ridgeCommAbort) through fatal().

@@ -8,6 +8,10 @@
 //      exists to compare against), which lands in case 1.
 //   4. Otherwise -np N (default 1): this process creates the unique id (which starts the
 //      rendezvous service here), forks N ranks and waits for them.
+// --peer gloo works with 2 and 4: each rank also connects a Gloo context through a file
+// store (a temporary directory made here for -np; RIDGE_BENCH_GLOO_STORE for 2).
+#include <dirent.h>
+#include <net/if.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -71,9 +75,29 @@ std::string shellQuote(const std::string& s) {
   return q + "'";
 }
 
+// Gloo's interface: RIDGE_BENCH_GLOO_IFACE, else the interface RIDGE_SOCKET_IFNAME names
+// when it names exactly one that exists (so both libraries use the same network), else
+// empty (Gloo then uses 127.0.0.1).
+std::string glooInterface() {
+  if (const char* v = std::getenv("RIDGE_BENCH_GLOO_IFACE"); v && *v) return v;
+  const char* spec = std::getenv("RIDGE_SOCKET_IFNAME");
+  if (!spec || !*spec || spec[0] == '^' || std::strchr(spec, ',')) return {};
+  std::string name = spec[0] == '=' ? spec + 1 : spec;
+  return if_nametoindex(name.c_str()) != 0 ? name : std::string();
+}
+
+// Joins the Gloo context of `--peer gloo` (collective over the ranks); fatal on failure.
+void connectGloo(const Options& o, int rank, int nranks, const std::string& storeDir, RunInfo* info) {
+  if (!o.peerGloo) return;
+  std::string err = glooInit(rank, nranks, storeDir, glooInterface());
+  if (!err.empty()) fatal(nullptr, "Gloo peer: cannot connect (store " + storeDir + "): " + err);
+  info->glooPeer = true;
+}
+
 // Runs one rank on an initialised communicator, then tears it down.
 int runAndDestroy(const Options& o, ridgeComm_t comm, const RunInfo& info) {
   int rc = runBenchmark(o, comm, info);
+  if (info.glooPeer) glooShutdown();
   ridgeResult_t r = ridgeCommDestroy(comm);
   if (r != ridgeSuccess) {
     std::fprintf(stderr, "ridge-bench rank %d: ridgeCommDestroy failed: %s\n", gRank,
@@ -135,6 +159,16 @@ int runFromEnv(const Options& o) {
   setFatalContext(rank, false);
   RunInfo info;
   info.launch = "env";
+  if (o.peerGloo) {
+    const char* store = std::getenv("RIDGE_BENCH_GLOO_STORE");
+    if (!store || !*store)
+      fatal(comm,
+            "--peer gloo with RIDGE_RANK/RIDGE_WORLD_SIZE needs RIDGE_BENCH_GLOO_STORE: an empty "
+            "directory every rank can see, for Gloo's file-store rendezvous");
+    int nranks = 1;
+    ridgeCommCount(comm, &nranks);
+    connectGloo(o, rank, nranks, store, &info);
+  }
   int rc = runAndDestroy(o, comm, info);
   std::fflush(stdout);
   std::fflush(stderr);
@@ -246,6 +280,12 @@ int runForked(const Options& o) {
   ridgeUniqueId id;
   ridgeResult_t r = ridgeGetUniqueId(&id);
   if (r != ridgeSuccess) fatal(nullptr, "ridgeGetUniqueId failed: " + ridgeError(r, nullptr));
+  std::string glooStore;
+  if (o.peerGloo) {
+    char tmpl[] = "/tmp/ridge-bench-gloo-XXXXXX";
+    if (!mkdtemp(tmpl)) fatal(nullptr, std::string("mkdtemp for the Gloo store: ") + std::strerror(errno));
+    glooStore = tmpl;
+  }
 
   std::fflush(stdout);
   std::fflush(stderr);
@@ -271,6 +311,7 @@ int runForked(const Options& o) {
       if (ir != ridgeSuccess) fatal(nullptr, "ridgeCommInitRank failed: " + ridgeError(ir, nullptr));
       RunInfo info;
       info.launch = "fork";
+      connectGloo(o, rank, n, glooStore, &info);
       int rc = runAndDestroy(o, comm, info);
       std::fflush(stdout);
       std::fflush(stderr);
@@ -343,6 +384,18 @@ int runForked(const Options& o) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
+  if (!glooStore.empty()) {
+    // The file store leaves one small file per rank and key.
+    if (DIR* d = opendir(glooStore.c_str())) {
+      int seen = 0;
+      while (dirent* e = readdir(d)) {
+        if (++seen > 100000) break;
+        if (e->d_name[0] != '.') unlink((glooStore + "/" + e->d_name).c_str());
+      }
+      closedir(d);
+    }
+    rmdir(glooStore.c_str());
+  }
   return result;
 }
 
@@ -380,6 +433,22 @@ int main(int argc, char** argv) {
     case Parse::Ok: break;
   }
   if (!o.algo.empty()) setenv("RIDGE_ALGO", o.algo.c_str(), 1);
+  if (o.peerGloo && o.peerMpi) {
+    std::fprintf(stderr, "ridge-bench: choose one --peer (mpi or gloo)\n");
+    return kExitUsage;
+  }
+  if (o.peerGloo && !glooBuiltIn()) {
+    std::fprintf(stderr,
+                 "ridge-bench: --peer gloo needs a build with Gloo: install libgloo-dev "
+                 "(apt-get install -y libgloo-dev) and reconfigure\n");
+    return kExitUsage;
+  }
+  if (o.peerGloo && underLauncher()) {
+    std::fprintf(stderr,
+                 "ridge-bench: --peer gloo is not supported under an MPI launcher; use -np N or "
+                 "RIDGE_RANK/RIDGE_WORLD_SIZE with RIDGE_BENCH_GLOO_STORE\n");
+    return kExitUsage;
+  }
 
   int rc;
   if (underLauncher()) {

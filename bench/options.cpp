@@ -145,6 +145,10 @@ void printUsage(FILE* f) {
                "  -np N        run N ranks as forked processes of this one (default 1)\n"
                "  --peer mpi   also time MPI on the same sizes, interleaved with Ridge; with -np N\n"
                "               outside a launcher ridge-bench re-runs itself under mpirun\n"
+               "  --peer gloo  also time Gloo (TCP device) on the same sizes; ranks rendezvous in a\n"
+               "               file store (a temporary directory with -np; RIDGE_BENCH_GLOO_STORE\n"
+               "               with RIDGE_RANK), on RIDGE_BENCH_GLOO_IFACE or the interface named\n"
+               "               by RIDGE_SOCKET_IFNAME (127.0.0.1 when neither names one)\n"
                "  --json FILE  write one record per size as JSON (- for stdout; the table then\n"
                "               goes to stderr)\n"
                "  --csv FILE   the same as CSV\n"
@@ -227,8 +231,12 @@ Parse parseOptions(int argc, char** argv, Options* o, std::string* err) {
     } else if (a == "-np" || a == "--np") {
       if (!parseInt(val, 1, 4096, &o->np)) return bad("a rank count from 1 to 4096");
     } else if (a == "--peer") {
-      if (val != "mpi") return bad("the only peer is 'mpi'");
-      o->peerMpi = true;
+      if (val == "mpi")
+        o->peerMpi = true;
+      else if (val == "gloo")
+        o->peerGloo = true;
+      else
+        return bad("mpi or gloo");
     } else if (a == "--json") {
       o->jsonPath = val;
     } else if (a == "--csv") {

@@ -1,8 +1,9 @@
 // ridge-bench: the measurement loop on one communicator, and the report.
 //
 // For every size, up to four variants run back to back on the same buffers: Ridge
-// out-of-place, Ridge in-place, then (with --peer mpi) MPI out-of-place and in-place, so
-// that drift in the machine's state hits Ridge and MPI alike. Each variant:
+// out-of-place, Ridge in-place, then (with --peer mpi or --peer gloo) the peer library's
+// out-of-place and in-place, so that drift in the machine's state hits Ridge and the peer
+// alike. Each variant:
 //   1. (check) fill inputs, poison outputs (NaN or 0xA5 bytes), one call, count wrong elements;
 //   2. barrier, -w warm-up calls, barrier, -n timed calls: time = elapsed / n on this rank;
 //   3. (check) refill and poison again, one more call after the timed loop, count again.
@@ -96,6 +97,10 @@ class Bench {
     return algbw(r, kRidgeOop) / (trafficGBs_ / (2.0 * nranks_)) * 100.0;
   }
   bool hasRatio(const Row& r) const { return r.avail[kMpiOop] && r.avail[kRidgeOop]; }
+  // Whether a peer library runs alongside, and its name for headers and records.
+  bool hasPeer() const { return info_.mpiPeer || info_.glooPeer; }
+  const char* peerName() const { return info_.glooPeer ? "Gloo" : "MPI"; }
+  const char* peerKey() const { return info_.glooPeer ? "gloo" : "mpi"; }
   double ratio(const Row& r) const { return algbw(r, kRidgeOop) / algbw(r, kMpiOop); }
 
   const Options& o_;
@@ -167,7 +172,7 @@ void Bench::printHeader() {
                collName(o_.coll), nranks_, o_.minBytes, o_.maxBytes, step.c_str(), o_.warmup, o_.iters,
                o_.check ? 1 : 0, ti_.name, collHasOp(o_.coll) ? opName(o_.op) : "none",
                collHasRoot(o_.coll) ? std::to_string(o_.root).c_str() : "none", info_.launch.c_str(),
-               info_.mpiPeer ? "mpi" : "none", o_.algo.empty() ? "default" : o_.algo.c_str());
+               hasPeer() ? peerKey() : "none", o_.algo.empty() ? "default" : o_.algo.c_str());
   std::fprintf(out_, "# Ridge library version %d.%d.%d\n", ver / 10000, ver / 100 % 100, ver % 100);
   if (o_.check)
     std::fprintf(out_,
@@ -362,8 +367,11 @@ ridgeResult_t Bench::ridgeCall(bool inPlace, size_t n) {
 
 void Bench::mpiCall(bool inPlace, size_t n) {
   std::string err;
-  int rc = mpiCollective(o_.coll, inPlace, send_, recv_, n, o_.dtype, o_.op, o_.root, rank_, nranks_, &err);
-  if (rc != 0) fatal(comm_, std::string("MPI ") + collName(o_.coll) + " failed: " + err);
+  int rc =
+      info_.glooPeer
+          ? glooCollective(o_.coll, inPlace, send_, recv_, n, o_.dtype, o_.op, o_.root, rank_, nranks_, &err)
+          : mpiCollective(o_.coll, inPlace, send_, recv_, n, o_.dtype, o_.op, o_.root, rank_, nranks_, &err);
+  if (rc != 0) fatal(comm_, std::string(peerName()) + " " + collName(o_.coll) + " failed: " + err);
 }
 
 static const char* callName(Coll c) {
@@ -396,7 +404,9 @@ void Bench::runVariant(Row& row, int v, double* timeUs, double* wrong) {
     }
   };
   auto sync = [&] {
-    if (mpi)
+    if (mpi && info_.glooPeer)
+      glooBarrier();
+    else if (mpi)
       mpiBarrier();
     else
       barrier();
@@ -473,13 +483,13 @@ void Bench::printColumns() {
     std::snprintf(b, sizeof b, "  %7s", unit);
     l3 += b;
   };
-  group(info_.mpiPeer ? "Ridge out-of-place" : "out-of-place");
-  group(info_.mpiPeer ? "Ridge in-place" : "in-place");
+  group(hasPeer() ? "Ridge out-of-place" : "out-of-place");
+  group(hasPeer() ? "Ridge in-place" : "in-place");
   if (hasBound()) single("bound%", "(%)");
-  if (info_.mpiPeer) {
-    group("MPI out-of-place");
-    group("MPI in-place");
-    single("ratio", "R/MPI");
+  if (hasPeer()) {
+    group((std::string(peerName()) + " out-of-place").c_str());
+    group((std::string(peerName()) + " in-place").c_str());
+    single("ratio", info_.glooPeer ? "R/Gloo" : "R/MPI");
   }
   std::fprintf(out_, "%s\n%s\n%s\n", l1.c_str(), l2.c_str(), l3.c_str());
 }
@@ -507,7 +517,7 @@ void Bench::printRow(const Row& r) {
     std::snprintf(b, sizeof b, "  %7s", fmt::num("%.1f", boundPct(r)).c_str());
     line += b;
   }
-  if (info_.mpiPeer) {
+  if (hasPeer()) {
     group(kMpiOop);
     group(kMpiIp);
     std::snprintf(b, sizeof b, "  %7s", hasRatio(r) ? fmt::num("%.2f", ratio(r)).c_str() : "n/a");
@@ -539,9 +549,9 @@ std::vector<std::pair<std::string, std::optional<std::string>>> Bench::record(co
   group("", kRidgeOop);
   group("ip_", kRidgeIp);
   rec.emplace_back("bound_pct", hasBound() ? num(boundPct(r)) : std::nullopt);
-  if (info_.mpiPeer) {
-    group("mpi_", kMpiOop);
-    group("mpi_ip_", kMpiIp);
+  if (hasPeer()) {
+    group(std::string(peerKey()) + "_", kMpiOop);
+    group(std::string(peerKey()) + "_ip_", kMpiIp);
     rec.emplace_back("ratio", hasRatio(r) ? num(ratio(r)) : std::nullopt);
   }
   return rec;
@@ -578,8 +588,10 @@ void Bench::writeMachineReadable(const std::vector<Row>& rows, double avgBus, do
                    "  \"avg_busbw\": %.6g,\n  \"avg_ratio\": %s,\n  \"rows\": [",
                    collName(o_.coll), nranks_, ti_.name, collHasOp(o_.coll) ? opName(o_.op) : "none",
                    collHasRoot(o_.coll) ? o_.root : -1, algoJson.c_str(), info_.launch.c_str(),
-                   info_.mpiPeer ? "\"mpi\"" : "null", o_.iters, o_.warmup, o_.check ? "true" : "false",
-                   copiedGBs_, trafficGBs_, avgBus,
+                   info_.glooPeer  ? "\"gloo\""
+                   : info_.mpiPeer ? "\"mpi\""
+                                   : "null",
+                   o_.iters, o_.warmup, o_.check ? "true" : "false", copiedGBs_, trafficGBs_, avgBus,
                    avgRatio > 0 ? fmt::num("%.6g", avgRatio).c_str() : "null");
       for (size_t i = 0; i < rows.size(); ++i) {
         std::fprintf(f, "%s\n    {", i ? "," : "");
@@ -649,12 +661,13 @@ int Bench::run() {
   printHeader();
   printRanks();
   measureMemory();
-  if (rank_ == 0 && info_.mpiPeer) {
+  if (rank_ == 0 && hasPeer()) {
     if (o_.op == ridgeAvg && collHasOp(o_.coll))
-      std::fprintf(out_, "# MPI has no avg: its columns time MPI_SUM plus a local divide\n");
+      std::fprintf(out_, "# %s has no avg: its columns time its sum plus a local divide\n", peerName());
     std::fprintf(out_,
-                 "# ratio = Ridge out-of-place algbw / MPI out-of-place algbw; per size the "
-                 "runs go Ridge, then MPI, on the same buffers\n");
+                 "# ratio = Ridge out-of-place algbw / %s out-of-place algbw; per size the "
+                 "runs go Ridge, then %s, on the same buffers\n",
+                 peerName(), peerName());
   }
 
   const std::vector<size_t> list = sizes();
@@ -673,11 +686,12 @@ int Bench::run() {
     for (int v = 0; v < kNumVariants; ++v) {
       const bool inPlace = (v & 1) != 0;
       if (v >= kMpiOop) {
-        if (!info_.mpiPeer) {
-          row.why[v] = "no MPI peer";
+        if (!hasPeer()) {
+          row.why[v] = "no peer library";
           continue;
         }
-        row.why[v] = mpiUnsupported(o_.coll, inPlace, o_.dtype, o_.op, row.n);
+        row.why[v] = info_.glooPeer ? glooUnsupported(o_.coll, inPlace, o_.dtype, o_.op, row.n)
+                                    : mpiUnsupported(o_.coll, inPlace, o_.dtype, o_.op, row.n);
       } else if (o_.coll == Coll::SendRecv && inPlace) {
         row.why[v] = "send/recv has no in-place form";
       }
@@ -717,17 +731,17 @@ int Bench::run() {
     else
       std::fprintf(out_, "# Out of bounds values : not checked (-c 0)\n");
     std::fprintf(out_, "# Avg bus bandwidth : %.4f\n", avgBus);
-    if (info_.mpiPeer) {
+    if (hasPeer()) {
       if (o_.check)
-        std::fprintf(out_, "# MPI out of bounds values : %.0f %s\n", wrongMpi,
+        std::fprintf(out_, "# %s out of bounds values : %.0f %s\n", peerName(), wrongMpi,
                      wrongMpi == 0 ? "OK" : "FAILED");
       if (ratioN)
         std::fprintf(out_,
-                     "# Avg ratio (Ridge/MPI out-of-place algbw) : %.3f (geometric mean %.3f "
+                     "# Avg ratio (Ridge/%s out-of-place algbw) : %.3f (geometric mean %.3f "
                      "over %d sizes)\n",
-                     avgRatio, std::exp(ratioLog / ratioN), ratioN);
+                     peerName(), avgRatio, std::exp(ratioLog / ratioN), ratioN);
       else
-        std::fprintf(out_, "# Avg ratio (Ridge/MPI out-of-place algbw) : n/a (%s)\n",
+        std::fprintf(out_, "# Avg ratio (Ridge/%s out-of-place algbw) : n/a (%s)\n", peerName(),
                      rows.empty() ? "no rows" : rows[0].why[kMpiOop].c_str());
     }
     std::fprintf(out_, "#\n");

@@ -1,28 +1,56 @@
-// ridge-topo: looks at the machine (or a file describing one) the way Ridge does, and lists
-// Ridge's settings.
+// ridge-topo: looks at a machine the way Ridge does (this one, a file describing one, or a
+// built-in preset), and lists Ridge's settings.
 //
-//   ridge-topo summary [--xml FILE]    packages, NUMA nodes, cores, GPUs, NICs
-//   ridge-topo settings [--markdown]   every RIDGE_* variable (the table in docs/settings.md)
+//   ridge-topo tree      [WHICH] [--json | --dot | --svg FILE | --png FILE]   the PCIe tree
+//   ridge-topo matrix    [WHICH] [--nccl] [--json]       path classes, like nvidia-smi topo -m
+//   ridge-topo paths     [WHICH] A [B] [--json]          hops between two devices
+//   ridge-topo gdr       [WHICH] [GPU NIC] [--all] [--constants FILE] [--json]   GDR advisor
+//   ridge-topo draw      [WHICH] [--dot | --svg FILE | --png FILE]   the drawing (dot source)
+//   ridge-topo plan / simulate [WHICH] ...              the planner (tools/topo_commands.h)
+//   ridge-topo presets                                   the built-in machines
+//   ridge-topo summary [--xml FILE] [--compact]          packages, NUMA nodes, cores, GPUs, NICs
+//   ridge-topo settings [--markdown]                     every RIDGE_* variable
 //   ridge-topo help [SUBCOMMAND]
 //
-// Each subcommand is one row of kCommands: a name, a synopsis, a paragraph of help and a
-// handler that receives the remaining arguments through ArgList. Adding one (matrix, tree,
-// gdr, plan, simulate, draw) means writing its handler and adding its row. Exit status: 0
-// success, 1 the command failed, 2 bad usage.
+// WHICH is --input FILE (hwloc XML, NCCL topology XML or Ridge JSON, told apart by content)
+// or --preset NAME; without either, this machine is discovered. These options may also come
+// before the subcommand. Each subcommand is one row of kCommands: a name, a synopsis, a
+// paragraph of help and a handler that receives the remaining arguments through ArgList.
+// Exit status: 0 success, 1 the command failed, 2 bad usage.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "core/json.h"
 #include "core/settings.h"
+#include "topo/discover.h"
+#include "topo/gdr_advisor.h"
+#include "topo/gdr_placement.h"
+#include "topo/load.h"
+#include "topo/model.h"
+#include "topo/presets.h"
+#include "topo/render.h"
 #include "topo/summary.h"
+#include "topo/topo_json.h"
+#include "topo_commands.h"
 
 namespace {
 
 constexpr int kExitOk = 0;
 constexpr int kExitFailed = 1;
 constexpr int kExitUsage = 2;
+
+using ridge::Status;
+namespace topo = ridge::topo;
+namespace json = ridge::json;
 
 // The arguments after the subcommand. Handlers take the options they know; finish() then
 // rejects whatever is left, so every subcommand reports unknown options the same way.
@@ -76,6 +104,26 @@ class ArgList {
     return out;
   }
 
+  // Every argument not consumed yet, in order; consumes them (for subcommands that parse
+  // their own options, such as plan and simulate).
+  std::vector<std::string> rest() {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < args_.size(); ++i) {
+      if (!used_[i]) {
+        used_[i] = true;
+        out.push_back(args_[i]);
+      }
+    }
+    return out;
+  }
+
+  // True when -h or --help is among the arguments.
+  bool wantsHelp() const {
+    for (size_t i = 0; i < args_.size(); ++i)
+      if (!used_[i] && (args_[i] == "-h" || args_[i] == "--help")) return true;
+    return false;
+  }
+
   // False (after printing why) when an option was malformed or an argument is left over.
   bool finish() {
     for (size_t i = 0; i < args_.size() && error_.empty(); ++i) {
@@ -101,11 +149,73 @@ struct Command {
   int (*run)(ArgList& args);
 };
 
+int runTree(ArgList& args);
+int runMatrix(ArgList& args);
+int runPaths(ArgList& args);
+int runGdr(ArgList& args);
+int runDraw(ArgList& args);
+int runPlan(ArgList& args);
+int runSimulate(ArgList& args);
+int runPresets(ArgList& args);
 int runSummary(ArgList& args);
 int runSettings(ArgList& args);
 int runHelp(ArgList& args);
 
 const Command kCommands[] = {
+    {"tree", "tree [WHICH] [--json | --dot | --svg FILE | --png FILE]",
+     "The PCIe tree: packages, NUMA nodes, host bridges, PCIe switches, GPUs, NICs with their\n"
+     "ports, NVMe drives, each with the link it hangs from (generation, width, GB/s); root\n"
+     "ports and switch ports are folded into their host bridge or switch, and branches with\n"
+     "nothing but other PCI functions are counted in one line. Then the NVSwitch fabric and\n"
+     "the socket links. --json prints the whole topology in Ridge's JSON format (readable\n"
+     "with --input); --dot, --svg and --png draw it (see 'draw').\n\n"
+     "  ridge-topo tree\n"
+     "  ridge-topo tree --preset dgx-h100\n"
+     "  ridge-topo tree --input machine.xml --json > machine.json",
+     runTree},
+    {"matrix", "matrix [WHICH] [--nccl] [--json]",
+     "GPUs and NICs in rows and columns with the class of the path between each pair, in\n"
+     "nvidia-smi topo -m's words (X, NV#, PIX, PXB, PHB, NODE, SYS) or with --nccl in NCCL's\n"
+     "(LOC, NVL, NVB, PIX, PXB, PHB, SYS), then the socket and NUMA node of each row, a\n"
+     "legend and the NICs' OS names. --json adds the bottleneck bandwidth of every pair.\n\n"
+     "  ridge-topo matrix --preset dgx-a100\n"
+     "  ridge-topo matrix --nccl --input /var/run/nccl_topo.xml",
+     runMatrix},
+    {"paths", "paths [WHICH] A [B] [--json]",
+     "The route from device A to device B, hop by hop: each link's kind, PCIe generation and\n"
+     "width or NVLink lanes, bandwidth and latency; then the bottleneck, the total latency\n"
+     "and both classes. With only A, one line per GPU and NIC reachable from A. Devices are\n"
+     "named as in the tree (GPU3, NIC0), by OS name (mlx5_0, cuda1, eth0) or by bus id.\n\n"
+     "  ridge-topo paths --preset cross-rc GPU0 NIC0\n"
+     "  ridge-topo paths GPU0",
+     runPaths},
+    {"gdr", "gdr [WHICH] [GPU NIC] [--all] [--constants FILE] [--json]",
+     "The GDR advisor: how a GPU's data should reach a NIC (gdr-read: the NIC reads GPU\n"
+     "memory; gdr-write: the GPU writes into staging memory next to the NIC; host-staged:\n"
+     "a copy to host memory and a CPU proxy), with the PCIe model's latency and bandwidth\n"
+     "for each. Without GPU NIC: one line per GPU for the NIC the advisor recommends (every\n"
+     "pair with --all). --constants reads PCIe model constants (key = value) over the\n"
+     "defaults of src/topo/pcie_constants.def.\n\n"
+     "  ridge-topo gdr --preset cross-rc\n"
+     "  ridge-topo gdr --preset dgx-h100 GPU0 NIC4",
+     runGdr},
+    {"draw", "draw [WHICH] [--dot | --svg FILE | --png FILE]",
+     "Draws the tree with Graphviz: one cluster per socket, GPUs (green boxes), NICs (blue\n"
+     "ellipses), PCIe switches (yellow hexagons), host bridges, CPUs and NVMe drives told\n"
+     "apart by shape and colour, links labelled with their speeds, the socket link, the\n"
+     "NVSwitch fabric summarized as one node with an edge per GPU, and the route from each\n"
+     "GPU to the NIC the GDR advisor recommends drawn in red. Without an option prints the\n"
+     "dot source; --svg and --png run Graphviz's 'dot' (Debian: apt-get install graphviz).\n\n"
+     "  ridge-topo draw --preset dgx-h100 --svg dgx-h100.svg\n"
+     "  ridge-topo draw | dot -Tpdf -o machine.pdf",
+     runDraw},
+    {"plan", "plan [WHICH] -n RANKS [OPTIONS]",
+     "Builds Ridge's collective plan for the machine (see 'ridge-topo plan --help' when the\n"
+     "planner is built).",
+     runPlan},
+    {"simulate", "simulate [WHICH] [OPTIONS]",
+     "Predicts time, algbw and busbw per collective and size for the machine's plan.", runSimulate},
+    {"presets", "presets", "Lists the built-in machines that --preset accepts.", runPresets},
     {"summary", "summary [--xml FILE] [--compact]",
      "Counts packages, NUMA nodes, cores, hardware threads (PUs), GPUs and NICs, and lists\n"
      "the GPUs and NICs with their PCI address and link. Without --xml it describes this\n"
@@ -128,9 +238,462 @@ const Command* findCommand(const std::string& name) {
 }
 
 void printUsage(FILE* f) {
-  std::fprintf(f, "usage: ridge-topo SUBCOMMAND [OPTIONS]\n\nsubcommands:\n");
+  std::fprintf(f, "usage: ridge-topo SUBCOMMAND [WHICH] [OPTIONS]\n\nsubcommands:\n");
   for (const Command& c : kCommands) std::fprintf(f, "  %s\n", c.synopsis);
-  std::fprintf(f, "\n'ridge-topo help SUBCOMMAND' describes one of them.\n");
+  std::fprintf(f,
+               "\nWHICH machine (before or after the subcommand):\n"
+               "  (nothing)          this machine, discovered live\n"
+               "  --input FILE       hwloc XML, NCCL topology XML or Ridge JSON (told apart by content)\n"
+               "  --preset NAME      a built-in machine: ");
+  const std::vector<std::string> names = topo::presetNames();
+  for (size_t i = 0; i < names.size(); ++i) std::fprintf(f, "%s%s", i ? ", " : "", names[i].c_str());
+  std::fprintf(f,
+               "\n\nOutput: text (coloured on a terminal unless NO_COLOR is set), --json, --dot, or a\n"
+               "picture with --svg FILE / --png FILE (needs Graphviz's dot).\n\n"
+               "examples:\n"
+               "  ridge-topo matrix\n"
+               "  ridge-topo --preset dgx-h100 tree\n"
+               "  ridge-topo paths --preset cross-rc GPU0 NIC0\n"
+               "  ridge-topo draw --preset dgx-a100 --svg dgx-a100.svg\n\n"
+               "exit status: 0 success, 1 the command failed (unreadable file, unknown preset or\n"
+               "device, Graphviz missing), 2 bad usage.\n\n"
+               "'ridge-topo help SUBCOMMAND' describes one of them.\n");
+}
+
+// ---- common options: which machine, output format --------------------------------------
+
+struct Common {
+  std::string input, preset;
+  bool json = false, dot = false;
+  std::string svg, png;
+  ridge::tools::CommonOptions out;
+};
+
+// Consumes --input, --preset and the output options. False on a usage error (printed).
+bool parseCommon(const char* cmd, ArgList& args, Common* c, bool drawingAllowed) {
+  const bool haveInput = args.option("--input", &c->input);
+  const bool havePreset = args.option("--preset", &c->preset);
+  c->json = args.flag("--json");
+  c->dot = args.flag("--dot");
+  args.option("--svg", &c->svg);
+  args.option("--png", &c->png);
+  if (haveInput && havePreset) {
+    std::fprintf(stderr, "ridge-topo %s: --input and --preset are alternatives; give one\n", cmd);
+    return false;
+  }
+  const int formats = int(c->json) + int(c->dot) + int(!c->svg.empty()) + int(!c->png.empty());
+  if (formats > 1) {
+    std::fprintf(stderr, "ridge-topo %s: choose one of --json, --dot, --svg, --png\n", cmd);
+    return false;
+  }
+  if (!drawingAllowed && (c->dot || !c->svg.empty() || !c->png.empty())) {
+    std::fprintf(stderr, "ridge-topo %s: no drawing for this view; use 'ridge-topo draw'\n", cmd);
+    return false;
+  }
+  using ridge::tools::OutputFormat;
+  c->out.format = c->json           ? OutputFormat::Json
+                  : c->dot          ? OutputFormat::Dot
+                  : !c->svg.empty() ? OutputFormat::Svg
+                  : !c->png.empty() ? OutputFormat::Png
+                                    : OutputFormat::Text;
+  c->out.outputPath = !c->svg.empty() ? c->svg : c->png;
+  const char* noColor = std::getenv("NO_COLOR");
+  c->out.color = c->out.format == OutputFormat::Text && isatty(STDOUT_FILENO) && !(noColor && *noColor);
+  return true;
+}
+
+// Loads the machine the options name. Returns an exit status (kExitOk on success).
+int loadTopology(const char* cmd, const Common& c, topo::Topology* t) {
+  Status st = !c.preset.empty()  ? topo::loadPreset(c.preset, t)
+              : !c.input.empty() ? topo::loadTopologyFile(c.input, t)
+                                 : topo::discoverThisMachine(t);
+  if (!st.isOk()) {
+    std::fprintf(stderr, "ridge-topo %s: %s\n", cmd, st.message().c_str());
+    return kExitFailed;
+  }
+  return kExitOk;
+}
+
+topo::RenderOptions renderOptions(const Common& c, bool nccl = false) {
+  topo::RenderOptions o;
+  o.color = c.out.color;
+  o.nccl = nccl;
+  return o;
+}
+
+// Full path of `program` in PATH, "" if absent.
+std::string findInPath(const char* program) {
+  const char* path = std::getenv("PATH");
+  if (!path) return "";
+  std::string dirs = path;
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    // Appending in place (not dir + "/" + program) avoids a GCC 12 -Wrestrict false positive.
+    std::string full = end > start ? dirs.substr(start, end - start) : std::string(".");
+    full.append("/").append(program);
+    if (access(full.c_str(), X_OK) == 0) return full;
+    start = end + 1;
+  }
+  return "";
+}
+
+// Runs Graphviz's dot as a child with the source on its stdin, writing `path`.
+int runGraphviz(const char* cmd, const std::string& source, const char* format, const std::string& path) {
+  const std::string dot = findInPath("dot");
+  if (dot.empty()) {
+    std::fprintf(stderr,
+                 "ridge-topo %s: Graphviz's 'dot' is not in PATH; it is needed for --%s "
+                 "(Debian/Ubuntu: apt-get install graphviz). --dot prints the source instead.\n",
+                 cmd, format);
+    return kExitFailed;
+  }
+  int fds[2];
+  if (pipe(fds) != 0) {
+    std::perror("ridge-topo: pipe");
+    return kExitFailed;
+  }
+  const std::string typeArg = std::string("-T") + format;
+  const pid_t pid = fork();
+  if (pid < 0) {
+    std::perror("ridge-topo: fork");
+    return kExitFailed;
+  }
+  if (pid == 0) {
+    dup2(fds[0], STDIN_FILENO);
+    close(fds[0]);
+    close(fds[1]);
+    execl(dot.c_str(), "dot", typeArg.c_str(), "-o", path.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(fds[0]);
+  // A dot that dies early must not kill us with SIGPIPE: its exit status says what happened.
+  struct sigaction ignore {
+  }, previous{};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGPIPE, &ignore, &previous);
+  size_t done = 0;
+  while (done < source.size()) {
+    const ssize_t n = write(fds[1], source.data() + done, source.size() - done);
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  close(fds[1]);
+  sigaction(SIGPIPE, &previous, nullptr);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::fprintf(stderr, "ridge-topo %s: '%s -T%s -o %s' failed (%s %d)\n", cmd, dot.c_str(), format,
+                 path.c_str(), WIFEXITED(status) ? "exit status" : "signal",
+                 WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    return kExitFailed;
+  }
+  return kExitOk;
+}
+
+// The route each GPU's sends should take: for every GPU the NIC whose recommended option
+// (GDR advisor) has the highest large-message bandwidth, then the lowest small-message
+// latency, then the better path class; noted with the option's name.
+std::vector<topo::DataPathMark> recommendedRoutes(const topo::Topology& t,
+                                                  const topo::PcieConstants& constants) {
+  std::vector<topo::DataPathMark> marks;
+  for (int g : t.gpus()) {
+    topo::DataPathMark best;
+    double bestBw = -1, bestLat = 0;
+    topo::SmiClass bestClass = topo::SmiClass::SYS;
+    for (int n : t.nics()) {
+      topo::GdrPlacement placement;
+      if (!topo::gdrPlacementFor(t, g, n, &placement).isOk()) continue;
+      const topo::GdrAdvice a = topo::adviseGdr(placement, constants);
+      const topo::GdrOptionEstimate& e = a.estimate(a.chosen);
+      const double bw = e.possible ? e.largeBandwidthGBs : 0;
+      const double lat = e.latencyNs.empty() ? 0 : e.latencyNs.front();
+      const topo::SmiClass cls = t.path(g, n).smi;
+      // Within 1% counts as a tie: the model's figures are not that precise.
+      const bool better =
+          best.nic < 0 || bw > bestBw * 1.01 ||
+          (bw >= bestBw * 0.99 && (lat < bestLat * 0.99 || (lat <= bestLat * 1.01 && cls < bestClass)));
+      if (better) {
+        best = {
+            g, n,
+            std::string(topo::gdrOptionName(a.chosen)) + " (" + topo::placementClassName(a.pathClass) + ")"};
+        bestBw = bw;
+        bestLat = lat;
+        bestClass = cls;
+      }
+    }
+    if (best.nic >= 0) marks.push_back(best);
+  }
+  return marks;
+}
+
+// Writes a drawing in the format the options chose (dot source to stdout by default).
+int draw(const char* cmd, const Common& c, const topo::Topology& t, const topo::PcieConstants& constants) {
+  const std::string source = topo::renderDot(t, recommendedRoutes(t, constants));
+  if (!c.svg.empty()) return runGraphviz(cmd, source, "svg", c.svg);
+  if (!c.png.empty()) return runGraphviz(cmd, source, "png", c.png);
+  std::fputs(source.c_str(), stdout);
+  return kExitOk;
+}
+
+// Prints rows with every column padded to its widest cell; columns listed in `right` are
+// right-aligned (numbers).
+void printRows(const std::vector<std::vector<std::string>>& rows, const std::vector<size_t>& right = {}) {
+  std::vector<size_t> width;
+  for (const auto& r : rows) {
+    width.resize(std::max(width.size(), r.size()), 0);
+    for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
+  }
+  for (const auto& r : rows) {
+    std::string line;
+    for (size_t i = 0; i < r.size(); ++i) {
+      std::string cell = r[i];
+      const bool numeric = std::find(right.begin(), right.end(), i) != right.end();
+      const std::string pad(width[i] - cell.size(), ' ');
+      cell = numeric ? pad + cell : cell + pad;
+      line += (i ? "  " : "") + cell;
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    std::printf("%s\n", line.c_str());
+  }
+}
+
+std::string sizeLabelHeader(const topo::GdrAdvice& a) {
+  return (a.smallSizes.empty() ? std::string("small") : topo::sizeLabel(a.smallSizes.front())) + " us";
+}
+
+// ---- tree, draw ---------------------------------------------------------------------------
+
+int runTree(ArgList& args) {
+  Common c;
+  if (!parseCommon("tree", args, &c, true) || !args.finish()) return kExitUsage;
+  topo::Topology t;
+  if (int rc = loadTopology("tree", c, &t)) return rc;
+  if (c.json) {
+    std::fputs(topo::topologyToJson(t).c_str(), stdout);
+    return kExitOk;
+  }
+  if (c.dot || !c.svg.empty() || !c.png.empty()) return draw("tree", c, t, topo::PcieConstants{});
+  std::fputs(topo::renderTree(t, renderOptions(c)).c_str(), stdout);
+  return kExitOk;
+}
+
+int runDraw(ArgList& args) {
+  Common c;
+  if (!parseCommon("draw", args, &c, true) || !args.finish()) return kExitUsage;
+  if (c.json) {
+    std::fprintf(stderr, "ridge-topo draw: --json is not a drawing; use 'ridge-topo tree --json'\n");
+    return kExitUsage;
+  }
+  topo::Topology t;
+  if (int rc = loadTopology("draw", c, &t)) return rc;
+  return draw("draw", c, t, topo::PcieConstants{});
+}
+
+// ---- matrix -------------------------------------------------------------------------------
+
+int runMatrix(ArgList& args) {
+  Common c;
+  const bool nccl = args.flag("--nccl");
+  if (!parseCommon("matrix", args, &c, false) || !args.finish()) return kExitUsage;
+  topo::Topology t;
+  if (int rc = loadTopology("matrix", c, &t)) return rc;
+  std::fputs((c.json ? topo::matrixJson(t) : topo::renderMatrix(t, renderOptions(c, nccl))).c_str(), stdout);
+  return kExitOk;
+}
+
+// ---- paths --------------------------------------------------------------------------------
+
+// Resolves a device name; prints what exists when it does not.
+int findDevice(const char* cmd, const topo::Topology& t, const std::string& what) {
+  const int id = t.find(what);
+  if (id >= 0) return id;
+  std::string known;
+  for (int g : t.gpus()) known += (known.empty() ? "" : ", ") + t.node(g).name;
+  for (int n : t.nics()) known += (known.empty() ? "" : ", ") + t.node(n).name;
+  std::fprintf(stderr,
+               "ridge-topo %s: no device '%s' in %s (GPUs and NICs: %s; OS names and bus ids work too)\n",
+               cmd, what.c_str(), t.name.c_str(), known.empty() ? "none" : known.c_str());
+  return -1;
+}
+
+int runPaths(ArgList& args) {
+  Common c;
+  if (!parseCommon("paths", args, &c, false)) return kExitUsage;
+  const std::vector<std::string> names = args.positionals();
+  if (!args.finish()) return kExitUsage;
+  if (names.empty() || names.size() > 2) {
+    std::fprintf(stderr, "ridge-topo paths: give one or two devices (see 'ridge-topo help paths')\n");
+    return kExitUsage;
+  }
+  topo::Topology t;
+  if (int rc = loadTopology("paths", c, &t)) return rc;
+  const int a = findDevice("paths", t, names[0]);
+  if (a < 0) return kExitFailed;
+  if (names.size() == 2) {
+    const int b = findDevice("paths", t, names[1]);
+    if (b < 0) return kExitFailed;
+    std::fputs((c.json ? topo::pathJson(t, a, b) : topo::renderPath(t, a, b, renderOptions(c))).c_str(),
+               stdout);
+    return kExitOk;
+  }
+  std::vector<int> targets = t.gpus();
+  for (int n : t.nics()) targets.push_back(n);
+  if (c.json) {
+    json::Value all = json::Value::array();
+    for (int b : targets) {
+      json::Value v;
+      Status st = json::parse(topo::pathJson(t, a, b), "path", &v);
+      if (st.isOk()) all.push(std::move(v));
+    }
+    std::printf("%s\n", json::write(all).c_str());
+    return kExitOk;
+  }
+  std::vector<std::vector<std::string>> rows{{"from", "to", "smi", "nccl", "GB/s", "ns", "hops"}};
+  for (int b : targets) {
+    if (b == a) continue;
+    const topo::Path p = t.path(a, b);
+    rows.push_back({t.node(a).name, t.node(b).name, topo::smiClassName(p.smi, p.nvlinks),
+                    topo::ncclClassName(p.nccl), topo::number(p.bandwidthGBs), topo::number(p.latencyNs),
+                    std::to_string(p.links.size())});
+  }
+  printRows(rows, {4, 5, 6});
+  return kExitOk;
+}
+
+// ---- gdr ----------------------------------------------------------------------------------
+
+int runGdr(ArgList& args) {
+  Common c;
+  std::string constantsFile;
+  const bool haveConstants = args.option("--constants", &constantsFile);
+  const bool all = args.flag("--all");
+  if (!parseCommon("gdr", args, &c, true)) return kExitUsage;
+  const std::vector<std::string> names = args.positionals();
+  if (!args.finish()) return kExitUsage;
+  if (names.size() == 1 || names.size() > 2) {
+    std::fprintf(stderr, "ridge-topo gdr: give a GPU and a NIC, or neither (see 'ridge-topo help gdr')\n");
+    return kExitUsage;
+  }
+  topo::PcieConstants constants;
+  if (haveConstants) {
+    Status st = topo::loadPcieConstants(constantsFile, &constants);
+    if (!st.isOk()) {
+      std::fprintf(stderr, "ridge-topo gdr: %s\n", st.message().c_str());
+      return kExitFailed;
+    }
+  }
+  topo::Topology t;
+  if (int rc = loadTopology("gdr", c, &t)) return rc;
+  if (c.dot || !c.svg.empty() || !c.png.empty()) return draw("gdr", c, t, constants);
+
+  std::vector<std::pair<int, int>> pairs;
+  if (names.size() == 2) {
+    const int g = findDevice("gdr", t, names[0]);
+    const int n = g < 0 ? -1 : findDevice("gdr", t, names[1]);
+    if (g < 0 || n < 0) return kExitFailed;
+    if (t.node(g).kind != topo::NodeKind::Gpu || t.node(n).kind != topo::NodeKind::Nic) {
+      std::fprintf(stderr, "ridge-topo gdr: '%s' must be a GPU and '%s' a NIC\n", names[0].c_str(),
+                   names[1].c_str());
+      return kExitFailed;
+    }
+    pairs.push_back({g, n});
+  } else if (all) {
+    for (int g : t.gpus())
+      for (int n : t.nics()) pairs.push_back({g, n});
+  } else {
+    for (const topo::DataPathMark& m : recommendedRoutes(t, constants)) pairs.push_back({m.gpu, m.nic});
+  }
+  if (pairs.empty()) {
+    if (c.json)
+      std::printf("[]\n");
+    else
+      std::printf("no GPU-NIC pair in %s (%zu GPUs, %zu NICs): nothing to advise\n", t.name.c_str(),
+                  t.gpus().size(), t.nics().size());
+    return kExitOk;
+  }
+  std::vector<topo::GdrAdvice> advice;
+  for (auto [g, n] : pairs) {
+    topo::GdrPlacement placement;
+    Status st = topo::gdrPlacementFor(t, g, n, &placement);
+    if (!st.isOk()) {
+      std::fprintf(stderr, "ridge-topo gdr: %s\n", st.message().c_str());
+      return kExitFailed;
+    }
+    advice.push_back(topo::adviseGdr(placement, constants));
+  }
+  if (c.json) {
+    json::Value out = json::Value::array();
+    for (const topo::GdrAdvice& a : advice) {
+      json::Value v;
+      Status st = json::parse(topo::gdrAdviceJson(a), "gdr advice", &v);
+      if (!st.isOk()) {
+        std::fprintf(stderr, "ridge-topo gdr: %s\n", st.message().c_str());
+        return kExitFailed;
+      }
+      out.push(std::move(v));
+    }
+    std::printf("%s\n", json::write(names.size() == 2 ? out.items()[0] : out).c_str());
+    return kExitOk;
+  }
+  if (names.size() == 2) {
+    std::fputs(topo::gdrAdviceText(advice[0]).c_str(), stdout);
+    return kExitOk;
+  }
+  // One line per pair: the choice and its figures; 'gdr GPU NIC' shows every option.
+  std::vector<std::vector<std::string>> rows{
+      {"GPU", "NIC", "class", "chosen", sizeLabelHeader(advice[0]), "GB/s", "decided by", "reason"}};
+  for (const topo::GdrAdvice& a : advice) {
+    const topo::GdrOptionEstimate& e = a.estimate(a.chosen);
+    rows.push_back({a.gpu, a.nic, topo::placementClassName(a.pathClass), topo::gdrOptionName(a.chosen),
+                    e.latencyNs.empty() ? "-" : ridge::format("%.2f", e.latencyNs.front() / 1000),
+                    topo::number(e.largeBandwidthGBs), a.decidedBy, a.reason});
+  }
+  printRows(rows, {4, 5});
+  std::printf("\n'ridge-topo gdr GPU NIC' shows every option for one pair%s.\n",
+              all ? "" : "; --all lists every GPU-NIC pair");
+  return kExitOk;
+}
+
+// ---- plan, simulate -----------------------------------------------------------------------
+
+// The planner's subcommands live in tools/topo_plan_commands.cpp; they get the loaded machine
+// and every argument this file does not own.
+int runPlanner(const char* cmd, ArgList& args, bool simulate) {
+  Common c;
+  if (!parseCommon(cmd, args, &c, true)) return kExitUsage;
+  const std::vector<std::string> rest = args.rest();
+#ifdef RIDGE_TOPO_HAVE_PLANNER
+  topo::Topology t;
+  if (int rc = loadTopology(cmd, c, &t)) return rc;
+  return simulate ? ridge::tools::runSimulateCommand(t, c.out, rest)
+                  : ridge::tools::runPlanCommand(t, c.out, rest);
+#else
+  (void)rest;
+  (void)simulate;
+  std::fprintf(stderr,
+               "ridge-topo %s: planner not built (tools/topo_plan_commands.cpp is not in this build)\n", cmd);
+  return kExitFailed;
+#endif
+}
+
+int runPlan(ArgList& args) {
+  return runPlanner("plan", args, false);
+}
+int runSimulate(ArgList& args) {
+  return runPlanner("simulate", args, true);
+}
+
+// ---- presets ------------------------------------------------------------------------------
+
+int runPresets(ArgList& args) {
+  if (!args.finish()) return kExitUsage;
+  std::vector<std::vector<std::string>> rows;
+  for (const std::string& n : topo::presetNames()) rows.push_back({n, topo::presetDescription(n)});
+  printRows(rows);
+  return kExitOk;
 }
 
 // ---- summary ------------------------------------------------------------------------------
@@ -235,6 +798,10 @@ int runSettings(ArgList& args) {
 
 // ---- help ---------------------------------------------------------------------------------
 
+void printCommandHelp(const Command& c) {
+  std::printf("usage: ridge-topo %s\n\n%s\n", c.synopsis, c.help);
+}
+
 int runHelp(ArgList& args) {
   std::vector<std::string> topics = args.positionals();
   if (!args.finish()) return kExitUsage;
@@ -250,26 +817,50 @@ int runHelp(ArgList& args) {
       rc = kExitUsage;
       continue;
     }
-    std::printf("usage: ridge-topo %s\n\n%s\n", c->synopsis, c->help);
+    printCommandHelp(*c);
   }
   return rc;
+}
+
+// Options that take a value, so that "--preset dgx-h100 tree" finds "tree" as the subcommand.
+bool takesValue(const std::string& arg) {
+  for (const char* o : {"--input", "--preset", "--svg", "--png", "--xml", "--constants"})
+    if (arg == o) return true;
+  return false;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    printUsage(stderr);
-    return kExitUsage;
+  // The subcommand is the first argument that is neither an option nor an option's value;
+  // the machine options may come before it.
+  std::vector<std::string> rest;
+  std::string name;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (name.empty() && !a.empty() && a[0] != '-') {
+      name = a;
+      continue;
+    }
+    rest.push_back(a);
+    if (name.empty() && takesValue(a) && i + 1 < argc) rest.push_back(argv[++i]);
   }
-  std::string name = argv[1];
-  if (name == "-h" || name == "--help") name = "help";
+  if (name.empty()) {
+    const bool help = !rest.empty() && (rest[0] == "-h" || rest[0] == "--help");
+    printUsage(help ? stdout : stderr);
+    return help ? kExitOk : kExitUsage;
+  }
   const Command* c = findCommand(name);
   if (!c) {
-    std::fprintf(stderr, "ridge-topo: unknown subcommand '%s'\n\n", argv[1]);
+    std::fprintf(stderr, "ridge-topo: unknown subcommand '%s'\n\n", name.c_str());
     printUsage(stderr);
     return kExitUsage;
   }
-  ArgList args(c->name, std::vector<std::string>(argv + 2, argv + argc));
+  ArgList args(c->name, rest);
+  // plan and simulate document their own options; everything else answers --help here.
+  if (args.wantsHelp() && c->run != runPlan && c->run != runSimulate) {
+    printCommandHelp(*c);
+    return kExitOk;
+  }
   return c->run(args);
 }

@@ -5,11 +5,19 @@ namespace ridge {
 
 // Built-in tables, defined in each transport's folder.
 extern const TransportTable kShmTransportTable;
+extern const TransportTable kSocketTransportTable;
+extern const TransportTable kNetTransportTable;
+namespace gdr {
+extern const TransportTable kGdrTransportTable;  // before the network transports: RIDGE_GDR_MODE
+}
 
 static std::vector<const TransportTable*>& tables() {
   static std::vector<const TransportTable*> list = [] {
     std::vector<const TransportTable*> builtin;
     builtin.push_back(&kShmTransportTable);
+    builtin.push_back(&gdr::kGdrTransportTable);
+    builtin.push_back(&kSocketTransportTable);
+    builtin.push_back(&kNetTransportTable);
     return builtin;
   }();
   return list;

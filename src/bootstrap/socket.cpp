@@ -306,7 +306,18 @@ Status selectInterface(const std::string& spec, int preferFamily, SocketAddress*
 }
 
 Status selectInterface(int preferFamily, SocketAddress* out, std::string* ifName) {
+  // RIDGE_SOCKET_FAMILY orders the addresses when the caller has no family of its own.
+  if (preferFamily == AF_UNSPEC) preferFamily = preferredFamily();
   return selectInterface(settingString(Setting::SOCKET_IFNAME), preferFamily, out, ifName);
+}
+
+int preferredFamily() {
+  const std::string f = settingString(Setting::SOCKET_FAMILY);
+  if (f == "ipv6" || f == "IPV6" || f == "6") return AF_INET6;
+  if (f == "ipv4" || f == "IPV4" || f == "4") return AF_INET;
+  if (f != "auto" && f != "AUTO" && !f.empty())
+    RIDGE_WARN("RIDGE_SOCKET_FAMILY=%s is not auto, ipv4 or ipv6; using auto", f.c_str());
+  return AF_UNSPEC;
 }
 
 // ---- Deadline --------------------------------------------------------------------------

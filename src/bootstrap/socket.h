@@ -80,7 +80,10 @@ bool interfaceMatches(const std::string& spec, const std::string& name);
 // kind, those of `preferFamily` come first (AF_UNSPEC: IPv4 first), and IPv6
 // link-local addresses last. Errors: ridgeSystemError when nothing matches.
 Status selectInterface(const std::string& spec, int preferFamily, SocketAddress* out, std::string* ifName);
-// Same with the spec read from RIDGE_SOCKET_IFNAME.
+// AF_INET / AF_INET6 as RIDGE_SOCKET_FAMILY asks, AF_UNSPEC for auto.
+int preferredFamily();
+// Same with the spec read from RIDGE_SOCKET_IFNAME (and, for AF_UNSPEC, the family from
+// RIDGE_SOCKET_FAMILY).
 Status selectInterface(int preferFamily, SocketAddress* out, std::string* ifName);
 
 // Wall-clock bound and cancellation for a blocking operation.

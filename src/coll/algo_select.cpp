@@ -1,10 +1,16 @@
 #include "coll/algo_select.h"
 
-#include <sstream>
-
-#include "core/settings.h"
+#include "plan/algo_rules.h"
 
 namespace ridge {
+
+// The planner's collective ids are CollType's first six, so rules convert by value.
+static_assert(static_cast<int>(plan::Coll::AllReduce) == static_cast<int>(CollType::AllReduce) &&
+              static_cast<int>(plan::Coll::Broadcast) == static_cast<int>(CollType::Broadcast) &&
+              static_cast<int>(plan::Coll::Reduce) == static_cast<int>(CollType::Reduce) &&
+              static_cast<int>(plan::Coll::AllGather) == static_cast<int>(CollType::AllGather) &&
+              static_cast<int>(plan::Coll::ReduceScatter) == static_cast<int>(CollType::ReduceScatter) &&
+              static_cast<int>(plan::Coll::AlltoAll) == static_cast<int>(CollType::AlltoAll));
 
 const char* collTypeName(CollType t) {
   switch (t) {
@@ -25,19 +31,9 @@ const char* algoName(Algo a) {
     case Algo::AllPairs: return "allpairs";
     case Algo::Ring: return "ring";
     case Algo::Direct: return "direct";
+    case Algo::Tree: return "tree";
   }
   return "?";
-}
-
-static bool parseColl(const std::string& s, CollType* out) {
-  for (CollType t : {CollType::AllReduce, CollType::Broadcast, CollType::Reduce, CollType::AllGather,
-                     CollType::ReduceScatter, CollType::AlltoAll}) {
-    if (s == collTypeName(t)) {
-      *out = t;
-      return true;
-    }
-  }
-  return false;
 }
 
 Status AlgoSelector::configure(const std::string& overrides, size_t allPairsMax, bool directAvailable,
@@ -47,51 +43,30 @@ Status AlgoSelector::configure(const std::string& overrides, size_t allPairsMax,
   directMin_ = directMin;
   directMax_ = directMax;
   rules_.clear();
+  std::vector<plan::AlgoRule> parsed;
   std::string bad;
-  std::stringstream entries(overrides);
-  std::string entry;
-  while (std::getline(entries, entry, ';')) {
-    if (entry.empty()) continue;
-    // coll:lo-hi:algo, hi may be empty (no upper bound).
-    size_t c1 = entry.find(':');
-    size_t c2 = c1 == std::string::npos ? c1 : entry.find(':', c1 + 1);
-    Rule rule{};
-    bool ok = c2 != std::string::npos && parseColl(entry.substr(0, c1), &rule.type);
-    if (ok) {
-      std::string range = entry.substr(c1 + 1, c2 - c1 - 1);
-      size_t dash = range.find('-');
-      int64_t lo = 0, hi = -1;
-      ok = dash != std::string::npos && parseSize(range.substr(0, dash), &lo) &&
-           (dash + 1 == range.size() || parseSize(range.substr(dash + 1), &hi));
-      rule.lo = static_cast<size_t>(lo);
-      rule.hi = hi < 0 ? SIZE_MAX : static_cast<size_t>(hi);
-      std::string algo = entry.substr(c2 + 1);
-      if (algo == "allpairs") {
-        rule.algo = Algo::AllPairs;
-      } else if (algo == "ring") {
-        rule.algo = Algo::Ring;
-      } else if (algo == "direct") {
-        rule.algo = Algo::Direct;
-      } else {
-        ok = false;
-      }
-      ok = ok && rule.lo < rule.hi;
-      // All-to-all has only the all-pairs form (a direct read would race with the peer's
-      // own in-place writes); direct needs peer-memory access on every rank.
-      if (ok && rule.type == CollType::AlltoAll) rule.algo = Algo::AllPairs;
-      if (ok && rule.algo == Algo::Direct && !directAvailable_) rule.algo = Algo::Ring;
+  plan::parseAlgoRules(overrides, &parsed, &bad);
+  for (const plan::AlgoRule& p : parsed) {
+    Rule rule{static_cast<CollType>(p.coll), p.lo, p.hi, Algo::Ring};
+    switch (p.algo) {
+      case plan::AlgoName::AllPairs: rule.algo = Algo::AllPairs; break;
+      case plan::AlgoName::Direct: rule.algo = Algo::Direct; break;
+      case plan::AlgoName::Tree: rule.algo = rule.type == CollType::AllReduce ? Algo::Tree : Algo::Ring; break;
+      // Hierarchical needs several hosts of GPUs; among host ranks the ring is its intra part.
+      case plan::AlgoName::Ring:
+      case plan::AlgoName::Hier: rule.algo = Algo::Ring; break;
     }
-    if (ok) {
-      rules_.push_back(rule);
-    } else {
-      bad += bad.empty() ? entry : ", " + entry;
-    }
+    // All-to-all has only the all-pairs form (a direct read would race with the peer's
+    // own in-place writes); direct needs peer-memory access on every rank.
+    if (rule.type == CollType::AlltoAll) rule.algo = Algo::AllPairs;
+    if (rule.algo == Algo::Direct && !directAvailable_) rule.algo = Algo::Ring;
+    rules_.push_back(rule);
   }
   if (!bad.empty())
     return makeError(ridgeInvalidArgument,
                      "RIDGE_ALGO: ignoring malformed entries [%s]; expected coll:lo-hi:algo with coll "
                      "in allreduce, broadcast, reduce, allgather, reducescatter, alltoall and algo in "
-                     "allpairs, ring, direct",
+                     "allpairs, ring, direct, tree, hier",
                      bad.c_str());
   return Status::ok();
 }

@@ -1,7 +1,8 @@
 // Which algorithm runs a collective of a given size: the defaults (a one-step
 // all-pairs exchange for small messages, a pipelined ring or chain for large ones,
 // crossover RIDGE_ALLPAIRS_MAX, measured: docs/performance.md) and the user's
-// RIDGE_ALGO override ("allreduce:0-64K:allpairs;allreduce:64K-:ring"). With
+// RIDGE_ALGO override ("allreduce:0-64K:allpairs;allreduce:64K-:ring", parsed by the
+// planner's src/plan/algo_rules.h, which the simulator shares). With
 // single-copy peer access (CMA), messages from RIDGE_DIRECT_MIN up use the direct
 // algorithms, where each rank reads and writes its peers' buffers itself; reductions
 // only up to RIDGE_DIRECT_MAX.
@@ -16,7 +17,11 @@
 namespace ridge {
 
 enum class CollType { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AlltoAll, Send, Recv };
-enum class Algo { AllPairs, Ring, Direct };
+// Tree: a reduction up a chain in ring order to its first rank, then a broadcast back down
+// (allreduce only; the host's degenerate tree). Other collectives asked to run "tree" or
+// "hier" run the ring: those are the GPU planner's algorithms (docs/planner.md).
+enum class Algo { AllPairs, Ring, Direct, Tree };
+constexpr int kAlgoCount = 4;
 
 const char* collTypeName(CollType t);
 const char* algoName(Algo a);

@@ -204,7 +204,12 @@ Task allPairsReduceToRoot(ridgeComm* c, CollArgs a) {
 //   starts around the ring again). AG step k receives block r-k, stores and forwards it.
 Task ringReduce(ridgeComm* c, CollArgs a, bool withAllGather) {
   const int P = c->nranks, r = c->rank;
-  const int next = (r + 1) % P, prev = (r + P - 1) % P;
+  // Positions on the plan's ring (the identity unless ranks span sockets or a plan file
+  // says otherwise). Position q owns block order[q]; the rank at position p ends with the
+  // complete block order[p] = r, its own, as ReduceScatter requires.
+  const int* order = c->ringOrder.data();
+  const int p = c->ringPos[static_cast<size_t>(r)];
+  const int next = order[(p + 1) % P], prev = order[(p + P - 1) % P];
   SendConnector* tx = c->sendTo[next];
   RecvConnector* rx = c->recvFrom[prev];
   const size_t es = dataTypeSize(a.dtype);
@@ -230,14 +235,14 @@ Task ringReduce(ridgeComm* c, CollArgs a, bool withAllGather) {
       return base >= len ? size_t{0} : std::min(chunkElems, len - base);
     };
     size_t off;
-    size_t n = chunk(mod(r - 1, P), &off);
+    size_t n = chunk(order[mod(p - 1, P)], &off);
     if (n) {
       void* slot = co_await AcquireSlot(tx);
       std::memcpy(slot, in + off * es, n * es);
       tx->post(static_cast<uint32_t>(n * es), false);
     }
     for (int k = 1; k < P; ++k) {
-      n = chunk(mod(r - 1 - k, P), &off);
+      n = chunk(order[mod(p - 1 - k, P)], &off);
       if (!n) continue;
       PeekSlot pk(rx);
       const void* recvd = co_await pk;
@@ -262,7 +267,7 @@ Task ringReduce(ridgeComm* c, CollArgs a, bool withAllGather) {
     }
     if (!withAllGather) continue;
     for (int k = 1; k < P; ++k) {
-      n = chunk(mod(r - k, P), &off);
+      n = chunk(order[mod(p - k, P)], &off);
       if (!n) continue;
       PeekSlot pk(rx);
       const void* recvd = co_await pk;
@@ -283,8 +288,11 @@ Task ringReduce(ridgeComm* c, CollArgs a, bool withAllGather) {
 // block it just received.
 Task ringAllGather(ridgeComm* c, CollArgs a) {
   const int P = c->nranks, r = c->rank;
-  SendConnector* tx = c->sendTo[(r + 1) % P];
-  RecvConnector* rx = c->recvFrom[(r + P - 1) % P];
+  const int* order = c->ringOrder.data();
+  const int p = c->ringPos[static_cast<size_t>(r)];
+  const int prev = order[(p + P - 1) % P];
+  SendConnector* tx = c->sendTo[order[(p + 1) % P]];
+  RecvConnector* rx = c->recvFrom[prev];
   const size_t es = dataTypeSize(a.dtype);
   const size_t chunkElems = tx->slotBytes() / es;
   char* out = mbytes(a.recv);
@@ -297,12 +305,12 @@ Task ringAllGather(ridgeComm* c, CollArgs a) {
     tx->post(static_cast<uint32_t>(n * es), false);
     if (own != src) std::memcpy(own, src, n * es);
     for (int k = 1; k < P; ++k) {
-      int b = mod(r - k, P);
+      int b = order[mod(p - k, P)];
       char* dst = out + (size_t(b) * a.count + off) * es;
       PeekSlot pk(rx);
       const void* recvd = co_await pk;
       if (pk.info.bytes != n * es)
-        co_return mismatch(c, CollType::AllGather, (r + P - 1) % P, n * es, pk.info);
+        co_return mismatch(c, CollType::AllGather, prev, n * es, pk.info);
       std::memcpy(dst, recvd, n * es);
       rx->release();
       if (k < P - 1) {
@@ -319,9 +327,12 @@ Task ringAllGather(ridgeComm* c, CollArgs a) {
 // rank but the last forwards each chunk as soon as it has it.
 Task chainBroadcast(ridgeComm* c, CollArgs a) {
   const int P = c->nranks, r = c->rank;
-  const int pos = mod(r - a.root, P);
-  SendConnector* tx = pos < P - 1 ? c->sendTo[(r + 1) % P] : nullptr;
-  RecvConnector* rx = pos > 0 ? c->recvFrom[(r + P - 1) % P] : nullptr;
+  const int* order = c->ringOrder.data();
+  const int p = c->ringPos[static_cast<size_t>(r)];
+  const int pos = mod(p - c->ringPos[static_cast<size_t>(a.root)], P);
+  const int next = order[(p + 1) % P], prev = order[(p + P - 1) % P];
+  SendConnector* tx = pos < P - 1 ? c->sendTo[next] : nullptr;
+  RecvConnector* rx = pos > 0 ? c->recvFrom[prev] : nullptr;
   const size_t bytes = a.count * dataTypeSize(a.dtype);
   const size_t chunk = (tx ? tx->slotBytes() : rx->slotBytes());
   for (size_t off = 0; off < bytes; off += chunk) {
@@ -330,7 +341,7 @@ Task chainBroadcast(ridgeComm* c, CollArgs a) {
     if (rx) {
       PeekSlot pk(rx);
       src = static_cast<const char*>(co_await pk);
-      if (pk.info.bytes != n) co_return mismatch(c, CollType::Broadcast, (r + P - 1) % P, n, pk.info);
+      if (pk.info.bytes != n) co_return mismatch(c, CollType::Broadcast, prev, n, pk.info);
     }
     if (tx) {
       void* slot = co_await AcquireSlot(tx);
@@ -347,9 +358,12 @@ Task chainBroadcast(ridgeComm* c, CollArgs a) {
 // adds its input to the partial result from its predecessor and passes it on.
 Task chainReduce(ridgeComm* c, CollArgs a) {
   const int P = c->nranks, r = c->rank;
-  const int pos = mod(r - a.root - 1, P);
-  SendConnector* tx = pos < P - 1 ? c->sendTo[(r + 1) % P] : nullptr;
-  RecvConnector* rx = pos > 0 ? c->recvFrom[(r + P - 1) % P] : nullptr;
+  const int* order = c->ringOrder.data();
+  const int p = c->ringPos[static_cast<size_t>(r)];
+  const int pos = mod(p - c->ringPos[static_cast<size_t>(a.root)] - 1, P);
+  const int next = order[(p + 1) % P], prev = order[(p + P - 1) % P];
+  SendConnector* tx = pos < P - 1 ? c->sendTo[next] : nullptr;
+  RecvConnector* rx = pos > 0 ? c->recvFrom[prev] : nullptr;
   const size_t es = dataTypeSize(a.dtype);
   const size_t chunkElems = (tx ? tx->slotBytes() : rx->slotBytes()) / es;
   const int divisor = a.op == ridgeAvg ? P : 0;
@@ -364,7 +378,7 @@ Task chainReduce(ridgeComm* c, CollArgs a) {
     }
     PeekSlot pk(rx);
     const void* recvd = co_await pk;
-    if (pk.info.bytes != n * es) co_return mismatch(c, CollType::Reduce, (r + P - 1) % P, n * es, pk.info);
+    if (pk.info.bytes != n * es) co_return mismatch(c, CollType::Reduce, prev, n * es, pk.info);
     if (tx) {
       void* slot = co_await AcquireSlot(tx);
       reduce2(slot, recvd, in, n, a.dtype, a.op, 0);
@@ -510,6 +524,21 @@ Task directCopy(ridgeComm* c, CollArgs a) {
   co_return co_await directEnd(c, a.type);
 }
 
+// AllReduce as the host's degenerate tree: reduce up the chain in ring order to the ring's
+// first rank, then broadcast the result back down the same chain. Two passes of P-1 hops
+// instead of the ring's 2(P-1) steps of 1/P each: fewer, larger messages.
+Task chainAllReduce(ridgeComm* c, CollArgs a) {
+  CollArgs up = a;
+  up.type = CollType::Reduce;
+  up.root = c->ringOrder.front();
+  RIDGE_CO_TRY(co_await chainReduce(c, up));
+  CollArgs down = a;
+  down.type = CollType::Broadcast;
+  down.root = up.root;
+  down.send = a.recv;  // the root's result; other ranks only receive
+  co_return co_await chainBroadcast(c, down);
+}
+
 }  // namespace
 
 Task runCollective(ridgeComm* c, CollArgs a) {
@@ -520,9 +549,12 @@ Task runCollective(ridgeComm* c, CollArgs a) {
   if (a.count == 0) co_return Status::ok();
   const Algo algo = c->nranks == 1 ? Algo::AllPairs : c->algos.choose(a.type, bytes);
   RIDGE_TRACE("rank %d: %s of %zu bytes with %s", c->rank, collTypeName(a.type), bytes, algoName(algo));
+  ++c->algoRuns[static_cast<int>(algo)];
+  c->lastAlgo = static_cast<int>(algo);
   // Note: no `co_await (cond ? f() : g())` here: GCC 12 destroys the temporary task of
   // a conditional expression twice (found by AddressSanitizer, test CollGroup).
-  const bool ring = algo == Algo::Ring;
+  const bool ring = algo == Algo::Ring || algo == Algo::Tree;
+  if (algo == Algo::Tree && a.type == CollType::AllReduce) co_return co_await chainAllReduce(c, a);
   if (algo == Algo::Direct) {
     switch (a.type) {
       case CollType::AllReduce:

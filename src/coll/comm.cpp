@@ -9,6 +9,7 @@
 #include "bootstrap/bootstrap.h"
 #include "core/log.h"
 #include "core/settings.h"
+#include "plan/host_plan.h"
 #include "topo/summary.h"
 
 namespace ridge {
@@ -45,6 +46,10 @@ Status initComm(ridgeComm* c, const ridgeUniqueId& id) {
   gethostname(host, sizeof host - 1);
   copyString(me.hostName, sizeof me.hostName, host);
   copyString(me.topoSummary, sizeof me.topoSummary, hostSummaryLine());
+  int package = -1, numa = -1;
+  plan::thisProcessPlacement(&package, &numa);
+  me.package = static_cast<int16_t>(package);
+  me.numa = static_cast<int16_t>(numa);
   c->peers.assign(c->nranks, PeerInfo{});
   c->peers[c->rank] = me;
   RIDGE_TRY(c->bootstrap->allGather(c->peers.data(), sizeof(PeerInfo)));
@@ -75,8 +80,8 @@ Status initComm(ridgeComm* c, const ridgeUniqueId& id) {
       for (const TransportTable* t : tables) reachable = reachable || t->canConnect(setup, a, b);
       if (!reachable)
         return makeError(ridgeInvalidUsage,
-                         "ranks %d (%s) and %d (%s) are on different hosts and this build has no "
-                         "transport between hosts yet (only: shared memory)",
+                         "ranks %d (%s) and %d (%s) are on different hosts and no transport connects "
+                         "them (check RIDGE_NET and RIDGE_SHM)",
                          a, c->peers[a].hostName, b, c->peers[b].hostName);
     }
   }
@@ -126,13 +131,15 @@ Status initComm(ridgeComm* c, const ridgeUniqueId& id) {
   int usableCpus = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
   const bool oversubscribed = localRanks > usableCpus;
   c->spinNs = settingIsSet(Setting::SPIN_US) || !oversubscribed ? settingInt(Setting::SPIN_US) * 1000 : 0;
+  // A wait on a network transport lasts tens of microseconds at least, and its bytes are
+  // moved by another thread (a progress thread, or the NIC's) that needs a core: after the
+  // spin, sleep at once rather than yield (measured: docs/performance.md, TCP section).
+  bool network = false;
+  for (const auto& t : c->transports) network = network || std::strcmp(t->name(), "shm") != 0;
+  c->yieldNs = network ? 0 : 1000000;
   RIDGE_INFO("comm %s: %d ranks on this host, %d usable cores: %s", c->name.c_str(), localRanks, usableCpus,
              c->spinNs ? "spin, then yield, then sleep" : "oversubscribed, yield at once, then sleep");
-  Status algo = c->algos.configure(settingString(Setting::ALGO),
-                                   static_cast<size_t>(settingSize(Setting::ALLPAIRS_MAX)), direct,
-                                   static_cast<size_t>(settingSize(Setting::DIRECT_MIN)),
-                                   static_cast<size_t>(settingSize(Setting::DIRECT_MAX)));
-  (void)algo;  // malformed entries were logged and are ignored
+  RIDGE_TRY(setupHostPlan(c, direct));
   c->asyncError.store(ridgeSuccess);
   RIDGE_INFO("comm %s: rank %d ready", c->name.c_str(), c->rank);
   return Status::ok();

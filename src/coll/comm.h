@@ -24,7 +24,8 @@ struct PeerInfo {
   int32_t pid;
   int32_t rank;
   uint32_t version;
-  uint32_t reserved;
+  int16_t package;  // processor package / NUMA node this rank is bound to (-1: not bound to
+  int16_t numa;     // one), for the host ring order (src/plan/host_plan.h)
   char hostName[64];
   char topoSummary[200];  // one-line host summary for the planner and for logs
 };
@@ -48,6 +49,13 @@ struct ridgeComm {
   ridge::Transport* waitTransport = nullptr;  // the transport whose futex a waiting rank sleeps on
   std::vector<ridge::PeerInfo> peers;
   ridge::AlgoSelector algos;
+  // The host plan (src/coll/comm_plan.cpp): ring position -> rank and rank -> position,
+  // sized at init. The ring algorithms follow this order instead of rank order.
+  std::vector<int> ringOrder, ringPos;
+  // How many collectives ran with each algorithm, and the last one (debug queries: tests
+  // check that RIDGE_ALGO changes what runs).
+  uint64_t algoRuns[ridge::kAlgoCount] = {};
+  int lastAlgo = -1;
 
   // Scratch for algorithms (sized nranks at init so the hot path never allocates).
   std::vector<const void*> scratchPtrs;
@@ -64,6 +72,7 @@ struct ridgeComm {
   size_t bounceChunk = 0;
   size_t streamMin = SIZE_MAX;  // RIDGE_STREAM_MIN
   int64_t spinNs = 50000;       // busy-poll budget before yielding (RIDGE_SPIN_US)
+  int64_t yieldNs = 1000000;    // then yield this long before sleeping on the transport
 
   std::atomic<bool> aborted{false};
   // ridgeSuccess, ridgeInProgress (non-blocking init running) or the error that broke it.
@@ -76,6 +85,11 @@ struct ridgeComm {
 };
 
 namespace ridge {
+
+// The host plan: ring order from the ranks' placements (or RIDGE_PLAN_FILE), RIDGE_PLAN_DUMP,
+// and the algorithm selector (RIDGE_ALGO, with the plan file's rules first). Called by
+// initComm once peers and transports are known.
+Status setupHostPlan(ridgeComm* comm, bool directAvailable);
 
 // Connects a communicator whose rank/nranks/timeout are set. Sets asyncError.
 Status initComm(ridgeComm* comm, const ridgeUniqueId& id);

@@ -117,9 +117,10 @@ Status Executor::checkIdle(int64_t idleNs) {
     if (c->aborted.load(std::memory_order_relaxed))
       return Status(ridgeAborted, format("rank %d: communicator aborted while waiting", c->rank));
   }
-  int64_t spinNs = INT64_MAX, timeoutNs = INT64_MAX;
+  int64_t spinNs = INT64_MAX, timeoutNs = INT64_MAX, yieldNs = INT64_MAX;
   for (ridgeComm* c : comms_) {
     spinNs = std::min(spinNs, c->spinNs);
+    yieldNs = std::min(yieldNs, c->yieldNs);
     timeoutNs = std::min<int64_t>(timeoutNs, int64_t{c->timeoutSec} * 1000000000);
   }
   if (idleNs < spinNs) return Status::ok();
@@ -132,13 +133,16 @@ Status Executor::checkIdle(int64_t idleNs) {
   }
   // Yield first (a peer on the same core gets to run), then sleep until a peer posts.
   // Sleeping is only possible when one transport's futex covers every strand.
-  constexpr int64_t kYieldNs = 1000000;
-  if (idleNs < spinNs + kYieldNs || comms_.size() != 1 || !comms_.front()->waitTransport) {
+  if (idleNs < spinNs + yieldNs || comms_.size() != 1 || !comms_.front()->waitTransport) {
     sched_yield();
     return Status::ok();
   }
-  Transport* t = comms_.front()->waitTransport;
+  ridgeComm* comm = comms_.front();
+  Transport* t = comm->waitTransport;
   int64_t slice = std::min<int64_t>(100000000, timeoutNs - idleNs + 1000000);
+  // With several transports (shm within a host, a network transport between hosts) only
+  // the first one's wake-ups reach this sleep: poll the others every 200 us.
+  if (comm->transports.size() > 1) slice = std::min<int64_t>(slice, 200000);
   t->waitForActivity(
       slice, [](void* self) { return !static_cast<Executor*>(self)->anyReady(); }, this);
   // A peer may post its last data and exit at once, or finish everything it had with us
@@ -146,7 +150,8 @@ Status Executor::checkIdle(int64_t idleNs) {
   if (anyReady()) return Status::ok();
   for (size_t i = 0; i < used_; ++i) {
     const Strand& s = entries_[i]->strand;
-    if (!s.done && s.blocked && s.blocked->peer >= 0) RIDGE_TRY(t->checkPeer(s.blocked->peer));
+    if (!s.done && s.blocked && s.blocked->peer >= 0)
+      for (auto& transport : comm->transports) RIDGE_TRY(transport->checkPeer(s.blocked->peer));
   }
   return Status::ok();
 }

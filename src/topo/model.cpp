@@ -123,12 +123,19 @@ Status Topology::finalize() {
     nodes_[static_cast<size_t>(l.a)].links.push_back(static_cast<int>(li));
     nodes_[static_cast<size_t>(l.b)].links.push_back(static_cast<int>(li));
   }
-  // Tree edges without a link are containment the reader did not price.
+  // Tree edges without a link are containment the reader did not price. Look from the
+  // child's side: a parent may have tens of thousands of children (and links), a child has
+  // few links, so this stays linear where searching the parent's list was quadratic.
+  auto childLinkTo = [this](int child, int parent) {
+    for (int li : nodes_[static_cast<size_t>(child)].links)
+      if (links_[static_cast<size_t>(li)].other(child) == parent) return li;
+    return -1;
+  };
   for (int i = 0; i < n; ++i) {
     const int p = nodes_[static_cast<size_t>(i)].parent;
     if (p < 0) continue;
     nodes_[static_cast<size_t>(p)].children.push_back(i);
-    if (linkBetween(p, i) < 0) {
+    if (childLinkTo(i, p) < 0) {
       Link l;
       l.kind = LinkKind::Internal;
       l.a = p;

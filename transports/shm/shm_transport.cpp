@@ -418,7 +418,8 @@ Status ShmTransport::connect(const TransportSetup& setup) {
 }
 
 bool shmCanConnect(const TransportSetup& setup, int a, int b) {
-  return setup.hostHashOfRank[a] == setup.hostHashOfRank[b];
+  // RIDGE_SHM=0 hands same-host pairs to the network transport (tests, comparisons).
+  return settingInt(Setting::SHM) != 0 && setup.hostHashOfRank[a] == setup.hostHashOfRank[b];
 }
 
 Status shmCreate(const TransportSetup& setup, std::unique_ptr<Transport>* out) {

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Ridge over TCP between two "hosts" on one machine, against Gloo and a plain socket stream,
+# all in the same run:
+#   1. two network namespaces joined by a bridge in a third (10.231.2.1 and 10.231.2.2 on
+#      interface rdg0; nothing attached to the initial namespace), each rank also in its
+#      own IPC namespace (unshare --ipc), so Ridge sees two hosts and uses its socket
+#      transport;
+#   2. ridge-bench allreduce, one rank per namespace, with --peer gloo (ratio column);
+#   3. ridge-socket-stream between the same namespaces, both directions at once, before
+#      and after the benchmark: the ceiling for a 2-rank allreduce's busbw;
+#   4. everything is removed on exit, also after a failure or Ctrl-C; namespaces left by
+#      an earlier run that was killed are swept first.
+#
+#   bench/netns_allreduce.sh [build-dir] [ridge-bench options...]
+# Default options: -b 1K -e 64M -f 4 -n 20 -w 5. Environment: RIDGE_* settings pass through
+# (e.g. RIDGE_SOCKET_STREAMS=4); STREAM_SECONDS (default 3) for the socket stream; ROUNDS
+# (default 1) repeats the benchmark and adds a table of per-size medians.
+# Needs root (CAP_NET_ADMIN) and iproute2.
+set -euo pipefail
+build=${1:-build}
+shift || true
+opts=("$@")
+[ ${#opts[@]} -eq 0 ] && opts=(-b 1K -e 64M -f 4 -n 20 -w 5)
+bench="$build/bench/ridge-bench"
+stream="$build/bench/ridge-socket-stream"
+for b in "$bench" "$stream"; do
+  [ -x "$b" ] || { echo "netns_allreduce: $b is missing; build ridge-bench and ridge-socket-stream" >&2; exit 2; }
+done
+if [ "$(id -u)" != 0 ]; then
+  echo "netns_allreduce: needs root (CAP_NET_ADMIN) for ip netns" >&2
+  exit 2
+fi
+
+prefix="rdgb$$_"
+hub="${prefix}h"
+ns=("${prefix}n0" "${prefix}n1")
+addr=(10.231.2.1 10.231.2.2)
+store=$(mktemp -d /tmp/ridge-netns-gloo-XXXXXX)
+csvdir=$(mktemp -d /tmp/ridge-netns-csv-XXXXXX)
+
+cleanup() {
+  set +e
+  for n in "${ns[@]}" "$hub"; do
+    # Stop whatever still runs in the namespace (bounded: one round of SIGKILL).
+    for p in $(ip netns pids "$n" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+    ip netns del "$n" 2>/dev/null
+  done
+  rm -rf "$store" "$csvdir"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM HUP
+
+# Sweep namespaces of earlier runs whose script is gone.
+for n in $(ip netns list | awk '{print $1}' | grep '^rdgb' || true); do
+  pid=${n#rdgb}; pid=${pid%%_*}
+  if ! kill -0 "$pid" 2>/dev/null; then
+    for p in $(ip netns pids "$n" 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done
+    ip netns del "$n" 2>/dev/null || true
+  fi
+done
+
+ip netns add "$hub"
+ip -n "$hub" link add br0 type bridge
+ip -n "$hub" link set br0 up
+for i in 0 1; do
+  ip netns add "${ns[$i]}"
+  ip -n "$hub" link add "p$i" type veth peer name rdg0 netns "${ns[$i]}"
+  ip -n "$hub" link set "p$i" master br0
+  ip -n "$hub" link set "p$i" up
+  ip -n "${ns[$i]}" addr add "${addr[$i]}/24" dev rdg0
+  ip -n "${ns[$i]}" link set rdg0 up
+  ip -n "${ns[$i]}" link set lo up
+done
+
+run_in() {  # run_in <namespace index> <command...>: in that netns and a fresh IPC namespace
+  local i=$1
+  shift
+  ip netns exec "${ns[$i]}" unshare --ipc "$@"
+}
+
+secs=${STREAM_SECONDS:-3}
+streams=${RIDGE_SOCKET_STREAMS:-2}
+run_stream() {  # the ceiling; run before and after the benchmark to bracket its drift
+  echo "# plain socket stream ($1), both directions at once, $streams streams, ${secs} s:"
+  run_in 1 timeout 120 "$stream" server "${addr[1]}:29600" -s "$streams" -t "$secs" >/dev/null &
+  local srv=$!
+  run_in 0 timeout 120 "$stream" client "${addr[1]}:29600" -s "$streams" -t "$secs" | sed 's/^/#   /'
+  wait "$srv"
+}
+
+echo "# netns_allreduce: 2 ranks in namespaces ${ns[0]} (${addr[0]}) and ${ns[1]} (${addr[1]}), $(nproc) cores"
+run_stream before
+echo "# command: RIDGE_SOCKET_IFNAME==rdg0 $bench allreduce ${opts[*]} --peer gloo (one rank per namespace)"
+export RIDGE_SOCKET_IFNAME==rdg0 RIDGE_WORLD_SIZE=2 RIDGE_ROOT_ADDR="${addr[0]}:29500"
+export RIDGE_BENCH_GLOO_IFACE=rdg0
+rounds=${ROUNDS:-1}
+for ((round = 0; round < rounds; round++)); do
+  # Gloo's file store must start empty every time.
+  export RIDGE_BENCH_GLOO_STORE="$store/$round"
+  mkdir -p "$RIDGE_BENCH_GLOO_STORE"
+  RIDGE_RANK=1 run_in 1 timeout 900 "$bench" allreduce "${opts[@]}" --peer gloo >/dev/null &
+  peer=$!
+  RIDGE_RANK=0 run_in 0 timeout 900 "$bench" allreduce "${opts[@]}" --peer gloo --csv "$csvdir/$round.csv" |
+    { if [ "$round" = 0 ]; then cat; else cat >/dev/null; fi; }
+  wait "$peer"
+done
+run_stream after
+if [ "$rounds" -gt 1 ]; then
+  # Medians over the rounds; each round already interleaves Ridge and Gloo per size.
+  python3 - "$csvdir" "$rounds" <<'PY'
+import csv, statistics, sys
+d, n = sys.argv[1], int(sys.argv[2])
+rows = {}
+for i in range(n):
+    with open(f"{d}/{i}.csv") as f:
+        for r in csv.DictReader(f):
+            rows.setdefault(int(r["size"]), []).append(r)
+print(f"# medians over {n} rounds: busbw in GB/s, ratio = Ridge/Gloo out-of-place algbw")
+print("%10s %12s %12s %12s %12s %8s" % ("bytes", "Ridge oop", "Ridge ip", "Gloo oop", "Gloo ip", "ratio"))
+for size in sorted(rows):
+    m = lambda k: statistics.median(float(r[k]) for r in rows[size])
+    print("%10d %12.3f %12.3f %12.3f %12.3f %8.2f" % (size, m("busbw"), m("ip_busbw"), m("gloo_busbw"),
+                                                    m("gloo_ip_busbw"), m("ratio")))
+PY
+fi

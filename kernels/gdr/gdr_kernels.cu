@@ -1,0 +1,73 @@
+// The device-side verbs subset (gdr_device.h) instantiated in real kernels, so that CUDA
+// builds compile it for sm_80/sm_90 and the GPU check (tests/gpu/gdr_write_check.sh) runs it.
+#include "kernels/gdr/gdr_kernels.h"
+
+namespace ridge {
+namespace gdr {
+namespace {
+
+__global__ void gdrSendKernel(SendChannel ch, SendState* st, Counters* ctr, const char* src, size_t bytes,
+                              unsigned long long spinLimit, int* status, unsigned long long* cycles) {
+  __shared__ char* slot;
+  __shared__ int failed;
+  const long long t0 = clock64();
+  if (threadIdx.x == 0) failed = 0;
+  size_t done = 0;
+  bool first = true;
+  while (done < bytes || first) {
+    first = false;
+    const uint32_t chunk =
+        static_cast<uint32_t>(bytes - done < ch.payloadCapacity ? bytes - done : ch.payloadCapacity);
+    if (threadIdx.x == 0) {
+      slot = nullptr;
+      for (unsigned long long spin = 0; spin < spinLimit && slot == nullptr; ++spin)
+        slot = tryAcquireSlot(ch, st, ctr);
+      if (slot == nullptr) failed = kKernelCreditTimeout;
+    }
+    __syncthreads();
+    if (failed) break;
+    writeStaging(slot, src + done, chunk, threadIdx.x, blockDim.x);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      postSlot(ch, st, chunk, done + chunk == bytes, ctr);
+      flushDoorbell(ch, st, ctr);
+    }
+    __syncthreads();
+    done += chunk;
+  }
+  if (threadIdx.x == 0) {
+    if (!failed) {
+      // Completion: the NIC retires the last WQE once the target acknowledged it.
+      unsigned long long spin = 0;
+      while (loadVolatile32(ch.sq.retired) != st->pi && spin < spinLimit) ++spin;
+      if (spin == spinLimit) failed = kKernelCompletionTimeout;
+    }
+    *status = failed;
+    *cycles = static_cast<unsigned long long>(clock64() - t0);
+  }
+}
+
+__global__ void postedWriteKernel(char* dst, const char* src, size_t bytes, int reps) {
+  const unsigned lanes = gridDim.x * blockDim.x;
+  const unsigned lane = blockIdx.x * blockDim.x + threadIdx.x;
+  for (int r = 0; r < reps; ++r) writeStaging(dst, src, bytes, lane, lanes);
+  __threadfence_system();
+}
+
+}  // namespace
+
+cudaError_t launchGdrSend(const SendChannel& ch, SendState* st, Counters* ctr, const char* src, size_t bytes,
+                          unsigned long long spinLimit, int* status, unsigned long long* cycles,
+                          cudaStream_t stream) {
+  gdrSendKernel<<<1, 256, 0, stream>>>(ch, st, ctr, src, bytes, spinLimit, status, cycles);
+  return cudaGetLastError();
+}
+
+cudaError_t launchPostedWrites(char* dst, const char* src, size_t bytes, int reps, int blocks, int threads,
+                               cudaStream_t stream) {
+  postedWriteKernel<<<blocks, threads, 0, stream>>>(dst, src, bytes, reps);
+  return cudaGetLastError();
+}
+
+}  // namespace gdr
+}  // namespace ridge

@@ -1,0 +1,42 @@
+// Plans as text, JSON (RIDGE_PLAN_DUMP, ridge-topo plan --json) and Graphviz dot, and the
+// plan file a user may force with RIDGE_PLAN_FILE (docs/planner.md, "Plan files").
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/json.h"
+#include "core/status.h"
+#include "plan/cost.h"
+#include "plan/plan.h"
+
+namespace ridge::plan {
+
+struct PrintOptions {
+  bool full = false;        ///< every rank of every channel, every hop's links
+  int maxListedRanks = 64;  ///< without `full`, longer rank lists are cut with "..."
+};
+
+std::string planText(const Plan& plan, const PrintOptions& opt);
+/// `algorithms` (may be empty): the estimates to list under "algorithms".
+json::Value planJson(const Plan& plan, const std::vector<Estimate>& algorithms, const PrintOptions& opt);
+/// Ranks of the first `maxNodes` nodes, an edge per ring hop coloured by channel and labelled
+/// with its transport.
+std::string planDot(const Plan& plan, int maxNodes);
+
+/// What a plan file may force on a communicator.
+struct ForcedPlan {
+  std::vector<std::vector<int>> rings;  ///< ring orders (each a permutation of the ranks)
+  std::string algoRules;                ///< RIDGE_ALGO syntax, applied before RIDGE_ALGO itself
+};
+
+/// Reads a plan file (a dump, or hand-written: {"nranks": 4, "channels": [{"kind": "ring",
+/// "ranks": [0, 2, 1, 3]}], "algoRules": "allreduce:0-64K:allpairs"}) and checks it against
+/// `nranks`.
+Status readPlanFile(const std::string& path, int nranks, ForcedPlan* out);
+Status parsePlanJson(const json::Value& doc, const std::string& what, int nranks, ForcedPlan* out);
+
+/// Writes `text` to `path` (replacing it).
+Status writeTextFile(const std::string& path, const std::string& text);
+
+}  // namespace ridge::plan

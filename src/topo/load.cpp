@@ -1,0 +1,133 @@
+#include "topo/load.h"
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+#include "topo/graph_build.h"
+#include "topo/xml.h"
+
+#if __has_include("topo/topo_json.h")
+#include "topo/topo_json.h"
+#define RIDGE_TOPO_HAVE_JSON 1
+#endif
+
+namespace ridge::topo {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double msSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// Reads a whole file, refusing what cannot be a topology description. Errors are
+// ridgeInvalidArgument: the caller named a file that is not a usable description.
+Status readFile(const std::string& path, std::string* text) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f)
+    return makeError(ridgeInvalidArgument, "cannot open topology file %s: %s", path.c_str(),
+                     std::strerror(errno));
+  text->clear();
+  char buf[65536];
+  size_t n;
+  bool tooBig = false;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) {
+    if (text->size() + n > kMaxTopologyFileBytes) {
+      tooBig = true;
+      break;
+    }
+    text->append(buf, n);
+  }
+  const bool bad = std::ferror(f);
+  std::fclose(f);
+  if (bad) return makeError(ridgeInvalidArgument, "error reading topology file %s", path.c_str());
+  if (tooBig)
+    return makeError(ridgeInvalidArgument, "%s is larger than %zu MiB: not a topology description",
+                     path.c_str(), kMaxTopologyFileBytes >> 20);
+  return Status::ok();
+}
+
+enum class Format { HwlocXml, NcclXml, Json, Any };
+
+Status fromText(const std::string& text, const std::string& what, Format want, Topology* out) {
+  *out = Topology();
+  size_t p = 0;
+  if (text.compare(0, 3, "\xEF\xBB\xBF") == 0) p = 3;  // UTF-8 byte order mark
+  while (p < text.size() && (text[p] == ' ' || text[p] == '\t' || text[p] == '\n' || text[p] == '\r')) ++p;
+  if (p == text.size())
+    return makeError(ridgeInvalidArgument, "%s is empty: not a topology description", what.c_str());
+  if (text[p] == '{') {
+    if (want != Format::Any && want != Format::Json)
+      return makeError(ridgeInvalidArgument, "%s is JSON, not %s XML", what.c_str(),
+                       want == Format::HwlocXml ? "hwloc" : "NCCL topology");
+#ifdef RIDGE_TOPO_HAVE_JSON
+    return parseTopologyJson(text, what, out);
+#else
+    return makeError(ridgeInvalidArgument,
+                     "%s is a JSON description, but JSON support is not built in this Ridge", what.c_str());
+#endif
+  }
+  XmlElement root;
+  RIDGE_TRY(parseXml(text, what, &root));
+  if (root.name == "graphs")
+    return makeError(ridgeInvalidArgument,
+                     "%s is an NCCL graph file (<graphs>): it lists channels, not a machine, so it is not a "
+                     "topology; give an hwloc XML (lstopo --of xml) or NCCL topology file (<system>)",
+                     what.c_str());
+  const bool hwloc = root.name == "topology", nccl = root.name == "system";
+  if (!hwloc && !nccl)
+    return makeError(ridgeInvalidArgument,
+                     "%s:%d: root element <%s> is not a topology (expected <topology> from hwloc or <system> "
+                     "from NCCL)",
+                     what.c_str(), root.line, root.name.c_str());
+  if (want == Format::HwlocXml && !hwloc)
+    return makeError(ridgeInvalidArgument, "%s is an NCCL topology file, not hwloc XML", what.c_str());
+  if (want == Format::NcclXml && !nccl)
+    return makeError(ridgeInvalidArgument, "%s is hwloc XML, not an NCCL topology file", what.c_str());
+  Status s = hwloc ? buildFromHwlocXml(root, what, out) : buildFromNcclXml(root, what, out);
+  if (!s.isOk()) *out = Topology();
+  return s;
+}
+
+Status fromFile(const std::string& path, Format want, Topology* out) {
+  const auto start = Clock::now();
+  std::string text;
+  Status s = readFile(path, &text);
+  if (s.isOk()) s = fromText(text, path, want, out);
+  if (!s.isOk()) {
+    *out = Topology();
+    return s;
+  }
+  out->loadMs = msSince(start);
+  return s;
+}
+
+}  // namespace
+
+Status loadTopologyFile(const std::string& path, Topology* out) {
+  return fromFile(path, Format::Any, out);
+}
+Status loadHwlocXml(const std::string& path, Topology* out) {
+  return fromFile(path, Format::HwlocXml, out);
+}
+Status loadNcclTopologyXml(const std::string& path, Topology* out) {
+  return fromFile(path, Format::NcclXml, out);
+}
+
+Status loadTopologyText(const std::string& text, const std::string& what, Topology* out) {
+  const auto start = Clock::now();
+  RIDGE_TRY(fromText(text, what, Format::Any, out));
+  out->loadMs = msSince(start);
+  return Status::ok();
+}
+Status parseHwlocXmlText(const std::string& text, const std::string& what, Topology* out) {
+  return fromText(text, what, Format::HwlocXml, out);
+}
+Status parseNcclTopologyXmlText(const std::string& text, const std::string& what, Topology* out) {
+  return fromText(text, what, Format::NcclXml, out);
+}
+
+}  // namespace ridge::topo

@@ -1,0 +1,296 @@
+// The TCP transport under the collective matrix and under failures.
+//
+// OneHost tests run the ranks as plain forked processes with RIDGE_SHM=0 over loopback,
+// so every pair talks through sockets. Netns tests place ranks in network namespaces
+// (tests/net/netns_helper.h): 2 ranks on 2 "hosts", and 4 ranks on 2 hosts, where pairs
+// within a host use shared memory and pairs across hosts use TCP. The netns tests skip
+// without CAP_NET_ADMIN.
+//
+// Budget (2 cores): the small matrix (full cross product of collectives, types, operators,
+// placements, counts up to 100003) per configuration, plus a 64 MiB subset (every
+// collective in float32, both placements) that exercises striping over several streams
+// and the chunk pipeline.
+#include <dirent.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "matrix_cases.h"
+#include "netns_helper.h"
+
+namespace ridgetest {
+namespace {
+using namespace matrix;
+
+#define SKIP_WITHOUT_PRIVILEGE()                                                      \
+  do {                                                                                \
+    std::string why = netns::missingPrivilege();                                      \
+    if (!why.empty()) GTEST_SKIP() << "skipped: needs CAP_NET_ADMIN (" << why << ")"; \
+  } while (0)
+
+constexpr int kFaultTimeout = 3;  // RIDGE_TIMEOUT of the failure tests
+constexpr double kFaultMargin = 5.0;
+
+// The 64 MiB subset: float32 for every collective (sum where there is an operator), and
+// allreduce-sum in every datatype.
+bool largeSubset(const Case& c) {
+  if (c.coll == kAllReduce && c.op == ridgeSum) return true;
+  return c.dt == ridgeFloat32 && (!isReducing(c.coll) || c.op == ridgeSum);
+}
+
+void oneHostEnv() {
+  setLoopbackEnv();
+  setenv("RIDGE_SHM", "0", 1);
+  setenv("RIDGE_TIMEOUT", "30", 1);
+}
+
+void runOneHost(int n, bool large, double budget) {
+  oneHostEnv();
+  ridgeUniqueId id;
+  if (!makeUniqueId(&id)) return;
+  LaunchResult res = launchRanks(n, budget, [&](int rank, Reporter& rep) {
+    ridgeComm_t comm = initRank(n, id, rank, rep);
+    if (!comm) return 2;
+    return runCases(comm, rank, n, large, rep, large ? largeSubset : std::function<bool(const Case&)>());
+  });
+  std::printf("socket one host n=%d %s: %.1f s\n", n, large ? "64MiB subset" : "small", res.elapsed);
+  reportChildFailures(res, "socket one host n=" + std::to_string(n));
+}
+
+TEST(SocketOneHost, MatrixRanks2Small) {
+  runOneHost(2, false, 120);
+}
+TEST(SocketOneHost, MatrixRanks3Small) {
+  runOneHost(3, false, 120);
+}
+TEST(SocketOneHost, MatrixRanks2LargeSubset) {
+  runOneHost(2, true, 120);
+}
+
+void runNetns(int n, int hosts, bool large, double budget) {
+  SKIP_WITHOUT_PRIVILEGE();
+  netns::Fabric fabric;
+  std::string err;
+  ASSERT_TRUE(fabric.create(hosts, &err)) << err;
+  LaunchResult res = fabric.launch(
+      n, netns::blockPlacement(n, hosts), {{"RIDGE_TIMEOUT", "30"}}, budget, [&](int rank, Reporter& rep) {
+        char ipc[128] = {0};
+        ssize_t len = readlink("/proc/self/ns/ipc", ipc, sizeof ipc - 1);
+        rep.line("IPC " + std::string(ipc, len > 0 ? static_cast<size_t>(len) : 0));
+        ridgeComm_t comm = netns::initFromEnv(rank, rep);
+        if (!comm) return 2;
+        return runCases(comm, rank, n, large, rep, large ? largeSubset : std::function<bool(const Case&)>());
+      });
+  std::printf("socket netns n=%d on %d hosts %s: %.1f s\n", n, hosts, large ? "64MiB subset" : "small",
+              res.elapsed);
+  // Ranks of one namespace are one host (shared IPC namespace), the others are not.
+  const std::vector<int> place = netns::blockPlacement(n, hosts);
+  for (int a = 0; a < n; ++a) {
+    for (int b = a + 1; b < n; ++b) {
+      auto ia = linesWith(res.ranks[a], "IPC "), ib = linesWith(res.ranks[b], "IPC ");
+      ASSERT_FALSE(ia.empty() || ib.empty());
+      EXPECT_EQ(ia[0] == ib[0], place[a] == place[b])
+          << "ranks " << a << ", " << b << ": " << ia[0] << " " << ib[0];
+    }
+  }
+  reportChildFailures(res, "socket netns n=" + std::to_string(n));
+}
+
+TEST(SocketNetns, MatrixRanks2Hosts2Small) {
+  runNetns(2, 2, false, 120);
+}
+TEST(SocketNetns, MatrixRanks4Hosts2Small) {
+  runNetns(4, 2, false, 140);
+}
+TEST(SocketNetns, MatrixRanks2Hosts2LargeSubset) {
+  runNetns(2, 2, true, 120);
+}
+
+struct Outcome {
+  bool seen = false;
+  int code = -1;
+  double seconds = 0;
+  std::string text;
+};
+Outcome outcomeOf(const RankResult& rr) {
+  Outcome o;
+  for (const std::string& s : linesWith(rr, "RESULT ")) {
+    o.seen = true;
+    std::sscanf(s.c_str(), "%d %lf", &o.code, &o.seconds);
+  }
+  for (const std::string& s : linesWith(rr, "LASTERROR ")) o.text = s;
+  return o;
+}
+
+// Runs 64 MiB allreduces until one fails; reports "RESULT code seconds" and the last error.
+int allreduceUntilError(ridgeComm_t comm, int rank, Reporter& rep, int maxIters) {
+  constexpr size_t count = (64u << 20) / 4;
+  std::vector<float> buf(count, 1.0f);
+  for (int iter = 0; iter < maxIters; ++iter) {
+    const double t0 = nowSec();
+    ridgeResult_t r = ridgeAllReduce(buf.data(), buf.data(), count, ridgeFloat32, ridgeMax, comm, nullptr);
+    if (r != ridgeSuccess) {
+      rep.line("RESULT " + std::to_string(r) + " " + fmtD(nowSec() - t0));
+      rep.line("LASTERROR " + std::string(ridgeGetLastError(comm)));
+      ridgeCommAbort(comm);
+      return 0;
+    }
+    rep.line("ITER " + std::to_string(iter));
+  }
+  rep.fail("rank " + std::to_string(rank), "every allreduce succeeded although a peer went away");
+  return 1;
+}
+
+// The ranks of one namespace are SIGKILLed in the middle of a 64 MiB allreduce; the ranks
+// of the other namespace must fail with ridgeRemoteError or ridgeTimeout within
+// RIDGE_TIMEOUT (+ margin), naming the lost peer.
+TEST(SocketNetns, KilledHostMidCollective) {
+  SKIP_WITHOUT_PRIVILEGE();
+  netns::Fabric fabric;
+  std::string err;
+  ASSERT_TRUE(fabric.create(2, &err)) << err;
+  constexpr int n = 4;
+  double tKill = 0, tResult[2] = {0, 0};
+  LaunchResult res = fabric.launch(
+      n, netns::blockPlacement(n, 2), {{"RIDGE_TIMEOUT", std::to_string(kFaultTimeout)}}, 40,
+      [&](int rank, Reporter& rep) {
+        ridgeComm_t comm = netns::initFromEnv(rank, rep);
+        if (!comm) return 2;
+        return allreduceUntilError(comm, rank, rep, 200);
+      },
+      [&](int rank, const std::string& line, double t, LaunchControl& ctl) {
+        if (rank == 2 && line == "ITER 0" && tKill == 0) {
+          usleep(20 * 1000);  // ranks 2 and 3 are inside the next allreduce by now
+          ctl.killRank(2, SIGKILL);
+          ctl.killRank(3, SIGKILL);
+          tKill = nowSec();
+        }
+        if (rank < 2 && line.rfind("RESULT ", 0) == 0) tResult[rank] = t;
+      });
+  reportChildFailures(res, "killed host", false);
+  EXPECT_FALSE(res.timedOut) << "survivors hung";
+  ASSERT_GT(tKill, 0) << "no allreduce completed before the kill";
+  for (int r = 0; r < 2; ++r) {
+    Outcome o = outcomeOf(res.ranks[r]);
+    ASSERT_TRUE(o.seen) << "rank " << r << " never got an error";
+    EXPECT_TRUE(o.code == ridgeRemoteError || o.code == ridgeTimeout)
+        << "rank " << r << " got " << resultName(static_cast<ridgeResult_t>(o.code));
+    EXPECT_LT(tResult[r] - tKill, kFaultTimeout + kFaultMargin) << "rank " << r << " took too long to notice";
+    EXPECT_FALSE(o.text.empty());
+    std::printf("rank %d: %s %.2f s after the kill: %s\n", r, resultName(static_cast<ridgeResult_t>(o.code)),
+                tResult[r] - tKill, o.text.c_str());
+  }
+}
+
+// Ranks that disagree on the stream count fail init on every rank with a message naming
+// the settings, instead of misreading each other's streams later.
+TEST(SocketOneHost, MismatchedSettingsFailInit) {
+  oneHostEnv();
+  setenv("RIDGE_TIMEOUT", std::to_string(kFaultTimeout).c_str(), 1);
+  ridgeUniqueId id;
+  if (!makeUniqueId(&id)) return;
+  LaunchResult res = launchRanks(2, 30, [&](int rank, Reporter& rep) {
+    setenv("RIDGE_SOCKET_STREAMS", rank == 0 ? "2" : "3", 1);
+    ridgeComm_t comm = nullptr;
+    ridgeResult_t r = ridgeCommInitRank(&comm, 2, id, rank);
+    rep.line("INIT " + std::to_string(r) + " " + ridgeGetLastError(nullptr));
+    if (r == ridgeSuccess) ridgeCommDestroy(comm);
+    return 0;
+  });
+  reportChildFailures(res, "mismatched settings");
+  for (const RankResult& rr : res.ranks) {
+    auto init = linesWith(rr, "INIT ");
+    ASSERT_EQ(init.size(), 1u) << "rank " << rr.rank;
+    EXPECT_EQ(std::atoi(init[0].c_str()), ridgeInvalidUsage) << init[0];
+    EXPECT_NE(init[0].find("RIDGE_SOCKET_STREAMS"), std::string::npos) << init[0];
+  }
+}
+
+// A peer that stops (SIGSTOP: alive, connections open, nothing moves) is caught by
+// RIDGE_TIMEOUT: ridgeTimeout, not a hang.
+TEST(SocketOneHost, StoppedPeerTimesOut) {
+  oneHostEnv();
+  setenv("RIDGE_TIMEOUT", std::to_string(kFaultTimeout).c_str(), 1);
+  ridgeUniqueId id;
+  if (!makeUniqueId(&id)) return;
+  double tStop = 0;
+  LaunchResult res = launchRanks(
+      2, 30,
+      [&](int rank, Reporter& rep) {
+        ridgeComm_t comm = initRank(2, id, rank, rep);
+        if (!comm) return 2;
+        return allreduceUntilError(comm, rank, rep, 200);
+      },
+      [&](int rank, const std::string& line, double, LaunchControl& ctl) {
+        if (rank == 1 && line == "ITER 0" && tStop == 0) {
+          ctl.killRank(1, SIGSTOP);
+          tStop = nowSec();
+        }
+        if (rank == 0 && line.rfind("RESULT ", 0) == 0) ctl.killRank(1, SIGKILL);
+      });
+  reportChildFailures(res, "stopped peer", false);
+  ASSERT_GT(tStop, 0) << "rank 1 never finished an allreduce";
+  Outcome o = outcomeOf(res.ranks[0]);
+  ASSERT_TRUE(o.seen) << "rank 0 never got an error";
+  EXPECT_EQ(o.code, ridgeTimeout) << resultName(static_cast<ridgeResult_t>(o.code)) << ": " << o.text;
+  EXPECT_LT(o.seconds, kFaultTimeout + kFaultMargin);
+  std::printf("rank 0 after %.2f s: %s\n", o.seconds, o.text.c_str());
+}
+
+// Closes every TCP socket of this process with SO_LINGER 0, so the kernel answers with RST.
+void resetAllTcpSockets() {
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return;
+  std::vector<int> fds;
+  int seen = 0;
+  while (dirent* e = readdir(d)) {
+    if (++seen > 4096) break;
+    int fd = std::atoi(e->d_name);
+    int type = 0;
+    socklen_t len = sizeof type;
+    if (fd > 2 && getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_STREAM)
+      fds.push_back(fd);
+  }
+  closedir(d);
+  for (int fd : fds) {
+    linger l{1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+  }
+}
+
+// A peer whose connections are reset (RST, not an orderly close) while the other rank
+// waits for it: the waiting rank fails at once with ridgeRemoteError and a message that
+// names the socket transport, the peer and the reset.
+TEST(SocketOneHost, ResetConnectionGivesClearError) {
+  oneHostEnv();
+  setenv("RIDGE_TIMEOUT", std::to_string(kFaultTimeout).c_str(), 1);
+  ridgeUniqueId id;
+  if (!makeUniqueId(&id)) return;
+  LaunchResult res = launchRanks(2, 30, [&](int rank, Reporter& rep) {
+    ridgeComm_t comm = initRank(2, id, rank, rep);
+    if (!comm) return 2;
+    std::vector<float> buf(1 << 20, 1.0f);
+    if (ridgeAllReduce(buf.data(), buf.data(), buf.size(), ridgeFloat32, ridgeSum, comm, nullptr) !=
+        ridgeSuccess)
+      rep.fail("rank " + std::to_string(rank), "first allreduce failed");
+    if (rank == 1) {
+      // Rank 0 is waiting in its next allreduce (or about to be) when the RST arrives.
+      usleep(200 * 1000);
+      resetAllTcpSockets();
+      _exit(0);
+    }
+    return allreduceUntilError(comm, rank, rep, 1);
+  });
+  reportChildFailures(res, "reset", false);
+  Outcome o = outcomeOf(res.ranks[0]);
+  ASSERT_TRUE(o.seen) << "rank 0 never got an error";
+  EXPECT_EQ(o.code, ridgeRemoteError) << resultName(static_cast<ridgeResult_t>(o.code)) << ": " << o.text;
+  EXPECT_LT(o.seconds, kFaultTimeout) << "a reset must be reported at once, not by the timeout";
+  EXPECT_NE(o.text.find("socket"), std::string::npos) << o.text;
+  EXPECT_NE(o.text.find("rank 1"), std::string::npos) << o.text;
+  EXPECT_TRUE(o.text.find("reset") != std::string::npos || o.text.find("closed") != std::string::npos)
+      << o.text;
+  std::printf("rank 0 after %.2f s: %s\n", o.seconds, o.text.c_str());
+}
+
+}  // namespace
+}  // namespace ridgetest

@@ -1,0 +1,28 @@
+# `ridge-topo draw` must print Graphviz source that dot accepts, and --svg must write a picture
+# (TOOL, PRESET, OUT_DIR). When Graphviz is missing it prints "SKIP: Graphviz" (the test's
+# SKIP_REGULAR_EXPRESSION) after checking what it can without it.
+execute_process(COMMAND ${TOOL} draw --preset ${PRESET} OUTPUT_FILE ${OUT_DIR}/${PRESET}.dot RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "'ridge-topo draw --preset ${PRESET}' exited with ${rc}")
+endif()
+file(READ ${OUT_DIR}/${PRESET}.dot source)
+if(NOT source MATCHES "^digraph " OR NOT source MATCHES "GPU0|NIC0")
+  message(FATAL_ERROR "draw output does not look like a drawing of ${PRESET}:\n${source}")
+endif()
+find_program(DOT dot)
+if(NOT DOT)
+  message(STATUS "SKIP: Graphviz's dot not found, the source was not checked with it")
+  return()
+endif()
+execute_process(COMMAND ${DOT} -Tsvg ${OUT_DIR}/${PRESET}.dot -o ${OUT_DIR}/${PRESET}.from-dot.svg
+                RESULT_VARIABLE rc ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT err STREQUAL "")
+  message(FATAL_ERROR "dot rejected (or warned about) the source of ${PRESET} (${rc}):\n${err}")
+endif()
+file(REMOVE ${OUT_DIR}/${PRESET}.svg)
+execute_process(COMMAND ${TOOL} draw --preset ${PRESET} --svg ${OUT_DIR}/${PRESET}.svg RESULT_VARIABLE rc)
+file(READ ${OUT_DIR}/${PRESET}.svg svg LIMIT 4096)
+if(NOT rc EQUAL 0 OR NOT svg MATCHES "<svg")
+  message(FATAL_ERROR "'ridge-topo draw --preset ${PRESET} --svg' exited with ${rc} or wrote no SVG")
+endif()
+message(STATUS "${PRESET}: dot accepts the drawing; --svg wrote ${OUT_DIR}/${PRESET}.svg")

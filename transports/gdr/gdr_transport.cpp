@@ -1,0 +1,814 @@
+// The gdr transport (see gdr_transport.h and docs/gdr-write.md).
+//
+// Per peer there are two queue pairs, one per direction of data:
+//   out: our data QP -> the peer's landing QP. We post RDMA WRITE WITH IMMEDIATE from our
+//        staging (or source) slots into the peer's landing ring; the peer's credit writes land
+//        in our CreditRecord through the same connection.
+//   in:  the peer's data QP -> our landing QP. Each landed slot completes a posted receive on
+//        our landing CQ; releasing it writes our consumed count back (plain RDMA WRITE).
+// The producer side of both rings (WQEs, doorbell record and page) is driven through the
+// device-side subset in kernels/gdr/gdr_device.h, except in host-staged mode, where a CPU
+// proxy posts through the provider (QueuePair::postSend), as its name says.
+#include "transports/gdr/gdr_transport.h"
+
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "bootstrap/bootstrap.h"
+#include "core/log.h"
+#include "core/settings.h"
+#include "transports/softnic/softnic.h"
+#include "transports/verbs/verbs.h"
+
+namespace ridge::gdr {
+
+using verbs::Cqe;
+using verbs::QpAddress;
+using verbs::QpState;
+
+namespace {
+
+int64_t nowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// ---- Process-wide counters ------------------------------------------------------------
+
+void addCounters(Counters* sum, const Counters& c) {
+  sum->slotsWritten += c.slotsWritten;
+  sum->creditsConsumed += c.creditsConsumed;
+  sum->creditsReturned += c.creditsReturned;
+  sum->creditStalls += c.creditStalls;
+  sum->remoteStalls += c.remoteStalls;
+  sum->doorbells += c.doorbells;
+  sum->stagedLost += c.stagedLost;
+  sum->slotsLanded += c.slotsLanded;
+  sum->creditWrites += c.creditWrites;
+  sum->completionErrors += c.completionErrors;
+}
+
+std::mutex gCountersMutex;
+std::vector<const Counters*> gLiveCounters;
+Counters gRetiredCounters{};
+SetupReport gLastReport;
+
+// Page-aligned zeroed memory standing in for GPU memory or pinned host memory.
+struct Buffer {
+  char* p = nullptr;
+  size_t bytes = 0;
+  Status allocate(size_t n) {
+    bytes = (n + 4095) & ~size_t(4095);
+    void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return systemError("gdr: mmap");
+    p = static_cast<char*>(m);
+    return Status::ok();
+  }
+  ~Buffer() {
+    if (p) munmap(p, bytes);
+  }
+};
+
+// What each rank tells a peer about the link to it.
+struct Endpoint {
+  QpAddress dataQp;     // our data QP (sends to the peer)
+  QpAddress landingQp;  // our landing QP (receives from the peer)
+  uint64_t landingAddr;
+  uint64_t creditAddr;  // our CreditRecord for the peer's credit writes
+  uint32_t landingRkey;
+  uint32_t creditRkey;
+  uint32_t slotStride;
+  uint32_t landingSlots;
+};
+
+class GdrTransport;
+
+struct Link {
+  int peer = -1;
+  Mode mode = Mode::Write;
+  uint32_t payloadCapacity = 0;
+  uint32_t stride = 0;
+  Counters ctr{};
+  Status error;
+
+  // Out: data QP and what it sends from.
+  std::unique_ptr<verbs::CompletionQueue> dataCq;
+  std::unique_ptr<verbs::QueuePair> dataQp;
+  std::unique_ptr<verbs::DeviceMemory> dm;  // staging in NIC memory (gdr-write, tier nic)
+  Buffer slots;                             // staging in host memory / "GPU" source ring
+  std::unique_ptr<verbs::MemoryRegion> slotsMr;
+  Buffer gpuSlot;  // host-staged: the producer's slot the copy engine reads
+  Buffer creditIn;
+  std::unique_ptr<verbs::MemoryRegion> creditInMr;
+  SendChannel ch{};
+  SendState st{};
+  uint32_t dataCi = 0;
+  Pacer pacer;
+  struct PendingRing {
+    uint32_t pi;     // producer index to ring with
+    int64_t due;     // when the model lets it ring
+    verbs::Wqe wqe;  // host-staged: what the proxy posts then
+  };
+  std::vector<PendingRing> pendingRings;  // paced sends not yet rung, oldest first
+  size_t pendingHead = 0;
+
+  // In: landing QP, ring and the credit word we write back.
+  std::unique_ptr<verbs::CompletionQueue> landCq;
+  std::unique_ptr<verbs::CompletionQueue> creditCq;
+  std::unique_ptr<verbs::QueuePair> landQp;
+  Buffer landing;
+  std::unique_ptr<verbs::MemoryRegion> landingMr;
+  Buffer creditOut;
+  std::unique_ptr<verbs::MemoryRegion> creditOutMr;
+  uint32_t landingSlots = 0;
+  uint64_t recvSeq = 0;  // slots released
+  bool peeked = false;
+  SlotInfo peekInfo;
+  uint32_t landCi = 0;
+  uint32_t creditCi = 0;
+  uint32_t creditPi = 0;
+  bool creditDirty = false;
+  uint64_t remoteCreditAddr = 0;
+  uint32_t remoteCreditRkey = 0;
+
+  std::unique_ptr<SendConnector> sendConn;
+  std::unique_ptr<RecvConnector> recvConn;
+};
+
+class GdrTransport final : public Transport {
+ public:
+  ~GdrTransport() override;
+  const char* name() const override { return "gdr"; }
+  SendConnector* sendTo(int peer) override;
+  RecvConnector* recvFrom(int peer) override;
+  void waitForActivity(int64_t maxWaitNs, bool (*stillIdle)(void*), void* arg) override;
+  Status checkPeer(int peer) override;
+  Status connect(const TransportSetup& setup);
+
+  // Progress that must not depend on which connector the executor polls: paced doorbells
+  // that came due and credit writes that found the send queue full.
+  void progress();
+  void* tryAcquire(Link* l);
+  void post(Link* l, uint32_t bytes, bool last);
+  const void* tryPeek(Link* l, SlotInfo* info);
+  void release(Link* l);
+
+ private:
+  Status chooseMode(Mode* mode, std::string* why);
+  Status setUpStaging(Link* l, std::string* tier, std::string* why);
+  void fail(Link* l, Status s);
+  void pollDataErrors(Link* l);
+  void pumpRings(Link* l, int64_t now);
+  void returnCredit(Link* l);
+  void noticeDoorbell() { softnic::notifyDoorbell(device_.get()); }
+
+  int rank_ = 0;
+  std::unique_ptr<verbs::Provider> provider_;
+  std::unique_ptr<verbs::Device> device_;
+  std::unique_ptr<verbs::ProtectionDomain> pd_;
+  std::vector<std::unique_ptr<Link>> links_;  // by peer; null for self and peers of other transports
+  std::vector<Link*> active_;
+  ModelView model_;
+  bool paced_ = false;
+  std::atomic<bool> anyPending_{false};
+  // Paced mode only: the modeled bus delivers a send when its time comes even if the caller
+  // never touches this transport again (ring algorithms post their last chunk with
+  // lastOfMessage false), so a thread rings what came due. pacedMutex_ makes it and the
+  // caller one producer per ring.
+  std::mutex pacedMutex_;
+  std::thread pacerThread_;
+  std::atomic<bool> stopPacer_{false};
+  void pacerLoop();
+};
+
+class GdrSend final : public SendConnector {
+ public:
+  GdrSend(GdrTransport* t, Link* l) : SendConnector(l->payloadCapacity, l->peer), t_(t), l_(l) {}
+  void* tryAcquire() override { return t_->tryAcquire(l_); }
+  void post(uint32_t bytes, bool lastOfMessage) override { t_->post(l_, bytes, lastOfMessage); }
+
+ private:
+  GdrTransport* t_;
+  Link* l_;
+};
+
+class GdrRecv final : public RecvConnector {
+ public:
+  GdrRecv(GdrTransport* t, Link* l) : RecvConnector(l->payloadCapacity, l->peer), t_(t), l_(l) {}
+  const void* tryPeek(SlotInfo* info) override { return t_->tryPeek(l_, info); }
+  void release() override { t_->release(l_); }
+
+ private:
+  GdrTransport* t_;
+  Link* l_;
+};
+
+void GdrTransport::pacerLoop() {
+  while (!stopPacer_.load(std::memory_order_relaxed)) {
+    int64_t next = nowNs() + 1000000;
+    {
+      std::lock_guard<std::mutex> g(pacedMutex_);
+      const int64_t now = nowNs();
+      for (Link* l : active_) {
+        pumpRings(l, now);
+        if (l->pendingHead < l->pendingRings.size())
+          next = std::min(next, l->pendingRings[l->pendingHead].due);
+      }
+    }
+    const int64_t wait = std::max<int64_t>(next - nowNs(), 20000);
+    timespec ts{0, static_cast<long>(std::min<int64_t>(wait, 1000000))};
+    nanosleep(&ts, nullptr);
+  }
+}
+
+GdrTransport::~GdrTransport() {
+  if (pacerThread_.joinable()) {
+    stopPacer_.store(true);
+    pacerThread_.join();
+  }
+  std::lock_guard<std::mutex> g(gCountersMutex);
+  for (Link* l : active_) {
+    gLiveCounters.erase(std::remove(gLiveCounters.begin(), gLiveCounters.end(), &l->ctr),
+                        gLiveCounters.end());
+    addCounters(&gRetiredCounters, l->ctr);
+  }
+}
+
+SendConnector* GdrTransport::sendTo(int peer) {
+  return peer >= 0 && peer < static_cast<int>(links_.size()) && links_[peer] ? links_[peer]->sendConn.get()
+                                                                             : nullptr;
+}
+
+RecvConnector* GdrTransport::recvFrom(int peer) {
+  return peer >= 0 && peer < static_cast<int>(links_.size()) && links_[peer] ? links_[peer]->recvConn.get()
+                                                                             : nullptr;
+}
+
+void GdrTransport::fail(Link* l, Status s) {
+  if (l->error.isOk()) {
+    RIDGE_WARN("gdr: rank %d, peer %d: %s", rank_, l->peer, s.message().c_str());
+    l->error = s;
+  }
+}
+
+Status GdrTransport::checkPeer(int peer) {
+  if (peer < 0 || peer >= static_cast<int>(links_.size()) || !links_[peer]) return Status::ok();
+  Link* l = links_[peer].get();
+  progress();
+  if (!l->error.isOk()) return l->error;
+  if (l->dataQp->state() == QpState::Error || l->landQp->state() == QpState::Error)
+    return makeError(ridgeRemoteError, "gdr: rank %d: the queue pair to rank %d failed (peer NIC gone?)",
+                     rank_, peer);
+  return Status::ok();
+}
+
+void GdrTransport::waitForActivity(int64_t maxWaitNs, bool (*stillIdle)(void*), void* arg) {
+  progress();
+  // Credits and landed data arrive as memory writes by the NIC with no per-event wake-up, so
+  // the idle rank naps briefly and looks again; a paced doorbell shortens the nap.
+  int64_t waitNs = std::min<int64_t>(maxWaitNs, 50000);
+  if (anyPending_) {
+    std::lock_guard<std::mutex> g(pacedMutex_);
+    const int64_t now = nowNs();
+    for (Link* l : active_)
+      if (l->pendingHead < l->pendingRings.size())
+        waitNs = std::min<int64_t>(waitNs, std::max<int64_t>(0, l->pendingRings[l->pendingHead].due - now));
+  }
+  if (stillIdle && !stillIdle(arg)) return;
+  if (waitNs > 0) {
+    timespec ts{0, static_cast<long>(waitNs)};
+    nanosleep(&ts, nullptr);
+  }
+  progress();
+}
+
+void GdrTransport::pumpRings(Link* l, int64_t now) {
+  size_t last = l->pendingHead;
+  while (last < l->pendingRings.size() && l->pendingRings[last].due <= now) ++last;
+  if (last == l->pendingHead) return;
+  if (l->mode == Mode::Staged) {
+    // The proxy posts each WQE whose modeled copy is done.
+    for (size_t i = l->pendingHead; i < last; ++i) {
+      Status s = l->dataQp->postSend(l->pendingRings[i].wqe);
+      if (!s.isOk()) fail(l, s);
+      l->ctr.doorbells += 1;
+    }
+    l->st.rungPi = l->pendingRings[last - 1].pi;
+  } else {
+    // Ringing with the newest due index publishes every WQE below it: one doorbell for all.
+    const uint32_t pi = l->pendingRings[last - 1].pi;
+    ringDoorbell(l->ch.sq, pi, &l->ctr);
+    l->st.rungPi = pi;
+    noticeDoorbell();
+  }
+  l->pendingHead = last;
+  if (l->pendingHead == l->pendingRings.size()) {
+    l->pendingRings.clear();
+    l->pendingHead = 0;
+  }
+}
+
+void GdrTransport::progress() {
+  if (anyPending_) {
+    std::lock_guard<std::mutex> g(pacedMutex_);
+    const int64_t now = nowNs();
+    bool still = false;
+    for (Link* l : active_) {
+      pumpRings(l, now);
+      still = still || l->pendingHead < l->pendingRings.size();
+    }
+    anyPending_ = still;
+  }
+  for (Link* l : active_)
+    if (l->creditDirty) returnCredit(l);
+}
+
+// Failed sends still produce CQEs (the NIC flushes a QP in error); successes do not (WQEs are
+// unsignaled), so anything on the data CQ is an error to report.
+void GdrTransport::pollDataErrors(Link* l) {
+  Cqe c;
+  for (int i = 0; i < 16 && pollCq(*l->dataCq->ring(), &l->dataCi, &c); ++i) {
+    if (c.status != verbs::kCqeOk) {
+      l->ctr.completionErrors += 1;
+      fail(l, makeError(ridgeRemoteError, "gdr: rank %d: send to rank %d failed: %s", rank_, l->peer,
+                        verbs::cqeStatusName(c.status)));
+    }
+  }
+}
+
+void* GdrTransport::tryAcquire(Link* l) {
+  progress();
+  if (!l->error.isOk()) return nullptr;
+  char* payload = tryAcquireSlot(l->ch, &l->st, &l->ctr);
+  if (!payload) {
+    pollDataErrors(l);
+    return nullptr;
+  }
+  // host-staged: the producer writes its own (GPU) slot; the copy to the host slot is post's.
+  return l->mode == Mode::Staged ? l->gpuSlot.p : payload;
+}
+
+void GdrTransport::post(Link* l, uint32_t bytes, bool last) {
+  if (l->mode == Mode::Staged) {
+    // Copy engine: GPU slot -> pinned host slot; then the CPU proxy posts the WQE through the
+    // provider. The slot's header, trailer and WQE are the same as the other modes'.
+    char* hostSlot = stagingSlot(l->ch, l->st.seq) + kSlotHeaderBytes;
+    writeStaging(hostSlot, l->gpuSlot.p, bytes, 0, 1);
+  }
+  if (l->pacer.enabled()) {
+    std::unique_lock<std::mutex> g(pacedMutex_);
+    const int64_t now = nowNs();
+    const int64_t due = l->pacer.dueNs(now, bytes);
+    Link::PendingRing p{};
+    if (l->mode == Mode::Staged) {
+      p.wqe = sealSlot(l->ch, &l->st, bytes, last, &l->ctr);
+      l->st.pi += 1;
+    } else {
+      postSlot(l->ch, &l->st, bytes, last, &l->ctr);
+    }
+    p.pi = l->st.pi;
+    p.due = due;
+    l->pendingRings.push_back(p);
+    anyPending_ = true;
+    // The last chunk of a message is rung before post returns: the caller may not touch
+    // this transport again, and the bytes must still reach the NIC (a bounded wait: the
+    // modeled time of what is queued).
+    if (last) {
+      while (nowNs() < due) {
+      }
+    }
+    pumpRings(l, last ? due : now);
+    return;
+  }
+  if (l->mode == Mode::Staged) {
+    // The CPU proxy posts the very WQE the device-side code builds, through the provider.
+    const verbs::Wqe w = sealSlot(l->ch, &l->st, bytes, last, &l->ctr);
+    Status s = l->dataQp->postSend(w);
+    if (!s.isOk()) {
+      fail(l, s);
+      return;
+    }
+    l->st.pi += 1;
+    l->st.rungPi = l->st.pi;
+    l->ctr.doorbells += 1;
+    return;
+  }
+  postSlot(l->ch, &l->st, bytes, last, &l->ctr);
+  flushDoorbell(l->ch, &l->st, &l->ctr);
+  noticeDoorbell();
+}
+
+const void* GdrTransport::tryPeek(Link* l, SlotInfo* info) {
+  progress();
+  if (!l->error.isOk()) return nullptr;
+  const char* slot = l->landing.p + static_cast<size_t>(l->recvSeq % l->landingSlots) * l->stride;
+  if (l->peeked) {
+    *info = l->peekInfo;
+    return slot + kSlotHeaderBytes;
+  }
+  Cqe c;
+  if (!pollCq(*l->landCq->ring(), &l->landCi, &c)) return nullptr;
+  if (c.status != verbs::kCqeOk) {
+    l->ctr.completionErrors += 1;
+    fail(l, makeError(ridgeRemoteError, "gdr: rank %d: receive from rank %d failed: %s", rank_, l->peer,
+                      verbs::cqeStatusName(c.status)));
+    return nullptr;
+  }
+  // The receive buffer was consumed: give the NIC a new one for a later slot.
+  verbs::RecvWqe r{};
+  r.wrId = c.wrId;
+  Status s = l->landQp->postRecv(r);
+  if (!s.isOk()) {
+    fail(l, s);
+    return nullptr;
+  }
+  const uint64_t expect = l->recvSeq + 1;
+  const uint32_t check = checkLanded(slot, l->payloadCapacity, expect, c.immData, c.byteLen);
+  if (check != kLandedOk) {
+    l->ctr.stagedLost += 1;
+    static const char* const kWhat[] = {"ok", "a slot was dropped or repeated (immediate)",
+                                        "the slot header was overwritten in staging",
+                                        "the slot trailer was overwritten in staging", "bad slot size"};
+    fail(l, makeError(ridgeInternalError, "gdr: rank %d: slot %llu from rank %d: %s (immediate %u)", rank_,
+                      static_cast<unsigned long long>(expect), l->peer, kWhat[check < 5 ? check : 4],
+                      c.immData));
+    return nullptr;
+  }
+  const SlotHeader* h = reinterpret_cast<const SlotHeader*>(slot);
+  l->peekInfo.bytes = h->bytes;
+  l->peekInfo.lastOfMessage = (h->flags & kSlotLast) != 0;
+  l->peeked = true;
+  l->ctr.slotsLanded += 1;
+  // Real GPUs need the landed bytes ordered before the consumer reads them (a flush read or
+  // an acquire on the completion, docs/gdr-write.md); the host build's acquire is in pollCq.
+  *info = l->peekInfo;
+  return slot + kSlotHeaderBytes;
+}
+
+void GdrTransport::release(Link* l) {
+  if (!l->peeked) return;
+  l->peeked = false;
+  l->recvSeq += 1;
+  CreditRecord* rec = reinterpret_cast<CreditRecord*>(l->creditOut.p);
+  // Check word after the count: a NIC that copies the record mid-update sends a pair that
+  // fails the check, and the write posted below carries the consistent one.
+  storeVolatile64(&rec->count, l->recvSeq);
+  storeVolatile64(&rec->check, l->recvSeq ^ kCreditCheck);
+  l->creditDirty = true;
+  returnCredit(l);
+}
+
+void GdrTransport::returnCredit(Link* l) {
+  Cqe c;
+  for (int i = 0; i < 16 && pollCq(*l->creditCq->ring(), &l->creditCi, &c); ++i) {
+    if (c.status != verbs::kCqeOk) {
+      l->ctr.completionErrors += 1;
+      fail(l, makeError(ridgeRemoteError, "gdr: rank %d: credit write to rank %d failed: %s", rank_, l->peer,
+                        verbs::cqeStatusName(c.status)));
+    }
+  }
+  const verbs::SendRingView& sq = *l->landQp->sendRing();
+  if (postPlainWrite(sq, &l->creditPi, reinterpret_cast<uint64_t>(l->creditOut.p), l->creditOutMr->lkey(),
+                     sizeof(CreditRecord), l->remoteCreditAddr, l->remoteCreditRkey, &l->ctr)) {
+    l->creditDirty = false;
+    l->ctr.creditWrites += 1;
+    noticeDoorbell();
+  }
+}
+
+Status GdrTransport::chooseMode(Mode* mode, std::string* why) {
+  const std::string text = settingString(Setting::GDR_MODE);
+  if (text != "auto" && text != "AUTO") {
+    if (!parseMode(text, mode))
+      return makeError(ridgeInvalidArgument, "RIDGE_GDR_MODE='%s': expected read, write, staged, auto or off",
+                       text.c_str());
+    *why = "forced by RIDGE_GDR_MODE";
+    return Status::ok();
+  }
+  if (paced_) {
+    switch (model_.advice.chosen) {
+      case topo::GdrOption::GdrRead: *mode = Mode::Read; break;
+      case topo::GdrOption::GdrWrite: *mode = Mode::Write; break;
+      case topo::GdrOption::HostStaged: *mode = Mode::Staged; break;
+    }
+    *why = "GDR advisor: " + model_.advice.reason;
+    return Status::ok();
+  }
+  // Without a placement to judge, the mode this transport exists for.
+  *mode = Mode::Write;
+  *why = "auto without a PCIe model (RIDGE_SOFTNIC_PCIE_MODEL unset): gdr-write";
+  return Status::ok();
+}
+
+Status GdrTransport::setUpStaging(Link* l, std::string* tier, std::string* why) {
+  const uint32_t slots = l->ch.slotCount;
+  const size_t bytes = static_cast<size_t>(slots) * l->stride;
+  const std::string want = settingString(Setting::GDR_STAGING);
+  const bool isAuto = want == "auto" || want == "AUTO";
+  if (want != "nic-gpu" && want != "nic" && want != "host" && !isAuto)
+    return makeError(ridgeInvalidArgument, "RIDGE_GDR_STAGING='%s': expected auto, nic-gpu, nic or host",
+                     want.c_str());
+  std::string notes;
+  // (a) NIC memory mapped into the GPU: needs a GPU producer, the rdma-core provider and a
+  // way to map device memory for the GPU (mlx5dv_dm_map_op_addr + cudaHostRegister with the
+  // I/O-memory flag), which no public source shows working. This build's producer is the
+  // CPU stand-in, so the tier is detected as absent.
+  const char* noGpuMap =
+      "no GPU producer in this process (CPU stand-in), and NIC memory mapped into a GPU "
+      "is unverified (ibv_alloc_dm + mlx5dv_dm_map_op_addr + cudaHostRegister I/O memory)";
+  if (want == "nic-gpu") return makeError(ridgeInvalidUsage, "RIDGE_GDR_STAGING=nic-gpu: %s", noGpuMap);
+  notes = std::string("nic-gpu skipped: ") + noGpuMap;
+  // With a PCIe model the advisor has weighed NIC memory (small: its credits cap the rate)
+  // against host memory; auto follows its pick.
+  bool modelPrefersHost = false;
+  if (isAuto && paced_ &&
+      model_.advice.estimate(topo::GdrOption::GdrWrite).staging == topo::StagingTier::HostMemory) {
+    modelPrefersHost = true;
+    notes += "; nic skipped: the PCIe model puts host-memory staging ahead (" +
+             model_.advice.estimate(topo::GdrOption::GdrWrite).otherTier + ")";
+  }
+  // (c) The NIC's own staging memory, when the provider maps it for the CPU: the stand-in
+  // writes it directly, as a GPU would write NIC memory mapped into it.
+  if ((isAuto && !modelPrefersHost) || want == "nic") {
+    std::unique_ptr<verbs::DeviceMemory> dm;
+    Status s = pd_->allocDeviceMemory(bytes, verbs::kAccessLocalWrite, &dm);
+    if (s.isOk() && dm->mapped()) {
+      l->dm = std::move(dm);
+      std::memset(l->dm->mapped(), 0, bytes);
+      l->ch.staging = static_cast<char*>(l->dm->mapped());
+      l->ch.stagingWqeAddr = 0;  // device memory is zero-based
+      l->ch.stagingLkey = l->dm->region()->lkey();
+      *tier = "nic";
+      *why = format("NIC device memory of %s (%zu bytes, CPU-mapped for the stand-in); %s",
+                    device_->attributes().name.c_str(), bytes, notes.c_str());
+      return Status::ok();
+    }
+    const std::string reason = s.isOk() ? "the provider does not map its device memory" : s.message();
+    if (want == "nic") return makeError(ridgeInvalidUsage, "RIDGE_GDR_STAGING=nic: %s", reason.c_str());
+    notes += "; nic skipped: " + reason;
+  }
+  // (b) Pinned host memory on the NIC's NUMA node: the NIC reads it locally.
+  RIDGE_TRY(l->slots.allocate(bytes));
+  if (mlock(l->slots.p, l->slots.bytes) != 0) notes += "; mlock failed (memory not pinned)";
+  std::string numa = "the NIC's NUMA node is unknown (software NIC): local node";
+  {
+    std::ifstream f("/sys/class/infiniband/" + device_->attributes().name + "/device/numa_node");
+    int node = -1;
+    if (f >> node && node >= 0) numa = format("NIC on NUMA node %d (first touch by this thread)", node);
+  }
+  RIDGE_TRY(pd_->registerMemory(l->slots.p, l->slots.bytes, verbs::kAccessLocalWrite, &l->slotsMr));
+  l->ch.staging = l->slots.p;
+  l->ch.stagingWqeAddr = reinterpret_cast<uint64_t>(l->slots.p);
+  l->ch.stagingLkey = l->slotsMr->lkey();
+  *tier = "host";
+  *why = format("pinned host memory (%zu bytes), %s; %s", bytes, numa.c_str(), notes.c_str());
+  return Status::ok();
+}
+
+Status GdrTransport::connect(const TransportSetup& setup) {
+  rank_ = setup.rank;
+  const int P = setup.nranks;
+  links_.resize(P);
+  std::vector<int> peers;
+  for (int peer = 0; peer < P; ++peer) {
+    if (peer == rank_) continue;
+    bool earlier = false;
+    for (const TransportTable* t : registeredTransports()) {
+      if (t == &kGdrTransportTable) break;
+      earlier = earlier || t->canConnect(setup, rank_, peer);
+    }
+    if (!earlier && kGdrTransportTable.canConnect(setup, rank_, peer)) peers.push_back(peer);
+  }
+
+  const std::string modelSpec = settingString(Setting::SOFTNIC_PCIE_MODEL);
+  if (!modelSpec.empty()) {
+    RIDGE_TRY(loadModel(modelSpec, settingString(Setting::GDR_PAIR), &model_));
+    paced_ = true;
+  }
+  Mode mode;
+  std::string modeWhy;
+  RIDGE_TRY(chooseMode(&mode, &modeWhy));
+
+  int64_t slots = settingInt(Setting::GDR_STAGING_SLOTS);
+  int64_t landingSlots = settingInt(Setting::GDR_RECV_SLOTS);
+  int64_t payload = settingSize(Setting::GDR_SLOT_BYTES);
+  if (slots < 1 || slots > 64)
+    return makeError(ridgeInvalidArgument, "RIDGE_GDR_STAGING_SLOTS=%lld: expected 1 to 64",
+                     static_cast<long long>(slots));
+  if (landingSlots < 1 || landingSlots > 256)
+    return makeError(ridgeInvalidArgument, "RIDGE_GDR_RECV_SLOTS=%lld: expected 1 to 256",
+                     static_cast<long long>(landingSlots));
+  if (payload < 64 || payload > (16 << 20))
+    return makeError(ridgeInvalidArgument, "RIDGE_GDR_SLOT_BYTES=%lld: expected 64 to 16M",
+                     static_cast<long long>(payload));
+  const uint32_t capacity = static_cast<uint32_t>(payload) & ~63u;
+  const uint32_t stride = slotStride(capacity);
+
+  // One NIC per transport, with staging room for every peer's slots next to its packets.
+  const std::string net = settingString(Setting::NET);
+  if (net == "verbs") {
+    RIDGE_TRY(verbs::openProvider("verbs", &provider_));
+    RIDGE_TRY(provider_->open(0, &device_));
+  } else {
+    softnic::Options o = softnic::Options::fromSettings();
+    const size_t dmBytes = peers.size() * static_cast<size_t>(slots) * stride;
+    o.stagingBytes = std::max(o.stagingBytes, 2 * dmBytes + 4 * o.mtu + (64 << 10));
+    o.stagingBytes = (o.stagingBytes + 4095) & ~size_t(4095);
+    RIDGE_TRY(softnic::openDevice(o, &device_));
+  }
+  RIDGE_TRY(device_->allocPd(&pd_));
+
+  std::string tierName, tierWhy;
+  std::vector<Endpoint> mine(P), theirs(static_cast<size_t>(P) * P);
+  for (int peer : peers) {
+    auto l = std::make_unique<Link>();
+    l->peer = peer;
+    l->mode = mode;
+    l->payloadCapacity = capacity;
+    l->stride = stride;
+    l->landingSlots = static_cast<uint32_t>(landingSlots);
+    if (paced_) {
+      ModeTiming t = model_.timing[static_cast<int>(mode)];
+      const double scale =
+          static_cast<double>(std::clamp<int64_t>(settingInt(Setting::GDR_PACE_SCALE), 1, 1000));
+      t.latencyNs *= scale;
+      t.bandwidthGBs /= scale;
+      l->pacer.configure(t);
+    }
+    const uint32_t sqEntries = verbs::roundUpPow2(static_cast<uint32_t>(slots));
+    RIDGE_TRY(pd_->createCq(2 * sqEntries + 8, &l->dataCq));
+    verbs::QpCaps dataCaps;
+    dataCaps.maxSendWr = sqEntries;
+    dataCaps.maxRecvWr = 1;
+    RIDGE_TRY(pd_->createQp(l->dataCq.get(), l->dataCq.get(), dataCaps, &l->dataQp));
+    const uint32_t creditEntries =
+        verbs::roundUpPow2(static_cast<uint32_t>(std::max<int64_t>(64, 4 * landingSlots)));
+    RIDGE_TRY(pd_->createCq(static_cast<uint32_t>(landingSlots) + 8, &l->landCq));
+    RIDGE_TRY(pd_->createCq(2 * creditEntries, &l->creditCq));
+    verbs::QpCaps landCaps;
+    landCaps.maxSendWr = creditEntries;
+    landCaps.maxRecvWr = static_cast<uint32_t>(landingSlots);
+    RIDGE_TRY(pd_->createQp(l->creditCq.get(), l->landCq.get(), landCaps, &l->landQp));
+    if (!l->dataQp->sendRing() || !l->landQp->sendRing() || !l->dataCq->ring() || !l->landCq->ring() ||
+        !l->creditCq->ring())
+      return makeError(ridgeInvalidUsage, "gdr: the %s provider does not expose its rings to producers",
+                       device_->attributes().provider.c_str());
+    RIDGE_TRY(l->dataQp->modify(QpState::Init));
+    RIDGE_TRY(l->landQp->modify(QpState::Init));
+
+    l->ch.sq = *l->dataQp->sendRing();
+    l->ch.slotCount = static_cast<uint32_t>(slots);
+    l->ch.slotStrideBytes = stride;
+    l->ch.payloadCapacity = capacity;
+    const size_t ringBytes = static_cast<size_t>(slots) * stride;
+    if (mode == Mode::Write) {
+      RIDGE_TRY(setUpStaging(l.get(), &tierName, &tierWhy));
+    } else {
+      // read: the producer's slots in "GPU memory" the NIC reads; staged: pinned host slots the
+      // copy engine fills from one GPU slot.
+      RIDGE_TRY(l->slots.allocate(ringBytes));
+      RIDGE_TRY(pd_->registerMemory(l->slots.p, l->slots.bytes, verbs::kAccessLocalWrite, &l->slotsMr));
+      l->ch.staging = l->slots.p;
+      l->ch.stagingWqeAddr = reinterpret_cast<uint64_t>(l->slots.p);
+      l->ch.stagingLkey = l->slotsMr->lkey();
+      if (mode == Mode::Staged) RIDGE_TRY(l->gpuSlot.allocate(capacity));
+    }
+    RIDGE_TRY(l->creditIn.allocate(sizeof(CreditRecord)));
+    RIDGE_TRY(pd_->registerMemory(l->creditIn.p, l->creditIn.bytes,
+                                  verbs::kAccessLocalWrite | verbs::kAccessRemoteWrite, &l->creditInMr));
+    l->ch.remoteConsumed = reinterpret_cast<const CreditRecord*>(l->creditIn.p);
+    l->ch.remoteSlotCount = l->landingSlots;
+
+    RIDGE_TRY(l->landing.allocate(static_cast<size_t>(landingSlots) * stride));
+    RIDGE_TRY(pd_->registerMemory(l->landing.p, l->landing.bytes,
+                                  verbs::kAccessLocalWrite | verbs::kAccessRemoteWrite, &l->landingMr));
+    RIDGE_TRY(l->creditOut.allocate(sizeof(CreditRecord)));
+    RIDGE_TRY(
+        pd_->registerMemory(l->creditOut.p, l->creditOut.bytes, verbs::kAccessLocalWrite, &l->creditOutMr));
+    for (int64_t i = 0; i < landingSlots; ++i) {
+      verbs::RecvWqe r{};
+      r.wrId = static_cast<uint64_t>(i);
+      RIDGE_TRY(l->landQp->postRecv(r));
+    }
+    Endpoint& e = mine[peer];
+    RIDGE_TRY(l->dataQp->localAddress(&e.dataQp));
+    RIDGE_TRY(l->landQp->localAddress(&e.landingQp));
+    e.landingAddr = reinterpret_cast<uint64_t>(l->landing.p);
+    e.landingRkey = l->landingMr->rkey();
+    e.creditAddr = reinterpret_cast<uint64_t>(l->creditIn.p);
+    e.creditRkey = l->creditInMr->rkey();
+    e.slotStride = stride;
+    e.landingSlots = l->landingSlots;
+    links_[peer] = std::move(l);
+  }
+
+  // Everyone's endpoints for everyone (small: P x P entries), then connect both QPs per peer.
+  std::memcpy(&theirs[static_cast<size_t>(rank_) * P], mine.data(), sizeof(Endpoint) * P);
+  RIDGE_TRY(setup.bootstrap->allGather(theirs.data(), sizeof(Endpoint) * P));
+  for (int peer : peers) {
+    Link* l = links_[peer].get();
+    const Endpoint& e = theirs[static_cast<size_t>(peer) * P + rank_];
+    if (e.slotStride != stride || e.landingSlots != l->landingSlots)
+      return makeError(ridgeInvalidUsage,
+                       "gdr: rank %d and rank %d disagree on RIDGE_GDR_SLOT_BYTES or RIDGE_GDR_RECV_SLOTS",
+                       rank_, peer);
+    RIDGE_TRY(l->dataQp->modify(QpState::Rtr, &e.landingQp));
+    RIDGE_TRY(l->landQp->modify(QpState::Rtr, &e.dataQp));
+    l->ch.remoteAddr = e.landingAddr;
+    l->ch.remoteRkey = e.landingRkey;
+    l->remoteCreditAddr = e.creditAddr;
+    l->remoteCreditRkey = e.creditRkey;
+  }
+  RIDGE_TRY(setup.bootstrap->barrier());
+  for (int peer : peers) {
+    RIDGE_TRY(links_[peer]->dataQp->modify(QpState::Rts));
+    RIDGE_TRY(links_[peer]->landQp->modify(QpState::Rts));
+  }
+  RIDGE_TRY(setup.bootstrap->barrier());
+  for (int peer : peers) {
+    Link* l = links_[peer].get();
+    l->sendConn = std::make_unique<GdrSend>(this, l);
+    l->recvConn = std::make_unique<GdrRecv>(this, l);
+    active_.push_back(l);
+  }
+  {
+    std::lock_guard<std::mutex> g(gCountersMutex);
+    for (Link* l : active_) gLiveCounters.push_back(&l->ctr);
+    gLastReport.mode = mode;
+    gLastReport.modeReason = modeWhy;
+    gLastReport.stagingTier = mode == Mode::Write ? tierName : "";
+    gLastReport.stagingReason = mode == Mode::Write ? tierWhy : "";
+    gLastReport.paced = paced_;
+    gLastReport.model = paced_ ? model_.describe() : "";
+  }
+  if (paced_ && !active_.empty()) pacerThread_ = std::thread([this] { pacerLoop(); });
+  RIDGE_INFO("gdr: rank %d: %zu peers, mode %s (%s), %lld staging slots of %u bytes, %lld landing slots",
+             rank_, peers.size(), modeName(mode), modeWhy.c_str(), static_cast<long long>(slots), capacity,
+             static_cast<long long>(landingSlots));
+  if (mode == Mode::Write)
+    RIDGE_INFO("gdr: rank %d: staging tier %s: %s", rank_, tierName.c_str(), tierWhy.c_str());
+  if (paced_) {
+    const ModeTiming& t = model_.timing[static_cast<int>(mode)];
+    RIDGE_INFO("gdr: rank %d: paced by the PCIe model (modeled: %.2f us latency, %.1f GB/s): %s", rank_,
+               t.latencyNs / 1000, t.bandwidthGBs, model_.describe().c_str());
+  }
+  return Status::ok();
+}
+
+bool gdrCanConnect(const TransportSetup& setup, int a, int b) {
+  const std::string mode = settingString(Setting::GDR_MODE);
+  if (mode.empty() || mode == "off" || mode == "OFF") return false;
+  const std::string net = settingString(Setting::NET);
+  if (net != "softnic" && net != "verbs") return false;
+  if (setup.hostHashOfRank[a] != setup.hostHashOfRank[b]) return true;
+  return settingInt(Setting::SHM) == 0;
+}
+
+Status gdrCreate(const TransportSetup& setup, std::unique_ptr<Transport>* out) {
+  auto t = std::make_unique<GdrTransport>();
+  RIDGE_TRY(t->connect(setup));
+  *out = std::move(t);
+  return Status::ok();
+}
+
+}  // namespace
+
+Counters processCounters() {
+  std::lock_guard<std::mutex> g(gCountersMutex);
+  Counters sum = gRetiredCounters;
+  for (const Counters* c : gLiveCounters) addCounters(&sum, *c);
+  return sum;
+}
+
+std::string countersToString(const Counters& c) {
+  return format(
+      "slotsWritten=%llu creditsConsumed=%llu creditsReturned=%llu creditStalls=%llu remoteStalls=%llu "
+      "doorbells=%llu stagedLost=%llu slotsLanded=%llu creditWrites=%llu completionErrors=%llu",
+      (unsigned long long)c.slotsWritten, (unsigned long long)c.creditsConsumed,
+      (unsigned long long)c.creditsReturned, (unsigned long long)c.creditStalls,
+      (unsigned long long)c.remoteStalls, (unsigned long long)c.doorbells, (unsigned long long)c.stagedLost,
+      (unsigned long long)c.slotsLanded, (unsigned long long)c.creditWrites,
+      (unsigned long long)c.completionErrors);
+}
+
+SetupReport lastSetupReport() {
+  std::lock_guard<std::mutex> g(gCountersMutex);
+  return gLastReport;
+}
+
+extern const TransportTable kGdrTransportTable = {sizeof(TransportTable), kTransportTableVersion, "gdr",
+                                                  gdrCanConnect, gdrCreate};
+
+}  // namespace ridge::gdr

@@ -1,0 +1,452 @@
+// RDMA-style network transport: the slot FIFOs of transport.h over the verbs subset, with
+// either provider (RIDGE_NET=softnic or RIDGE_NET=verbs).
+//
+// Per pair of ranks there is one RC queue pair. Each rank owns, per peer, a receive ring
+// of `nslots` slots (registered for remote write) and a send area of as many slots
+// (registered for local access). A post is one RDMA WRITE WITH IMMEDIATE from send slot
+// i into the peer's ring slot i (i = post count mod nslots); the immediate carries the
+// payload size and the last-of-message flag, and its receive completion is what the
+// receiver's tryPeek sees. RC delivers in order, so the slot index needs no field.
+//
+// Flow control is by credits: the sender may have at most `nslots` posts that the
+// receiver has not released. A release returns a credit as a zero-byte WRITE WITH
+// IMMEDIATE whose immediate says "credit, n slots" (batched while the send queue is
+// busy). A send slot is reused only after the local send completion of its write, which
+// on both providers comes after the target acknowledged it.
+//
+// Every operation of the connectors is non-blocking: each first drains the shared CQ
+// (one owner-byte load when it is empty) and dispatches completions to the peers by QP
+// number. No allocation, lock or system call on this path beyond what the provider's
+// post makes (softnic: none unless its engine sleeps).
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <unordered_map>
+
+#include "bootstrap/bootstrap.h"
+#include "core/log.h"
+#include "core/settings.h"
+#include "transports/net/reg_cache.h"
+#include "transports/transport.h"
+#include "transports/verbs/verbs.h"
+
+namespace ridge {
+
+bool netCanConnect(const TransportSetup& setup, int a, int b);
+
+namespace {
+
+using namespace verbs;
+
+constexpr uint32_t kImmLast = 1u << 31;
+constexpr uint32_t kImmCredit = 1u << 30;
+constexpr uint32_t kImmCountMask = kImmCredit - 1;
+constexpr uint32_t kMaxSlots = 64;
+enum WrKind : uint64_t { kWrData = 1, kWrCredit = 2, kWrRecv = 3 };
+
+inline uint64_t wrId(int peer, WrKind kind) {
+  return (static_cast<uint64_t>(peer) << 8) | kind;
+}
+
+class NetTransport;
+
+// Everything about one peer: its QP, the two slot rings and the counters of the FIFOs.
+struct NetPeer {
+  int peer = -1;
+  std::unique_ptr<QueuePair> qp;
+  uint32_t nslots = 0;
+  size_t slotBytes = 0;
+  // Send direction.
+  char* sendSlots = nullptr;
+  MemoryRegion* sendMr = nullptr;
+  uint64_t remoteRing = 0;
+  uint32_t remoteRkey = 0;
+  uint32_t posted = 0;     // writes posted
+  uint32_t sendDone = 0;   // their local completions
+  uint32_t creditsIn = 0;  // slots the receiver released
+  // Receive direction.
+  char* recvSlots = nullptr;
+  uint32_t arrived = 0;
+  uint32_t consumed = 0;
+  uint32_t meta[kMaxSlots] = {};
+  uint32_t creditsOwed = 0;  // released but not yet returned
+  uint32_t creditSendsInFlight = 0;
+  uint32_t creditBudget = 0;  // send-queue entries credits may use
+  uint32_t recvPosted = 0;
+  Status failure;
+};
+
+class NetSend final : public SendConnector {
+ public:
+  NetSend(NetTransport* t, NetPeer* p) : SendConnector(p->slotBytes, p->peer), t_(t), p_(p) {}
+  void* tryAcquire() override;
+  void post(uint32_t bytes, bool lastOfMessage) override;
+
+ private:
+  NetTransport* t_;
+  NetPeer* p_;
+};
+
+class NetRecv final : public RecvConnector {
+ public:
+  NetRecv(NetTransport* t, NetPeer* p) : RecvConnector(p->slotBytes, p->peer), t_(t), p_(p) {}
+  const void* tryPeek(SlotInfo* info) override;
+  void release() override;
+
+ private:
+  NetTransport* t_;
+  NetPeer* p_;
+};
+
+// What each rank publishes for each peer during connect.
+struct ConnectEntry {
+  QpAddress qp;
+  uint64_t ringAddr;
+  uint32_t rkey;
+  uint32_t nslots;
+  uint64_t slotBytes;
+  uint32_t valid;
+  uint32_t pad;
+};
+
+class NetTransport final : public Transport {
+ public:
+  ~NetTransport() override {
+    send_.clear();
+    recv_.clear();
+    // QPs before the CQ, regions before the PD, the PD before the device.
+    for (auto& p : peers_) p->qp.reset();
+    cache_.reset();
+    cq_.reset();
+    pd_.reset();
+    device_.reset();
+    if (sendBase_) munmap(sendBase_, areaBytes_);
+    if (recvBase_) munmap(recvBase_, areaBytes_);
+  }
+  const char* name() const override { return name_.c_str(); }
+  SendConnector* sendTo(int peer) override {
+    return peer >= 0 && peer < static_cast<int>(send_.size()) ? send_[peer].get() : nullptr;
+  }
+  RecvConnector* recvFrom(int peer) override {
+    return peer >= 0 && peer < static_cast<int>(recv_.size()) ? recv_[peer].get() : nullptr;
+  }
+  void waitForActivity(int64_t maxWaitNs, bool (*stillIdle)(void*), void* arg) override {
+    cq_->wait(maxWaitNs, stillIdle, arg);
+  }
+  Status checkPeer(int peer) override {
+    NetPeer* p = peer >= 0 && peer < static_cast<int>(byRank_.size()) ? byRank_[peer] : nullptr;
+    if (!p) return Status::ok();
+    if (!p->failure.isOk()) return p->failure;
+    if (p->qp->state() == QpState::Error)
+      return makeError(ridgeRemoteError, "%s: the connection to rank %d failed (queue pair in error state)",
+                       name_.c_str(), peer);
+    return Status::ok();
+  }
+
+  Status connect(const TransportSetup& setup, const std::string& providerName);
+
+  // Drains the CQ and dispatches completions; returns credits that are owed.
+  void progress() {
+    Cqe buf[32];
+    int n = cq_->poll(buf, 32);
+    while (n > 0) {
+      for (int i = 0; i < n; ++i) dispatch(buf[i]);
+      n = n == 32 ? cq_->poll(buf, 32) : 0;
+    }
+    if (owedPeers_) {
+      for (NetPeer* p : owing_) returnCredits(p);
+    }
+  }
+
+  void returnCredits(NetPeer* p) {
+    if (!p->creditsOwed || p->creditSendsInFlight >= p->creditBudget || !p->failure.isOk()) return;
+    if (p->qp->sendSlotsFree() == 0) return;
+    Wqe w{};
+    w.opcode = kWqeRdmaWriteImm;
+    w.flags = kWqeSignaled;
+    w.immData = kImmCredit | p->creditsOwed;
+    w.remoteAddr = p->remoteRing;
+    w.rkey = p->remoteRkey;
+    w.wrId = wrId(p->peer, kWrCredit);
+    Status s = p->qp->postSend(w);
+    if (!s.isOk()) {
+      fail(p, s);
+      return;
+    }
+    ++p->creditSendsInFlight;
+    p->creditsOwed = 0;
+    setOwing(p, false);
+  }
+
+  void setOwing(NetPeer* p, bool owing) {
+    auto it = std::find(owing_.begin(), owing_.end(), p);
+    if (owing && it == owing_.end()) {
+      owing_.push_back(p);
+      ++owedPeers_;
+    } else if (!owing && it != owing_.end()) {
+      owing_.erase(it);  // at most one entry per peer: capacity reserved at connect
+      --owedPeers_;
+    }
+  }
+
+  void fail(NetPeer* p, const Status& s) {
+    if (p->failure.isOk()) p->failure = s;
+  }
+
+ private:
+  void dispatch(const Cqe& c) {
+    auto it = byQpn_.find(c.qpn);
+    if (it == byQpn_.end()) return;
+    NetPeer* p = it->second;
+    const WrKind kind = static_cast<WrKind>(c.wrId & 0xff);
+    if (c.status != kCqeOk) {
+      // Flushed work requests follow a connection that closed: normal when the peer has
+      // finished and left, so it is recorded (for checkPeer, asked only while waiting on
+      // that peer) without a WARN line. Any other status is the first sign of a failure.
+      if (p->failure.isOk() && c.status == kCqeFlushed)
+        p->failure = Status(ridgeRemoteError,
+                            format("%s: the connection to rank %d was closed", name_.c_str(), p->peer));
+      else if (p->failure.isOk())
+        p->failure = makeError(ridgeRemoteError, "%s: %s to/from rank %d failed: %s", name_.c_str(),
+                               kind == kWrRecv ? "receive" : "RDMA write", p->peer, cqeStatusName(c.status));
+      return;
+    }
+    switch (kind) {
+      case kWrData: ++p->sendDone; break;
+      case kWrCredit: --p->creditSendsInFlight; break;
+      case kWrRecv: {
+        --p->recvPosted;
+        if (c.immData & kImmCredit) {
+          p->creditsIn += c.immData & kImmCountMask;
+        } else {
+          p->meta[p->arrived % p->nslots] = c.immData;
+          ++p->arrived;
+        }
+        RecvWqe r{wrId(p->peer, kWrRecv), 0, 0, 0, 0};
+        Status s = p->qp->postRecv(r);
+        if (s.isOk())
+          ++p->recvPosted;
+        else
+          fail(p, s);
+        break;
+      }
+    }
+  }
+
+  std::string name_ = "net";
+  std::unique_ptr<Provider> provider_;
+  std::unique_ptr<Device> device_;
+  std::unique_ptr<ProtectionDomain> pd_;
+  std::unique_ptr<CompletionQueue> cq_;
+  std::unique_ptr<RegistrationCache> cache_;
+  std::vector<std::unique_ptr<NetPeer>> peers_;
+  std::vector<NetPeer*> byRank_;
+  std::unordered_map<uint32_t, NetPeer*> byQpn_;
+  std::vector<NetPeer*> owing_;
+  uint32_t owedPeers_ = 0;
+  std::vector<std::unique_ptr<NetSend>> send_;
+  std::vector<std::unique_ptr<NetRecv>> recv_;
+  char* sendBase_ = nullptr;
+  char* recvBase_ = nullptr;
+  size_t areaBytes_ = 0;
+};
+
+void* NetSend::tryAcquire() {
+  t_->progress();
+  NetPeer* p = p_;
+  if (p->posted - p->sendDone >= p->nslots) return nullptr;   // local slot still being sent
+  if (p->posted - p->creditsIn >= p->nslots) return nullptr;  // receiver's ring full
+  return p->sendSlots + static_cast<size_t>(p->posted % p->nslots) * p->slotBytes;
+}
+
+void NetSend::post(uint32_t bytes, bool lastOfMessage) {
+  NetPeer* p = p_;
+  const size_t idx = p->posted % p->nslots;
+  Wqe w{};
+  w.opcode = kWqeRdmaWriteImm;
+  w.flags = kWqeSignaled;
+  w.length = bytes;
+  w.immData = bytes | (lastOfMessage ? kImmLast : 0);
+  w.localAddr = reinterpret_cast<uint64_t>(p->sendSlots + idx * p->slotBytes);
+  w.lkey = p->sendMr->lkey();
+  w.remoteAddr = p->remoteRing + idx * p->slotBytes;
+  w.rkey = p->remoteRkey;
+  w.wrId = wrId(p->peer, kWrData);
+  Status s = p->qp->postSend(w);
+  // The send queue has room for every data slot plus the credit budget, so this fails
+  // only when the QP broke; the waiting side learns it from checkPeer.
+  if (!s.isOk()) t_->fail(p, s);
+  ++p->posted;
+}
+
+const void* NetRecv::tryPeek(SlotInfo* info) {
+  t_->progress();
+  NetPeer* p = p_;
+  if (p->consumed == p->arrived) return nullptr;
+  const uint32_t idx = p->consumed % p->nslots;
+  const uint32_t imm = p->meta[idx];
+  info->bytes = imm & ~(kImmLast | kImmCredit);
+  info->lastOfMessage = (imm & kImmLast) != 0;
+  return p->recvSlots + static_cast<size_t>(idx) * p->slotBytes;
+}
+
+void NetRecv::release() {
+  NetPeer* p = p_;
+  ++p->consumed;
+  ++p->creditsOwed;
+  t_->setOwing(p, true);
+  t_->returnCredits(p);
+}
+
+Status NetTransport::connect(const TransportSetup& setup, const std::string& providerName) {
+  name_ = "net/" + providerName;
+  int64_t slots = settingInt(Setting::RDMA_SLOTS);
+  if (slots < 2 || slots > kMaxSlots) {
+    RIDGE_WARN("RIDGE_RDMA_SLOTS=%lld is outside 2..%u; using 4", static_cast<long long>(slots), kMaxSlots);
+    slots = 4;
+  }
+  int64_t slotBytes = settingSize(Setting::RDMA_SLOT_BYTES);
+  if (slotBytes < 4096 || slotBytes > (256ll << 20)) {
+    RIDGE_WARN("RIDGE_RDMA_SLOT_BYTES=%lld is outside 4K..256M; using 256K",
+               static_cast<long long>(slotBytes));
+    slotBytes = 256 << 10;
+  }
+  slotBytes = (slotBytes + 4095) / 4096 * 4096;
+  const uint32_t nslots = static_cast<uint32_t>(slots);
+
+  // Peers this transport serves: those the table's canConnect gives us (same rule on
+  // every rank, so both ends of a pair agree).
+  std::vector<int> peerRanks;
+  for (int r = 0; r < setup.nranks; ++r)
+    if (r != setup.rank && netCanConnect(setup, setup.rank, r)) peerRanks.push_back(r);
+
+  RIDGE_TRY(openProvider(providerName, &provider_));
+  std::vector<DeviceAttributes> devs;
+  RIDGE_TRY(provider_->listDevices(&devs));
+  int devIndex = -1;
+  const std::string wanted = settingString(Setting::VERBS_DEVICE);
+  for (size_t i = 0; i < devs.size() && devIndex < 0; ++i) {
+    if (!wanted.empty() ? devs[i].name == wanted : devs[i].portActive) devIndex = static_cast<int>(i);
+  }
+  if (devIndex < 0)
+    return makeError(
+        ridgeSystemError, "%s: no usable device (%s)", name_.c_str(),
+        wanted.empty() ? "none has an active port" : ("RIDGE_VERBS_DEVICE=" + wanted + " not found").c_str());
+  RIDGE_TRY(provider_->open(devIndex, &device_));
+  RIDGE_TRY(device_->allocPd(&pd_));
+  cache_ = std::make_unique<RegistrationCache>(pd_.get(), 64);
+
+  const uint32_t sqDepth = 2 * nslots + 4;
+  const uint32_t rqDepth = 2 * nslots + 8;
+  const uint32_t cqEntries =
+      roundUpPow2(static_cast<uint32_t>(std::max<size_t>(peerRanks.size(), 1)) * (sqDepth + rqDepth) + 64);
+  RIDGE_TRY(pd_->createCq(cqEntries, &cq_));
+
+  const size_t perPeer = static_cast<size_t>(nslots) * static_cast<size_t>(slotBytes);
+  areaBytes_ = std::max<size_t>(perPeer * peerRanks.size(), 4096);
+  for (char** base : {&sendBase_, &recvBase_}) {
+    void* m = mmap(nullptr, areaBytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return systemError("net: mmap of the slot rings");
+    *base = static_cast<char*>(m);
+  }
+  MemoryRegion* sendMr = nullptr;
+  MemoryRegion* recvMr = nullptr;
+  RIDGE_TRY(cache_->get(sendBase_, areaBytes_, kAccessLocalWrite, &sendMr));
+  RIDGE_TRY(cache_->get(recvBase_, areaBytes_, kAccessLocalWrite | kAccessRemoteWrite, &recvMr));
+
+  byRank_.assign(setup.nranks, nullptr);
+  std::vector<ConnectEntry> table(static_cast<size_t>(setup.nranks) * setup.nranks);
+  ConnectEntry* mine = &table[static_cast<size_t>(setup.rank) * setup.nranks];
+  for (size_t k = 0; k < peerRanks.size(); ++k) {
+    auto p = std::make_unique<NetPeer>();
+    p->peer = peerRanks[k];
+    p->nslots = nslots;
+    p->slotBytes = static_cast<size_t>(slotBytes);
+    p->sendSlots = sendBase_ + k * perPeer;
+    p->recvSlots = recvBase_ + k * perPeer;
+    p->sendMr = sendMr;
+    p->creditBudget = sqDepth - nslots;
+    QpCaps caps;
+    caps.maxSendWr = sqDepth;
+    caps.maxRecvWr = rqDepth;
+    RIDGE_TRY(pd_->createQp(cq_.get(), cq_.get(), caps, &p->qp));
+    ConnectEntry& e = mine[p->peer];
+    RIDGE_TRY(p->qp->localAddress(&e.qp));
+    e.ringAddr = reinterpret_cast<uint64_t>(p->recvSlots);
+    e.rkey = recvMr->rkey();
+    e.nslots = nslots;
+    e.slotBytes = static_cast<uint64_t>(slotBytes);
+    e.valid = 1;
+    byRank_[p->peer] = p.get();
+    byQpn_[p->qp->qpn()] = p.get();
+    peers_.push_back(std::move(p));
+  }
+  owing_.reserve(peers_.size());
+  RIDGE_TRY(setup.bootstrap->allGather(table.data(), sizeof(ConnectEntry) * setup.nranks));
+
+  for (auto& p : peers_) {
+    const ConnectEntry& theirs = table[static_cast<size_t>(p->peer) * setup.nranks + setup.rank];
+    if (!theirs.valid)
+      return makeError(ridgeInternalError, "%s: rank %d did not set up a connection to rank %d",
+                       name_.c_str(), p->peer, setup.rank);
+    if (theirs.nslots != nslots || theirs.slotBytes != static_cast<uint64_t>(slotBytes))
+      return makeError(ridgeInvalidUsage,
+                       "%s: rank %d uses %u slots of %llu bytes, this rank %u of %lld (RIDGE_RDMA_SLOTS and "
+                       "RIDGE_RDMA_SLOT_BYTES must be the same on every rank)",
+                       name_.c_str(), p->peer, theirs.nslots,
+                       static_cast<unsigned long long>(theirs.slotBytes), nslots,
+                       static_cast<long long>(slotBytes));
+    p->remoteRing = theirs.ringAddr;
+    p->remoteRkey = theirs.rkey;
+    RIDGE_TRY(p->qp->modify(QpState::Init));
+    for (uint32_t i = 0; i < rqDepth; ++i) {
+      RIDGE_TRY(p->qp->postRecv(RecvWqe{wrId(p->peer, kWrRecv), 0, 0, 0, 0}));
+      ++p->recvPosted;
+    }
+    RIDGE_TRY(p->qp->modify(QpState::Rtr, &theirs.qp));
+  }
+  // Every QP is ready to receive before any rank may send.
+  RIDGE_TRY(setup.bootstrap->barrier());
+  for (auto& p : peers_) RIDGE_TRY(p->qp->modify(QpState::Rts));
+  RIDGE_TRY(setup.bootstrap->barrier());
+
+  send_.resize(setup.nranks);
+  recv_.resize(setup.nranks);
+  for (auto& p : peers_) {
+    send_[p->peer] = std::make_unique<NetSend>(this, p.get());
+    recv_[p->peer] = std::make_unique<NetRecv>(this, p.get());
+  }
+  RIDGE_INFO("%s: %zu peers over %s, %u slots of %lld bytes per direction", name_.c_str(), peers_.size(),
+             device_->attributes().name.c_str(), nslots, static_cast<long long>(slotBytes));
+  return Status::ok();
+}
+
+std::string netProvider() {
+  std::string net = settingString(Setting::NET);
+  for (char& ch : net) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return net == "softnic" || net == "verbs" ? net : std::string();
+}
+
+Status netCreate(const TransportSetup& setup, std::unique_ptr<Transport>* out) {
+  auto t = std::make_unique<NetTransport>();
+  RIDGE_TRY(t->connect(setup, netProvider()));
+  *out = std::move(t);
+  return Status::ok();
+}
+
+}  // namespace
+
+// Used between hosts when RIDGE_NET names softnic or verbs, and between ranks of one host
+// too when RIDGE_SHM=0.
+bool netCanConnect(const TransportSetup& setup, int a, int b) {
+  if (netProvider().empty()) return false;
+  if (setup.hostHashOfRank[a] != setup.hostHashOfRank[b]) return true;
+  return settingInt(Setting::SHM) == 0;
+}
+
+extern const TransportTable kNetTransportTable = {sizeof(TransportTable), kTransportTableVersion, "net",
+                                                  netCanConnect, netCreate};
+
+}  // namespace ridge

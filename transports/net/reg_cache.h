@@ -1,0 +1,48 @@
+// Registration cache: memory registration is expensive (on hardware it pins pages and
+// programs the NIC's translation table), so a transport registers a range once and looks
+// it up afterwards. Ranges are rounded out to whole pages; a lookup is satisfied by any
+// cached region that covers it with at least the requested access. When more than
+// `capacity` regions are cached, the least recently used one is deregistered.
+//
+// Not thread safe: one per transport, used from the thread that drives it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/status.h"
+#include "transports/verbs/verbs.h"
+
+namespace ridge {
+
+class RegistrationCache {
+ public:
+  RegistrationCache(verbs::ProtectionDomain* pd, size_t capacity) : pd_(pd), capacity_(capacity) {}
+  // The region covering [addr, addr + bytes) with `access`; registers one if none does. The
+  // pointer stays valid until the region is evicted (capacity) or invalidated.
+  Status get(const void* addr, size_t bytes, uint32_t access, verbs::MemoryRegion** out);
+  // Drops every cached region overlapping the range (call before freeing memory).
+  void invalidate(const void* addr, size_t bytes);
+  size_t size() const { return entries_.size(); }
+  uint64_t hits() const { return hits_; }
+  uint64_t misses() const { return misses_; }
+
+ private:
+  struct Entry {
+    uintptr_t start;
+    uintptr_t end;
+    uint32_t access;
+    uint64_t lastUse;
+    std::unique_ptr<verbs::MemoryRegion> mr;
+  };
+  verbs::ProtectionDomain* pd_;
+  size_t capacity_;
+  std::vector<Entry> entries_;
+  uint64_t clock_ = 0;
+  uint64_t hits_ = 0;
+  uint64_t misses_ = 0;
+};
+
+}  // namespace ridge

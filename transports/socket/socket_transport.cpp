@@ -1,0 +1,894 @@
+// TCP transport: connects ranks on different hosts (or, with RIDGE_SHM=0, on one host)
+// through several TCP connections ("streams") per pair of ranks.
+//
+// Threads. The algorithm thread sees only the slot FIFOs of transport.h. Two progress
+// threads per transport ("lanes") move bytes between those FIFOs and the sockets: the
+// send lane writes posted slots, the receive lane reads pieces into free slots. So the
+// coroutines never make a system call, a reduction of one chunk overlaps the transfer of
+// the next, and the kernel's copies in the two directions run on two cores when there
+// are two. Each FIFO is a single-producer single-consumer ring in this process's memory:
+//   send FIFO:  `head` counts posts (algorithm), `tail` counts slots fully written to
+//               the sockets (send lane);
+//   recv FIFO:  `head` counts slots fully received (receive lane), `tail` counts
+//               releases (algorithm).
+// Counters grow forever and wrap at 2^32. A post stores the slot's metadata, then
+// publishes `head` with release ordering; the reader acquires it before the payload.
+//
+// Wire format. A slot of `bytes` payload is cut into `pieces` pieces (1 below 128 KiB,
+// else up to one per stream, 4 KiB aligned); piece j of slot sequence number `seq`
+// travels on stream (seq + j) % streams, prefixed by a 16-byte PieceHeader. Every stream
+// thus carries its pieces in increasing `seq` order, and the receiver writes each one
+// straight into the right offset of recv slot seq % nslots; the slot is complete when all
+// of its pieces are in. Flow control is TCP's: a receiver reads a piece only once its
+// slot is free, so a full FIFO leaves the data in the socket buffers and the sender's
+// send() meets EAGAIN.
+//
+// Sleeping. Each side announces sleep in a flag, re-checks its work, then sleeps (the
+// algorithm on a futex word, each lane in epoll_wait with an eventfd of its own). The
+// other side publishes its counter, issues a full fence and only when the flag is set
+// makes the wake-up system call, so a busy pipeline makes none.
+//
+// Failures. A connection that is reset, ends inside a chunk, or sends a malformed header
+// marks its peer failed (ridgeRemoteError with the reason); so does the orderly end of
+// all of a peer's connections (nothing more can arrive). checkPeer reports it, so only an
+// operation that waits on that peer fails. Waits are bounded by the executor's
+// RIDGE_TIMEOUT; connection set-up by RIDGE_TIMEOUT and the abort flag. Destruction
+// first lets the send lane finish the posted slots, so a peer that left right after its
+// last collective still delivers its data.
+#include <linux/futex.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <ctime>
+#include <thread>
+
+#include "bootstrap/bootstrap.h"
+#include "bootstrap/socket.h"
+#include "core/log.h"
+#include "core/settings.h"
+#include "transports/transport.h"
+
+namespace ridge {
+
+extern const TransportTable kSocketTransportTable;
+
+namespace {
+
+constexpr uint32_t kLastFlag = 1u << 31;
+constexpr uint32_t kPieceMagic = 0x52534b54u;  // "RSKT"
+constexpr uint32_t kHelloMagic = 0x52534b48u;  // "RSKH"
+constexpr uint32_t kMaxSlots = 64;
+constexpr int kMaxStreams = 16;
+// Pieces are at least this large: below it the cost of a header and a system call per
+// stream is larger than what striping gains.
+constexpr uint32_t kMinPiece = 64 << 10;
+constexpr uint32_t kPieceAlign = 4096;
+constexpr size_t kLine = 64;
+
+struct PieceHeader {
+  uint32_t seq;
+  uint32_t sizeAndLast;  // payload bytes of the whole slot | kLastFlag
+  uint16_t piece;
+  uint16_t pieces;
+  uint32_t check;  // kPieceMagic ^ seq ^ sizeAndLast: catches a stream out of step
+};
+static_assert(sizeof(PieceHeader) == 16);
+
+uint32_t headerCheck(const PieceHeader& h) {
+  return kPieceMagic ^ h.seq ^ h.sizeAndLast ^ (uint32_t{h.piece} << 16 | h.pieces);
+}
+
+// First message on every connection, from the connecting rank.
+struct Hello {
+  uint32_t magic;
+  int32_t fromRank;
+  uint32_t stream;
+  uint32_t streams;
+  uint64_t token;  // the accepting rank's token: proves the connection belongs to this communicator
+};
+
+// What every rank publishes through the bootstrap at set-up.
+struct Endpoint {
+  uint8_t addr[sizeof(sockaddr_storage)];
+  uint32_t addrLen;
+  uint32_t streams;
+  uint64_t token;
+  uint64_t slotBytes;
+  uint32_t nslots;
+  uint32_t pad;
+};
+
+uint32_t piecesFor(uint32_t bytes, int streams) {
+  uint32_t n = (bytes + kMinPiece - 1) / kMinPiece;
+  if (n > 1) n = bytes / kMinPiece;  // every piece holds at least kMinPiece
+  return std::clamp<uint32_t>(n, 1, static_cast<uint32_t>(streams));
+}
+
+void pieceRange(uint32_t bytes, uint32_t pieces, uint32_t j, uint32_t* off, uint32_t* len) {
+  uint64_t per = (uint64_t{bytes} + pieces - 1) / pieces;
+  per = (per + kPieceAlign - 1) / kPieceAlign * kPieceAlign;
+  uint64_t begin = std::min<uint64_t>(bytes, per * j);
+  uint64_t end = std::min<uint64_t>(bytes, begin + per);
+  *off = static_cast<uint32_t>(begin);
+  *len = static_cast<uint32_t>(end - begin);
+}
+
+long futexCall(std::atomic<uint32_t>* word, int op, uint32_t val, const timespec* ts) {
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, val, ts, nullptr, 0);
+}
+
+// Shared between the algorithm thread and the progress thread, one per direction and
+// peer. The two counters sit on their own cache lines.
+struct Fifo {
+  alignas(kLine) std::atomic<uint32_t> head{0};
+  alignas(kLine) std::atomic<uint32_t> tail{0};
+  alignas(kLine) uint32_t meta[kMaxSlots] = {};  // bytes | kLastFlag, written before head
+  char* data = nullptr;
+};
+
+class SocketTransport;
+
+class SockSend final : public SendConnector {
+ public:
+  SockSend(int peer, Fifo* fifo, uint32_t nslots, size_t slotBytes, SocketTransport* t)
+      : SendConnector(slotBytes, peer), fifo_(fifo), nslots_(nslots), transport_(t) {}
+  void* tryAcquire() override {
+    if (head_ - cachedTail_ >= nslots_) {
+      cachedTail_ = fifo_->tail.load(std::memory_order_acquire);
+      if (head_ - cachedTail_ >= nslots_) return nullptr;
+    }
+    return fifo_->data + static_cast<size_t>(head_ % nslots_) * slotBytes();
+  }
+  void post(uint32_t bytes, bool last) override;
+
+ private:
+  Fifo* fifo_;
+  uint32_t nslots_;
+  SocketTransport* transport_;
+  uint32_t head_ = 0;
+  uint32_t cachedTail_ = 0;
+};
+
+class SockRecv final : public RecvConnector {
+ public:
+  SockRecv(int peer, Fifo* fifo, uint32_t nslots, size_t slotBytes, SocketTransport* t)
+      : RecvConnector(slotBytes, peer), fifo_(fifo), nslots_(nslots), transport_(t) {}
+  const void* tryPeek(SlotInfo* info) override {
+    if (tail_ == cachedHead_) {
+      cachedHead_ = fifo_->head.load(std::memory_order_acquire);
+      if (tail_ == cachedHead_) return nullptr;
+    }
+    uint32_t meta = fifo_->meta[tail_ % nslots_];
+    info->bytes = meta & ~kLastFlag;
+    info->lastOfMessage = (meta & kLastFlag) != 0;
+    return fifo_->data + static_cast<size_t>(tail_ % nslots_) * slotBytes();
+  }
+  void release() override;
+
+ private:
+  Fifo* fifo_;
+  uint32_t nslots_;
+  SocketTransport* transport_;
+  uint32_t tail_ = 0;
+  uint32_t cachedHead_ = 0;
+};
+
+// Progress-thread state of one TCP connection.
+struct Stream {
+  int fd = -1;
+  int peer = -1;
+  int index = 0;
+  // Set by whichever lane sees the connection fail; both lanes then leave it alone.
+  std::atomic<bool> dead{false};
+  // Edge-triggered readiness: set by epoll, cleared when a call meets EAGAIN (readable by
+  // the receive lane only, writable by the send lane only).
+  bool readable = true;
+  bool writable = true;
+  Stream() = default;
+  Stream(Stream&& o) noexcept { *this = std::move(o); }
+  Stream& operator=(Stream&& o) noexcept {
+    fd = o.fd;
+    peer = o.peer;
+    index = o.index;
+    dead.store(o.dead.load());
+    return *this;
+  }
+  // Sending: the next slot sequence number to look at, and the piece being written.
+  uint32_t sendSeq = 0;
+  bool sending = false;
+  PieceHeader sendHdr{};
+  const char* sendPayload = nullptr;
+  uint32_t sendLen = 0;
+  uint32_t sendDone = 0;  // bytes of header + payload written
+  // Receiving: header bytes so far, then the payload of the current piece.
+  PieceHeader recvHdr{};
+  uint32_t hdrGot = 0;
+  bool inPayload = false;
+  char* recvPayload = nullptr;
+  uint32_t recvLen = 0;
+  uint32_t recvGot = 0;
+  uint32_t recvSeq = 0;  // of the piece in the payload phase (recvHdr may hold the next one)
+  uint32_t lastRecvSeq = 0;
+  bool anyRecv = false;
+  // The peer closed its side in an orderly way (end of stream at a piece boundary): all it
+  // sent on this stream has been read. Receive lane only.
+  bool eof = false;
+};
+
+// Progress-thread state of one peer.
+struct PeerState {
+  bool connected = false;
+  Fifo send;
+  Fifo recv;
+  std::vector<char> sendData, recvData;
+  // Send side: pieces finished per slot; tail as the progress thread knows it.
+  uint32_t sendTail = 0;
+  uint8_t sendDoneCount[kMaxSlots] = {};
+  // Recv side: pieces received per slot, and each slot's header fields.
+  uint32_t recvHead = 0;
+  uint8_t recvGotCount[kMaxSlots] = {};
+  uint8_t recvPieces[kMaxSlots] = {};
+  uint32_t recvSize[kMaxSlots] = {};  // sizeAndLast; 0xffffffff = no piece seen yet
+  std::vector<int> streams;           // indices into SocketTransport::streams_
+  // Failure, published once by the first lane to see one (message first, then the flag).
+  std::atomic<int> failClaimed{0};
+  int eofStreams = 0;  // receive lane only
+  std::string failure;
+  std::atomic<int> failed{0};
+  std::string name;  // "rank 3 at 10.0.0.2:41234" for messages
+};
+
+// One progress thread with its epoll set, wake-up eventfd and sleep flag.
+struct Lane {
+  bool sends = false;  // the send lane; else the receive lane
+  int epollFd = -1;
+  int eventFd = -1;
+  std::thread thread;
+  alignas(kLine) std::atomic<uint32_t> sleeping{0};
+  // Wakes the lane if it announced that it may sleep; the fence orders the caller's
+  // counter publish before the read of the flag (the lane fences the other way).
+  void wake() {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (sleeping.load(std::memory_order_relaxed)) [[unlikely]] {
+      uint64_t one = 1;
+      ssize_t n = ::write(eventFd, &one, sizeof one);
+      (void)n;  // EAGAIN means a wake-up is pending already
+    }
+  }
+};
+
+class SocketTransport final : public Transport {
+ public:
+  ~SocketTransport() override { shutdown(); }
+  const char* name() const override { return "socket"; }
+  SendConnector* sendTo(int peer) override {
+    return peer >= 0 && peer < static_cast<int>(send_.size()) ? send_[peer].get() : nullptr;
+  }
+  RecvConnector* recvFrom(int peer) override {
+    return peer >= 0 && peer < static_cast<int>(recv_.size()) ? recv_[peer].get() : nullptr;
+  }
+
+  void waitForActivity(int64_t maxWaitNs, bool (*stillIdle)(void*), void* arg) override {
+    uint32_t word = wakeWord_.load(std::memory_order_acquire);
+    algoSleeping_.store(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (stillIdle(arg)) {
+      timespec ts{static_cast<time_t>(maxWaitNs / 1000000000), static_cast<long>(maxWaitNs % 1000000000)};
+      futexCall(&wakeWord_, FUTEX_WAIT_PRIVATE, word, &ts);
+    }
+    algoSleeping_.store(0, std::memory_order_relaxed);
+  }
+
+  Status checkPeer(int peer) override {
+    if (peer < 0 || peer >= static_cast<int>(peers_.size()) || !peers_[peer] || !peers_[peer]->connected)
+      return Status::ok();
+    PeerState& p = *peers_[peer];
+    if (p.failed.load(std::memory_order_acquire)) return Status(ridgeRemoteError, p.failure);
+    if (progressFailed_.load(std::memory_order_acquire)) return Status(ridgeSystemError, progressFailure_);
+    return Status::ok();
+  }
+
+  Status connect(const TransportSetup& setup);
+
+  // Called by the connectors after publishing a counter: a post concerns the send lane,
+  // a release the receive lane (a piece may wait for that slot).
+  void wakeSendLane() { lanes_[0].wake(); }
+  void wakeRecvLane() { lanes_[1].wake(); }
+
+ private:
+  void wakeAlgorithm() {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (algoSleeping_.load(std::memory_order_relaxed)) [[unlikely]] {
+      wakeWord_.fetch_add(1, std::memory_order_release);
+      futexCall(&wakeWord_, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr);
+    }
+  }
+  void shutdown();
+  void progressLoop(Lane& lane);
+  bool pumpSend(Stream& s, PeerState& p);
+  bool pumpRecv(Stream& s, PeerState& p);
+  bool hasWork(const Lane& lane);
+  bool acceptPiece(Stream& s, PeerState& p);
+  void completeRecvPiece(Stream& s, PeerState& p);
+  void failPeer(PeerState& p, Stream& s, const std::string& why);
+
+  int rank_ = -1;
+  int timeoutSeconds_ = 0;
+  const std::atomic<bool>* abortFlag_ = nullptr;  // an aborted communicator skips the flush
+  int nstreams_ = 2;
+  uint32_t nslots_ = 4;
+  size_t slotBytes_ = 0;
+  std::vector<std::unique_ptr<PeerState>> peers_;  // by rank; null when not ours
+  std::vector<int> activePeers_;
+  std::vector<Stream> streams_;
+  std::vector<std::unique_ptr<SockSend>> send_;
+  std::vector<std::unique_ptr<SockRecv>> recv_;
+
+  Lane lanes_[2];  // send, receive
+  std::atomic<bool> stop_{false};
+  alignas(kLine) std::atomic<uint32_t> wakeWord_{0};
+  std::atomic<uint32_t> algoSleeping_{0};
+  std::atomic<int> progressClaimed_{0};
+  std::string progressFailure_;
+  std::atomic<bool> progressFailed_{false};
+};
+
+void SockSend::post(uint32_t bytes, bool last) {
+  fifo_->meta[head_ % nslots_] = bytes | (last ? kLastFlag : 0);
+  ++head_;
+  fifo_->head.store(head_, std::memory_order_release);
+  transport_->wakeSendLane();
+}
+
+void SockRecv::release() {
+  ++tail_;
+  fifo_->tail.store(tail_, std::memory_order_release);
+  transport_->wakeRecvLane();
+}
+
+void SocketTransport::shutdown() {
+  // A collective returns once its last chunk is posted, and the peer may still need it:
+  // let the send lane hand every posted slot to the kernel before the sockets close
+  // (closing then delivers the data ahead of the end of stream). Bounded by RIDGE_TIMEOUT
+  // and ends early for peers that failed or when the communicator was aborted.
+  if (lanes_[0].thread.joinable()) {
+    const auto giveUp = std::chrono::steady_clock::now() + std::chrono::seconds(std::max(1, timeoutSeconds_));
+    for (int peer : activePeers_) {
+      PeerState& p = *peers_[peer];
+      while (p.send.tail.load(std::memory_order_acquire) != p.send.head.load(std::memory_order_relaxed) &&
+             !p.failed.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < giveUp &&
+             !(abortFlag_ && abortFlag_->load(std::memory_order_relaxed)))
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  stop_.store(true);
+  for (Lane& lane : lanes_) {
+    if (!lane.thread.joinable()) continue;
+    lane.sleeping.store(1);
+    lane.wake();
+    lane.thread.join();
+  }
+  for (Stream& s : streams_)
+    if (s.fd >= 0) ::close(s.fd);
+  streams_.clear();
+  for (Lane& lane : lanes_) {
+    if (lane.epollFd >= 0) ::close(lane.epollFd);
+    if (lane.eventFd >= 0) ::close(lane.eventFd);
+    lane.epollFd = lane.eventFd = -1;
+  }
+}
+
+void SocketTransport::failPeer(PeerState& p, Stream& s, const std::string& why) {
+  // The sockets stay open (and registered) until the transport is destroyed, so the other
+  // lane never touches a closed descriptor; both lanes skip dead streams.
+  for (int idx : p.streams) streams_[idx].dead.store(true, std::memory_order_relaxed);
+  int expected = 0;
+  if (!p.failClaimed.compare_exchange_strong(expected, 1)) return;
+  p.failure = format("socket: rank %d: connection %d of %d to %s: %s", rank_, s.index + 1, nstreams_,
+                     p.name.c_str(), why.c_str());
+  p.failed.store(1, std::memory_order_release);
+  // Logged at INFO only: a peer that finished and left is no error unless someone waits on it.
+  RIDGE_INFO("%s", p.failure.c_str());
+  wakeAlgorithm();
+}
+
+// Writes as much of this stream's share of the posted slots as the socket takes.
+bool SocketTransport::pumpSend(Stream& s, PeerState& p) {
+  bool progressed = false;
+  while (!s.dead.load(std::memory_order_relaxed) && s.writable) {
+    if (!s.sending) {
+      // Find the next posted slot that has a piece for this stream.
+      const uint32_t head = p.send.head.load(std::memory_order_acquire);
+      bool found = false;
+      while (s.sendSeq != head) {
+        const uint32_t seq = s.sendSeq;
+        const uint32_t meta = p.send.meta[seq % nslots_];
+        const uint32_t bytes = meta & ~kLastFlag;
+        const uint32_t pieces = piecesFor(bytes, nstreams_);
+        const uint32_t j =
+            static_cast<uint32_t>((s.index - static_cast<int>(seq % nstreams_) + nstreams_) % nstreams_);
+        if (j >= pieces) {
+          ++s.sendSeq;
+          continue;
+        }
+        uint32_t off = 0, len = 0;
+        pieceRange(bytes, pieces, j, &off, &len);
+        s.sendHdr = PieceHeader{seq, meta, static_cast<uint16_t>(j), static_cast<uint16_t>(pieces), 0};
+        s.sendHdr.check = headerCheck(s.sendHdr);
+        s.sendPayload = p.send.data + static_cast<size_t>(seq % nslots_) * slotBytes_ + off;
+        s.sendLen = len;
+        s.sendDone = 0;
+        s.sending = true;
+        found = true;
+        break;
+      }
+      if (!found) return progressed;
+    }
+    iovec iov[2];
+    int n = 0;
+    if (s.sendDone < sizeof(PieceHeader)) {
+      iov[n++] = {reinterpret_cast<char*>(&s.sendHdr) + s.sendDone, sizeof(PieceHeader) - s.sendDone};
+      if (s.sendLen) iov[n++] = {const_cast<char*>(s.sendPayload), s.sendLen};
+    } else {
+      const uint32_t off = s.sendDone - static_cast<uint32_t>(sizeof(PieceHeader));
+      iov[n++] = {const_cast<char*>(s.sendPayload) + off, s.sendLen - off};
+    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(n);
+    ssize_t w = ::sendmsg(s.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0) {
+      int err = errno;
+      if (err == EINTR) continue;
+      if (err == EAGAIN || err == EWOULDBLOCK) {
+        s.writable = false;
+        return progressed;
+      }
+      failPeer(p, s,
+               err == ECONNRESET ? "connection reset by the peer (it exited or aborted)"
+               : err == EPIPE    ? "the peer closed the connection"
+                                 : format("send failed: %s", std::strerror(err)));
+      return true;
+    }
+    progressed = true;
+    s.sendDone += static_cast<uint32_t>(w);
+    if (s.sendDone < sizeof(PieceHeader) + s.sendLen) continue;
+    // Piece written: count it, and hand back every leading slot whose pieces are all out.
+    s.sending = false;
+    const uint32_t seq = s.sendHdr.seq;
+    ++p.sendDoneCount[seq % nslots_];
+    ++s.sendSeq;
+    bool advanced = false;
+    const uint32_t head = p.send.head.load(std::memory_order_acquire);
+    while (p.sendTail != head) {
+      const uint32_t slot = p.sendTail % nslots_;
+      const uint32_t pieces = piecesFor(p.send.meta[slot] & ~kLastFlag, nstreams_);
+      if (p.sendDoneCount[slot] < pieces) break;
+      p.sendDoneCount[slot] = 0;
+      ++p.sendTail;
+      advanced = true;
+    }
+    if (advanced) {
+      p.send.tail.store(p.sendTail, std::memory_order_release);
+      wakeAlgorithm();
+    }
+  }
+  return progressed;
+}
+
+// Header of the next piece is complete: checks it and, once its slot is free, points the
+// payload phase at the right place in the slot. False while the slot is still in use.
+bool SocketTransport::acceptPiece(Stream& s, PeerState& p) {
+  const PieceHeader& h = s.recvHdr;
+  const uint32_t bytes = h.sizeAndLast & ~kLastFlag;
+  const bool sane = h.check == headerCheck(h) && h.pieces >= 1 && h.pieces <= nstreams_ &&
+                    h.piece < h.pieces && bytes <= slotBytes_ && h.pieces == piecesFor(bytes, nstreams_) &&
+                    (h.seq + h.piece) % nstreams_ == static_cast<uint32_t>(s.index) &&
+                    (!s.anyRecv || static_cast<int32_t>(h.seq - s.lastRecvSeq) > 0) &&
+                    static_cast<int32_t>(h.seq - p.recvHead) >= 0;
+  if (!sane) {
+    failPeer(p, s,
+             format("malformed piece header (seq %u, size %u, piece %u of %u): the peer runs a "
+                    "different Ridge build or settings (RIDGE_SOCKET_STREAMS/CHUNK must match)",
+                    h.seq, bytes, h.piece, h.pieces));
+    return false;
+  }
+  // The slot must have been released by the algorithm (at most nslots in flight).
+  const uint32_t tail = p.recv.tail.load(std::memory_order_acquire);
+  if (h.seq - tail >= nslots_) return false;
+  const uint32_t slot = h.seq % nslots_;
+  if (p.recvSize[slot] == 0xffffffffu) {
+    p.recvSize[slot] = h.sizeAndLast;
+    p.recvPieces[slot] = static_cast<uint8_t>(h.pieces);
+  } else if (p.recvSize[slot] != h.sizeAndLast || p.recvPieces[slot] != h.pieces) {
+    failPeer(p, s, format("streams disagree on the size of chunk %u", h.seq));
+    return false;
+  }
+  uint32_t off = 0, len = 0;
+  pieceRange(bytes, h.pieces, h.piece, &off, &len);
+  s.recvPayload = p.recv.data + static_cast<size_t>(slot) * slotBytes_ + off;
+  s.recvLen = len;
+  s.recvGot = 0;
+  s.inPayload = true;
+  s.recvSeq = h.seq;
+  s.lastRecvSeq = h.seq;
+  s.anyRecv = true;
+  return true;
+}
+
+void SocketTransport::completeRecvPiece(Stream& s, PeerState& p) {
+  s.inPayload = false;
+  s.hdrGot = 0;
+  const uint32_t slot = s.recvSeq % nslots_;
+  ++p.recvGotCount[slot];
+  bool advanced = false;
+  while (true) {
+    const uint32_t h = p.recvHead % nslots_;
+    if (p.recvSize[h] == 0xffffffffu || p.recvGotCount[h] < p.recvPieces[h]) break;
+    p.recv.meta[h] = p.recvSize[h];
+    p.recvSize[h] = 0xffffffffu;
+    p.recvGotCount[h] = 0;
+    ++p.recvHead;
+    advanced = true;
+  }
+  if (advanced) {
+    p.recv.head.store(p.recvHead, std::memory_order_release);
+    wakeAlgorithm();
+  }
+}
+
+// Reads pieces into free recv slots until the socket is empty or the next slot is busy.
+bool SocketTransport::pumpRecv(Stream& s, PeerState& p) {
+  bool progressed = false;
+  while (!s.dead.load(std::memory_order_relaxed) && !s.eof && s.readable) {
+    iovec iov[2];
+    int n = 0;
+    const bool headerPhase = !s.inPayload;
+    if (headerPhase && s.hdrGot == sizeof(PieceHeader)) {
+      // A whole header is buffered (read together with the previous payload).
+      if (!acceptPiece(s, p)) return progressed;
+      if (s.recvLen == 0) {
+        completeRecvPiece(s, p);
+        progressed = true;
+      }
+      continue;
+    }
+    if (headerPhase) {
+      iov[n++] = {reinterpret_cast<char*>(&s.recvHdr) + s.hdrGot, sizeof(PieceHeader) - s.hdrGot};
+    } else {
+      // The rest of the payload, and the next header behind it in the same call.
+      iov[n++] = {s.recvPayload + s.recvGot, s.recvLen - s.recvGot};
+      iov[n++] = {reinterpret_cast<char*>(&s.recvHdr), sizeof(PieceHeader)};
+    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(n);
+    ssize_t r = ::recvmsg(s.fd, &msg, MSG_DONTWAIT);
+    if (r < 0) {
+      int err = errno;
+      if (err == EINTR) continue;
+      if (err == EAGAIN || err == EWOULDBLOCK) {
+        s.readable = false;
+        return progressed;
+      }
+      failPeer(p, s,
+               err == ECONNRESET ? "connection reset by the peer (it exited or aborted)"
+                                 : format("receive failed: %s", std::strerror(err)));
+      return true;
+    }
+    if (r == 0) {
+      if (s.inPayload || s.hdrGot) {
+        failPeer(p, s, "the peer closed the connection in the middle of a chunk");
+        return true;
+      }
+      // A peer that finished and left closes every stream after its last data; another
+      // stream may still hold data we have not read (its slot was busy). Only when every
+      // stream has ended can nothing more arrive: then a wait on this peer is an error.
+      s.eof = true;
+      s.readable = false;
+      if (++p.eofStreams == nstreams_)
+        failPeer(p, s, "the peer closed its connections (it exited or destroyed its communicator)");
+      return true;
+    }
+    progressed = true;
+    uint32_t got = static_cast<uint32_t>(r);
+    if (headerPhase) {
+      s.hdrGot += got;
+      continue;
+    }
+    const uint32_t toPayload = std::min(got, s.recvLen - s.recvGot);
+    s.recvGot += toPayload;
+    if (s.recvGot == s.recvLen) {
+      const uint32_t extra = got - toPayload;
+      completeRecvPiece(s, p);  // resets hdrGot
+      s.hdrGot = extra;
+    }
+  }
+  return progressed;
+}
+
+bool SocketTransport::hasWork(const Lane& lane) {
+  for (Stream& s : streams_) {
+    if (s.dead.load(std::memory_order_relaxed)) continue;
+    PeerState& p = *peers_[s.peer];
+    if (lane.sends) {
+      if (s.writable && (s.sending || s.sendSeq != p.send.head.load(std::memory_order_acquire))) return true;
+      continue;
+    }
+    if (!s.readable || s.eof) continue;
+    if (s.inPayload || s.hdrGot < sizeof(PieceHeader)) return true;
+    // A buffered header waits for its slot.
+    if (s.recvHdr.seq - p.recv.tail.load(std::memory_order_acquire) < nslots_) return true;
+  }
+  return false;
+}
+
+void SocketTransport::progressLoop(Lane& lane) {
+  epoll_event events[64];
+  while (!stop_.load(std::memory_order_relaxed)) {
+    bool progressed = false;
+    for (Stream& s : streams_) {
+      if (s.dead.load(std::memory_order_relaxed)) continue;
+      PeerState& p = *peers_[s.peer];
+      progressed |= lane.sends ? pumpSend(s, p) : pumpRecv(s, p);
+    }
+    int timeoutMs = 0;
+    if (!progressed) {
+      lane.sleeping.store(1, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      // Long sleeps are fine: posts, releases, socket events and shutdown all wake us.
+      timeoutMs = hasWork(lane) || stop_.load() ? 0 : 1000;
+    }
+    // With progress, a zero-timeout poll still collects readiness edges of the streams
+    // that met EAGAIN, so that a busy stream cannot starve an idle one.
+    int n = epoll_wait(lane.epollFd, events, 64, timeoutMs);
+    lane.sleeping.store(0, std::memory_order_relaxed);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int expected = 0;
+      if (progressClaimed_.compare_exchange_strong(expected, 1)) {
+        progressFailure_ = format("socket: rank %d: epoll_wait failed: %s", rank_, std::strerror(errno));
+        progressFailed_.store(true, std::memory_order_release);
+      }
+      wakeAlgorithm();
+      return;
+    }
+    for (int i = 0; i < n; ++i) {
+      const uint64_t key = events[i].data.u64;
+      if (key == UINT64_MAX) {
+        uint64_t v;
+        ssize_t r = ::read(lane.eventFd, &v, sizeof v);
+        (void)r;
+        continue;
+      }
+      Stream& s = streams_[key];
+      const uint32_t ev = events[i].events;
+      if (lane.sends && (ev & (EPOLLOUT | EPOLLHUP | EPOLLERR))) s.writable = true;
+      if (!lane.sends && (ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP))) s.readable = true;
+    }
+  }
+}
+
+Status SocketTransport::connect(const TransportSetup& setup) {
+  rank_ = setup.rank;
+  timeoutSeconds_ = setup.timeoutSeconds;
+  abortFlag_ = setup.abortFlag;
+  const int P = setup.nranks;
+  // Which peers this transport serves: those no earlier transport (shm) takes.
+  peers_.resize(P);
+  send_.resize(P);
+  recv_.resize(P);
+  bool mixed = false;  // some pairs use shm: the pipeline chunk must then be shm's
+  for (int peer = 0; peer < P; ++peer) {
+    if (peer == rank_) continue;
+    bool earlier = false;
+    for (const TransportTable* t : registeredTransports()) {
+      if (t == &kSocketTransportTable) break;
+      earlier = earlier || t->canConnect(setup, rank_, peer);
+    }
+    if (!earlier && kSocketTransportTable.canConnect(setup, rank_, peer)) {
+      peers_[peer] = std::make_unique<PeerState>();
+      activePeers_.push_back(peer);
+    }
+  }
+  for (int a = 0; a < P && !mixed; ++a)
+    for (int b = a + 1; b < P && !mixed; ++b)
+      for (const TransportTable* t : registeredTransports()) {
+        if (t == &kSocketTransportTable) break;
+        mixed = mixed || t->canConnect(setup, a, b);
+      }
+
+  int64_t streams = settingInt(Setting::SOCKET_STREAMS);
+  if (streams < 1 || streams > kMaxStreams) {
+    RIDGE_WARN("RIDGE_SOCKET_STREAMS=%lld is outside 1..%d; using 2", static_cast<long long>(streams),
+               kMaxStreams);
+    streams = 2;
+  }
+  int64_t slots = settingInt(Setting::SOCKET_SLOTS);
+  if (slots < 2 || slots > kMaxSlots) {
+    // One slot would let a ring deadlock (see the shm transport).
+    RIDGE_WARN("RIDGE_SOCKET_SLOTS=%lld is outside 2..%u; using 4", static_cast<long long>(slots), kMaxSlots);
+    slots = 4;
+  }
+  int64_t chunk = settingSize(Setting::SOCKET_CHUNK);
+  if (chunk < 4096 || chunk > (64ll << 20)) {
+    RIDGE_WARN("RIDGE_SOCKET_CHUNK=%lld is outside 4K..64M; using 256K", static_cast<long long>(chunk));
+    chunk = 256 << 10;
+  }
+  if (mixed) {
+    // The algorithms cut a message into chunks of one size on every rank, and that size
+    // comes from whichever connector a rank happens to use: match shm's slot.
+    int64_t shmSlot = settingSize(Setting::SHM_SLOT_BYTES);
+    if (shmSlot < 4096 || shmSlot > (1ll << 30)) shmSlot = 256 << 10;
+    chunk = shmSlot;
+  }
+  chunk = (chunk + 4095) / 4096 * 4096;
+  nstreams_ = static_cast<int>(streams);
+  nslots_ = static_cast<uint32_t>(slots);
+  slotBytes_ = static_cast<size_t>(chunk);
+
+  // Listen on the interface the bootstrap rules pick, publish address and token.
+  SocketAddress addr;
+  std::string ifName;
+  RIDGE_TRY(selectInterface(AF_UNSPEC, &addr, &ifName));
+  addr.setPort(0);
+  Socket listener;
+  SocketAddress bound;
+  RIDGE_TRY(listenOn(addr, &listener, &bound));
+  std::vector<Endpoint> eps(P);
+  Endpoint& me = eps[rank_];
+  std::memcpy(me.addr, &bound.storage, bound.length);
+  me.addrLen = bound.length;
+  me.streams = static_cast<uint32_t>(nstreams_);
+  me.token = randomNonce();
+  me.slotBytes = slotBytes_;
+  me.nslots = nslots_;
+  RIDGE_TRY(setup.bootstrap->allGather(eps.data(), sizeof(Endpoint)));
+  for (int r = 0; r < P; ++r) {
+    if (eps[r].streams != me.streams || eps[r].slotBytes != me.slotBytes || eps[r].nslots != me.nslots)
+      return makeError(ridgeInvalidUsage,
+                       "socket: rank %d uses %u streams, %llu-byte chunks, %u slots but rank %d uses %u, "
+                       "%llu, %u: RIDGE_SOCKET_STREAMS, RIDGE_SOCKET_CHUNK and RIDGE_SOCKET_SLOTS must be "
+                       "the same on every rank",
+                       rank_, me.streams, static_cast<unsigned long long>(me.slotBytes), me.nslots, r,
+                       eps[r].streams, static_cast<unsigned long long>(eps[r].slotBytes), eps[r].nslots);
+  }
+  const int64_t bufBytes = settingSize(Setting::SOCKET_BUFFER);
+  auto tune = [&](int fd) {
+    if (bufBytes > 0) {
+      int v = static_cast<int>(std::min<int64_t>(bufBytes, INT_MAX));
+      setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
+      setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof v);
+    }
+  };
+  auto peerAddr = [&](int r) {
+    return SocketAddress::fromSockaddr(reinterpret_cast<const sockaddr*>(eps[r].addr), eps[r].addrLen);
+  };
+  for (int peer : activePeers_) {
+    PeerState& p = *peers_[peer];
+    p.name = format("rank %d at %s", peer, peerAddr(peer).toString().c_str());
+    p.streams.assign(nstreams_, -1);
+  }
+
+  // Connect to higher ranks (the kernel completes the handshake from the listen backlog,
+  // so nobody waits for the other side's accept), then accept from lower ranks.
+  const Deadline deadline = Deadline::after(setup.timeoutSeconds, setup.abortFlag);
+  std::vector<Socket> owned;  // closed on any failure below
+  auto addStream = [&](int peer, int index, Socket sock) {
+    tune(sock.fd());
+    Stream s;
+    s.fd = sock.fd();
+    s.peer = peer;
+    s.index = index;
+    peers_[peer]->streams[index] = static_cast<int>(streams_.size());
+    streams_.push_back(std::move(s));
+    owned.push_back(std::move(sock));
+  };
+  int expectAccepts = 0;
+  for (int peer : activePeers_) {
+    if (peer < rank_) {
+      expectAccepts += nstreams_;
+      continue;
+    }
+    const SocketAddress to = peerAddr(peer);
+    for (int i = 0; i < nstreams_; ++i) {
+      std::string who = format("socket: rank %d: connection %d of %d to rank %d at %s", rank_, i + 1,
+                               nstreams_, peer, to.toString().c_str());
+      Socket sock;
+      RIDGE_TRY(connectWithRetry(to, deadline, who, &sock));
+      Hello h{kHelloMagic, rank_, static_cast<uint32_t>(i), static_cast<uint32_t>(nstreams_),
+              eps[peer].token};
+      RIDGE_TRY(sendAll(sock.fd(), &h, sizeof h, deadline, who));
+      addStream(peer, i, std::move(sock));
+    }
+  }
+  for (int got = 0; got < expectAccepts;) {
+    Socket sock;
+    SocketAddress from;
+    std::string who = format("socket: rank %d: waiting for %d more connections from lower ranks", rank_,
+                             expectAccepts - got);
+    RIDGE_TRY(acceptWithDeadline(listener, deadline, who, &sock, &from));
+    Hello h{};
+    Status s = recvAll(sock.fd(), &h, sizeof h, deadline.capped(std::chrono::milliseconds(5000)),
+                       "socket: hello from " + from.toString());
+    if (!s.isOk() || h.magic != kHelloMagic || h.token != me.token || h.fromRank < 0 || h.fromRank >= rank_ ||
+        !peers_[h.fromRank] || h.streams != static_cast<uint32_t>(nstreams_) ||
+        h.stream >= static_cast<uint32_t>(nstreams_) || peers_[h.fromRank]->streams[h.stream] >= 0) {
+      // Not one of ours (another communicator, a port scanner, a duplicate): drop it.
+      RIDGE_INFO("socket: rank %d: dropped an unexpected connection from %s", rank_, from.toString().c_str());
+      continue;
+    }
+    addStream(h.fromRank, static_cast<int>(h.stream), std::move(sock));
+    ++got;
+  }
+
+  // Slot memory, connectors, epoll.
+  for (int peer : activePeers_) {
+    PeerState& p = *peers_[peer];
+    p.sendData.assign(nslots_ * slotBytes_, 0);
+    p.recvData.assign(nslots_ * slotBytes_, 0);
+    p.send.data = p.sendData.data();
+    p.recv.data = p.recvData.data();
+    std::fill(std::begin(p.recvSize), std::end(p.recvSize), 0xffffffffu);
+    p.connected = true;
+    send_[peer] = std::make_unique<SockSend>(peer, &p.send, nslots_, slotBytes_, this);
+    recv_[peer] = std::make_unique<SockRecv>(peer, &p.recv, nslots_, slotBytes_, this);
+  }
+  for (int l = 0; l < 2; ++l) {
+    Lane& lane = lanes_[l];
+    lane.sends = l == 0;
+    lane.epollFd = epoll_create1(EPOLL_CLOEXEC);
+    lane.eventFd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (lane.epollFd < 0 || lane.eventFd < 0) return systemError("socket: epoll_create1/eventfd");
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = UINT64_MAX;
+    if (epoll_ctl(lane.epollFd, EPOLL_CTL_ADD, lane.eventFd, &ev) != 0)
+      return systemError("socket: epoll_ctl(eventfd)");
+    for (size_t i = 0; i < streams_.size(); ++i) {
+      ev.events = (lane.sends ? EPOLLOUT : EPOLLIN | EPOLLRDHUP) | EPOLLET;
+      ev.data.u64 = i;
+      if (epoll_ctl(lane.epollFd, EPOLL_CTL_ADD, streams_[i].fd, &ev) != 0)
+        return systemError("socket: epoll_ctl");
+    }
+  }
+  for (Socket& s : owned) s.release();  // the streams own them now
+  for (Lane& lane : lanes_) lane.thread = std::thread([this, &lane] { progressLoop(lane); });
+  RIDGE_INFO("socket: rank %d: %zu peers over %s (%s), %d streams each, %u slots of %zu bytes", rank_,
+             activePeers_.size(), ifName.c_str(), bound.toString().c_str(), nstreams_, nslots_, slotBytes_);
+  return Status::ok();
+}
+
+bool socketCanConnect(const TransportSetup& setup, int a, int b) {
+  // Between hosts always (RIDGE_NET auto or socket); within a host only when shm is off.
+  const std::string net = settingString(Setting::NET);
+  if (net != "auto" && net != "socket" && net != "AUTO") return false;
+  if (setup.hostHashOfRank[a] != setup.hostHashOfRank[b]) return true;
+  return settingInt(Setting::SHM) == 0;
+}
+
+Status socketCreate(const TransportSetup& setup, std::unique_ptr<Transport>* out) {
+  auto t = std::make_unique<SocketTransport>();
+  RIDGE_TRY(t->connect(setup));
+  *out = std::move(t);
+  return Status::ok();
+}
+
+}  // namespace
+
+extern const TransportTable kSocketTransportTable = {sizeof(TransportTable), kTransportTableVersion, "socket",
+                                                     socketCanConnect, socketCreate};
+
+}  // namespace ridge
