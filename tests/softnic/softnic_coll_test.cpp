@@ -4,6 +4,9 @@
 // the wire. Inputs and references come from tests/coll/test_data.h, as in the collective
 // matrix; every output element is checked, and each rank reports its NIC counters so the
 // parent can prove that the network path ran and that injected faults were repaired.
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -269,6 +272,46 @@ TEST(SoftnicColl, SharedMatrixRanks2) {
 }
 TEST(SoftnicColl, SharedMatrixRanks4) {
   runSharedMatrix(4, 170);
+}
+
+// Regression: a rank that sends its last message and destroys its communicator at once
+// (no finalize) must not take the message with it. Before the transport waited for its
+// posted writes to be acknowledged on destroy, the receiver, arriving late, saw "the
+// connection to rank 0 was closed" instead of the data (seen in CI as a flaky 4-rank
+// matrix). The receiver sleeps so that the sender is surely gone before it asks.
+TEST(SoftnicColl, SenderThatLeavesAtOnceStillDelivers) {
+  NetEnv env(nullptr);
+  ridgeUniqueId id;
+  if (!makeUniqueId(&id)) return;
+  const size_t count = 96 * 1024;  // 384 KiB of int32: two slots, fits the receive ring
+  LaunchResult res = launchRanks(2, 60, [&](int rank, Reporter& rep) {
+    ridgeComm_t comm = initRank(2, id, rank, rep);
+    if (!comm) return 2;
+    std::vector<int32_t> buf(count);
+    if (rank == 0) {
+      for (size_t i = 0; i < count; ++i) buf[i] = static_cast<int32_t>(i * 2654435761u);
+      ridgeResult_t r = ridgeSend(buf.data(), count, ridgeInt32, 1, comm, nullptr);
+      if (r != ridgeSuccess) rep.fail("send", describeResult(r, comm));
+      ridgeCommDestroy(comm);
+      return r == ridgeSuccess ? 0 : 1;
+    }
+    usleep(300 * 1000);
+    std::fill(buf.begin(), buf.end(), -1);
+    ridgeResult_t r = ridgeRecv(buf.data(), count, ridgeInt32, 0, comm, nullptr);
+    if (r != ridgeSuccess) {
+      rep.fail("recv after the sender left", describeResult(r, comm));
+      ridgeCommDestroy(comm);
+      return 1;
+    }
+    for (size_t i = 0; i < count; ++i)
+      if (buf[i] != static_cast<int32_t>(i * 2654435761u)) {
+        rep.fail("recv after the sender left", "element " + std::to_string(i) + " differs");
+        break;
+      }
+    ridgeCommDestroy(comm);
+    return 0;
+  });
+  reportChildFailures(res, "sender that leaves at once");
 }
 
 }  // namespace

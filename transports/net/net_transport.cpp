@@ -21,7 +21,9 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
+#include <chrono>
 #include <cstring>
 #include <unordered_map>
 
@@ -114,6 +116,7 @@ struct ConnectEntry {
 class NetTransport final : public Transport {
  public:
   ~NetTransport() override {
+    drainPostedWrites();
     send_.clear();
     recv_.clear();
     // QPs before the CQ, regions before the PD, the PD before the device.
@@ -138,6 +141,9 @@ class NetTransport final : public Transport {
   Status checkPeer(int peer) override {
     NetPeer* p = peer >= 0 && peer < static_cast<int>(byRank_.size()) ? byRank_[peer] : nullptr;
     if (!p) return Status::ok();
+    // Data that already landed can still be consumed: the peer may have closed after its
+    // last write was acknowledged, which is how a finished peer leaves.
+    if (p->arrived != p->consumed) return Status::ok();
     if (!p->failure.isOk()) return p->failure;
     if (p->qp->state() == QpState::Error)
       return makeError(ridgeRemoteError, "%s: the connection to rank %d failed (queue pair in error state)",
@@ -146,6 +152,26 @@ class NetTransport final : public Transport {
   }
 
   Status connect(const TransportSetup& setup, const std::string& providerName);
+
+  // Before the QPs go away, waits until every write this rank posted was acknowledged.
+  // A rank that finished its last collective may destroy its communicator while its last
+  // slots are still on the wire (or, on one host, still to be read from its staging memory
+  // by the peer's NIC); closing then would lose them and the peer would see a closed
+  // connection instead of its data. Bounded by RIDGE_TIMEOUT, skipped after an abort.
+  void drainPostedWrites() {
+    if (!cq_ || (abortFlag_ && abortFlag_->load())) return;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeoutSeconds_);
+    for (;;) {
+      bool pending = false;
+      for (auto& p : peers_)
+        pending = pending || (p->failure.isOk() && (p->sendDone != p->posted || p->creditSendsInFlight != 0));
+      if (!pending || std::chrono::steady_clock::now() > deadline) return;
+      progress();
+      if (abortFlag_ && abortFlag_->load()) return;
+      cq_->wait(
+          1000000, [](void*) { return true; }, nullptr);
+    }
+  }
 
   // Drains the CQ and dispatches completions; returns credits that are owed.
   void progress() {
@@ -251,6 +277,8 @@ class NetTransport final : public Transport {
   char* sendBase_ = nullptr;
   char* recvBase_ = nullptr;
   size_t areaBytes_ = 0;
+  const std::atomic<bool>* abortFlag_ = nullptr;
+  int timeoutSeconds_ = 10;
 };
 
 void* NetSend::tryAcquire() {
@@ -302,6 +330,8 @@ void NetRecv::release() {
 
 Status NetTransport::connect(const TransportSetup& setup, const std::string& providerName) {
   name_ = "net/" + providerName;
+  abortFlag_ = setup.abortFlag;
+  if (setup.timeoutSeconds > 0) timeoutSeconds_ = setup.timeoutSeconds;
   int64_t slots = settingInt(Setting::RDMA_SLOTS);
   if (slots < 2 || slots > kMaxSlots) {
     RIDGE_WARN("RIDGE_RDMA_SLOTS=%lld is outside 2..%u; using 4", static_cast<long long>(slots), kMaxSlots);
