@@ -380,12 +380,16 @@ TEST(SoftnicEngine, SendQueueFullIsReported) {
   ASSERT_TRUE(p->pdB->registerMemory(dst.data(), dst.size(), kAccessRemoteWrite, &md).isOk());
   int accepted = 0;
   Status last;
-  for (int i = 0; i < 16; ++i) {
+  // The engine retires WQEs while the loop posts, so how many are accepted before the
+  // queue is full depends on timing (at least the 4 entries of the queue); what must hold
+  // is that a full queue is refused with a clear error rather than overwritten.
+  for (int i = 0; i < 64; ++i) {
     last = p->qpA->postSend(writeWqe(kWqeRdmaWrite, *ms, 0, *md, 0, 60000, i));
     if (!last.isOk()) break;
     ++accepted;
   }
-  EXPECT_LE(accepted, 4);
+  EXPECT_GE(accepted, 4);
+  EXPECT_LT(accepted, 64);
   EXPECT_EQ(last.code(), ridgeInternalError);
   auto c = pollN(p->cqA.get(), accepted, 20);
   EXPECT_EQ(c.size(), size_t(accepted));
