@@ -38,4 +38,12 @@ const std::vector<const TransportTable*>& registeredTransports() {
   return tables();
 }
 
+bool connectedBefore(const TransportTable* table, const TransportSetup& setup, int a, int b) {
+  for (const TransportTable* t : tables()) {
+    if (t == table) return false;
+    if (t->canConnect(setup, a, b)) return true;
+  }
+  return false;
+}
+
 }  // namespace ridge

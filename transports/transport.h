@@ -129,5 +129,8 @@ struct TransportTable {
 bool registerTransport(const TransportTable* table);
 // Registered tables in priority order (the first that can connect a pair wins).
 const std::vector<const TransportTable*>& registeredTransports();
+// Whether a table registered before `table` can connect ranks a and b, so that the pair is
+// not `table`'s to carry.
+bool connectedBefore(const TransportTable* table, const TransportSetup& setup, int a, int b);
 
 }  // namespace ridge

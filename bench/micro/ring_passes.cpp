@@ -34,14 +34,15 @@ int main(int argc, char** argv) {
         ridge::streamCopy(dst + off, slot.data(), kChunk);
       }
     }
-    *usPerIter = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / kIters;
+    *usPerIter =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / kIters;
   };
   double us[2];
   std::thread a(rank, &us[0]), b(rank, &us[1]);
   a.join();
   b.join();
   const double worst = us[0] > us[1] ? us[0] : us[1];
-  std::printf("%zu MiB per rank: %.0f us per allreduce-equivalent -> %.2f GB/s algbw ceiling\n", bytes >> 20, worst,
-              bytes / worst / 1e3);
+  std::printf("%zu MiB per rank: %.0f us per allreduce-equivalent -> %.2f GB/s algbw ceiling\n", bytes >> 20,
+              worst, bytes / worst / 1e3);
   return 0;
 }

@@ -22,8 +22,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <atomic>
-
 #include "transports/verbs/verbs_layout.h"
 
 // ---- Memory-ordering layer ------------------------------------------------------------
@@ -31,14 +29,8 @@
 // orders them before later stores as seen by every agent on the system (the NIC included).
 // On the host the same places take release/acquire fences, which is what the software NIC's
 // engine thread needs. Loads of words the NIC writes (credits, CQE owner bytes) go through
-// volatile so the compiler re-reads them on every poll.
-#if defined(__CUDA_ARCH__)
-#define RIDGE_GDR_FENCE_RELEASE() __threadfence_system()
-#define RIDGE_GDR_FENCE_ACQUIRE() __threadfence_system()
-#else
-#define RIDGE_GDR_FENCE_RELEASE() std::atomic_thread_fence(std::memory_order_release)
-#define RIDGE_GDR_FENCE_ACQUIRE() std::atomic_thread_fence(std::memory_order_acquire)
-#endif
+// volatile so the compiler re-reads them on every poll. The fences are verbs_layout.h's
+// (verbsReleaseFence / verbsAcquireFence), shared with the host posters of both providers.
 
 namespace ridge {
 namespace gdr {
@@ -186,7 +178,7 @@ RIDGE_HOST_DEVICE inline char* tryAcquireSlot(const SendChannel& ch, SendState* 
   }
   st->stalledLocal = 0;
   st->stalledRemote = 0;
-  RIDGE_GDR_FENCE_ACQUIRE();  // the NIC's reads of the slot are done before we overwrite it
+  verbs::verbsAcquireFence();  // the NIC's reads of the slot are done before we overwrite it
   return stagingSlot(ch, st->seq) + kSlotHeaderBytes;
 }
 
@@ -239,7 +231,7 @@ RIDGE_HOST_DEVICE inline void writeWqe(const verbs::SendRingView& sq, uint32_t p
   tmp.qpn = sq.qpn;
   tmp.index = static_cast<uint16_t>(pi - (1u << sq.log2Size));  // still "last pass"
   *slot = tmp;
-  RIDGE_GDR_FENCE_RELEASE();
+  verbs::verbsReleaseFence();
   *reinterpret_cast<volatile uint16_t*>(&slot->index) = static_cast<uint16_t>(pi);
 }
 

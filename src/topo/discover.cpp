@@ -7,7 +7,6 @@
 // the live machine can tell (exact PCIe width and rate, port states and rates, NVLinks).
 #include "topo/discover.h"
 
-#include <dirent.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -18,13 +17,13 @@
 #include <cstring>
 #include <initializer_list>
 #include <map>
-#include <set>
 
 #include "core/log.h"
 #include "topo/graph_build.h"
 #include "topo/load.h"
 #include "topo/nvml_loader.h"
 #include "topo/pci.h"
+#include "topo/sysfs.h"
 
 #ifdef RIDGE_HAVE_HWLOC
 #include <hwloc.h>
@@ -42,36 +41,12 @@ double msSince(Clock::time_point start) {
 
 const std::string kPciDevices = "/sys/bus/pci/devices/";
 
-bool readLine(const std::string& path, std::string* out) {
-  FILE* f = std::fopen(path.c_str(), "r");
-  if (!f) return false;
-  char buf[256];
-  const bool ok = std::fgets(buf, sizeof buf, f) != nullptr;
-  std::fclose(f);
-  if (!ok) return false;
-  size_t n = std::strlen(buf);
-  while (n && (buf[n - 1] == '\n' || buf[n - 1] == ' ')) --n;
-  out->assign(buf, n);
-  return true;
-}
-
 long readLong(const std::string& path, long fallback, int base = 10) {
   std::string s;
-  if (!readLine(path, &s) || s.empty()) return fallback;
+  if (!readFirstLine(path, &s) || s.empty()) return fallback;
   char* end = nullptr;
   const long v = std::strtol(s.c_str(), &end, base);
   return end == s.c_str() ? fallback : v;
-}
-
-std::vector<std::string> listDir(const std::string& path) {
-  std::vector<std::string> names;
-  DIR* d = opendir(path.c_str());
-  if (!d) return names;
-  while (dirent* e = readdir(d))
-    if (e->d_name[0] != '.') names.emplace_back(e->d_name);
-  closedir(d);
-  std::sort(names.begin(), names.end());
-  return names;
 }
 
 std::string hostName() {
@@ -110,11 +85,11 @@ LiveLink liveLink(const std::string& busId) {
   std::string s;
   l.width = static_cast<int>(readLong(dir + "current_link_width", 0));
   if (l.width < 0 || l.width > 32) l.width = 0;
-  if (readLine(dir + "current_link_speed", &s)) l.gts = parseGts(s);
+  if (readFirstLine(dir + "current_link_speed", &s)) l.gts = parseGts(s);
   double maxDev = 0, maxParent = 0;
-  if (readLine(dir + "max_link_speed", &s)) maxDev = parseGts(s);
+  if (readFirstLine(dir + "max_link_speed", &s)) maxDev = parseGts(s);
   const std::string parent = sysfsParentBusId(busId);
-  if (!parent.empty() && readLine(kPciDevices + parent + "/max_link_speed", &s)) maxParent = parseGts(s);
+  if (!parent.empty() && readFirstLine(kPciDevices + parent + "/max_link_speed", &s)) maxParent = parseGts(s);
   if (maxDev > 0 && maxParent > 0 && std::min(maxDev, maxParent) > l.gts) l.gts = std::min(maxDev, maxParent);
   return l;
 }
@@ -150,10 +125,10 @@ std::vector<NicPort> sysfsPorts(const std::string& busId, std::vector<std::strin
       p.name = ib + ":" + num;
       std::string s;
       // "4: ACTIVE", "400 Gb/sec (4X NDR)", "InfiniBand"
-      if (readLine(portsDir + num + "/state", &s))
+      if (readFirstLine(portsDir + num + "/state", &s))
         p.state = s.find(": ") != std::string::npos ? s.substr(s.find(": ") + 2) : s;
-      if (readLine(portsDir + num + "/rate", &s)) p.rateGbps = std::strtod(s.c_str(), nullptr);
-      if (readLine(portsDir + num + "/link_layer", &s)) p.linkLayer = s;
+      if (readFirstLine(portsDir + num + "/rate", &s)) p.rateGbps = std::strtod(s.c_str(), nullptr);
+      if (readFirstLine(portsDir + num + "/link_layer", &s)) p.linkLayer = s;
       const long portNo = std::strtol(num.c_str(), nullptr, 10);
       for (size_t i = 0; i < netdevs.size(); ++i) {
         if (used[i]) continue;
@@ -172,7 +147,7 @@ std::vector<NicPort> sysfsPorts(const std::string& busId, std::vector<std::strin
     NicPort p;
     p.name = p.netdev = netdevs[i];
     std::string s;
-    if (readLine("/sys/class/net/" + netdevs[i] + "/operstate", &s))
+    if (readFirstLine("/sys/class/net/" + netdevs[i] + "/operstate", &s))
       p.state = s == "up" ? "ACTIVE" : upper(s);
     const long mbps = readLong("/sys/class/net/" + netdevs[i] + "/speed", -1);  // -1 when down
     if (mbps > 0) p.rateGbps = static_cast<double>(mbps) / 1000.0;
@@ -185,26 +160,6 @@ std::vector<NicPort> sysfsPorts(const std::string& busId, std::vector<std::strin
 
 // ---- The graph without hwloc ----------------------------------------------------------
 
-std::vector<int> parseCpuList(const std::string& text) {
-  std::vector<int> cpus;
-  const char* p = text.c_str();
-  while (*p) {
-    char* end = nullptr;
-    const long a = std::strtol(p, &end, 10);
-    if (end == p) break;
-    long b = a;
-    p = end;
-    if (*p == '-') {
-      b = std::strtol(p + 1, &end, 10);
-      p = end;
-    }
-    for (long c = a; c <= b && c - a < (1 << 20); ++c) cpus.push_back(static_cast<int>(c));
-    if (*p != ',') break;
-    ++p;
-  }
-  return cpus;
-}
-
 Status sysfsGraph(Topology* t) {
   Node m;
   m.kind = NodeKind::Machine;
@@ -213,7 +168,7 @@ Status sysfsGraph(Topology* t) {
   std::map<int, int> packageNode;  // physical_package_id -> node
   std::map<int, int> cpuPackage;   // cpu -> physical_package_id
   std::string online;
-  readLine("/sys/devices/system/cpu/online", &online);
+  readFirstLine("/sys/devices/system/cpu/online", &online);
   for (int c : parseCpuList(online)) {
     const int pkg = static_cast<int>(
         readLong("/sys/devices/system/cpu/cpu" + std::to_string(c) + "/topology/physical_package_id", 0));
@@ -223,13 +178,13 @@ Status sysfsGraph(Topology* t) {
     p.kind = NodeKind::Package;
     p.index = pkg;
     packageNode[pkg] = t->addNode(p);
-    addTreeLink(t, machine, packageNode[pkg], LinkKind::Internal, 0, 0);
+    t->connect(machine, packageNode[pkg], LinkKind::Internal, 0, 0);
   }
   std::map<int, int> numaNode;  // os index -> node
   for (const std::string& n : listDir("/sys/devices/system/node")) {
     if (n.size() < 5 || n.rfind("node", 0) != 0 || !std::isdigit(static_cast<unsigned char>(n[4]))) continue;
     std::string cpus;
-    readLine("/sys/devices/system/node/" + n + "/cpulist", &cpus);
+    readFirstLine("/sys/devices/system/node/" + n + "/cpulist", &cpus);
     const std::vector<int> list = parseCpuList(cpus);
     if (list.empty()) continue;  // memory-only node: not a placement target (as for files)
     Node numa;
@@ -237,8 +192,7 @@ Status sysfsGraph(Topology* t) {
     numa.index = std::atoi(n.c_str() + 4);
     const int id = t->addNode(numa);
     auto pkg = cpuPackage.find(list.front());
-    addTreeLink(t, pkg != cpuPackage.end() ? packageNode[pkg->second] : machine, id, LinkKind::Internal, 0,
-                0);
+    t->connect(pkg != cpuPackage.end() ? packageNode[pkg->second] : machine, id, LinkKind::Internal, 0, 0);
     numaNode[numa.index] = id;
   }
   if (numaNode.empty()) {
@@ -246,7 +200,7 @@ Status sysfsGraph(Topology* t) {
     numa.kind = NodeKind::Numa;
     numa.index = 0;
     const int id = t->addNode(numa);
-    addTreeLink(t, packageNode.empty() ? machine : packageNode.begin()->second, id, LinkKind::Internal, 0, 0);
+    t->connect(packageNode.empty() ? machine : packageNode.begin()->second, id, LinkKind::Internal, 0, 0);
     numaNode[0] = id;
   }
   // PCI: the devices that matter and every bridge on their way up.
@@ -305,14 +259,14 @@ Status sysfsGraph(Topology* t) {
         t->mutableNode(id).parent = nn != numaNode.end() ? nn->second : numaNode.begin()->second;
       } else {
         const LiveLink l = liveLink(chain[i]);
-        addTreeLink(t, parent, id, LinkKind::Pcie, pcieBandwidthGBs(l.width, l.gts),
-                    treeEdgeLatencyNs(*t, parent, id), pcieGenFromGts(l.gts), l.width);
+        t->connect(parent, id, LinkKind::Pcie, pcieBandwidthGBs(l.width, l.gts),
+                   treeEdgeLatencyNs(*t, parent, id), pcieGenFromGts(l.gts), l.width);
       }
       parent = id;
     }
   }
   for (int hb : hostBridges)
-    addTreeLink(t, t->node(hb).parent, hb, LinkKind::Pcie, fastestChildLinkGBs(*t, hb), kHostBridgeLatencyNs);
+    t->connect(t->node(hb).parent, hb, LinkKind::Pcie, fastestChildLinkGBs(*t, hb), kHostBridgeLatencyNs);
   std::vector<int> pkgs;
   for (const auto& [id, node] : packageNode) pkgs.push_back(node);
   CpuIdentity cpu;
@@ -462,7 +416,7 @@ void addNvLinksFromNvml(Topology* tp, int machine, const std::vector<NvmlGpu>& n
         sw = t.addNode(s);
         // The switch's place on the host's PCIe tree is not where traffic goes; hanging it
         // from the machine keeps it out of every PCIe route.
-        addTreeLink(&t, machine, sw, LinkKind::Internal, 0, 0);
+        t.connect(machine, sw, LinkKind::Internal, 0, 0);
         byBus[l.remoteBusId] = sw;
       }
       ++lanes[{gpu, sw}];

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "core/json.h"
+
 namespace ridge::topo {
 
 namespace {
@@ -369,25 +371,6 @@ void decide(GdrAdvice& a, const PcieConstants& c) {
   a.reason = reason;
 }
 
-std::string jsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    switch (ch) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(ch) < 0x20) {
-          out += format("\\u%04x", ch);
-        } else {
-          out += ch;
-        }
-    }
-  }
-  return out + "\"";
-}
-
 std::string jsonNumber(double v) {
   return std::isfinite(v) ? format("%.6g", v) : std::string("null");
 }
@@ -514,35 +497,35 @@ std::string gdrAdviceText(const GdrAdvice& a) {
 
 std::string gdrAdviceJson(const GdrAdvice& a) {
   std::string j = "{";
-  j += "\"gpu\":" + jsonString(a.gpu) + ",\"nic\":" + jsonString(a.nic);
-  j += ",\"class\":" + jsonString(placementClassName(a.pathClass));
-  j += ",\"chosen\":" + jsonString(gdrOptionName(a.chosen));
-  j += ",\"decided_by\":" + jsonString(a.decidedBy);
-  j += ",\"reason\":" + jsonString(a.reason);
+  j += "\"gpu\":" + json::quote(a.gpu) + ",\"nic\":" + json::quote(a.nic);
+  j += ",\"class\":" + json::quote(placementClassName(a.pathClass));
+  j += ",\"chosen\":" + json::quote(gdrOptionName(a.chosen));
+  j += ",\"decided_by\":" + json::quote(a.decidedBy);
+  j += ",\"reason\":" + json::quote(a.reason);
   j += ",\"large_bytes\":" + std::to_string(a.largeSize);
   j += ",\"options\":[";
   for (int i = 0; i < kGdrOptionCount; ++i) {
     const GdrOptionEstimate& e = a.options[i];
     if (i) j += ",";
-    j += "{\"option\":" + jsonString(gdrOptionName(e.option));
+    j += "{\"option\":" + json::quote(gdrOptionName(e.option));
     j += ",\"possible\":" + std::string(e.possible ? "true" : "false");
-    j += ",\"why_not\":" + jsonString(e.whyNot);
-    j += ",\"staging\":" + jsonString(stagingTierName(e.staging));
+    j += ",\"why_not\":" + json::quote(e.whyNot);
+    j += ",\"staging\":" + json::quote(stagingTierName(e.staging));
     j += ",\"latency_ns\":{";
     for (size_t k = 0; k < e.latencyNs.size() && k < a.smallSizes.size(); ++k) {
       j += (k ? ",\"" : "\"") + std::to_string(a.smallSizes[k]) + "\":" + jsonNumber(e.latencyNs[k]);
     }
     j += "},\"large_bandwidth_gbs\":" + jsonNumber(e.largeBandwidthGBs);
     j += ",\"steady_bandwidth_gbs\":" + jsonNumber(e.steadyBandwidthGBs);
-    j += ",\"limited_by\":" + jsonString(e.limitedBy);
-    j += ",\"other_tier\":" + jsonString(e.otherTier);
+    j += ",\"limited_by\":" + json::quote(e.limitedBy);
+    j += ",\"other_tier\":" + json::quote(e.otherTier);
     j += ",\"stages\":[";
     for (size_t k = 0; k < e.stages.size(); ++k) {
       const GdrStage& s = e.stages[k];
       if (k) j += ",";
-      j += "{\"stage\":" + jsonString(s.name) + ",\"small_ns\":" + jsonNumber(s.smallNs);
+      j += "{\"stage\":" + json::quote(s.name) + ",\"small_ns\":" + jsonNumber(s.smallNs);
       j += ",\"bandwidth_gbs\":" + (s.bandwidthGBs > 0 ? jsonNumber(s.bandwidthGBs) : std::string("null"));
-      j += ",\"limited_by\":" + jsonString(s.limitedBy) + "}";
+      j += ",\"limited_by\":" + json::quote(s.limitedBy) + "}";
     }
     j += "]}";
   }

@@ -113,20 +113,6 @@ void addSocketLinks(Topology* t, const std::vector<int>& packages, double bandwi
   }
 }
 
-int addTreeLink(Topology* t, int parent, int child, LinkKind kind, double bandwidthGBs, double latencyNs,
-                int pcieGen, int pcieWidth) {
-  t->mutableNode(child).parent = parent;
-  Link l;
-  l.kind = kind;
-  l.a = parent;
-  l.b = child;
-  l.bandwidthGBs = bandwidthGBs;
-  l.latencyNs = latencyNs;
-  l.pcieGen = pcieGen;
-  l.pcieWidth = pcieWidth;
-  return t->addLink(l);
-}
-
 double treeEdgeLatencyNs(const Topology& t, int parent, int child) {
   const NodeKind pk = t.node(parent).kind, ck = t.node(child).kind;
   if (ck == NodeKind::HostBridge) return kHostBridgeLatencyNs;

@@ -85,11 +85,6 @@ double socketLinkGBs(const CpuIdentity& cpu);
 /// four-socket Intel parts; larger glueless systems are rarer and not modelled better).
 void addSocketLinks(Topology* t, const std::vector<int>& packages, double bandwidthGBs);
 
-/// Makes `parent` the tree parent of `child` and adds the link between them, with the PCIe
-/// generation and width when known (connect() has no place for them). Returns the link id.
-int addTreeLink(Topology* t, int parent, int child, LinkKind kind, double bandwidthGBs, double latencyNs,
-                int pcieGen = 0, int pcieWidth = 0);
-
 /// Latency of the tree edge into `child` (kind of parent and child decide which hop it is).
 double treeEdgeLatencyNs(const Topology& t, int parent, int child);
 

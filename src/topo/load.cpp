@@ -6,12 +6,8 @@
 #include <cstring>
 
 #include "topo/graph_build.h"
-#include "topo/xml.h"
-
-#if __has_include("topo/topo_json.h")
 #include "topo/topo_json.h"
-#define RIDGE_TOPO_HAVE_JSON 1
-#endif
+#include "topo/xml.h"
 
 namespace ridge::topo {
 
@@ -63,12 +59,7 @@ Status fromText(const std::string& text, const std::string& what, Format want, T
     if (want != Format::Any && want != Format::Json)
       return makeError(ridgeInvalidArgument, "%s is JSON, not %s XML", what.c_str(),
                        want == Format::HwlocXml ? "hwloc" : "NCCL topology");
-#ifdef RIDGE_TOPO_HAVE_JSON
     return parseTopologyJson(text, what, out);
-#else
-    return makeError(ridgeInvalidArgument,
-                     "%s is a JSON description, but JSON support is not built in this Ridge", what.c_str());
-#endif
   }
   XmlElement root;
   RIDGE_TRY(parseXml(text, what, &root));

@@ -65,7 +65,8 @@ int Topology::addLink(Link l) {
   return static_cast<int>(links_.size()) - 1;
 }
 
-int Topology::connect(int parent, int child, LinkKind kind, double bandwidthGBs, double latencyNs) {
+int Topology::connect(int parent, int child, LinkKind kind, double bandwidthGBs, double latencyNs,
+                      int pcieGen, int pcieWidth) {
   if (child >= 0 && child < static_cast<int>(nodes_.size()))
     nodes_[static_cast<size_t>(child)].parent = parent;
   Link l;
@@ -74,6 +75,8 @@ int Topology::connect(int parent, int child, LinkKind kind, double bandwidthGBs,
   l.b = child;
   l.bandwidthGBs = bandwidthGBs;
   l.latencyNs = latencyNs;
+  l.pcieGen = pcieGen;
+  l.pcieWidth = pcieWidth;
   return addLink(l);
 }
 

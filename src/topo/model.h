@@ -128,8 +128,10 @@ class Topology {
   int addNode(Node n);
   /// Adds a link; for a tree edge pass the parent as `a`. Returns its id.
   int addLink(Link l);
-  /// Adds the tree edge parent->child as a link of `kind` (and sets child.parent).
-  int connect(int parent, int child, LinkKind kind, double bandwidthGBs, double latencyNs);
+  /// Adds the tree edge parent->child as a link of `kind` (and sets child.parent), with the
+  /// PCIe generation and width when known (0: not a physical PCIe link, or unknown).
+  int connect(int parent, int child, LinkKind kind, double bandwidthGBs, double latencyNs, int pcieGen = 0,
+              int pcieWidth = 0);
 
   /// Checks the graph (one machine root, parents exist, no cycles, link ends valid, values
   /// sane) and derives children, package/NUMA/host bridge of every node, switch units and

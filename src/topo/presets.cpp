@@ -187,18 +187,8 @@ class Builder {
   // A tree edge of kind Pcie. Only physical links have a generation and width of their own;
   // the edges inside a switch or root complex carry the rate but no link parameters.
   void pcie(int parent, int child, int gen, int width, double latencyNs, bool physical = false) {
-    t_.mutableNode(child).parent = parent;
-    Link l;
-    l.kind = LinkKind::Pcie;
-    l.a = parent;
-    l.b = child;
-    l.bandwidthGBs = pcieGBs(gen, width);
-    l.latencyNs = latencyNs;
-    if (physical) {
-      l.pcieGen = gen;
-      l.pcieWidth = width;
-    }
-    t_.addLink(l);
+    t_.connect(parent, child, LinkKind::Pcie, pcieGBs(gen, width), latencyNs, physical ? gen : 0,
+               physical ? width : 0);
   }
 
   Topology& t_;

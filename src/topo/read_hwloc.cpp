@@ -246,7 +246,7 @@ class HwlocReader {
       if (std::find(cpuNumas.begin(), cpuNumas.end(), &n) == cpuNumas.end())
         RIDGE_TRACE("%s:%d: NUMA node %d has no cpus (GPU or device memory); not a placement target",
                     what_.c_str(), n.el->line, n.osIndex);
-    for (const PackageInfo& p : packages_) addTreeLink(t_, machine_, p.node, LinkKind::Internal, 0, 0);
+    for (const PackageInfo& p : packages_) t_->connect(machine_, p.node, LinkKind::Internal, 0, 0);
     if (cpuNumas.empty()) {
       // No NUMANode objects (hwloc 1.x on a non-NUMA machine): one per package, or one.
       if (packages_.empty()) {
@@ -268,7 +268,7 @@ class HwlocReader {
       numa.kind = NodeKind::Numa;
       numa.index = n->osIndex;
       n->node = t_->addNode(numa);
-      addTreeLink(t_, parent, n->node, LinkKind::Internal, 0, 0);
+      t_->connect(parent, n->node, LinkKind::Internal, 0, 0);
       placeable_.push_back(*n);
     }
     return Status::ok();
@@ -282,7 +282,7 @@ class HwlocReader {
     info.osIndex = static_cast<int>(placeable_.size());
     numa.index = info.osIndex;
     info.node = t_->addNode(numa);
-    addTreeLink(t_, parent, info.node, LinkKind::Internal, 0, 0);
+    t_->connect(parent, info.node, LinkKind::Internal, 0, 0);
     placeable_.push_back(info);
   }
 
@@ -311,7 +311,7 @@ class HwlocReader {
     const int hbId = t_->addNode(hb);
     double childGBs = 0;
     RIDGE_TRY(readIo(e, hbId, &childGBs));
-    addTreeLink(t_, numa, hbId, LinkKind::Pcie, childGBs, kHostBridgeLatencyNs);
+    t_->connect(numa, hbId, LinkKind::Pcie, childGBs, kHostBridgeLatencyNs);
     return Status::ok();
   }
 
@@ -380,7 +380,7 @@ class HwlocReader {
     if (!hostBridge) {
       int gen = 0, width = 0;
       const double bw = pcieBandwidthFromHwlocGBs(hwlocGBs, &gen, &width);
-      addTreeLink(t_, parent, id, LinkKind::Pcie, bw, treeEdgeLatencyNs(*t_, parent, id), gen, width);
+      t_->connect(parent, id, LinkKind::Pcie, bw, treeEdgeLatencyNs(*t_, parent, id), gen, width);
       *upGBs = bw;
     }
     double fastestChild = 0;
@@ -400,7 +400,7 @@ class HwlocReader {
     }
     if (hostBridge) {
       // Priced once the root ports below are known.
-      addTreeLink(t_, parent, id, LinkKind::Pcie, fastestChild, kHostBridgeLatencyNs);
+      t_->connect(parent, id, LinkKind::Pcie, fastestChild, kHostBridgeLatencyNs);
       *upGBs = fastestChild;
     }
     nameFromOsDevices(id, osdevs);

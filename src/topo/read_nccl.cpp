@@ -163,13 +163,13 @@ class NcclReader {
       hb.kind = NodeKind::HostBridge;
       hb.name = "HostBridge for " + busId;
       const int hbId = t_->addNode(hb);
-      addTreeLink(t_, parent, hbId, LinkKind::Pcie, pcieBandwidthGBs(static_cast<int>(width), gts),
+      t_->connect(parent, hbId, LinkKind::Pcie, pcieBandwidthGBs(static_cast<int>(width), gts),
                   kHostBridgeLatencyNs, pcieGenFromGts(gts), static_cast<int>(width));
       parent = hbId;
     }
     const int id = t_->addNode(n);
     it->second.first = id;
-    addTreeLink(t_, parent, id, LinkKind::Pcie, pcieBandwidthGBs(static_cast<int>(width), gts),
+    t_->connect(parent, id, LinkKind::Pcie, pcieBandwidthGBs(static_cast<int>(width), gts),
                 treeEdgeLatencyNs(*t_, parent, id), pcieGenFromGts(gts), static_cast<int>(width));
     if (n.kind == NodeKind::PciBridge) t_->mutableNode(id).pciSwitch = id;
 

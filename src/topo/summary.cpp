@@ -1,6 +1,5 @@
 #include "topo/summary.h"
 
-#include <dirent.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -15,6 +14,7 @@
 
 #include "core/log.h"
 #include "topo/pci.h"
+#include "topo/sysfs.h"
 #include "topo/xml.h"
 
 #ifdef RIDGE_HAVE_HWLOC
@@ -23,6 +23,9 @@
 
 namespace ridge {
 
+using topo::listDir;
+using topo::parseCpuList;
+using topo::readFirstLine;
 using topo::XmlElement;
 
 namespace {
@@ -52,61 +55,12 @@ std::string thisHostName() {
 
 // ---- /proc and /sys --------------------------------------------------------------------
 
-bool readFirstLine(const std::string& path, std::string* out) {
-  FILE* f = std::fopen(path.c_str(), "r");
-  if (!f) return false;
-  char buf[512];
-  bool ok = std::fgets(buf, sizeof buf, f) != nullptr;
-  std::fclose(f);
-  if (!ok) return false;
-  size_t n = std::strlen(buf);
-  while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) --n;
-  out->assign(buf, n);
-  return true;
-}
-
 bool readHexFile(const std::string& path, unsigned long* out) {
   std::string s;
   if (!readFirstLine(path, &s) || s.empty()) return false;
   char* end = nullptr;
   *out = std::strtoul(s.c_str(), &end, 16);
   return end != s.c_str();
-}
-
-std::vector<std::string> listDir(const std::string& path) {
-  std::vector<std::string> names;
-  DIR* d = opendir(path.c_str());
-  if (!d) return names;
-  while (dirent* e = readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    names.emplace_back(e->d_name);
-  }
-  closedir(d);
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-// Parses a kernel CPU list such as "0-3,8,10-11".
-std::vector<int> parseCpuList(const std::string& text) {
-  std::vector<int> cpus;
-  const char* p = text.c_str();
-  while (*p) {
-    char* end = nullptr;
-    long a = std::strtol(p, &end, 10);
-    if (end == p) break;
-    long b = a;
-    p = end;
-    if (*p == '-') {
-      b = std::strtol(p + 1, &end, 10);
-      p = end;
-    }
-    for (long c = a; c <= b && c - a < (1 << 20); ++c) cpus.push_back(static_cast<int>(c));
-    if (*p == ',')
-      ++p;
-    else
-      break;
-  }
-  return cpus;
 }
 
 // Collects GPUs and NICs from /sys/bus/pci/devices. Also used to put the link width and

@@ -19,8 +19,7 @@
 //
 // Typical use (GoogleTest):
 //
-//   std::string why = netns::missingPrivilege();
-//   if (!why.empty()) GTEST_SKIP() << "skipped: needs CAP_NET_ADMIN (" << why << ")";
+//   NETNS_SKIP_WITHOUT_PRIVILEGE();
 //   netns::Fabric fabric;
 //   ASSERT_TRUE(fabric.create(2, &err)) << err;
 //   LaunchResult res = fabric.launch(4, netns::blockPlacement(4, 2), {{"RIDGE_TIMEOUT", "20"}}, 60,
@@ -45,6 +44,13 @@ namespace netns {
 // Empty when this process can create network namespaces (CAP_NET_ADMIN and CAP_SYS_ADMIN,
 // the `ip` tool); otherwise why not.
 std::string missingPrivilege();
+
+// In a test body: skips the test, saying why, unless missingPrivilege() is empty.
+#define NETNS_SKIP_WITHOUT_PRIVILEGE()                                                  \
+  do {                                                                                  \
+    const std::string why_ = ::ridgetest::netns::missingPrivilege();                    \
+    if (!why_.empty()) GTEST_SKIP() << "skipped: needs CAP_NET_ADMIN (" << why_ << ")"; \
+  } while (0)
 
 // Rank r goes to namespace r * namespaces / nranks: consecutive ranks share a host.
 std::vector<int> blockPlacement(int nranks, int namespaces);

@@ -15,12 +15,6 @@
 namespace ridgetest {
 namespace {
 
-#define SKIP_WITHOUT_PRIVILEGE()                                                      \
-  do {                                                                                \
-    std::string why = netns::missingPrivilege();                                      \
-    if (!why.empty()) GTEST_SKIP() << "skipped: needs CAP_NET_ADMIN (" << why << ")"; \
-  } while (0)
-
 std::string nsLink(const char* which) {
   char buf[128];
   ssize_t n = readlink((std::string("/proc/self/ns/") + which).c_str(), buf, sizeof buf - 1);
@@ -37,7 +31,7 @@ int namespacesWithPrefix(const std::string& prefix) {
 }
 
 TEST(NetnsHelper, PlacesRanksAndCleansUp) {
-  SKIP_WITHOUT_PRIVILEGE();
+  NETNS_SKIP_WITHOUT_PRIVILEGE();
   const std::string mine = "rdgt" + std::to_string(getpid()) + "_";
   {
     netns::Fabric fabric;

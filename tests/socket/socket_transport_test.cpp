@@ -21,12 +21,6 @@ namespace ridgetest {
 namespace {
 using namespace matrix;
 
-#define SKIP_WITHOUT_PRIVILEGE()                                                      \
-  do {                                                                                \
-    std::string why = netns::missingPrivilege();                                      \
-    if (!why.empty()) GTEST_SKIP() << "skipped: needs CAP_NET_ADMIN (" << why << ")"; \
-  } while (0)
-
 constexpr int kFaultTimeout = 3;  // RIDGE_TIMEOUT of the failure tests
 constexpr double kFaultMargin = 5.0;
 
@@ -67,7 +61,7 @@ TEST(SocketOneHost, MatrixRanks2LargeSubset) {
 }
 
 void runNetns(int n, int hosts, bool large, double budget) {
-  SKIP_WITHOUT_PRIVILEGE();
+  NETNS_SKIP_WITHOUT_PRIVILEGE();
   netns::Fabric fabric;
   std::string err;
   ASSERT_TRUE(fabric.create(hosts, &err)) << err;
@@ -144,7 +138,7 @@ int allreduceUntilError(ridgeComm_t comm, int rank, Reporter& rep, int maxIters)
 // of the other namespace must fail with ridgeRemoteError or ridgeTimeout within
 // RIDGE_TIMEOUT (+ margin), naming the lost peer.
 TEST(SocketNetns, KilledHostMidCollective) {
-  SKIP_WITHOUT_PRIVILEGE();
+  NETNS_SKIP_WITHOUT_PRIVILEGE();
   netns::Fabric fabric;
   std::string err;
   ASSERT_TRUE(fabric.create(2, &err)) << err;

@@ -15,21 +15,12 @@
 
 #include "topo/load.h"
 #include "topo/model.h"
+#include "topo_samples.h"
 
 namespace fs = std::filesystem;
 
 namespace ridge::topo {
 namespace {
-
-const std::string kSamples = RIDGE_TOPO_SAMPLES_DIR;
-const std::string kData = RIDGE_TOPO_TEST_DATA_DIR;
-
-#define SKIP_WITHOUT_SAMPLES()                                                     \
-  do {                                                                             \
-    if (!fs::is_directory(kSamples))                                               \
-      GTEST_SKIP() << "topology samples not found at " << kSamples                 \
-                   << " (they live beside the repository in shared/topo_samples)"; \
-  } while (0)
 
 // The whole tree, one node a line, for failure messages.
 std::string dump(const Topology& t) {

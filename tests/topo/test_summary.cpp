@@ -10,21 +10,12 @@
 #include "topo/pci.h"
 #include "topo/summary.h"
 #include "topo/xml.h"
+#include "topo_samples.h"
 
 namespace fs = std::filesystem;
 
 namespace ridge {
 namespace {
-
-const std::string kSamples = RIDGE_TOPO_SAMPLES_DIR;
-const std::string kData = RIDGE_TOPO_TEST_DATA_DIR;
-
-#define SKIP_WITHOUT_SAMPLES()                                                     \
-  do {                                                                             \
-    if (!fs::is_directory(kSamples))                                               \
-      GTEST_SKIP() << "topology samples not found at " << kSamples                 \
-                   << " (they live beside the repository in shared/topo_samples)"; \
-  } while (0)
 
 std::vector<std::string> sampleFiles() {
   std::vector<std::string> files;

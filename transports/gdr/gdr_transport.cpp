@@ -28,6 +28,7 @@
 #include "bootstrap/bootstrap.h"
 #include "core/log.h"
 #include "core/settings.h"
+#include "transports/net/net_transport.h"
 #include "transports/softnic/softnic.h"
 #include "transports/verbs/verbs.h"
 
@@ -583,13 +584,8 @@ Status GdrTransport::connect(const TransportSetup& setup) {
   links_.resize(P);
   std::vector<int> peers;
   for (int peer = 0; peer < P; ++peer) {
-    if (peer == rank_) continue;
-    bool earlier = false;
-    for (const TransportTable* t : registeredTransports()) {
-      if (t == &kGdrTransportTable) break;
-      earlier = earlier || t->canConnect(setup, rank_, peer);
-    }
-    if (!earlier && kGdrTransportTable.canConnect(setup, rank_, peer)) peers.push_back(peer);
+    if (peer == rank_ || connectedBefore(&kGdrTransportTable, setup, rank_, peer)) continue;
+    if (kGdrTransportTable.canConnect(setup, rank_, peer)) peers.push_back(peer);
   }
 
   const std::string modelSpec = settingString(Setting::SOFTNIC_PCIE_MODEL);
@@ -617,8 +613,7 @@ Status GdrTransport::connect(const TransportSetup& setup) {
   const uint32_t stride = slotStride(capacity);
 
   // One NIC per transport, with staging room for every peer's slots next to its packets.
-  const std::string net = settingString(Setting::NET);
-  if (net == "verbs") {
+  if (netProvider() == "verbs") {
     RIDGE_TRY(verbs::openProvider("verbs", &provider_));
     RIDGE_TRY(provider_->open(0, &device_));
   } else {
@@ -646,6 +641,9 @@ Status GdrTransport::connect(const TransportSetup& setup) {
       t.latencyNs *= scale;
       t.bandwidthGBs /= scale;
       l->pacer.configure(t);
+      // At most one pending ring per staging slot (a slot is not reused before its send
+      // retires, which needs its doorbell): post never allocates.
+      l->pendingRings.reserve(static_cast<size_t>(slots));
     }
     const uint32_t sqEntries = verbs::roundUpPow2(static_cast<uint32_t>(slots));
     RIDGE_TRY(pd_->createCq(2 * sqEntries + 8, &l->dataCq));
@@ -767,13 +765,10 @@ Status GdrTransport::connect(const TransportSetup& setup) {
   return Status::ok();
 }
 
+// The pairs the net transport would take, when RIDGE_GDR_MODE is on (the net transport then
+// steps aside: transports/net/net_transport.h).
 bool gdrCanConnect(const TransportSetup& setup, int a, int b) {
-  const std::string mode = settingString(Setting::GDR_MODE);
-  if (mode.empty() || mode == "off" || mode == "OFF") return false;
-  const std::string net = settingString(Setting::NET);
-  if (net != "softnic" && net != "verbs") return false;
-  if (setup.hostHashOfRank[a] != setup.hostHashOfRank[b]) return true;
-  return settingInt(Setting::SHM) == 0;
+  return gdrModeOn() && netPairReachable(setup, a, b);
 }
 
 Status gdrCreate(const TransportSetup& setup, std::unique_ptr<Transport>* out) {

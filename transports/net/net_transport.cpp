@@ -18,6 +18,8 @@
 // (one owner-byte load when it is empty) and dispatches completions to the peers by QP
 // number. No allocation, lock or system call on this path beyond what the provider's
 // post makes (softnic: none unless its engine sleeps).
+#include "transports/net/net_transport.h"
+
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -181,9 +183,8 @@ class NetTransport final : public Transport {
       for (int i = 0; i < n; ++i) dispatch(buf[i]);
       n = n == 32 ? cq_->poll(buf, 32) : 0;
     }
-    if (owedPeers_) {
-      for (NetPeer* p : owing_) returnCredits(p);
-    }
+    // returnCredits may drop the peer from owing_: walk it from the back.
+    for (size_t i = owing_.size(); i-- > 0;) returnCredits(owing_[i]);
   }
 
   void returnCredits(NetPeer* p) {
@@ -208,13 +209,10 @@ class NetTransport final : public Transport {
 
   void setOwing(NetPeer* p, bool owing) {
     auto it = std::find(owing_.begin(), owing_.end(), p);
-    if (owing && it == owing_.end()) {
-      owing_.push_back(p);
-      ++owedPeers_;
-    } else if (!owing && it != owing_.end()) {
-      owing_.erase(it);  // at most one entry per peer: capacity reserved at connect
-      --owedPeers_;
-    }
+    if (owing && it == owing_.end())
+      owing_.push_back(p);  // at most one entry per peer: capacity reserved at connect
+    else if (!owing && it != owing_.end())
+      owing_.erase(it);
   }
 
   void fail(NetPeer* p, const Status& s) {
@@ -270,8 +268,7 @@ class NetTransport final : public Transport {
   std::vector<std::unique_ptr<NetPeer>> peers_;
   std::vector<NetPeer*> byRank_;
   std::unordered_map<uint32_t, NetPeer*> byQpn_;
-  std::vector<NetPeer*> owing_;
-  uint32_t owedPeers_ = 0;
+  std::vector<NetPeer*> owing_;  // peers with credits owed, not yet returned
   std::vector<std::unique_ptr<NetSend>> send_;
   std::vector<std::unique_ptr<NetRecv>> recv_;
   char* sendBase_ = nullptr;
@@ -453,12 +450,6 @@ Status NetTransport::connect(const TransportSetup& setup, const std::string& pro
   return Status::ok();
 }
 
-std::string netProvider() {
-  std::string net = settingString(Setting::NET);
-  for (char& ch : net) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  return net == "softnic" || net == "verbs" ? net : std::string();
-}
-
 Status netCreate(const TransportSetup& setup, std::unique_ptr<Transport>* out) {
   auto t = std::make_unique<NetTransport>();
   RIDGE_TRY(t->connect(setup, netProvider()));
@@ -468,12 +459,28 @@ Status netCreate(const TransportSetup& setup, std::unique_ptr<Transport>* out) {
 
 }  // namespace
 
-// Used between hosts when RIDGE_NET names softnic or verbs, and between ranks of one host
-// too when RIDGE_SHM=0.
-bool netCanConnect(const TransportSetup& setup, int a, int b) {
+std::string netProvider() {
+  std::string net = settingString(Setting::NET);
+  for (char& ch : net) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return net == "softnic" || net == "verbs" ? net : std::string();
+}
+
+bool netPairReachable(const TransportSetup& setup, int a, int b) {
   if (netProvider().empty()) return false;
   if (setup.hostHashOfRank[a] != setup.hostHashOfRank[b]) return true;
   return settingInt(Setting::SHM) == 0;
+}
+
+bool gdrModeOn() {
+  const std::string mode = settingString(Setting::GDR_MODE);
+  return !mode.empty() && mode != "off" && mode != "OFF";
+}
+
+// Used between hosts when RIDGE_NET names softnic or verbs, and between ranks of one host
+// too when RIDGE_SHM=0; not when the gdr transport (earlier in the registry) takes those
+// pairs, so that no second set of queue pairs and slot rings is set up beside it.
+bool netCanConnect(const TransportSetup& setup, int a, int b) {
+  return !gdrModeOn() && netPairReachable(setup, a, b);
 }
 
 extern const TransportTable kNetTransportTable = {sizeof(TransportTable), kTransportTableVersion, "net",

@@ -52,6 +52,7 @@
 #include <climits>
 #include <cstring>
 #include <ctime>
+#include <deque>
 #include <thread>
 
 #include "bootstrap/bootstrap.h"
@@ -111,9 +112,8 @@ struct Endpoint {
 };
 
 uint32_t piecesFor(uint32_t bytes, int streams) {
-  uint32_t n = (bytes + kMinPiece - 1) / kMinPiece;
-  if (n > 1) n = bytes / kMinPiece;  // every piece holds at least kMinPiece
-  return std::clamp<uint32_t>(n, 1, static_cast<uint32_t>(streams));
+  // Every piece but a rounded-off last one holds at least kMinPiece.
+  return std::clamp<uint32_t>(bytes / kMinPiece, 1, static_cast<uint32_t>(streams));
 }
 
 void pieceRange(uint32_t bytes, uint32_t pieces, uint32_t j, uint32_t* off, uint32_t* len) {
@@ -196,15 +196,6 @@ struct Stream {
   // the receive lane only, writable by the send lane only).
   bool readable = true;
   bool writable = true;
-  Stream() = default;
-  Stream(Stream&& o) noexcept { *this = std::move(o); }
-  Stream& operator=(Stream&& o) noexcept {
-    fd = o.fd;
-    peer = o.peer;
-    index = o.index;
-    dead.store(o.dead.load());
-    return *this;
-  }
   // Sending: the next slot sequence number to look at, and the piece being written.
   uint32_t sendSeq = 0;
   bool sending = false;
@@ -332,7 +323,7 @@ class SocketTransport final : public Transport {
   size_t slotBytes_ = 0;
   std::vector<std::unique_ptr<PeerState>> peers_;  // by rank; null when not ours
   std::vector<int> activePeers_;
-  std::vector<Stream> streams_;
+  std::deque<Stream> streams_;  // deque: a Stream (atomic flag) never moves; each owns its fd
   std::vector<std::unique_ptr<SockSend>> send_;
   std::vector<std::unique_ptr<SockRecv>> recv_;
 
@@ -690,25 +681,16 @@ Status SocketTransport::connect(const TransportSetup& setup) {
   peers_.resize(P);
   send_.resize(P);
   recv_.resize(P);
-  bool mixed = false;  // some pairs use shm: the pipeline chunk must then be shm's
   for (int peer = 0; peer < P; ++peer) {
-    if (peer == rank_) continue;
-    bool earlier = false;
-    for (const TransportTable* t : registeredTransports()) {
-      if (t == &kSocketTransportTable) break;
-      earlier = earlier || t->canConnect(setup, rank_, peer);
-    }
-    if (!earlier && kSocketTransportTable.canConnect(setup, rank_, peer)) {
-      peers_[peer] = std::make_unique<PeerState>();
-      activePeers_.push_back(peer);
-    }
+    if (peer == rank_ || connectedBefore(&kSocketTransportTable, setup, rank_, peer) ||
+        !kSocketTransportTable.canConnect(setup, rank_, peer))
+      continue;
+    peers_[peer] = std::make_unique<PeerState>();
+    activePeers_.push_back(peer);
   }
+  bool mixed = false;  // some pairs use shm: the pipeline chunk must then be shm's
   for (int a = 0; a < P && !mixed; ++a)
-    for (int b = a + 1; b < P && !mixed; ++b)
-      for (const TransportTable* t : registeredTransports()) {
-        if (t == &kSocketTransportTable) break;
-        mixed = mixed || t->canConnect(setup, a, b);
-      }
+    for (int b = a + 1; b < P && !mixed; ++b) mixed = connectedBefore(&kSocketTransportTable, setup, a, b);
 
   int64_t streams = settingInt(Setting::SOCKET_STREAMS);
   if (streams < 1 || streams > kMaxStreams) {
@@ -785,16 +767,13 @@ Status SocketTransport::connect(const TransportSetup& setup) {
   // Connect to higher ranks (the kernel completes the handshake from the listen backlog,
   // so nobody waits for the other side's accept), then accept from lower ranks.
   const Deadline deadline = Deadline::after(setup.timeoutSeconds, setup.abortFlag);
-  std::vector<Socket> owned;  // closed on any failure below
   auto addStream = [&](int peer, int index, Socket sock) {
     tune(sock.fd());
-    Stream s;
-    s.fd = sock.fd();
+    peers_[peer]->streams[index] = static_cast<int>(streams_.size());
+    Stream& s = streams_.emplace_back();
+    s.fd = sock.release();  // closed by shutdown(), also when connect() fails below
     s.peer = peer;
     s.index = index;
-    peers_[peer]->streams[index] = static_cast<int>(streams_.size());
-    streams_.push_back(std::move(s));
-    owned.push_back(std::move(sock));
   };
   int expectAccepts = 0;
   for (int peer : activePeers_) {
@@ -864,7 +843,6 @@ Status SocketTransport::connect(const TransportSetup& setup) {
         return systemError("socket: epoll_ctl");
     }
   }
-  for (Socket& s : owned) s.release();  // the streams own them now
   for (Lane& lane : lanes_) lane.thread = std::thread([this, &lane] { progressLoop(lane); });
   RIDGE_INFO("socket: rank %d: %zu peers over %s (%s), %d streams each, %u slots of %zu bytes", rank_,
              activePeers_.size(), ifName.c_str(), bound.toString().c_str(), nstreams_, nslots_, slotBytes_);
