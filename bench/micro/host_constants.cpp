@@ -6,7 +6,9 @@
 //   ridge-host-constants [--rounds R]      (median of R rounds, default 5)
 //
 //   step        one-way hand-off of a flag in shared memory between the two cores (µs):
-//               what a slot hand-off costs before any data moves
+//               the hardware's part of a slot hand-off
+//   ridge step  one way of an 8-byte ridgeSend/ridgeRecv ping-pong between two ranks (µs):
+//               a step as the collectives pay it (slot, progress engine, wake-up)
 //   copy        memcpy, GB/s copied, at a 256 KiB working set (one slot: cache) and at
 //               64 MiB (memory)
 //   reduce      float sum of two inputs into an output (Ridge's reduce2), GB/s of output
@@ -15,6 +17,8 @@
 //               128 KiB bounce buffer, GB/s (cache: 256 KiB source; memory: 64 MiB)
 //   cma write   process_vm_writev of a local 128 KiB buffer into the peer's buffer, GB/s
 //               (memory: pays the read-for-ownership of the destination lines)
+//   cross copy  memcpy out of a shared buffer the other process has just written, GB/s
+//               (cache: 256 KiB; memory: 64 MiB): the lines move between the cores
 //   tcp         one-way latency of 8 bytes over loopback TCP with TCP_NODELAY between the
 //               two processes (µs, wall time: includes waking the receiver)
 //   tcp kernel path  the same 8 bytes written and read back by one thread over a loopback
@@ -46,6 +50,7 @@
 #include <vector>
 
 #include "reduce/reduce.h"
+#include "ridge/ridge.h"
 
 namespace {
 
@@ -80,7 +85,8 @@ struct Shared {
   uint64_t bufferAddress[2] = {0, 0};
   pid_t pid[2] = {0, 0};
   double result[2] = {0, 0};
-  int selfPair[2] = {-1, -1};  // side 0's loopback connection to itself (both ends)
+  int selfPair[2] = {-1, -1};                 // side 0's loopback connection to itself (both ends)
+  char* crossBuffer[2] = {nullptr, nullptr};  // shared mappings, one written by each side
 };
 
 void barrier(Shared* s) {
@@ -174,6 +180,24 @@ double measure(const std::string& what, int me, Shared* s, int tcpFd) {
     return us;
   }
   const bool memory = what.find("memory") != std::string::npos;
+  if (what.rfind("cross copy", 0) == 0) {
+    // Each side fills its shared buffer, then both read the other's: the read moves lines
+    // the other core wrote, as every slot and CMA read of the collectives does. Only the
+    // read is timed.
+    const size_t n = memory ? kMemoryBytes : kCacheBytes;
+    std::vector<char> src(n, 1), dst(n, 0);
+    double readUs = 0, bytesRead = 0;
+    for (int pass = 0; pass < (memory ? 4 : 200); ++pass) {
+      std::memcpy(s->crossBuffer[me], src.data(), n);
+      barrier(s);
+      const double t0 = cpuUs();
+      std::memcpy(dst.data(), s->crossBuffer[peer], n);
+      readUs += cpuUs() - t0;
+      bytesRead += static_cast<double>(n);
+      barrier(s);
+    }
+    return bytesRead / (readUs * 1e3);
+  }
   const size_t bytes = memory ? kMemoryBytes : kCacheBytes;
   std::vector<float> a(bytes / 4, 1.0f), b(bytes / 4, 2.0f), out(bytes / 4, 0.0f);
   std::vector<char> bounce(kCmaChunk);
@@ -250,6 +274,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   const uint16_t port = ntohs(addr.sin_port);
+  for (char*& b : s->crossBuffer)
+    b = static_cast<char*>(
+        mmap(nullptr, kMemoryBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  ridgeUniqueId id;
+  if (ridgeGetUniqueId(&id) != ridgeSuccess) {
+    std::fprintf(stderr, "ridge-host-constants: ridgeGetUniqueId failed\n");
+    return 1;
+  }
   s->pid[0] = getpid();
   const pid_t child = fork();
   const int me = child == 0 ? 1 : 0;
@@ -271,11 +303,11 @@ int main(int argc, char** argv) {
     s->selfPair[1] = b;
   }
   const char* const kWhat[] = {
-      "step",     "copy cache",     "copy memory",     "reduce cache",    "reduce memory",
-      "cma call", "cma read cache", "cma read memory", "cma write cache", "cma write memory",
-      "tcp",      "tcp kernel path"};
-  const char* const kUnit[] = {"us",   "GB/s", "GB/s", "GB/s", "GB/s", "us",
-                               "GB/s", "GB/s", "GB/s", "GB/s", "us",   "us"};
+      "step",     "copy cache",      "copy memory",      "reduce cache",     "reduce memory",
+      "cma call", "cma read cache",  "cma read memory",  "cma write cache",  "cma write memory",
+      "tcp",      "tcp kernel path", "cross copy cache", "cross copy memory"};
+  const char* const kUnit[] = {"us",   "GB/s", "GB/s", "GB/s", "GB/s", "us",   "GB/s",
+                               "GB/s", "GB/s", "GB/s", "us",   "us",   "GB/s", "GB/s"};
   if (me == 0)
     std::printf("# ridge-host-constants: 2 processes on cores 0 and 1, median of %d rounds, per process\n",
                 rounds);
@@ -297,6 +329,32 @@ int main(int argc, char** argv) {
     if (me == 0) std::printf("%-18s %10.3f %s\n", kWhat[w], v[v.size() / 2], kUnit[w]);
     std::fflush(stdout);
   }
+  // The step as the collectives pay it: an 8-byte ridgeSend/ridgeRecv ping-pong between
+  // the two ranks of a communicator (shared-memory transport, progress engine and all).
+  ridgeComm_t comm = nullptr;
+  if (ridgeCommInitRank(&comm, 2, id, me) != ridgeSuccess) {
+    std::fprintf(stderr, "ridge-host-constants: ridgeCommInitRank failed\n");
+    _exit(1);
+  }
+  std::vector<double> steps;
+  for (int r = 0; r < rounds; ++r) {
+    constexpr int kTrips = 2000;
+    char b[8] = {};
+    const double t0 = nowUs();
+    for (int i = 0; i < kTrips; ++i) {
+      if (me == 0) {
+        ridgeSend(b, 8, ridgeChar, 1, comm, nullptr);
+        ridgeRecv(b, 8, ridgeChar, 1, comm, nullptr);
+      } else {
+        ridgeRecv(b, 8, ridgeChar, 0, comm, nullptr);
+        ridgeSend(b, 8, ridgeChar, 0, comm, nullptr);
+      }
+    }
+    steps.push_back((nowUs() - t0) / (2.0 * kTrips));
+  }
+  std::sort(steps.begin(), steps.end());
+  if (me == 0) std::printf("%-18s %10.3f %s\n", "ridge step", steps[steps.size() / 2], "us");
+  ridgeCommDestroy(comm);
   if (me == 1) _exit(0);
   int status = 0;
   waitpid(child, &status, 0);

@@ -247,6 +247,7 @@ struct Search {
     const Route& tail = tp.routes[static_cast<size_t>(entrySend)];
     r.uses.insert(r.uses.end(), tail.uses.begin(), tail.uses.end());
     r.latencyNs += tail.latencyNs;
+    r.modeLatencyNs = tail.modeLatencyNs;  // the NIC reads the relaying GPU in its pair's mode
     r.socketCrossings += tail.socketCrossings;
     r.transport = Transport::Net;
     r.mode = NetMode::Pxn;

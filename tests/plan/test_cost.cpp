@@ -210,6 +210,13 @@ TEST(CostModelGdr, DgxH100NetworkSendsAreGdrRead) {
         EXPECT_TRUE(e.sendMode == NetMode::GdrRead || e.sendMode == NetMode::Pxn) << netModeName(e.sendMode);
   for (const Channel& rail : p->rails)
     for (const Edge& e : rail.edges) EXPECT_EQ(e.sendMode, NetMode::GdrRead);
+  // Relayed exits (PXN) carry the latency of the relaying GPU's gdr-read, like direct ones.
+  for (const Edge& e : p->rings.front().edges)
+    if (e.transport == Transport::Net)
+      EXPECT_DOUBLE_EQ(t.routes[static_cast<size_t>(e.route)].modeLatencyNs,
+                       t.nicModes[static_cast<size_t>(t.channels.front().order.front()) * t.nics.size() +
+                                  t.channels.front().nic]
+                           .latencyNs);
 }
 
 TEST(CostModelGdr, RidgeGdrModeForcesOrLeavesItToTheAdvisor) {
