@@ -276,7 +276,13 @@ Status buildPlan(std::shared_ptr<const topo::Topology> node, const PlanRequest& 
   p.network = req.network;
   p.tcp = req.tcp;
   auto tmpl = std::make_shared<NodeTemplate>();
-  RIDGE_TRY(buildNodeTemplate(node, rpn, nodes > 1, req.network, req.search, tmpl.get()));
+  SearchOptions search = req.search;
+  if (req.tcp) {
+    // TCP sends leave from host memory whatever the GPU-NIC pair could do.
+    search.forcedGdrMode = topo::GdrOption::HostStaged;
+    search.forcedGdrReason = "TCP: sends leave from host memory";
+  }
+  RIDGE_TRY(buildNodeTemplate(node, rpn, nodes > 1, req.network, search, tmpl.get()));
   p.node = tmpl;
   buildRings(&p);
   if (req.buildTrees) buildTrees(&p);

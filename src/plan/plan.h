@@ -109,6 +109,7 @@ struct SearchOptions {
   /// Network sends of GPU ranks: every GPU-NIC pair takes the GDR advisor's mode (PCIe model
   /// with `pcieConstants`) unless one is forced here (RIDGE_GDR_MODE=read|write|staged).
   std::optional<topo::GdrOption> forcedGdrMode;
+  std::string forcedGdrReason = "forced by RIDGE_GDR_MODE";  ///< NicPairMode::why when forced
   topo::PcieConstants pcieConstants;
 };
 

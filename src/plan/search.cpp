@@ -184,7 +184,7 @@ std::vector<NicPairMode> nicPairModes(const Topology& t, const NodeTemplate& tp,
       placement.nicPortGBs = tp.nicGBs;
       const topo::GdrAdvice advice = topo::adviseGdr(placement, options.pcieConstants);
       m.option = options.forcedGdrMode.value_or(advice.chosen);
-      m.why = options.forcedGdrMode ? std::string("forced by RIDGE_GDR_MODE")
+      m.why = options.forcedGdrMode ? options.forcedGdrReason
                                     : "GDR advisor (" + advice.decidedBy + "): " + advice.reason;
       const topo::GdrOptionEstimate& e = advice.estimate(m.option);
       m.latencyNs = e.latencyNs.empty() ? 0 : e.latencyNs.front();

@@ -235,6 +235,21 @@ TEST(CostModelGdr, RidgeGdrModeForcesOrLeavesItToTheAdvisor) {
   unsetenv("RIDGE_GDR_MODE");
   ASSERT_TRUE(gdrModeFromSettings(&m).isOk());
   EXPECT_FALSE(m.has_value());
+  // TCP sends leave from host memory, whatever the advisor would pick.
+  {
+    auto t = testing::preset("dgx-h100");
+    PlanRequest req;
+    req.nodes = 2;
+    req.ranksPerNode = 8;
+    req.nranks = 16;
+    ASSERT_TRUE(parseNetworkSpec("rails=8,transport=tcp", &req.network, &req.tcp).isOk());
+    Plan tcp;
+    ASSERT_TRUE(buildPlan(t, req, &tcp).isOk());
+    for (const NicPairMode& pm : tcp.node->nicModes) {
+      EXPECT_EQ(pm.option, topo::GdrOption::HostStaged);
+      EXPECT_EQ(pm.why, "TCP: sends leave from host memory");
+    }
+  }
   // Forced host staging on DGX H100: no GPUDirect send anywhere, so no PXN relay either.
   auto p = gdrPlan("dgx-h100", 2, 8, topo::GdrOption::HostStaged);
   for (const Channel& ring : p->rings)
