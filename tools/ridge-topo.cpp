@@ -211,7 +211,8 @@ const Command kCommands[] = {
      runDraw},
     {"plan", "plan [WHICH] -n RANKS [OPTIONS]",
      "Builds Ridge's collective plan for the machine (see 'ridge-topo plan --help' when the\n"
-     "planner is built).",
+     "planner is built). Network sends take the GDR advisor's mode for each GPU-NIC pair;\n"
+     "RIDGE_GDR_MODE=read, write or staged forces one on every pair.",
      runPlan},
     {"simulate", "simulate [WHICH] [OPTIONS]",
      "Predicts time, algbw and busbw per collective and size for the machine's plan.", runSimulate},

@@ -136,6 +136,7 @@ bool build(const topo::Topology& node, const PlanArgs& a, std::shared_ptr<const 
   }
   req.search.maxChannels = a.maxChannels;
   Status s = plan::parseNetworkSpec(a.network, &req.network, &req.tcp);
+  if (s.isOk()) s = plan::gdrModeFromSettings(&req.search.forcedGdrMode);
   if (!s.isOk()) {
     std::fprintf(stderr, "%s\n", s.message().c_str());
     *rc = kUsage;

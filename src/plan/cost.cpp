@@ -97,11 +97,17 @@ CostModel::CostModel(std::shared_ptr<const Plan> plan) : plan_(std::move(plan)) 
   for (const Route& r : t.routes)
     if (r.transport == Transport::PcieP2p || r.transport == Transport::HostShm) hasPcieOrShm_ = true;
   if (!p.rings.empty() && p.nodes > 1) {
+    // Beyond NCCL's per-hop network figure: the fabric tiers crossed and, over RDMA, the
+    // modeled latency of the send mode the GDR advisor chose for the GPU-NIC pair (the
+    // GPU-side part of the hop, which differs by mode: a copy engine and a proxy for host
+    // staging, a doorbell rung by the GPU for GDR).
     double sum = 0;
     int count = 0;
     for (const Edge& e : p.rings.front().edges) {
       if (e.transport != Transport::Net && e.transport != Transport::Tcp) continue;
       sum += netHopExtraUs(p.nodeOf(e.from), p.nodeOf(e.to));
+      if (e.transport == Transport::Net && e.route >= 0)
+        sum += t.routes[static_cast<size_t>(e.route)].modeLatencyNs / 1000;
       ++count;
     }
     netExtraUs_ = count ? sum / count : 0;
@@ -136,7 +142,8 @@ bool CostModel::supports(Coll coll, Algorithm algo) const {
     case Algorithm::Tree:
       return (coll == Coll::AllReduce || coll == Coll::Broadcast || coll == Coll::Reduce) && !p.trees.empty();
     case Algorithm::Hier:
-      return coll == Coll::AllReduce && p.nodes > 1 && p.ranksPerNode > 1 && !p.rails.empty();
+      // Every collective but all-to-all has a hierarchical form (phases() lists them).
+      return coll != Coll::AlltoAll && p.nodes > 1 && p.ranksPerNode > 1 && !p.rails.empty();
     case Algorithm::AllPairs: return coll == Coll::AlltoAll;
   }
   return false;
@@ -221,8 +228,8 @@ void CostModel::finishProfile(Profile* p) const {
   }
 }
 
-// phase: 0 the whole algorithm (ring, tree, allpairs); hier 0 intra reduce-scatter (and
-// all-gather, same loads), 1 inter-node allreduce on the rails.
+// phase: 0 the whole algorithm (ring, tree, allpairs); hier 0 one intra-node pass, 1 the
+// inter-node part on the rails.
 const CostModel::Profile& CostModel::profile(Coll coll, Algorithm algo, int phase, int channels) const {
   const int64_t key =
       ((static_cast<int64_t>(coll) * 8 + static_cast<int64_t>(algo)) * 4 + phase) * 1024 + channels;
@@ -305,7 +312,8 @@ const CostModel::Profile& CostModel::profile(Coll coll, Algorithm algo, int phas
             addFabric(prof.get(), p.nodeOf(e.from), p.nodeOf(e.to), e.nic, d * (e.up ? upF : downF));
   } else if (algo == Algorithm::Hier) {
     if (phase == 0) {
-      // Intra-node reduce-scatter over the channels' orders closed into cycles.
+      // One intra-node pass over the channels' orders closed into cycles: a reduce-scatter,
+      // all-gather, scatter or gather of the node's data; each edge carries (k-1)/k of it.
       const double f = static_cast<double>(k - 1) / k / channels;
       for (int j = 0; j < channels; ++j) {
         const ChannelTemplate& ct = t.channels[static_cast<size_t>(j)];
@@ -316,8 +324,10 @@ const CostModel::Profile& CostModel::profile(Coll coll, Algorithm algo, int phas
                    f);
       }
     } else {
-      // Each local index allreduces its 1/k shard across nodes on its rail.
-      const double f = busBandwidthFactor(Coll::AllReduce, N) / k;
+      // Each local index runs the collective on its 1/k shard across nodes on its rail: a
+      // ring for allreduce, allgather and reduce-scatter, a pipelined chain for broadcast
+      // and reduce; each rail edge carries the busbw factor over N of the shard.
+      const double f = busBandwidthFactor(coll, N) / k;
       for (const Channel& rail : p.rails) {
         const int g = rail.templateChannel;
         if (rail.nic >= 0) {
@@ -380,16 +390,23 @@ void CostModel::phases(Coll coll, Algorithm algo, int channels, std::vector<Phas
       ph.latencyUs[pr] = kTreeBaseUs[pr] + trips * ((k - 1) * intraHopUs_[pr] + depth * net[pr]);
     out->push_back(ph);
   } else if (algo == Algorithm::Hier) {
+    // The phases, one after the other (docs/planner.md, "Hierarchical forms"):
+    //   allreduce      intra reduce-scatter, inter allreduce, intra allgather
+    //   allgather      inter allgather, intra allgather
+    //   reducescatter  intra reduce-scatter, inter reduce-scatter
+    //   broadcast      intra scatter from the root, inter broadcast, intra allgather
+    //   reduce         intra reduce-scatter, inter reduce, intra gather to the root
     Phase intra{}, inter{};
     intra.profile = &profile(coll, algo, 0, channels);
     inter.profile = &profile(coll, algo, 1, channels);
+    const double interSteps = coll == Coll::AllReduce ? 2.0 * (N - 1) : N - 1;
     for (int pr = 0; pr < kProtocolCount; ++pr) {
       intra.latencyUs[pr] = kRingBaseUs[pr] + (k - 1) * intraHopUs_[pr];
-      inter.latencyUs[pr] = kRingBaseUs[pr] + 2.0 * (N - 1) * net[pr];
+      inter.latencyUs[pr] = kRingBaseUs[pr] + interSteps * net[pr];
     }
-    out->push_back(intra);
+    if (coll != Coll::AllGather) out->push_back(intra);
     out->push_back(inter);
-    out->push_back(intra);
+    if (coll != Coll::ReduceScatter) out->push_back(intra);
   } else {
     ph.profile = &profile(coll, algo, 0, channels);
     for (int pr = 0; pr < kProtocolCount; ++pr)

@@ -98,7 +98,7 @@ class CostModel {
   std::vector<int> fabricGroupNodes_;       // nodes per group at each non-top tier
   double intraHopUs_[kProtocolCount] = {};  // mean per intra-node hop of the ring channels
   double netHopUs_[kProtocolCount] = {};
-  double netExtraUs_ = 0;  // mean extra fabric latency of a ring's network hop
+  double netExtraUs_ = 0;  // mean extra latency of a ring's network hop: fabric tiers, send mode
   bool hasPcieOrShm_ = false;
   mutable std::map<int64_t, std::unique_ptr<Profile>> cache_;
 };

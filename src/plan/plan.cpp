@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "core/settings.h"
+
 namespace ridge::plan {
 
 const char* transportName(Transport t) {
@@ -39,6 +41,23 @@ const char* channelKindName(ChannelKind k) {
     case ChannelKind::Rail: return "rail";
   }
   return "?";
+}
+
+Status gdrModeFromSettings(std::optional<topo::GdrOption>* out) {
+  const std::string text = settingString(Setting::GDR_MODE);
+  out->reset();
+  if (text.empty() || text == "off" || text == "auto") return Status::ok();
+  // The transport's short names (read, write, staged) and the advisor's long ones.
+  static const char* const kShort[topo::kGdrOptionCount] = {"read", "write", "staged"};
+  for (int o = 0; o < topo::kGdrOptionCount; ++o) {
+    const auto option = static_cast<topo::GdrOption>(o);
+    if (text == kShort[o] || text == topo::gdrOptionName(option)) {
+      *out = option;
+      return Status::ok();
+    }
+  }
+  return makeError(ridgeInvalidArgument, "RIDGE_GDR_MODE='%s': expected read, write, staged, auto or off",
+                   text.c_str());
 }
 
 // ---- trees ------------------------------------------------------------------------------
@@ -257,7 +276,13 @@ Status buildPlan(std::shared_ptr<const topo::Topology> node, const PlanRequest& 
   p.network = req.network;
   p.tcp = req.tcp;
   auto tmpl = std::make_shared<NodeTemplate>();
-  RIDGE_TRY(buildNodeTemplate(node, rpn, nodes > 1, req.network, req.search, tmpl.get()));
+  SearchOptions search = req.search;
+  if (req.tcp) {
+    // TCP sends leave from host memory whatever the GPU-NIC pair could do.
+    search.forcedGdrMode = topo::GdrOption::HostStaged;
+    search.forcedGdrReason = "TCP: sends leave from host memory";
+  }
+  RIDGE_TRY(buildNodeTemplate(node, rpn, nodes > 1, req.network, search, tmpl.get()));
   p.node = tmpl;
   buildRings(&p);
   if (req.buildTrees) buildTrees(&p);

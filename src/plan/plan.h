@@ -16,10 +16,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
+#include "topo/gdr_advisor.h"
 #include "topo/model.h"
 
 namespace ridge::plan {
@@ -60,6 +62,9 @@ struct Route {
   int socketCrossings = 0;
   double bandwidthGBs = 0;  ///< alone on an idle node (min over uses of capacity / weight)
   double latencyNs = 0;     ///< sum of the topology links' latencies
+  /// Network send routes: the GDR advisor's modeled latency of the route's mode for the
+  /// smallest size (GPU data to the NIC, doorbell included); 0 elsewhere.
+  double modeLatencyNs = 0;
 };
 
 /// The resources of one node type: one per link direction, one per NIC port direction
@@ -70,6 +75,16 @@ struct ResourceTable {
   int linkResources = 0;            ///< ids [0, 2 * links) are link directions
   int nicPortBase = 0;              ///< NIC slot s: nicPortBase + 2s (out), + 2s + 1 (in)
   int deviceBase = -1;              ///< host ranks: device i's copy resource, else -1
+  int nicModeBase = -1;             ///< GPU a to NIC slot s in its mode: nicModeBase + a * nics + s
+};
+
+/// How one GPU sends through one NIC: the GDR advisor's choice for the pair (or the mode
+/// forced by RIDGE_GDR_MODE) with the PCIe model's figures for that mode.
+struct NicPairMode {
+  topo::GdrOption option = topo::GdrOption::HostStaged;
+  double latencyNs = 0;     ///< modeled latency at the advisor's first small size (8 B)
+  double bandwidthGBs = 0;  ///< modeled bandwidth at its large size (64 MiB), port-capped
+  std::string why;          ///< "GDR advisor (latency): ..." or "forced by RIDGE_GDR_MODE"
 };
 
 /// The ring of one channel inside one node (the part replicated on every node).
@@ -91,7 +106,16 @@ struct SearchOptions {
   /// Most bandwidth one channel may get (GB/s): one channel is a handful of GPU thread
   /// blocks and cannot drive a whole NVSwitch port set (NCCL's Hopper ladder tops at 60).
   double maxChannelGBs = 60;
+  /// Network sends of GPU ranks: every GPU-NIC pair takes the GDR advisor's mode (PCIe model
+  /// with `pcieConstants`) unless one is forced here (RIDGE_GDR_MODE=read|write|staged).
+  std::optional<topo::GdrOption> forcedGdrMode;
+  std::string forcedGdrReason = "forced by RIDGE_GDR_MODE";  ///< NicPairMode::why when forced
+  topo::PcieConstants pcieConstants;
 };
+
+/// RIDGE_GDR_MODE as the planner reads it: read, write or staged force that mode on every
+/// GPU-NIC pair; off, auto (or unset) leave each pair to the GDR advisor.
+Status gdrModeFromSettings(std::optional<topo::GdrOption>* out);
 
 struct SearchStats {
   int64_t steps = 0;
@@ -112,9 +136,10 @@ struct NodeTemplate {
   bool multiNode = false;
   ResourceTable resources;
   std::vector<Route> routes;
-  std::vector<int> pairRoute;  ///< [a * k + b]: route id from local device a to b (-1 for a == b)
-  std::vector<int> nicSend;    ///< [a * nics + s]: device a to NIC slot s (direct)
-  std::vector<int> nicRecv;    ///< [s * k + a]: NIC slot s to device a
+  std::vector<int> pairRoute;         ///< [a * k + b]: route id from local device a to b (-1 for a == b)
+  std::vector<int> nicSend;           ///< [a * nics + s]: device a to NIC slot s (direct)
+  std::vector<int> nicRecv;           ///< [s * k + a]: NIC slot s to device a
+  std::vector<NicPairMode> nicModes;  ///< [a * nics + s]: GPU ranks, multi-node only
   std::vector<ChannelTemplate> channels;
   SearchStats stats;
 

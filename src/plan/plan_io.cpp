@@ -1,5 +1,6 @@
 #include "plan/plan_io.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -75,6 +76,27 @@ json::Value routeJson(const NodeTemplate& t, int route, const std::string& from,
   return h;
 }
 
+// The GPU-NIC pairs the plan sends through, in first-use order: each channel's exit (the
+// relaying GPU for PXN), its tree head, and every rail.
+std::vector<std::pair<int, int>> sendPairs(const Plan& p) {
+  const NodeTemplate& t = *p.node;
+  std::vector<std::pair<int, int>> pairs;
+  if (t.nicModes.empty()) return pairs;
+  auto add = [&](int device, int nic) {
+    if (device < 0 || nic < 0) return;
+    const std::pair<int, int> x{device, nic};
+    if (std::find(pairs.begin(), pairs.end(), x) == pairs.end()) pairs.push_back(x);
+  };
+  for (const ChannelTemplate& ct : t.channels) {
+    const bool relayed =
+        ct.exitRoute >= 0 && t.routes[static_cast<size_t>(ct.exitRoute)].mode == NetMode::Pxn;
+    add(relayed ? ct.order.front() : ct.order.back(), ct.nic);
+    if (!p.trees.empty()) add(ct.order.front(), ct.nic);
+  }
+  for (const Channel& r : p.rails) add(r.templateChannel, r.nic);
+  return pairs;
+}
+
 }  // namespace
 
 std::string planText(const Plan& p, const PrintOptions& opt) {
@@ -106,6 +128,13 @@ std::string planText(const Plan& p, const PrintOptions& opt) {
       if (ct.entryRoute >= 0) o << "      entry: " << routeText(t, ct.entryRoute) << "\n";
       if (ct.exitRoute >= 0) o << "      exit: " << routeText(t, ct.exitRoute) << "\n";
     }
+  }
+  const std::vector<std::pair<int, int>> pairs = sendPairs(p);
+  if (!pairs.empty()) o << "network sends (mode per GPU-NIC pair, modeled by the PCIe model):\n";
+  for (const auto& [device, nic] : pairs) {
+    const NicPairMode& m = t.nicModes[static_cast<size_t>(device) * t.nics.size() + static_cast<size_t>(nic)];
+    o << "  " << t.deviceName(device) << " -> " << nicName(t, nic) << ": " << topo::gdrOptionName(m.option)
+      << ", " << fmt(m.bandwidthGBs) << " GB/s, " << fmt(m.latencyNs / 1000, 2) << " us; " << m.why << "\n";
   }
   o << "rings:\n";
   for (size_t c = 0; c < p.rings.size(); ++c)
@@ -189,6 +218,19 @@ json::Value planJson(const Plan& p, const std::vector<Estimate>& algorithms, con
     chans.push(std::move(c));
   }
   node.set("channels", std::move(chans));
+  json::Value sends = json::Value::array();
+  for (const auto& [device, nic] : sendPairs(p)) {
+    const NicPairMode& m = t.nicModes[static_cast<size_t>(device) * t.nics.size() + static_cast<size_t>(nic)];
+    json::Value x = json::Value::object();
+    x.set("gpu", t.deviceName(device));
+    x.set("nic", nicName(t, nic));
+    x.set("mode", topo::gdrOptionName(m.option));
+    x.set("bandwidthGBs", m.bandwidthGBs);
+    x.set("latencyUs", m.latencyNs / 1000);
+    x.set("why", m.why);
+    sends.push(std::move(x));
+  }
+  node.set("networkSends", std::move(sends));
   doc.set("node", std::move(node));
   // Rank lists are written in full unless they would be huge and `full` is off.
   const bool ranksToo = opt.full || p.nranks <= 4096;

@@ -14,6 +14,7 @@
 #include <numeric>
 
 #include "plan/plan.h"
+#include "topo/gdr_placement.h"
 
 namespace ridge::plan {
 
@@ -127,8 +128,10 @@ struct Builder {
     return r;
   }
 
-  // Device a to NIC slot s (send) or back (recv): GPUDirect when the GPU and the NIC
-  // share a PCIe switch (class PXB or better, as NCCL decides), else through host memory.
+  // Device a to NIC slot s (send) or back (recv). Sends take the pair's mode (the GDR
+  // advisor's, tp.nicModes) and load the pair's mode resource, whose capacity is that mode's
+  // modeled bandwidth. Receives: the NIC writes GPU memory directly when GPU and NIC share a
+  // PCIe switch (class PXB or better, as NCCL decides), else through host memory.
   Route nicRoute(int a, int s, bool send) {
     Route r;
     const int A = tp.devices[static_cast<size_t>(a)], X = tp.nics[static_cast<size_t>(s)];
@@ -136,15 +139,60 @@ struct Builder {
     addPathUses(p, &r);
     r.nccl = p.nccl;
     r.transport = Transport::Net;
-    const bool gdr = !tp.hostRanks && p.nccl <= topo::NcclClass::PXB;
-    r.mode = tp.hostRanks ? NetMode::HostStaged
-             : gdr        ? (send ? NetMode::GdrRead : NetMode::GdrWrite)
-                          : NetMode::HostStaged;
+    const int nn = static_cast<int>(tp.nics.size());
+    if (tp.hostRanks) {
+      r.mode = NetMode::HostStaged;
+    } else if (send) {
+      const NicPairMode& m = tp.nicModes[static_cast<size_t>(a * nn + s)];
+      r.mode = netModeOf(m.option);
+      r.modeLatencyNs = m.latencyNs;
+      r.uses.push_back({tp.resources.nicModeBase + a * nn + s, 1.0f});
+    } else {
+      r.mode = p.nccl <= topo::NcclClass::PXB ? NetMode::GdrWrite : NetMode::HostStaged;
+    }
     r.uses.push_back({tp.resources.nicPortBase + 2 * s + (send ? 0 : 1), 1.0f});
     if (tp.hostRanks) r.uses.push_back({tp.resources.deviceBase + 2 * a + (send ? 0 : 1), 1.0f});
     return r;
   }
+
+  static NetMode netModeOf(topo::GdrOption o) {
+    switch (o) {
+      case topo::GdrOption::GdrRead: return NetMode::GdrRead;
+      case topo::GdrOption::GdrWrite: return NetMode::GdrWrite;
+      case topo::GdrOption::HostStaged: return NetMode::HostStaged;
+    }
+    return NetMode::HostStaged;
+  }
 };
+
+// The mode of every GPU-NIC pair: the GDR advisor's choice from the PCIe model (the NIC port
+// capped at the network description's rate, so that the advisor's figure and the plan's NIC
+// agree), or the forced one with the model's figures for it.
+std::vector<NicPairMode> nicPairModes(const Topology& t, const NodeTemplate& tp,
+                                      const SearchOptions& options) {
+  std::vector<NicPairMode> modes;
+  for (int gpu : tp.devices)
+    for (int nic : tp.nics) {
+      NicPairMode m;
+      topo::GdrPlacement placement;
+      if (!topo::gdrPlacementFor(t, gpu, nic, &placement).isOk()) {
+        m.why = "no PCIe route between GPU and NIC: host staged";
+        m.bandwidthGBs = tp.nicGBs;
+        modes.push_back(m);
+        continue;
+      }
+      placement.nicPortGBs = tp.nicGBs;
+      const topo::GdrAdvice advice = topo::adviseGdr(placement, options.pcieConstants);
+      m.option = options.forcedGdrMode.value_or(advice.chosen);
+      m.why = options.forcedGdrMode ? options.forcedGdrReason
+                                    : "GDR advisor (" + advice.decidedBy + "): " + advice.reason;
+      const topo::GdrOptionEstimate& e = advice.estimate(m.option);
+      m.latencyNs = e.latencyNs.empty() ? 0 : e.latencyNs.front();
+      m.bandwidthGBs = e.largeBandwidthGBs > 0 ? e.largeBandwidthGBs : tp.nicGBs;
+      modes.push_back(std::move(m));
+    }
+  return modes;
+}
 
 std::string linkEndName(const Topology& t, int node) {
   const topo::Node& n = t.node(node);
@@ -199,6 +247,7 @@ struct Search {
     const Route& tail = tp.routes[static_cast<size_t>(entrySend)];
     r.uses.insert(r.uses.end(), tail.uses.begin(), tail.uses.end());
     r.latencyNs += tail.latencyNs;
+    r.modeLatencyNs = tail.modeLatencyNs;  // the NIC reads the relaying GPU in its pair's mode
     r.socketCrossings += tail.socketCrossings;
     r.transport = Transport::Net;
     r.mode = NetMode::Pxn;
@@ -413,6 +462,20 @@ Status buildNodeTemplate(std::shared_ptr<const topo::Topology> topology, int ran
       rt.capacityGBs.push_back(kHostCopyGBs);
       rt.names.push_back("rank " + std::to_string(a) + " copy in");
     }
+  }
+  if (multiNode && !tp.hostRanks && !tp.nics.empty()) {
+    // One resource per GPU-NIC pair: what the pair's send mode moves (the PCIe model's
+    // figure, e.g. root-complex P2P read forwarding for gdr-read past the root complex),
+    // shared by every channel that sends from that GPU through that NIC.
+    tp.nicModes = nicPairModes(t, tp, options);
+    rt.nicModeBase = static_cast<int>(rt.capacityGBs.size());
+    for (int a = 0; a < k; ++a)
+      for (size_t s = 0; s < tp.nics.size(); ++s) {
+        const NicPairMode& m = tp.nicModes[static_cast<size_t>(a) * tp.nics.size() + s];
+        rt.capacityGBs.push_back(m.bandwidthGBs);
+        rt.names.push_back(tp.deviceName(a) + "->" + linkEndName(t, tp.nics[s]) + " " +
+                           topo::gdrOptionName(m.option) + " (PCIe model)");
+      }
   }
 
   // Routes.

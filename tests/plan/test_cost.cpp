@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "plan/cost.h"
 #include "plan_fixtures.h"
+#include "topo/gdr_placement.h"
 
 namespace ridge::plan {
 namespace {
@@ -118,6 +120,206 @@ TEST(CostModel, HierarchicalOnlyAcrossNodes) {
   const Estimate h = two.estimate(Coll::AllReduce, 1 << 30, Algorithm::Hier);
   ASSERT_TRUE(h.valid);
   EXPECT_GT(h.busbwGBs, 50);
+}
+
+// ---- network hops priced through the GDR advisor ---------------------------------------
+
+// A plan of `nodes` nodes with `ranksPerNode` GPUs each, optionally forcing a send mode.
+std::shared_ptr<const Plan> gdrPlan(const std::string& presetName, int nodes, int ranksPerNode,
+                                    std::optional<topo::GdrOption> forced) {
+  auto t = testing::preset(presetName);
+  PlanRequest req;
+  req.nodes = nodes;
+  req.ranksPerNode = ranksPerNode;
+  req.nranks = nodes * ranksPerNode;
+  req.search.forcedGdrMode = forced;
+  EXPECT_TRUE(parseNetworkSpec("rails=0,nic=400G", &req.network, nullptr).isOk());
+  Plan p;
+  EXPECT_TRUE(buildPlan(t, req, &p).isOk());
+  return shared(std::move(p));
+}
+
+// What the advisor says for one pair of the preset, asked directly (not through the plan).
+topo::GdrAdvice adviceFor(const std::string& presetName, const std::string& gpu, const std::string& nic) {
+  auto t = testing::preset(presetName);
+  topo::GdrPlacement placement;
+  EXPECT_TRUE(topo::gdrPlacementFor(*t, t->find(gpu), t->find(nic), &placement).isOk());
+  placement.nicPortGBs = 50;  // nic=400G, as the plan's network description says
+  return topo::adviseGdr(placement, topo::PcieConstants{});
+}
+
+TEST(CostModelGdr, CrossRcNetworkSendsAreGdrWriteAtTheAdvisorsFigure) {
+  const topo::GdrAdvice advice = adviceFor("cross-rc", "GPU0", "NIC0");
+  ASSERT_EQ(advice.chosen, topo::GdrOption::GdrWrite) << advice.reason;
+  auto advised = gdrPlan("cross-rc", 2, 1, std::nullopt);
+  auto read = gdrPlan("cross-rc", 2, 1, topo::GdrOption::GdrRead);
+  auto staged = gdrPlan("cross-rc", 2, 1, topo::GdrOption::HostStaged);
+  int netEdges = 0;
+  for (const Edge& e : advised->rings.front().edges) {
+    if (e.transport != Transport::Net) continue;
+    ++netEdges;
+    EXPECT_EQ(e.sendMode, NetMode::GdrWrite) << "cross-rc sends go GPU-written (NODE placement)";
+  }
+  EXPECT_EQ(netEdges, 2);
+  for (const Edge& e : read->rings.front().edges)
+    if (e.transport == Transport::Net) EXPECT_EQ(e.sendMode, NetMode::GdrRead) << "forced mode";
+
+  // Large messages: the send pipeline of the mode is the bottleneck, so busbw scales with
+  // the advisor's figure for that mode (gdr-write 47.9 GB/s against gdr-read's 29.2).
+  const double writeGBs = advice.estimate(topo::GdrOption::GdrWrite).largeBandwidthGBs;
+  const double readGBs = advice.estimate(topo::GdrOption::GdrRead).largeBandwidthGBs;
+  const Estimate w = CostModel(advised).estimate(Coll::AllReduce, kLarge, Algorithm::Ring);
+  const Estimate r = CostModel(read).estimate(Coll::AllReduce, kLarge, Algorithm::Ring);
+  std::printf(
+      "cross-rc 2x1, allreduce 4 GiB: gdr-write %.2f GB/s busbw (advisor %.2f), gdr-read %.2f (advisor "
+      "%.2f)\n",
+      w.busbwGBs, writeGBs, r.busbwGBs, readGBs);
+  EXPECT_NE(w.bottleneck.find("gdr-write"), std::string::npos) << w.bottleneck;
+  EXPECT_NE(r.bottleneck.find("gdr-read"), std::string::npos) << r.bottleneck;
+  EXPECT_NEAR(w.busbwGBs / r.busbwGBs, writeGBs / readGBs, 0.01 * writeGBs / readGBs);
+  EXPECT_LT(w.busbwGBs, writeGBs);
+  EXPECT_GT(w.busbwGBs, 0.9 * writeGBs);
+
+  // Small messages: every network hop pays the mode's modeled latency; a 2-rank ring
+  // allreduce takes two network hops, so host staging costs twice its extra latency.
+  const double extraUs = (advice.estimate(topo::GdrOption::HostStaged).latencyNs.front() -
+                          advice.estimate(topo::GdrOption::GdrWrite).latencyNs.front()) /
+                         1000;
+  ASSERT_GT(extraUs, 1.0);
+  const Estimate ws = CostModel(advised).estimate(Coll::AllReduce, 8, Algorithm::Ring);
+  const Estimate ss = CostModel(staged).estimate(Coll::AllReduce, 8, Algorithm::Ring);
+  EXPECT_NEAR(ss.timeUs - ws.timeUs, 2 * extraUs, 0.01 * extraUs);
+}
+
+TEST(CostModelGdr, DgxH100NetworkSendsAreGdrRead) {
+  auto p = gdrPlan("dgx-h100", 2, 8, std::nullopt);
+  const NodeTemplate& t = *p->node;
+  ASSERT_EQ(t.nicModes.size(), static_cast<size_t>(8) * t.nics.size());
+  for (const ChannelTemplate& ct : t.channels) {
+    // The GPU under the channel's NIC sends with gdr-read, as the advisor says for PIX.
+    const NicPairMode& m = t.nicModes[static_cast<size_t>(ct.order.front()) * t.nics.size() + ct.nic];
+    EXPECT_EQ(m.option, topo::GdrOption::GdrRead) << m.why;
+    const topo::GdrAdvice a =
+        adviceFor("dgx-h100", t.deviceName(ct.order.front()), t.topology->node(t.nics[ct.nic]).name);
+    EXPECT_EQ(a.chosen, topo::GdrOption::GdrRead);
+    EXPECT_DOUBLE_EQ(m.bandwidthGBs, a.estimate(topo::GdrOption::GdrRead).largeBandwidthGBs);
+  }
+  for (const Channel& ring : p->rings)
+    for (const Edge& e : ring.edges)
+      if (e.transport == Transport::Net)
+        EXPECT_TRUE(e.sendMode == NetMode::GdrRead || e.sendMode == NetMode::Pxn) << netModeName(e.sendMode);
+  for (const Channel& rail : p->rails)
+    for (const Edge& e : rail.edges) EXPECT_EQ(e.sendMode, NetMode::GdrRead);
+  // Relayed exits (PXN) carry the latency of the relaying GPU's gdr-read, like direct ones.
+  for (const Edge& e : p->rings.front().edges)
+    if (e.transport == Transport::Net)
+      EXPECT_DOUBLE_EQ(t.routes[static_cast<size_t>(e.route)].modeLatencyNs,
+                       t.nicModes[static_cast<size_t>(t.channels.front().order.front()) * t.nics.size() +
+                                  t.channels.front().nic]
+                           .latencyNs);
+}
+
+TEST(CostModelGdr, RidgeGdrModeForcesOrLeavesItToTheAdvisor) {
+  std::optional<topo::GdrOption> m;
+  setenv("RIDGE_GDR_MODE", "staged", 1);
+  ASSERT_TRUE(gdrModeFromSettings(&m).isOk());
+  EXPECT_EQ(m, topo::GdrOption::HostStaged);
+  setenv("RIDGE_GDR_MODE", "gdr-write", 1);
+  ASSERT_TRUE(gdrModeFromSettings(&m).isOk());
+  EXPECT_EQ(m, topo::GdrOption::GdrWrite);
+  setenv("RIDGE_GDR_MODE", "auto", 1);
+  ASSERT_TRUE(gdrModeFromSettings(&m).isOk());
+  EXPECT_FALSE(m.has_value());
+  setenv("RIDGE_GDR_MODE", "sideways", 1);
+  EXPECT_FALSE(gdrModeFromSettings(&m).isOk());
+  unsetenv("RIDGE_GDR_MODE");
+  ASSERT_TRUE(gdrModeFromSettings(&m).isOk());
+  EXPECT_FALSE(m.has_value());
+  // TCP sends leave from host memory, whatever the advisor would pick.
+  {
+    auto t = testing::preset("dgx-h100");
+    PlanRequest req;
+    req.nodes = 2;
+    req.ranksPerNode = 8;
+    req.nranks = 16;
+    ASSERT_TRUE(parseNetworkSpec("rails=8,transport=tcp", &req.network, &req.tcp).isOk());
+    Plan tcp;
+    ASSERT_TRUE(buildPlan(t, req, &tcp).isOk());
+    for (const NicPairMode& pm : tcp.node->nicModes) {
+      EXPECT_EQ(pm.option, topo::GdrOption::HostStaged);
+      EXPECT_EQ(pm.why, "TCP: sends leave from host memory");
+    }
+  }
+  // Forced host staging on DGX H100: no GPUDirect send anywhere, so no PXN relay either.
+  auto p = gdrPlan("dgx-h100", 2, 8, topo::GdrOption::HostStaged);
+  for (const Channel& ring : p->rings)
+    for (const Edge& e : ring.edges)
+      if (e.transport == Transport::Net) EXPECT_EQ(e.sendMode, NetMode::HostStaged);
+}
+
+// ---- hierarchical and tree forms beyond allreduce ---------------------------------------
+
+const Coll kRootedAndGathers[] = {Coll::Broadcast, Coll::Reduce, Coll::AllGather, Coll::ReduceScatter};
+
+TEST(CostModelHier, EveryCollectiveButAlltoallHasAHierarchicalForm) {
+  const int nodes = 64, k = 8;
+  CostModel m(shared(buildOrDie("dgx-h100", nodes, 0, "rails=8,nic=400G,tiers=leaf:64:400G,spine:64:400G")));
+  for (Coll c : kRootedAndGathers) {
+    const Estimate h = m.estimate(c, kLarge, Algorithm::Hier);
+    ASSERT_TRUE(h.valid) << collName(c);
+    // The inter-node phase is the only one on the NICs: each rail carries the busbw factor
+    // over nodes of a 1/k shard (allgather/reduce-scatter (N-1)/N, broadcast/reduce 1).
+    double nicOut = -1;
+    for (const ResourceLoad& l : m.loads(h, 1000))
+      if (l.name.rfind("NIC0 port out", 0) == 0) nicOut = l.bytes;
+    const double expected = static_cast<double>(kLarge) * busBandwidthFactor(c, nodes) / k;
+    EXPECT_NEAR(nicOut, expected, 1e-6 * expected) << collName(c);
+  }
+  EXPECT_FALSE(m.estimate(Coll::AlltoAll, kLarge, Algorithm::Hier).valid);
+  // Fewer steps: (N-1) network + (k-1) local hops against n-1 ring hops, so at scale the
+  // hierarchical allgather and reduce-scatter win small and mid sizes over the ring.
+  for (Coll c : {Coll::AllGather, Coll::ReduceScatter}) {
+    const Estimate b = m.best(c, 1 << 20);
+    EXPECT_EQ(b.algo, Algorithm::Hier) << collName(c);
+    EXPECT_LT(b.timeUs, m.estimate(c, 1 << 20, Algorithm::Ring).timeUs);
+  }
+  // Broadcast and reduce: the double binary tree is shallower still.
+  EXPECT_EQ(m.best(Coll::Broadcast, 8).algo, Algorithm::Tree);
+  EXPECT_EQ(m.best(Coll::Reduce, 8).algo, Algorithm::Tree);
+  // A rule forces the hierarchical form for a collective that now has one.
+  std::vector<AlgoRule> rules;
+  std::string bad;
+  ASSERT_TRUE(parseAlgoRules("broadcast:0-:hier", &rules, &bad));
+  EXPECT_EQ(m.best(Coll::Broadcast, 8, &rules).algo, Algorithm::Hier);
+}
+
+// Every algorithm of every collective: no resource is busy longer than the predicted time
+// (no link carries more than its bandwidth allows), and the choice is deterministic.
+TEST(CostModelHier, NoResourceOverItsBandwidthAndDeterministicChoices) {
+  for (const char* name : {"dgx-h100", "pcie-8gpu-2socket", "cross-rc"}) {
+    for (int nodes : {1, 3, 16}) {
+      const std::string net = "rails=8,nic=400G,tiers=leaf:8:400G,spine:64:400G";
+      CostModel a(shared(buildOrDie(name, nodes, 0, net)));
+      CostModel b(shared(buildOrDie(name, nodes, 0, net)));
+      for (int c = 0; c < kCollCount; ++c)
+        for (size_t bytes = 8; bytes <= (size_t{1} << 32); bytes *= 64) {
+          const Coll coll = static_cast<Coll>(c);
+          for (int al = 0; al < kAlgorithmCount; ++al) {
+            const Estimate e = a.estimate(coll, bytes, static_cast<Algorithm>(al));
+            if (!e.valid) continue;
+            for (const ResourceLoad& l : a.loads(e, 100000))
+              EXPECT_LE(l.busyUs, e.timeUs * (1 + 1e-9))
+                  << name << " x" << nodes << " " << collName(coll) << " " << algorithmName(e.algo) << " "
+                  << bytes << ": " << l.name;
+          }
+          const Estimate x = a.best(coll, bytes), y = b.best(coll, bytes);
+          EXPECT_EQ(x.algo, y.algo);
+          EXPECT_EQ(x.proto, y.proto);
+          EXPECT_EQ(x.channels, y.channels);
+          EXPECT_DOUBLE_EQ(x.timeUs, y.timeUs);
+        }
+    }
+  }
 }
 
 }  // namespace

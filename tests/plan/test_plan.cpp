@@ -117,8 +117,11 @@ TEST(PlanRings, DgxChannelsEachUseADifferentNic) {
       EXPECT_TRUE(nics.insert(ct.nic).second) << name << ": NIC slot " << ct.nic << " used by two channels";
       // Enters through a GPU that shares a PCIe switch with the NIC: GPUDirect both ways.
       EXPECT_EQ(t.routes[static_cast<size_t>(ct.entryRoute)].mode, NetMode::GdrWrite) << name;
+      // Leaves GPUDirect (the advisor picks gdr-read on H100, gdr-write into NIC memory on
+      // A100, whose preset NICs have it) or relayed over NVLink to the GPU the NIC reads.
       const NetMode exit = t.routes[static_cast<size_t>(ct.exitRoute)].mode;
-      EXPECT_TRUE(exit == NetMode::GdrRead || exit == NetMode::Pxn) << name << " exit " << netModeName(exit);
+      EXPECT_TRUE(exit == NetMode::GdrRead || exit == NetMode::GdrWrite || exit == NetMode::Pxn)
+          << name << " exit " << netModeName(exit);
     }
     EXPECT_EQ(nics.size(), t.nics.size()) << name << ": every NIC carries a channel";
     // Rail-aligned: the edge between nodes leaves and enters through the same NIC slot.
@@ -213,8 +216,12 @@ TEST(PlanHier, RailsAreInterNodeRingsOfOneLocalIndexEach) {
     ASSERT_EQ(static_cast<int>(r.ranks.size()), p.nodes);
     for (int rank : r.ranks) EXPECT_EQ(p.localOf(rank), r.templateChannel);
     ++perNic[r.nic];
-    EXPECT_EQ(p.node->routes[static_cast<size_t>(r.edges.front().route)].mode, NetMode::GdrRead)
-        << "GPU" << r.templateChannel << " uses a NIC on its own switch";
+    // GPU g uses a NIC on its own switch, so it sends GPUDirect in the advisor's mode.
+    const NetMode mode = p.node->routes[static_cast<size_t>(r.edges.front().route)].mode;
+    EXPECT_TRUE(mode == NetMode::GdrRead || mode == NetMode::GdrWrite) << "GPU" << r.templateChannel;
+    const NicPairMode& pair =
+        p.node->nicModes[static_cast<size_t>(r.templateChannel) * p.node->nics.size() + r.nic];
+    EXPECT_STREQ(netModeName(mode), topo::gdrOptionName(pair.option)) << pair.why;
   }
   // DGX A100: two GPUs and two NICs per switch, so each NIC serves exactly one GPU.
   for (const auto& [nic, count] : perNic) EXPECT_EQ(count, 1) << "NIC slot " << nic;

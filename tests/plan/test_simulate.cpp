@@ -5,7 +5,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "core/json.h"
 #include "plan_fixtures.h"
@@ -70,6 +72,35 @@ TEST(PlanCommand, TextJsonAndDot) {
       << "15 ranks do not split over 2 nodes";
   EXPECT_EQ(runPlanCommand(*t, common, {"--bogus"}), 2);
   EXPECT_EQ(runPlanCommand(*t, common, {"-n", "16", "--network", "rails=x"}), 2);
+}
+
+// The plan says which mode each network send takes and why; RIDGE_GDR_MODE forces one
+// and a value the planner does not know is a usage error.
+TEST(PlanCommand, NetworkSendsShowTheGdrMode) {
+  auto t = plan::testing::preset("cross-rc");
+  CommonOptions common;
+  int rc = -1;
+  const std::vector<std::string> args = {"--nodes", "2", "--network", "nic=400G"};
+  std::string text = captureStdout([&] { return runPlanCommand(*t, common, args); }, &rc);
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(text.find("GPU0 -> NIC0: gdr-write, 47.89 GB/s"), std::string::npos) << text;
+  EXPECT_NE(text.find("GDR advisor (latency)"), std::string::npos) << text;
+  common.format = OutputFormat::Json;
+  std::string js = captureStdout([&] { return runPlanCommand(*t, common, args); }, &rc);
+  json::Value doc;
+  ASSERT_TRUE(json::parse(js, "plan --json", &doc).isOk()) << js.substr(0, 200);
+  const json::Value* sends = doc.get("node")->get("networkSends");
+  ASSERT_TRUE(sends && sends->isArray() && sends->size() > 0) << js.substr(0, 400);
+  for (const json::Value& x : sends->items()) EXPECT_EQ(x.get("mode")->asString(), "gdr-write");
+  common.format = OutputFormat::Text;
+  setenv("RIDGE_GDR_MODE", "staged", 1);
+  text = captureStdout([&] { return runPlanCommand(*t, common, args); }, &rc);
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(text.find("GPU0 -> NIC0: host-staged"), std::string::npos) << text;
+  EXPECT_NE(text.find("forced by RIDGE_GDR_MODE"), std::string::npos) << text;
+  setenv("RIDGE_GDR_MODE", "sideways", 1);
+  EXPECT_EQ(runPlanCommand(*t, common, args), 2);
+  unsetenv("RIDGE_GDR_MODE");
 }
 
 TEST(SimulateCommand, FourThousandNodesTableAndLoads) {
