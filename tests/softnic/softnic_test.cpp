@@ -420,6 +420,51 @@ TEST(SoftnicEngine, DeviceMemoryIsASource) {
   EXPECT_FALSE(p->pdA->allocDeviceMemory(1 << 30, 0, &big).isOk());
 }
 
+// Device memory is part of the NIC's staging, so its bytes are sent (and resent after a loss)
+// in place, without the copy into a packet chunk. Each write waits for its completion before
+// the device memory is rewritten, as the gdr transport's credits make its producer wait; every
+// write must land exactly although packets are dropped, duplicated, reordered and delayed.
+void runDeviceMemoryInPlace(bool tcpPayload) {
+  softnic::Options o;
+  ASSERT_TRUE(
+      softnic::parseFaults("drop=0.05,dup=0.05,reorder=0.05,delay=0.05:300us,seed=4", &o.faults).isOk());
+  o.rtoNs = 1000000;
+  o.mtu = 2048;
+  o.forceTcpPayload = tcpPayload;
+  auto p = Pair::make(o);
+  ASSERT_TRUE(p);
+  constexpr size_t kBytes = 12000;
+  constexpr int kWrites = 40;
+  std::unique_ptr<DeviceMemory> dm;
+  ASSERT_TRUE(p->pdA->allocDeviceMemory(kBytes, kAccessLocalWrite, &dm).isOk());
+  std::vector<uint8_t> data(kBytes), dst(kBytes * kWrites, 0);
+  std::unique_ptr<MemoryRegion> md;
+  ASSERT_TRUE(p->pdB->registerMemory(dst.data(), dst.size(), kAccessRemoteWrite, &md).isOk());
+  for (int i = 0; i < kWrites; ++i) {
+    fillPattern(data, static_cast<uint32_t>(20 + i));
+    ASSERT_TRUE(dm->copyTo(0, data.data(), data.size()).isOk());
+    ASSERT_TRUE(
+        p->qpA->postSend(writeWqe(kWqeRdmaWrite, *dm->region(), 0, *md, kBytes * i, kBytes, i)).isOk());
+    auto c = pollN(p->cqA.get(), 1);
+    ASSERT_EQ(c.size(), 1u) << "write " << i;
+    ASSERT_EQ(c[0].status, kCqeOk) << "write " << i;
+    ASSERT_EQ(0, std::memcmp(dst.data() + kBytes * i, data.data(), kBytes)) << "write " << i;
+  }
+  const softnic::Counters k = softnic::deviceCounters(p->devA.get());
+  EXPECT_GE(k.zeroCopyPackets, static_cast<uint64_t>(kWrites) * (kBytes / 2048))
+      << softnic::countersToString(k);
+  EXPECT_GT(k.injectedDrops + k.injectedDups + k.injectedReorders + k.injectedDelays, 0u);
+  EXPECT_GT(k.retransmittedPackets, 0u) << softnic::countersToString(k);
+}
+
+TEST(SoftnicEngine, DeviceMemorySentInPlaceUnderFaults) {
+  runDeviceMemoryInPlace(false);
+}
+
+TEST(SoftnicEngine, DeviceMemorySentInPlaceUnderFaultsTcpPayload) {
+  runDeviceMemoryInPlace(true);
+}
+
 TEST(SoftnicEngine, RemoteAccessErrorMovesQpToError) {
   auto p = Pair::make();
   ASSERT_TRUE(p);

@@ -683,6 +683,10 @@ Status GdrTransport::connect(const TransportSetup& setup) {
     RIDGE_TRY(provider_->open(0, &device_));
   } else {
     softnic::Options o = softnic::Options::fromSettings();
+    // One packet per slot unless RIDGE_SOFTNIC_MTU says otherwise: a slot cut at 16 KiB costs
+    // the engines a frame, a payload read and an acknowledgement per piece, and a slot one
+    // header larger than the MTU a second packet of 72 bytes.
+    if (!settingIsSet(Setting::SOFTNIC_MTU)) o.mtu = std::max<size_t>(o.mtu, (stride + 63) & ~63u);
     const size_t dmBytes = peers.size() * static_cast<size_t>(slots) * stride;
     o.stagingBytes = std::max(o.stagingBytes, 2 * dmBytes + 4 * o.mtu + (64 << 10));
     o.stagingBytes = (o.stagingBytes + 4095) & ~size_t(4095);

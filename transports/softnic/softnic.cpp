@@ -158,6 +158,7 @@ std::atomic<uint32_t> gNicSerial{0};
   X(cqFullStalls) \
   X(cmaPayloadReads) \
   X(inlinePayloads) \
+  X(zeroCopyPackets) \
   X(remoteAccessErrors)
 // clang-format on
 struct AtomicCounters {
@@ -293,6 +294,10 @@ class Nic {
   void detachConn(Conn* c);
   char* translate(uint32_t key, uint64_t addr, uint64_t len, uint32_t needAccess);
   int32_t allocChunk();
+  bool inStaging(const char* p, size_t len) const {
+    return p >= staging_ && len <= opt_.stagingBytes &&
+           static_cast<size_t>(p - staging_) <= opt_.stagingBytes - len;
+  }
   void freeChunk(int32_t chunk) {
     if (chunk >= 0) freeChunks_.push_back(chunk);
   }
@@ -873,15 +878,24 @@ bool Nic::pumpSend(SoftQp* qp, int64_t now) {
     int32_t chunk = -1;
     char* payload = nullptr;
     if (len) {
-      chunk = allocChunk();
-      if (chunk < 0) {
-        // Back-pressure: the WQE stays in the send queue until acks free staging.
-        if (!qp->stalledOnStaging_) ctr_.stagingStalls.fetch_add(1, std::memory_order_relaxed);
-        qp->stalledOnStaging_ = true;
-        break;
+      char* src = translate(w.lkey, w.localAddr + qp->curOffset_, len, 0);
+      if (inStaging(src, len)) {
+        // Device memory is carved out of this staging: the bytes already sit where packets
+        // are sent and resent from, and the producer leaves them alone until the WQE
+        // retires (the gdr transport's credit), so no copy.
+        payload = src;
+        ctr_.zeroCopyPackets.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        chunk = allocChunk();
+        if (chunk < 0) {
+          // Back-pressure: the WQE stays in the send queue until acks free staging.
+          if (!qp->stalledOnStaging_) ctr_.stagingStalls.fetch_add(1, std::memory_order_relaxed);
+          qp->stalledOnStaging_ = true;
+          break;
+        }
+        payload = staging_ + static_cast<size_t>(chunk) * chunkBytes_;
+        std::memcpy(payload, src, len);
       }
-      payload = staging_ + static_cast<size_t>(chunk) * chunkBytes_;
-      std::memcpy(payload, translate(w.lkey, w.localAddr + qp->curOffset_, len, 0), len);
     }
     Packet& p = qp->inflight_[qp->inflightTail_ & ringMask];
     const bool first = qp->curOffset_ == 0;

@@ -72,6 +72,7 @@ struct Counters {
   uint64_t cqFullStalls = 0;
   uint64_t cmaPayloadReads = 0;  // packets landed with process_vm_readv
   uint64_t inlinePayloads = 0;   // packets landed from the TCP stream
+  uint64_t zeroCopyPackets = 0;  // sent straight from device memory (already NIC staging)
   uint64_t remoteAccessErrors = 0;
 };
 
