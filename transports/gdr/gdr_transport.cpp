@@ -673,7 +673,12 @@ Status GdrTransport::connect(const TransportSetup& setup) {
         "gdr: rank %d: slot payload %lld bytes (RIDGE_SHM_SLOT_BYTES: shared memory carries some pairs "
         "and every rank must cut messages alike) instead of RIDGE_GDR_SLOT_BYTES=%lld",
         rank_, static_cast<long long>(besideShm), static_cast<long long>(payload));
-  payload = std::min<int64_t>(besideShm, 16 << 20);
+  if (besideShm > (16 << 20))
+    return makeError(ridgeInvalidArgument,
+                     "RIDGE_SHM_SLOT_BYTES=%lld: shared memory carries some pairs, so the gdr slot must be "
+                     "as large, but the gdr transport's slots hold at most 16M",
+                     static_cast<long long>(besideShm));
+  payload = besideShm;
   const uint32_t capacity = static_cast<uint32_t>(payload) & ~63u;
   const uint32_t stride = slotStride(capacity);
 
@@ -686,7 +691,9 @@ Status GdrTransport::connect(const TransportSetup& setup) {
     // One packet per slot unless RIDGE_SOFTNIC_MTU says otherwise: a slot cut at 16 KiB costs
     // the engines a frame, a payload read and an acknowledgement per piece, and a slot one
     // header larger than the MTU a second packet of 72 bytes.
-    if (!settingIsSet(Setting::SOFTNIC_MTU)) o.mtu = std::max<size_t>(o.mtu, (stride + 63) & ~63u);
+    // (At most the 1M RIDGE_SOFTNIC_MTU allows: larger slots go as several packets.)
+    if (!settingIsSet(Setting::SOFTNIC_MTU))
+      o.mtu = std::max<size_t>(o.mtu, std::min<size_t>((stride + 63) & ~63u, 1 << 20));
     const size_t dmBytes = peers.size() * static_cast<size_t>(slots) * stride;
     o.stagingBytes = std::max(o.stagingBytes, 2 * dmBytes + 4 * o.mtu + (64 << 10));
     o.stagingBytes = (o.stagingBytes + 4095) & ~size_t(4095);
