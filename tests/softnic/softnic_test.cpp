@@ -465,6 +465,31 @@ TEST(SoftnicEngine, DeviceMemorySentInPlaceUnderFaultsTcpPayload) {
   runDeviceMemoryInPlace(true);
 }
 
+// An idle gdr rank sleeps in waitForNicActivity until the engine does something: a write
+// landing at B must end B's wait long before its 5 s bound.
+TEST(SoftnicEngine, WaitForNicActivityWakesWhenAWriteLands) {
+  auto p = Pair::make();
+  ASSERT_TRUE(p);
+  std::vector<uint8_t> src(4096, 7), dst(4096, 0);
+  std::unique_ptr<MemoryRegion> ms, md;
+  ASSERT_TRUE(p->pdA->registerMemory(src.data(), src.size(), 0, &ms).isOk());
+  ASSERT_TRUE(p->pdB->registerMemory(dst.data(), dst.size(), kAccessRemoteWrite, &md).isOk());
+  std::thread poster([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_TRUE(p->qpA->postSend(writeWqe(kWqeRdmaWrite, *ms, 0, *md, 0, 4096, 1)).isOk());
+  });
+  auto idle = [](void* d) { return __atomic_load_n(static_cast<uint8_t*>(d) + 4095, __ATOMIC_ACQUIRE) == 0; };
+  const double t0 = nowSec();
+  bool waited = true;
+  for (int i = 0; i < 10 && idle(dst.data()) && nowSec() - t0 < 5; ++i)
+    waited = softnic::waitForNicActivity(p->devB.get(), 5000000000, idle, dst.data());
+  const double took = nowSec() - t0;
+  poster.join();
+  EXPECT_TRUE(waited);
+  EXPECT_EQ(dst[4095], 7) << "the write did not land";
+  EXPECT_LT(took, 2.0) << "the wait was not ended by the engine";
+}
+
 TEST(SoftnicEngine, RemoteAccessErrorMovesQpToError) {
   auto p = Pair::make();
   ASSERT_TRUE(p);

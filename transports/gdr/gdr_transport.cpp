@@ -181,6 +181,8 @@ class GdrTransport final : public Transport {
   static bool landedPending(const Link* l);
 
   int rank_ = 0;
+  bool wakingNic_ = false;  // the software NIC: idle ranks sleep until its engine does something
+  static constexpr int64_t kNicWaitCapNs = 1000000;
   const std::atomic<bool>* abortFlag_ = nullptr;
   int timeoutSeconds_ = 10;
   std::unique_ptr<verbs::Provider> provider_;
@@ -332,9 +334,10 @@ Status GdrTransport::checkPeer(int peer) {
 
 void GdrTransport::waitForActivity(int64_t maxWaitNs, bool (*stillIdle)(void*), void* arg) {
   progress();
-  // Credits and landed data arrive as memory writes by the NIC with no per-event wake-up, so
-  // the idle rank naps briefly and looks again; a paced doorbell shortens the nap.
-  int64_t waitNs = std::min<int64_t>(maxWaitNs, 50000);
+  // Credits and landed data arrive as memory writes by the NIC. The software NIC wakes a
+  // sleeper when its engine did something; other NICs give no such event, so the idle rank
+  // naps briefly and looks again. A paced doorbell coming due shortens either.
+  int64_t waitNs = std::min<int64_t>(maxWaitNs, wakingNic_ ? kNicWaitCapNs : 50000);
   if (anyPending_) {
     std::lock_guard<std::mutex> g(pacedMutex_);
     const int64_t now = nowNs();
@@ -342,10 +345,15 @@ void GdrTransport::waitForActivity(int64_t maxWaitNs, bool (*stillIdle)(void*), 
       if (l->pendingHead < l->pendingRings.size())
         waitNs = std::min<int64_t>(waitNs, std::max<int64_t>(0, l->pendingRings[l->pendingHead].due - now));
   }
-  if (stillIdle && !stillIdle(arg)) return;
-  if (waitNs > 0) {
-    timespec ts{0, static_cast<long>(waitNs)};
-    nanosleep(&ts, nullptr);
+  if (waitNs > 0 && wakingNic_) {
+    // Bounded anyway (kNicWaitCapNs): a wake-up lost to a race costs a millisecond, not a hang.
+    softnic::waitForNicActivity(device_.get(), waitNs, stillIdle, arg);
+  } else {
+    if (stillIdle && !stillIdle(arg)) return;
+    if (waitNs > 0) {
+      timespec ts{0, static_cast<long>(waitNs)};
+      nanosleep(&ts, nullptr);
+    }
   }
   progress();
 }
@@ -698,6 +706,7 @@ Status GdrTransport::connect(const TransportSetup& setup) {
     o.stagingBytes = std::max(o.stagingBytes, 2 * dmBytes + 4 * o.mtu + (64 << 10));
     o.stagingBytes = (o.stagingBytes + 4095) & ~size_t(4095);
     RIDGE_TRY(softnic::openDevice(o, &device_));
+    wakingNic_ = true;
   }
   RIDGE_TRY(device_->allocPd(&pd_));
 

@@ -253,6 +253,18 @@ class Nic {
       (void)w;
     }
   }
+  // Sleeps until the engine next does something (lands, retires, acknowledges) or maxWaitNs
+  // pass, unless stillIdle says there is work already.
+  void waitActivity(int64_t maxWaitNs, bool (*stillIdle)(void*), void* arg) {
+    activityWaiters_.fetch_add(1, std::memory_order_seq_cst);
+    const uint32_t word = activityWord_.load(std::memory_order_acquire);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (stillIdle == nullptr || stillIdle(arg)) {
+      timespec ts{static_cast<time_t>(maxWaitNs / 1000000000), static_cast<long>(maxWaitNs % 1000000000)};
+      futexCall(&activityWord_, FUTEX_WAIT_PRIVATE, word, &ts);
+    }
+    activityWaiters_.fetch_sub(1, std::memory_order_relaxed);
+  }
   Status registerRegion(char* base, uint64_t start, uint64_t length, uint32_t access, uint32_t* key);
   void deregisterRegion(uint32_t key);
   const std::string& endpoint() const { return endpoint_; }
@@ -319,6 +331,10 @@ class Nic {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<uint32_t> sleeping_{0};
+  // waitActivity: a futex word the engine bumps after an iteration that did something, only
+  // while someone waits (one fence and one load per iteration otherwise).
+  std::atomic<uint32_t> activityWord_{0};
+  std::atomic<uint32_t> activityWaiters_{0};
   std::atomic<uint32_t> nextQpn_{1};
   uint64_t probeWord_ = 0;
   uint64_t rng_ = 1;
@@ -805,6 +821,14 @@ void Nic::run() {
     for (SoftQp* qp : qps_) busy |= serviceQp(qp, now);
     for (Conn* c : conns_)
       if (!c->closed && c->outDone < c->out.size()) flushConn(c);
+    if (busy) {
+      // What this iteration wrote (landed bytes, CQEs, retired counters) before the check.
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      if (activityWaiters_.load(std::memory_order_relaxed)) {
+        activityWord_.fetch_add(1, std::memory_order_release);
+        futexCall(&activityWord_, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr);
+      }
+    }
     // Free connections closed during this iteration.
     for (size_t i = 0; i < conns_.size();) {
       if (conns_[i]->closed) {
@@ -1605,6 +1629,9 @@ class SoftDevice final : public Device {
   }
   Counters counters() const { return nic_->counters(); }
   void kick() { nic_->kick(); }
+  void waitActivity(int64_t maxWaitNs, bool (*stillIdle)(void*), void* arg) {
+    nic_->waitActivity(maxWaitNs, stillIdle, arg);
+  }
 
  private:
   std::shared_ptr<Nic> nic_;
@@ -1737,6 +1764,13 @@ Counters deviceCounters(const Device* device) {
 
 void notifyDoorbell(Device* device) {
   if (auto* d = dynamic_cast<SoftDevice*>(device)) d->kick();
+}
+
+bool waitForNicActivity(Device* device, int64_t maxWaitNs, bool (*stillIdle)(void*), void* arg) {
+  auto* d = dynamic_cast<SoftDevice*>(device);
+  if (!d) return false;
+  d->waitActivity(maxWaitNs, stillIdle, arg);
+  return true;
 }
 
 Counters processCounters() {
