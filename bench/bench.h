@@ -5,6 +5,7 @@
 //   mpi_peer.cpp the MPI side of `--peer mpi` (empty stubs without MPI)
 //   gloo_peer.cpp the Gloo side of `--peer gloo` (empty stubs without Gloo)
 //   runner.cpp   the measurement loop on one communicator and the report
+//   gdr_setup.cpp --gdr-mode: the environment for the gdr transport, and modeled labels
 //   main.cpp     launch modes: MPI launcher, RIDGE_RANK environment, fork (-np), mpirun re-exec
 #pragma once
 
@@ -53,6 +54,7 @@ struct Options {
   std::string csvPath;
   std::string algo;       // "" leaves RIDGE_ALGO alone
   int timeoutSec = 1800;  // bound for the fork launcher's wait
+  std::string gdrMode;    // --gdr-mode: read, write, staged or auto; "" leaves RIDGE_GDR_MODE alone
 };
 
 enum class Parse { Ok, Help, Error };
@@ -97,6 +99,22 @@ uint64_t countWrong(ridgeDataType_t t, Pattern p, ridgeRedOp_t op, int nranks, c
 // out[k] /= nranks (integer types truncate), used to emulate avg on MPI's sum.
 void divideBy(ridgeDataType_t t, void* buf, size_t n, int nranks);
 
+// ---- gdr transport (gdr_setup.cpp) -------------------------------------------------------
+// What --gdr-mode (or RIDGE_GDR_MODE in the environment) set up, for the report.
+struct GdrSetup {
+  bool active = false;             // the network pairs go through the gdr transport
+  std::string mode;                // read, write, staged, auto
+  bool modeled = false;            // RIDGE_SOFTNIC_PCIE_MODEL paces the NIC: figures are modeled
+  int paceScale = 1;               // RIDGE_GDR_PACE_SCALE: measured times are divided by it
+  std::vector<std::string> notes;  // header lines: what was set and why
+};
+bool gdrModeKnown(const std::string& mode);
+// Checks the combination of --gdr-mode and the environment, sets RIDGE_GDR_MODE, RIDGE_NET
+// (softnic unless a NIC provider is named) and RIDGE_SHM=0 (unless set) for the ranks to
+// inherit. oneHost: every rank runs on this machine (fork launch, mpirun re-exec). False with
+// *err on a combination that cannot measure the gdr transport.
+bool prepareGdr(const Options& o, bool oneHost, GdrSetup* out, std::string* err);
+
 // ---- MPI peer (mpi_peer.cpp) -------------------------------------------------------------
 bool mpiBuiltIn();
 // Empty when MPI can run this case; otherwise why not (shown as n/a).
@@ -124,6 +142,7 @@ struct RunInfo {
   std::string launch;     // "fork", "mpirun", "env"
   bool mpiPeer = false;   // MPI_COMM_WORLD matches the Ridge ranks and --peer mpi was asked
   bool glooPeer = false;  // a Gloo context over the same ranks is connected (--peer gloo)
+  GdrSetup gdr;           // --gdr-mode (the same on every rank: set before the ranks start)
 };
 // Runs the whole sweep on this rank; returns the process exit code. Failing calls end the
 // process (after ridgeCommAbort) through fatal().

@@ -41,6 +41,7 @@ namespace rbench {
 namespace {
 int gRank = -1;
 bool gUnderMpi = false;
+GdrSetup gGdr;  // decided in main() before the ranks start; every launch mode reports it
 
 std::string ridgeError(ridgeResult_t r, ridgeComm_t comm) {
   std::string s = ridgeGetErrorString(r);
@@ -95,7 +96,8 @@ void connectGloo(const Options& o, int rank, int nranks, const std::string& stor
 }
 
 // Runs one rank on an initialised communicator, then tears it down.
-int runAndDestroy(const Options& o, ridgeComm_t comm, const RunInfo& info) {
+int runAndDestroy(const Options& o, ridgeComm_t comm, RunInfo info) {
+  info.gdr = gGdr;
   int rc = runBenchmark(o, comm, info);
   if (info.glooPeer) glooShutdown();
   ridgeResult_t r = ridgeCommDestroy(comm);
@@ -447,6 +449,20 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "ridge-bench: --peer gloo is not supported under an MPI launcher; use -np N or "
                  "RIDGE_RANK/RIDGE_WORLD_SIZE with RIDGE_BENCH_GLOO_STORE\n");
+    return kExitUsage;
+  }
+
+  // Before any rank starts: the library reads these settings at communicator set-up. Ranks
+  // forked here or re-run under mpirun by --peer mpi share this host.
+  const bool oneHost = !underLauncher() && !(std::getenv("RIDGE_RANK") && std::getenv("RIDGE_WORLD_SIZE"));
+  if (!prepareGdr(o, oneHost, &gGdr, &err)) {
+    std::fprintf(stderr, "ridge-bench: %s\n", err.c_str());
+    return kExitUsage;
+  }
+  if (gGdr.active && oneHost && !underLauncher() && o.np < 2) {
+    std::fprintf(stderr,
+                 "ridge-bench: --gdr-mode needs at least 2 ranks (-np 2): one rank sends nothing "
+                 "through a NIC\n");
     return kExitUsage;
   }
 

@@ -33,10 +33,10 @@ bool parseInt(const std::string& s, long lo, long hi, int* out) {
 
 bool knownOption(const std::string& a) {
   static const char* const kNames[] = {
-      "-b",    "--minbytes", "-e",       "--maxbytes",     "-f",  "--stepfactor", "-i",     "--stepbytes",
-      "-n",    "--iters",    "-w",       "--warmup_iters", "-c",  "--check",      "-d",     "--datatype",
-      "-o",    "--op",       "-r",       "--root",         "-np", "--np",         "--peer", "--json",
-      "--csv", "--algo",     "--timeout"};
+      "-b",    "--minbytes", "-e",        "--maxbytes",     "-f",  "--stepfactor", "-i",     "--stepbytes",
+      "-n",    "--iters",    "-w",        "--warmup_iters", "-c",  "--check",      "-d",     "--datatype",
+      "-o",    "--op",       "-r",        "--root",         "-np", "--np",         "--peer", "--json",
+      "--csv", "--algo",     "--timeout", "--gdr-mode"};
   for (const char* n : kNames)
     if (a == n) return true;
   return false;
@@ -154,6 +154,10 @@ void printUsage(FILE* f) {
                "  --csv FILE   the same as CSV\n"
                "  --algo STR   set RIDGE_ALGO for the Ridge runs\n"
                "  --timeout S  with -np: seconds to wait for the ranks before killing them (1800)\n"
+               "  --gdr-mode M read, write, staged or auto: every pair of ranks through the gdr\n"
+               "               transport in that mode (sets RIDGE_GDR_MODE, RIDGE_NET=softnic unless\n"
+               "               RIDGE_NET names verbs, RIDGE_SHM=0 unless set); with\n"
+               "               RIDGE_SOFTNIC_PCIE_MODEL the figures are modeled and labeled so\n"
                "  -h, --help   this text\n"
                "Launch: under mpirun/srun (MPI build) ranks bootstrap through MPI; with RIDGE_RANK and\n"
                "RIDGE_WORLD_SIZE set they use ridgeCommInitFromEnv; otherwise -np forks the ranks.\n"
@@ -243,6 +247,9 @@ Parse parseOptions(int argc, char** argv, Options* o, std::string* err) {
       o->csvPath = val;
     } else if (a == "--algo") {
       o->algo = val;
+    } else if (a == "--gdr-mode") {
+      if (!gdrModeKnown(val)) return bad("read, write, staged or auto");
+      o->gdrMode = val;
     } else if (a == "--timeout") {
       if (!parseInt(val, 1, INT_MAX, &o->timeoutSec)) return bad("seconds >= 1");
     } else {

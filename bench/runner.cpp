@@ -174,6 +174,7 @@ void Bench::printHeader() {
                collHasRoot(o_.coll) ? std::to_string(o_.root).c_str() : "none", info_.launch.c_str(),
                hasPeer() ? peerKey() : "none", o_.algo.empty() ? "default" : o_.algo.c_str());
   std::fprintf(out_, "# Ridge library version %d.%d.%d\n", ver / 10000, ver / 100 % 100, ver % 100);
+  for (const std::string& note : info_.gdr.notes) std::fprintf(out_, "# %s\n", note.c_str());
   if (o_.check)
     std::fprintf(out_,
                  "# check: inputs refilled and outputs poisoned (NaN for floating types, 0xA5 "
@@ -428,7 +429,8 @@ void Bench::runVariant(Row& row, int v, double* timeUs, double* wrong) {
     call();
     bad += checkOutput(inPlace, mpi, n);
   }
-  *timeUs = t / o_.iters * 1e6;
+  // Paced by a scaled PCIe model: the modeled time is the measured one divided back.
+  *timeUs = t / o_.iters * 1e6 / (mpi ? 1 : info_.gdr.paceScale);
   *wrong = double(bad);
 }
 
@@ -483,8 +485,11 @@ void Bench::printColumns() {
     std::snprintf(b, sizeof b, "  %7s", unit);
     l3 += b;
   };
-  group(hasPeer() ? "Ridge out-of-place" : "out-of-place");
-  group(hasPeer() ? "Ridge in-place" : "in-place");
+  const bool modeled = info_.gdr.modeled;
+  group(hasPeer() ? (modeled ? "Ridge modeled oop" : "Ridge out-of-place")
+                  : (modeled ? "modeled out-of-place" : "out-of-place"));
+  group(hasPeer() ? (modeled ? "Ridge modeled ip" : "Ridge in-place")
+                  : (modeled ? "modeled in-place" : "in-place"));
   if (hasBound()) single("bound%", "(%)");
   if (hasPeer()) {
     group((std::string(peerName()) + " out-of-place").c_str());
@@ -581,13 +586,15 @@ void Bench::writeMachineReadable(const std::vector<Row>& rows, double avgBus, do
       std::fprintf(f,
                    "{\n  \"benchmark\": \"ridge-bench\",\n  \"collective\": \"%s\",\n"
                    "  \"nranks\": %d,\n  \"dtype\": \"%s\",\n  \"op\": \"%s\",\n"
-                   "  \"root\": %d,\n  \"algo\": %s,\n"
+                   "  \"root\": %d,\n  \"algo\": %s,\n  \"gdr_mode\": %s,\n  \"modeled\": %s,\n"
                    "  \"launch\": \"%s\",\n  \"peer\": %s,\n"
                    "  \"iters\": %d,\n  \"warmup\": %d,\n  \"check\": %s,\n"
                    "  \"memory_copied_GBps\": %.6g,\n  \"memory_traffic_GBps\": %.6g,\n"
                    "  \"avg_busbw\": %.6g,\n  \"avg_ratio\": %s,\n  \"rows\": [",
                    collName(o_.coll), nranks_, ti_.name, collHasOp(o_.coll) ? opName(o_.op) : "none",
-                   collHasRoot(o_.coll) ? o_.root : -1, algoJson.c_str(), info_.launch.c_str(),
+                   collHasRoot(o_.coll) ? o_.root : -1, algoJson.c_str(),
+                   info_.gdr.active ? ("\"" + info_.gdr.mode + "\"").c_str() : "null",
+                   info_.gdr.modeled ? "true" : "false", info_.launch.c_str(),
                    info_.glooPeer  ? "\"gloo\""
                    : info_.mpiPeer ? "\"mpi\""
                                    : "null",
@@ -656,6 +663,12 @@ int Bench::run() {
   if (collHasRoot(o_.coll) && o_.root >= nranks_) {
     if (rank_ == 0)
       std::fprintf(stderr, "ridge-bench: root %d is out of range for %d ranks\n", o_.root, nranks_);
+    return kExitUsage;
+  }
+  if (info_.gdr.active && nranks_ < 2) {
+    if (rank_ == 0)
+      std::fprintf(stderr,
+                   "ridge-bench: --gdr-mode needs at least 2 ranks: one rank sends nothing through a NIC\n");
     return kExitUsage;
   }
   printHeader();
@@ -730,7 +743,7 @@ int Bench::run() {
       std::fprintf(out_, "# Out of bounds values : %.0f %s\n", wrongRidge, wrongRidge == 0 ? "OK" : "FAILED");
     else
       std::fprintf(out_, "# Out of bounds values : not checked (-c 0)\n");
-    std::fprintf(out_, "# Avg bus bandwidth : %.4f\n", avgBus);
+    std::fprintf(out_, "# Avg bus bandwidth%s : %.4f\n", info_.gdr.modeled ? " (modeled)" : "", avgBus);
     if (hasPeer()) {
       if (o_.check)
         std::fprintf(out_, "# %s out of bounds values : %.0f %s\n", peerName(), wrongMpi,

@@ -10,9 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "gdr_rank_body.h"
 #include "rank_launcher.h"
-#include "test_data.h"
-#include "transports/softnic/softnic.h"
 
 namespace ridgetest {
 namespace {
@@ -41,64 +40,13 @@ void applyEnv(const Env& e) {
   setenv("RIDGE_SOFTNIC_PCIE_MODEL", e.model, 1);
 }
 
-// Ring shift (r sends to r+1) and an int32 sum allreduce of each size; reports the counters.
 int runRank(int n, const ridgeUniqueId& id, int me, Reporter& rep, const std::vector<size_t>& counts) {
   ridgeComm_t comm = initRank(n, id, me, rep);
   if (!comm) return 2;
-  for (size_t count : counts) {
-    std::vector<int32_t> in(count), out(count, -1);
-    const uint32_t key = rankKey(static_cast<uint32_t>(count), me);
-    for (size_t i = 0; i < count; ++i) in[i] = static_cast<int32_t>(elemHash(key, i));
-    const int to = (me + 1) % n, from = (me + n - 1) % n;
-    ridgeGroupStart();
-    ridgeSend(in.data(), count, ridgeInt32, to, comm, nullptr);
-    ridgeRecv(out.data(), count, ridgeInt32, from, comm, nullptr);
-    ridgeResult_t r = ridgeGroupEnd();
-    if (r != ridgeSuccess) {
-      rep.fail("sendrecv", std::to_string(count) + ": " + describeResult(r, comm));
-      return 1;
-    }
-    const uint32_t fromKey = rankKey(static_cast<uint32_t>(count), from);
-    for (size_t i = 0; i < count; ++i) {
-      if (out[i] != static_cast<int32_t>(elemHash(fromKey, i))) {
-        rep.fail("sendrecv", std::to_string(count) + " elements: wrong value at " + std::to_string(i));
-        return 1;
-      }
-    }
-    r = ridgeAllReduce(in.data(), out.data(), count, ridgeInt32, ridgeSum, comm, nullptr);
-    if (r != ridgeSuccess) {
-      rep.fail("allreduce", std::to_string(count) + ": " + describeResult(r, comm));
-      return 1;
-    }
-    for (size_t i = 0; i < count; ++i) {
-      uint32_t want = 0;
-      for (int k = 0; k < n; ++k) want += elemHash(rankKey(static_cast<uint32_t>(count), k), i);
-      if (static_cast<uint32_t>(out[i]) != want) {
-        rep.fail("allreduce", std::to_string(count) + " elements: wrong sum at " + std::to_string(i));
-        return 1;
-      }
-    }
-  }
-  const ridge::gdr::Counters c = ridge::gdr::processCounters();
-  const ridge::gdr::SetupReport s = ridge::gdr::lastSetupReport();
-  rep.line("COUNTERS " + std::to_string(c.slotsWritten) + " " + std::to_string(c.creditStalls) + " " +
-           std::to_string(c.stagedLost) + " " + std::to_string(c.slotsLanded) + " " +
-           std::to_string(c.creditsReturned) + " " + std::to_string(c.completionErrors));
-  const ridge::softnic::Counters nic = ridge::softnic::processCounters();
-  rep.line("FAULTS " +
-           std::to_string(nic.injectedDrops + nic.injectedDups + nic.injectedReorders + nic.injectedDelays));
-  rep.line(std::string("MODE ") + ridge::gdr::modeName(s.mode) + " " + (s.paced ? "paced" : "free") + " " +
-           (s.stagingTier.empty() ? "-" : s.stagingTier));
-  rep.info(std::string(ridge::gdr::modeName(s.mode)) + ": " + ridge::gdr::countersToString(c));
-  ridgeCommFinalize(comm);
-  ridgeCommDestroy(comm);
-  return 0;
+  return runGdrExchanges(comm, n, me, rep, counts);
 }
 
-struct RankCounters {
-  unsigned long long written = 0, stalls = 0, lost = 0, landed = 0, returned = 0, errors = 0, faults = 0;
-  std::string mode, paced, tier;
-};
+using RankCounters = GdrRankCounters;
 
 std::vector<RankCounters> runCase(int n, const Env& env, const std::vector<size_t>& counts) {
   applyEnv(env);
@@ -108,23 +56,7 @@ std::vector<RankCounters> runCase(int n, const Env& env, const std::vector<size_
       launchRanks(n, kLimitSec, [&](int me, Reporter& rep) { return runRank(n, id, me, rep, counts); });
   reportChildFailures(res, std::string("gdr ") + env.mode);
   EXPECT_FALSE(res.timedOut) << "hang: not finished within " << kLimitSec << " s";
-  std::vector<RankCounters> out;
-  for (const RankResult& rr : res.ranks) {
-    RankCounters rc;
-    for (const std::string& l : linesWith(rr, "COUNTERS "))
-      std::sscanf(l.c_str(), "%llu %llu %llu %llu %llu %llu", &rc.written, &rc.stalls, &rc.lost, &rc.landed,
-                  &rc.returned, &rc.errors);
-    for (const std::string& l : linesWith(rr, "FAULTS ")) std::sscanf(l.c_str(), "%llu", &rc.faults);
-    for (const std::string& l : linesWith(rr, "MODE ")) {
-      char m[32] = {0}, p[16] = {0}, t[16] = {0};
-      std::sscanf(l.c_str(), "%31s %15s %15s", m, p, t);
-      rc.mode = m;
-      rc.paced = p;
-      rc.tier = t;
-    }
-    out.push_back(rc);
-  }
-  return out;
+  return parseGdrCounters(res);
 }
 
 void expectHealthy(const std::vector<RankCounters>& ranks, const char* mode) {
@@ -197,6 +129,73 @@ TEST(GdrTransport, AutoModePacedByCrossRcModel) {
   // The model decides; record what it decided so a change in the advisor shows up here.
   std::printf("cross-rc auto mode: %s\n", ranks[0].mode.c_str());
   EXPECT_TRUE(ranks[0].mode == "gdr-write" || ranks[0].mode == "host-staged" || ranks[0].mode == "gdr-read");
+}
+
+}  // namespace
+}  // namespace ridgetest
+
+namespace ridgetest {
+namespace {
+
+// A rank leaves as soon as its own part of a collective is done: rank 0 destroys its
+// communicator right after the allreduce returns, while its last chunk may still be queued
+// (paced: a doorbell not yet due; unpaced: a send on the wire) and rank 1 is still waiting
+// for it. The transport must deliver what was posted before closing, and rank 1 must be able
+// to consume a slot that landed before the peer's queue pairs went away. Before the fix rank
+// 1 failed with "the queue pair to rank 0 failed" in about one run of three (paced).
+int leaveEarlyRank(int n, const ridgeUniqueId& id, int me, Reporter& rep, int rounds) {
+  ridgeComm_t comm = initRank(n, id, me, rep);
+  if (!comm) return 2;
+  const size_t count = 48000;  // several slots per ring step
+  std::vector<int32_t> in(count), out(count);
+  for (int round = 0; round < rounds; ++round) {
+    for (size_t i = 0; i < count; ++i) in[i] = static_cast<int32_t>(elemHash(rankKey(round, me), i));
+    ridgeResult_t r = ridgeAllReduce(in.data(), out.data(), count, ridgeInt32, ridgeSum, comm, nullptr);
+    if (r != ridgeSuccess) {
+      rep.fail("allreduce", "round " + std::to_string(round) + ": " + describeResult(r, comm));
+      return 1;
+    }
+    for (size_t i = 0; i < count; ++i) {
+      uint32_t want = 0;
+      for (int k = 0; k < n; ++k) want += elemHash(rankKey(round, k), i);
+      if (static_cast<uint32_t>(out[i]) != want) {
+        rep.fail("allreduce", "round " + std::to_string(round) + ": wrong sum at " + std::to_string(i));
+        return 1;
+      }
+    }
+  }
+  // No finalize: the rank leaves without waiting for its peers.
+  ridgeCommDestroy(comm);
+  return 0;
+}
+
+void runLeaveEarly(const Env& env) {
+  // Each run is a new pair of processes; a few rounds and runs make the race likely.
+  for (int run = 0; run < 4; ++run) {
+    applyEnv(env);
+    setenv("RIDGE_GDR_PACE_SCALE", "200", 1);
+    ridgeUniqueId id;
+    ASSERT_TRUE(makeUniqueId(&id));
+    LaunchResult res =
+        launchRanks(2, kLimitSec, [&](int me, Reporter& rep) { return leaveEarlyRank(2, id, me, rep, 3); });
+    unsetenv("RIDGE_GDR_PACE_SCALE");
+    reportChildFailures(res, std::string("leave early, run ") + std::to_string(run));
+    ASSERT_FALSE(res.timedOut);
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+TEST(GdrTransport, RankLeavingAfterItsLastSendPaced) {
+  Env e;
+  e.model = "cross-rc";
+  e.slotBytes = "16K";
+  runLeaveEarly(e);
+}
+
+TEST(GdrTransport, RankLeavingAfterItsLastSend) {
+  Env e;
+  e.slotBytes = "16K";
+  runLeaveEarly(e);
 }
 
 }  // namespace

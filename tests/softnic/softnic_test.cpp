@@ -420,6 +420,76 @@ TEST(SoftnicEngine, DeviceMemoryIsASource) {
   EXPECT_FALSE(p->pdA->allocDeviceMemory(1 << 30, 0, &big).isOk());
 }
 
+// Device memory is part of the NIC's staging, so its bytes are sent (and resent after a loss)
+// in place, without the copy into a packet chunk. Each write waits for its completion before
+// the device memory is rewritten, as the gdr transport's credits make its producer wait; every
+// write must land exactly although packets are dropped, duplicated, reordered and delayed.
+void runDeviceMemoryInPlace(bool tcpPayload) {
+  softnic::Options o;
+  ASSERT_TRUE(
+      softnic::parseFaults("drop=0.05,dup=0.05,reorder=0.05,delay=0.05:300us,seed=4", &o.faults).isOk());
+  o.rtoNs = 1000000;
+  o.mtu = 2048;
+  o.forceTcpPayload = tcpPayload;
+  auto p = Pair::make(o);
+  ASSERT_TRUE(p);
+  constexpr size_t kBytes = 12000;
+  constexpr int kWrites = 40;
+  std::unique_ptr<DeviceMemory> dm;
+  ASSERT_TRUE(p->pdA->allocDeviceMemory(kBytes, kAccessLocalWrite, &dm).isOk());
+  std::vector<uint8_t> data(kBytes), dst(kBytes * kWrites, 0);
+  std::unique_ptr<MemoryRegion> md;
+  ASSERT_TRUE(p->pdB->registerMemory(dst.data(), dst.size(), kAccessRemoteWrite, &md).isOk());
+  for (int i = 0; i < kWrites; ++i) {
+    fillPattern(data, static_cast<uint32_t>(20 + i));
+    ASSERT_TRUE(dm->copyTo(0, data.data(), data.size()).isOk());
+    ASSERT_TRUE(
+        p->qpA->postSend(writeWqe(kWqeRdmaWrite, *dm->region(), 0, *md, kBytes * i, kBytes, i)).isOk());
+    auto c = pollN(p->cqA.get(), 1);
+    ASSERT_EQ(c.size(), 1u) << "write " << i;
+    ASSERT_EQ(c[0].status, kCqeOk) << "write " << i;
+    ASSERT_EQ(0, std::memcmp(dst.data() + kBytes * i, data.data(), kBytes)) << "write " << i;
+  }
+  const softnic::Counters k = softnic::deviceCounters(p->devA.get());
+  EXPECT_GE(k.zeroCopyPackets, static_cast<uint64_t>(kWrites) * (kBytes / 2048))
+      << softnic::countersToString(k);
+  EXPECT_GT(k.injectedDrops + k.injectedDups + k.injectedReorders + k.injectedDelays, 0u);
+  EXPECT_GT(k.retransmittedPackets, 0u) << softnic::countersToString(k);
+}
+
+TEST(SoftnicEngine, DeviceMemorySentInPlaceUnderFaults) {
+  runDeviceMemoryInPlace(false);
+}
+
+TEST(SoftnicEngine, DeviceMemorySentInPlaceUnderFaultsTcpPayload) {
+  runDeviceMemoryInPlace(true);
+}
+
+// An idle gdr rank sleeps in waitForNicActivity until the engine does something: a write
+// landing at B must end B's wait long before its 5 s bound.
+TEST(SoftnicEngine, WaitForNicActivityWakesWhenAWriteLands) {
+  auto p = Pair::make();
+  ASSERT_TRUE(p);
+  std::vector<uint8_t> src(4096, 7), dst(4096, 0);
+  std::unique_ptr<MemoryRegion> ms, md;
+  ASSERT_TRUE(p->pdA->registerMemory(src.data(), src.size(), 0, &ms).isOk());
+  ASSERT_TRUE(p->pdB->registerMemory(dst.data(), dst.size(), kAccessRemoteWrite, &md).isOk());
+  std::thread poster([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_TRUE(p->qpA->postSend(writeWqe(kWqeRdmaWrite, *ms, 0, *md, 0, 4096, 1)).isOk());
+  });
+  auto idle = [](void* d) { return __atomic_load_n(static_cast<uint8_t*>(d) + 4095, __ATOMIC_ACQUIRE) == 0; };
+  const double t0 = nowSec();
+  bool waited = true;
+  for (int i = 0; i < 10 && idle(dst.data()) && nowSec() - t0 < 5; ++i)
+    waited = softnic::waitForNicActivity(p->devB.get(), 5000000000, idle, dst.data());
+  const double took = nowSec() - t0;
+  poster.join();
+  EXPECT_TRUE(waited);
+  EXPECT_EQ(dst[4095], 7) << "the write did not land";
+  EXPECT_LT(took, 2.0) << "the wait was not ended by the engine";
+}
+
 TEST(SoftnicEngine, RemoteAccessErrorMovesQpToError) {
   auto p = Pair::make();
   ASSERT_TRUE(p);

@@ -38,6 +38,8 @@
 
 namespace ridge {
 
+extern const TransportTable kNetTransportTable;
+
 bool netCanConnect(const TransportSetup& setup, int a, int b);
 
 namespace {
@@ -341,6 +343,7 @@ Status NetTransport::connect(const TransportSetup& setup, const std::string& pro
     slotBytes = 256 << 10;
   }
   slotBytes = (slotBytes + 4095) / 4096 * 4096;
+  slotBytes = slotBytesBesideShm(&kNetTransportTable, setup, slotBytes);
   const uint32_t nslots = static_cast<uint32_t>(slots);
 
   // Peers this transport serves: those the table's canConnect gives us (same rule on
@@ -469,6 +472,17 @@ bool netPairReachable(const TransportSetup& setup, int a, int b) {
   if (netProvider().empty()) return false;
   if (setup.hostHashOfRank[a] != setup.hostHashOfRank[b]) return true;
   return settingInt(Setting::SHM) == 0;
+}
+
+int64_t slotBytesBesideShm(const TransportTable* self, const TransportSetup& setup, int64_t own) {
+  bool mixed = false;
+  for (int a = 0; a < setup.nranks && !mixed; ++a)
+    for (int b = a + 1; b < setup.nranks && !mixed; ++b) mixed = connectedBefore(self, setup, a, b);
+  if (!mixed) return own;
+  // The same clamping and rounding as the shm transport's, so both sides of the ranks agree.
+  int64_t shm = settingSize(Setting::SHM_SLOT_BYTES);
+  if (shm < 4096 || shm > (1ll << 30)) shm = 256 << 10;
+  return (shm + 4095) / 4096 * 4096;
 }
 
 bool gdrModeOn() {

@@ -158,6 +158,7 @@ std::atomic<uint32_t> gNicSerial{0};
   X(cqFullStalls) \
   X(cmaPayloadReads) \
   X(inlinePayloads) \
+  X(zeroCopyPackets) \
   X(remoteAccessErrors)
 // clang-format on
 struct AtomicCounters {
@@ -252,6 +253,18 @@ class Nic {
       (void)w;
     }
   }
+  // Sleeps until the engine next does something (lands, retires, acknowledges) or maxWaitNs
+  // pass, unless stillIdle says there is work already.
+  void waitActivity(int64_t maxWaitNs, bool (*stillIdle)(void*), void* arg) {
+    activityWaiters_.fetch_add(1, std::memory_order_seq_cst);
+    const uint32_t word = activityWord_.load(std::memory_order_acquire);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (stillIdle == nullptr || stillIdle(arg)) {
+      timespec ts{static_cast<time_t>(maxWaitNs / 1000000000), static_cast<long>(maxWaitNs % 1000000000)};
+      futexCall(&activityWord_, FUTEX_WAIT_PRIVATE, word, &ts);
+    }
+    activityWaiters_.fetch_sub(1, std::memory_order_relaxed);
+  }
   Status registerRegion(char* base, uint64_t start, uint64_t length, uint32_t access, uint32_t* key);
   void deregisterRegion(uint32_t key);
   const std::string& endpoint() const { return endpoint_; }
@@ -293,6 +306,10 @@ class Nic {
   void detachConn(Conn* c);
   char* translate(uint32_t key, uint64_t addr, uint64_t len, uint32_t needAccess);
   int32_t allocChunk();
+  bool inStaging(const char* p, size_t len) const {
+    return p >= staging_ && len <= opt_.stagingBytes &&
+           static_cast<size_t>(p - staging_) <= opt_.stagingBytes - len;
+  }
   void freeChunk(int32_t chunk) {
     if (chunk >= 0) freeChunks_.push_back(chunk);
   }
@@ -314,6 +331,10 @@ class Nic {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<uint32_t> sleeping_{0};
+  // waitActivity: a futex word the engine bumps after an iteration that did something, only
+  // while someone waits (one fence and one load per iteration otherwise).
+  std::atomic<uint32_t> activityWord_{0};
+  std::atomic<uint32_t> activityWaiters_{0};
   std::atomic<uint32_t> nextQpn_{1};
   uint64_t probeWord_ = 0;
   uint64_t rng_ = 1;
@@ -800,6 +821,14 @@ void Nic::run() {
     for (SoftQp* qp : qps_) busy |= serviceQp(qp, now);
     for (Conn* c : conns_)
       if (!c->closed && c->outDone < c->out.size()) flushConn(c);
+    if (busy) {
+      // What this iteration wrote (landed bytes, CQEs, retired counters) before the check.
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      if (activityWaiters_.load(std::memory_order_relaxed)) {
+        activityWord_.fetch_add(1, std::memory_order_release);
+        futexCall(&activityWord_, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr);
+      }
+    }
     // Free connections closed during this iteration.
     for (size_t i = 0; i < conns_.size();) {
       if (conns_[i]->closed) {
@@ -873,15 +902,24 @@ bool Nic::pumpSend(SoftQp* qp, int64_t now) {
     int32_t chunk = -1;
     char* payload = nullptr;
     if (len) {
-      chunk = allocChunk();
-      if (chunk < 0) {
-        // Back-pressure: the WQE stays in the send queue until acks free staging.
-        if (!qp->stalledOnStaging_) ctr_.stagingStalls.fetch_add(1, std::memory_order_relaxed);
-        qp->stalledOnStaging_ = true;
-        break;
+      char* src = translate(w.lkey, w.localAddr + qp->curOffset_, len, 0);
+      if (inStaging(src, len)) {
+        // Device memory is carved out of this staging: the bytes already sit where packets
+        // are sent and resent from, and the producer leaves them alone until the WQE
+        // retires (the gdr transport's credit), so no copy.
+        payload = src;
+        ctr_.zeroCopyPackets.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        chunk = allocChunk();
+        if (chunk < 0) {
+          // Back-pressure: the WQE stays in the send queue until acks free staging.
+          if (!qp->stalledOnStaging_) ctr_.stagingStalls.fetch_add(1, std::memory_order_relaxed);
+          qp->stalledOnStaging_ = true;
+          break;
+        }
+        payload = staging_ + static_cast<size_t>(chunk) * chunkBytes_;
+        std::memcpy(payload, src, len);
       }
-      payload = staging_ + static_cast<size_t>(chunk) * chunkBytes_;
-      std::memcpy(payload, translate(w.lkey, w.localAddr + qp->curOffset_, len, 0), len);
     }
     Packet& p = qp->inflight_[qp->inflightTail_ & ringMask];
     const bool first = qp->curOffset_ == 0;
@@ -1591,6 +1629,9 @@ class SoftDevice final : public Device {
   }
   Counters counters() const { return nic_->counters(); }
   void kick() { nic_->kick(); }
+  void waitActivity(int64_t maxWaitNs, bool (*stillIdle)(void*), void* arg) {
+    nic_->waitActivity(maxWaitNs, stillIdle, arg);
+  }
 
  private:
   std::shared_ptr<Nic> nic_;
@@ -1723,6 +1764,13 @@ Counters deviceCounters(const Device* device) {
 
 void notifyDoorbell(Device* device) {
   if (auto* d = dynamic_cast<SoftDevice*>(device)) d->kick();
+}
+
+bool waitForNicActivity(Device* device, int64_t maxWaitNs, bool (*stillIdle)(void*), void* arg) {
+  auto* d = dynamic_cast<SoftDevice*>(device);
+  if (!d) return false;
+  d->waitActivity(maxWaitNs, stillIdle, arg);
+  return true;
 }
 
 Counters processCounters() {

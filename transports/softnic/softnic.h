@@ -72,6 +72,7 @@ struct Counters {
   uint64_t cqFullStalls = 0;
   uint64_t cmaPayloadReads = 0;  // packets landed with process_vm_readv
   uint64_t inlinePayloads = 0;   // packets landed from the TCP stream
+  uint64_t zeroCopyPackets = 0;  // sent straight from device memory (already NIC staging)
   uint64_t remoteAccessErrors = 0;
 };
 
@@ -88,6 +89,11 @@ Counters processCounters();
 // transport's CPU stand-in for a GPU); one load when the engine is awake. No-op for a device
 // of another provider. (Added by the gdr-write transport, issue 6.)
 void notifyDoorbell(verbs::Device* device);
+// Sleeps until the NIC's engine next lands data, retires a WQE or handles an acknowledgement
+// (or maxWaitNs pass), unless stillIdle(arg) returns false first: the wake-up a producer that
+// polls NIC-written memory (credit words, CQ rings) has no other way to get. For the gdr
+// transport's idle ranks. False, without waiting, for a device of another provider.
+bool waitForNicActivity(verbs::Device* device, int64_t maxWaitNs, bool (*stillIdle)(void*), void* arg);
 
 }  // namespace softnic
 }  // namespace ridge
