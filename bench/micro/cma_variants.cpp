@@ -112,6 +112,10 @@ constexpr int kVariants = 8;
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (!__builtin_cpu_supports("avx2")) {
+    std::fprintf(stderr, "ridge-cma-variants: full-nt needs AVX2, which this CPU lacks\n");
+    return 2;
+  }
   const size_t bytes = (argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 16) << 20;
   const size_t chunk = (argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 128) << 10;
   const int rounds = argc > 3 ? std::atoi(argv[3]) : 5;
