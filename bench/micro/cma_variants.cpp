@@ -118,8 +118,8 @@ int main(int argc, char** argv) {
   }
   const size_t bytes = (argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 16) << 20;
   const size_t chunk = (argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 128) << 10;
-  const int rounds = argc > 3 ? std::atoi(argv[3]) : 5;
-  const int iters = std::max(2, int((256u << 20) / bytes));
+  const int rounds = std::max(1, std::min(argc > 3 ? std::atoi(argv[3]) : 5, 2048));
+  const int iters = std::max(2, std::min(int((256u << 20) / bytes), 4096 / rounds));  // fits Shared::us
   gShared =
       new (mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0)) Shared;
   pid_t child = fork();
