@@ -8,10 +8,19 @@ set -euo pipefail
 build=${1:-build}; np=${2:-2}; rounds=${3:-3}; coll=${4:-allreduce}
 algos=(allpairs ring direct)
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+# Ranks pinned one per core, as in the acceptance run (--peer mpi binds to cores), when
+# mpiexec is there and the cores suffice: forked ranks are not pinned, and on the AMD host
+# of docs/performance.md that alone made the ring 4x slower at 16 MiB and changed the
+# winner. CROSSOVER_PIN=0 forks unpinned ranks as before.
+launch=("$build/bench/ridge-bench" "$coll" -np "$np")
+if [[ ${CROSSOVER_PIN:-1} != 0 ]] && command -v mpiexec >/dev/null && ((np <= $(nproc))); then
+  launch=(mpiexec --bind-to core -np "$np" "$build/bench/ridge-bench" "$coll")
+  if [[ $(id -u) == 0 ]]; then launch=(mpiexec --allow-run-as-root "${launch[@]:1}"); fi
+fi
+echo "# ranks launched with: ${launch[*]}"
 for ((i = 0; i < rounds; i++)); do
   for a in "${algos[@]}"; do
-    "$build/bench/ridge-bench" "$coll" -np "$np" -b 4K -e 64M -f 4 -n 30 -w 5 --algo "$coll:0-:$a" \
-      --csv "$tmp/$a.$i.csv" >/dev/null
+    "${launch[@]}" -b 4K -e 64M -f 4 -n 30 -w 5 --algo "$coll:0-:$a" --csv "$tmp/$a.$i.csv" >/dev/null
   done
 done
 python3 - "$tmp" "$rounds" "${algos[@]}" <<'PY'

@@ -117,9 +117,15 @@ Status initComm(ridgeComm* c, const ridgeUniqueId& id) {
     direct = direct && c->peerMemory[peer];
   }
   if (direct) {
-    // Each bounce chunk stays in the L2 cache between the read and the reduction.
+    // Each bounce chunk stays in the L2 cache between the read and the reduction. The
+    // chunks start on a page: malloc's 16-byte alignment made every 64-byte vector
+    // load of the reduction and every page the kernel copies straddle two lines
+    // (5-10 % more CPU time per 16 MiB allreduce in ridge-cma-variants).
     c->bounceChunk = 128 << 10;
-    c->bounce.assign(c->bounceChunk * c->nranks, 0);
+    constexpr uintptr_t kPage = 4096;
+    c->bounce.assign(c->bounceChunk * c->nranks + kPage, 0);
+    c->bounceBase =
+        c->bounce.data() + (kPage - reinterpret_cast<uintptr_t>(c->bounce.data()) % kPage) % kPage;
     c->peerDesc.assign(c->nranks, {});
   }
   c->streamMin = static_cast<size_t>(settingSize(Setting::STREAM_MIN));

@@ -68,7 +68,8 @@ struct ridgeComm {
     uint32_t type, root;
   };
   std::vector<DirectDescriptor> peerDesc;
-  std::vector<char> bounce;
+  std::vector<char> bounce;  // storage of the chunks; bounceBase is its first page
+  char* bounceBase = nullptr;
   size_t bounceChunk = 0;
   size_t streamMin = SIZE_MAX;  // RIDGE_STREAM_MIN
   int64_t spinNs = 50000;       // busy-poll budget before yielding (RIDGE_SPIN_US)
