@@ -12,6 +12,10 @@
 // Slot metadata carries the payload size and a "last chunk of a message" flag so that
 // a receiver expecting a different message size fails with a clear error instead of
 // silently misreading the stream.
+//
+// Optional extension (kDirectTransferVersion): a connector may also move chunks straight
+// from and into caller memory, which saves the copy into the send slot and the copy out
+// of the receive slot. See the comments on the send and receive halves below.
 #pragma once
 
 #include <atomic>
@@ -26,6 +30,13 @@
 namespace ridge {
 
 class Bootstrap;
+
+// Version of the direct-transfer extension of the connectors. A connector whose
+// directVersion() is at least this implements tryPostDirect/sendsComplete (send) and
+// tryExpect/declaredAhead (receive) and withdrawDirect (both); 0 means slots only, and
+// the other calls are then never made. Chunks moved either way are the same chunks on the
+// wire: each rank decides per connector, and a peer cannot tell the difference.
+constexpr uint32_t kDirectTransferVersion = 1;
 
 // Metadata of one posted slot.
 struct SlotInfo {
@@ -42,6 +53,23 @@ class SendConnector {
   virtual void* tryAcquire() = 0;
   // Publishes the acquired slot with `bytes` (<= slotBytes()) of payload.
   virtual void post(uint32_t bytes, bool lastOfMessage) = 0;
+
+  // ---- direct-transfer extension (only when directVersion() >= kDirectTransferVersion) ----
+  virtual uint32_t directVersion() const { return 0; }
+  // Queues `bytes` (<= slotBytes()) of caller memory at `src` as the next chunk, in FIFO
+  // order with slot posts, without copying it: the transport reads it later, so it must
+  // stay unchanged until sendsComplete(). Takes a FIFO position like a slot; false while
+  // the FIFO is full (nothing queued; call again). Not between tryAcquire() and post().
+  virtual bool tryPostDirect(const void* src, uint32_t bytes, bool lastOfMessage) { return false; }
+  // Whether every chunk posted so far (slot or direct) has left this process's memory, so
+  // the caller may reuse what it queued. Never blocks.
+  virtual bool sendsComplete() { return true; }
+  // Called by an operation that ends without completing (error, abort, timeout) while it
+  // may have direct chunks queued: afterwards the transport never reads them. When some
+  // were still queued the connection to the peer is failed (what it already received
+  // would be a partial message). Waits at most for one pass of a progress thread.
+  virtual void withdrawDirect() {}
+
   size_t slotBytes() const { return slotBytes_; }
   // The rank at the other end.
   int peer() const { return peer_; }
@@ -59,6 +87,25 @@ class RecvConnector {
   virtual const void* tryPeek(SlotInfo* info) = 0;
   // Returns the peeked slot to the sender.
   virtual void release() = 0;
+
+  // ---- direct-transfer extension (only when directVersion() >= kDirectTransferVersion) ----
+  virtual uint32_t directVersion() const { return 0; }
+  // Declares where the next undeclared chunk (in FIFO order) should land: at `dst`, which
+  // has room for `capacity` bytes, or in a slot when `dst` is null. False while as many
+  // chunks are declared and not released as the FIFO has positions (call again later).
+  // tryPeek() then returns `dst` once the chunk is there, or a slot when it could not
+  // land at `dst` (larger than `capacity`: the caller sees the size and reports the
+  // mismatch; or declared before this call, see declaredAhead()). release() as usual.
+  // Until that chunk is peeked, the transport may write to [dst, dst + capacity).
+  virtual bool tryExpect(void* dst, uint32_t capacity) { return false; }
+  // How many chunks not yet released are declared already (by earlier tryExpect calls,
+  // or as slots by a tryPeek without one: slot-only users get read-ahead that way). A
+  // caller that plans its chunks from here skips that many: they arrive in slots.
+  virtual uint32_t declaredAhead() const { return 0; }
+  // As SendConnector::withdrawDirect: afterwards the transport never writes to a
+  // declared destination; when some were still outstanding the peer's connection fails.
+  virtual void withdrawDirect() {}
+
   size_t slotBytes() const { return slotBytes_; }
   // The rank at the other end.
   int peer() const { return peer_; }

@@ -48,6 +48,76 @@ Status mismatch(ridgeComm* c, CollType t, int peer, size_t expected, const SlotI
                    c->rank, collTypeName(t), peer, got.bytes, expected);
 }
 
+// ---- direct extension: sending from and receiving into caller memory -------------------
+
+// Whether a connector moves chunks straight from and into caller memory
+// (transports/transport.h, the direct extension).
+template <class Connector>
+inline bool offersDirect(Connector* conn) {
+  return conn && conn->directVersion() >= kDirectTransferVersion;
+}
+
+// Withdraws the direct chunks of an operation that ends without completing (error, or its
+// frame destroyed by the executor after an abort or timeout), so that the transport never
+// touches the caller's buffers after the call returned.
+struct DirectWithdrawal {
+  SendConnector* tx;
+  RecvConnector* rx;
+  bool armed = true;
+  ~DirectWithdrawal() {
+    if (!armed) return;
+    if (tx) tx->withdrawDirect();
+    if (rx) rx->withdrawDirect();
+  }
+};
+
+// Declares the destinations of an operation's upcoming receives ahead (tryExpect), as far
+// as the FIFO allows, so that the transport reads chunks straight into the output while
+// the algorithm still works on earlier ones. `next(&dst, &bytes)` yields the operation's
+// receives in arrival order (dst null: into a slot) and false after the last. Receives
+// declared before the operation started (as slots, by a slot-only user's read-ahead) are
+// skipped: they arrive in slots. Does nothing for a connector without the extension.
+template <class Next>
+struct ExpectAhead {
+  RecvConnector* rx;
+  Next next;
+  bool held = false;  // dst/bytes wait for room in the FIFO
+  char* dst = nullptr;
+  size_t bytes = 0;
+
+  ExpectAhead(RecvConnector* r, Next n) : rx(offersDirect(r) ? r : nullptr), next(std::move(n)) {
+    if (!rx) return;
+    for (uint32_t ahead = rx->declaredAhead(); ahead && next(&dst, &bytes); --ahead) {
+    }
+    declare();
+  }
+  void declare() {
+    if (!rx) return;
+    while (held || next(&dst, &bytes)) {
+      held = !rx->tryExpect(dst, static_cast<uint32_t>(bytes));
+      if (held) return;
+    }
+  }
+  // Releases the peeked chunk and declares what that made room for.
+  void release(RecvConnector* conn) {
+    conn->release();
+    declare();
+  }
+};
+
+// Sends `bytes` of caller memory as the next chunk: queued directly when `direct` (the
+// caller then awaits SendsComplete before reusing it), else copied into a slot.
+Task sendChunk(SendConnector* tx, bool direct, const void* src, size_t bytes, bool last) {
+  if (direct) {
+    co_await PostDirect(tx, src, bytes, last);
+    co_return Status::ok();
+  }
+  void* slot = co_await AcquireSlot(tx);
+  std::memcpy(slot, src, bytes);
+  tx->post(static_cast<uint32_t>(bytes), last);
+  co_return Status::ok();
+}
+
 // ---- point to point ---------------------------------------------------------------------
 
 Task sendMessage(ridgeComm* c, int peer, const char* src, size_t bytes) {
@@ -64,8 +134,24 @@ Task sendMessage(ridgeComm* c, int peer, const char* src, size_t bytes) {
   co_return Status::ok();
 }
 
+// Receives land straight in `dst` where the connector offers it (a chunk of the wrong size
+// cannot: it is larger than its room, or it ends the message early, and is reported).
+// Sends keep copying into slots: a send then returns once the message is queued, as
+// before, instead of waiting until the transport has handed it over.
 Task recvMessage(ridgeComm* c, int peer, char* dst, size_t bytes) {
   RecvConnector* rx = c->recvFrom[peer];
+  DirectWithdrawal withdrawal{nullptr, offersDirect(rx) ? rx : nullptr};
+  const size_t chunk = rx->slotBytes();
+  size_t planOff = 0;
+  bool planDone = false;
+  ExpectAhead expect(rx, [&](char** to, size_t* n) {
+    if (planDone) return false;
+    *to = dst + planOff;
+    *n = std::min(chunk, bytes - planOff);
+    planOff += *n;
+    planDone = planOff == bytes;  // an empty message is one empty chunk
+    return true;
+  });
   size_t off = 0;
   do {
     PeekSlot pk(rx);
@@ -76,10 +162,11 @@ Task recvMessage(ridgeComm* c, int peer, char* dst, size_t bytes) {
                           "rank %d: recv of %zu bytes from rank %d does not match the size of the "
                           "message it sent (chunk of %zu bytes at offset %zu%s)",
                           c->rank, bytes, peer, n, off, pk.info.lastOfMessage ? ", last" : "");
-    std::memcpy(dst + off, slot, n);
+    if (slot != dst + off) std::memcpy(dst + off, slot, n);
     off += n;
-    rx->release();
+    expect.release(rx);
   } while (off < bytes);
+  withdrawal.armed = false;
   co_return Status::ok();
 }
 
@@ -196,13 +283,25 @@ Task allPairsReduceToRoot(ridgeComm* c, CollArgs a) {
 
 // ---- ring / chain: pipelined, each rank talks to its two neighbours ---------------------
 
+// The ring neighbours of this rank on the plan's ring.
+inline int ringNext(const ridgeComm* c) {
+  return c->ringOrder[(c->ringPos[static_cast<size_t>(c->rank)] + 1) % c->nranks];
+}
+inline int ringPrev(const ridgeComm* c) {
+  return c->ringOrder[(c->ringPos[static_cast<size_t>(c->rank)] + c->nranks - 1) % c->nranks];
+}
+
 // AllReduce = reduce-scatter then all-gather around the ring (withAllGather = true);
 // ReduceScatter = the first half alone, blocks of a.count elements. Per chunk round:
 //   RS step 0 sends block r-1; step k receives block r-1-k, reduces it with the local
 //   input and forwards it (fused: the reduction writes straight into the next slot);
 //   at step P-1 the block is r, complete, and goes to the output (and, for AllReduce,
 //   starts around the ring again). AG step k receives block r-k, stores and forwards it.
+Task ringReduceDirect(ridgeComm* c, CollArgs a, bool withAllGather);
+
 Task ringReduce(ridgeComm* c, CollArgs a, bool withAllGather) {
+  if (offersDirect(c->sendTo[ringNext(c)]) || offersDirect(c->recvFrom[ringPrev(c)]))
+    co_return co_await ringReduceDirect(c, a, withAllGather);
   const int P = c->nranks, r = c->rank;
   // Positions on the plan's ring (the identity unless ranks span sockets or a plan file
   // says otherwise). Position q owns block order[q]; the rank at position p ends with the
@@ -284,6 +383,136 @@ Task ringReduce(ridgeComm* c, CollArgs a, bool withAllGather) {
   co_return Status::ok();
 }
 
+// Where the chunks of a ring reduce-scatter / allreduce are: blocks are balanced
+// (AllReduce) or a.count each (ReduceScatter); a chunk round starting at element `base`
+// of every block covers at most chunkElems elements of each.
+struct RingLayout {
+  const int* order;
+  int P, p;
+  size_t count, total, chunkElems;
+  bool allGather;
+  size_t start(int b) const { return allGather ? blockStart(total, b, P) : size_t(b) * count; }
+  size_t length(int b) const { return start(b + 1) - start(b); }
+  size_t maxBlock() const { return allGather ? (total + P - 1) / P : count; }
+  // Elements of block b in the round at `base` (0 when the block is shorter), and where.
+  size_t chunk(int b, size_t base, size_t* off) const {
+    const size_t len = length(b);
+    *off = start(b) + base;
+    return base >= len ? size_t{0} : std::min(chunkElems, len - base);
+  }
+  // The block received at step k (1..P-1) of the reduce-scatter or the all-gather half.
+  int recvBlock(bool reduceScatter, int k) const { return order[mod(reduceScatter ? p - 1 - k : p - k, P)]; }
+};
+
+// The ring of ringReduce for connectors with the direct extension (each rank decides for
+// its own two). Sending side: the reduce-scatter sends block r-1 straight from the input;
+// a partial sum (P > 2, AllReduce) and the final block r are reduced into the output,
+// which is their last home or is overwritten later by the all-gather, and sent from
+// there; the all-gather forwards from the output. Receiving side: reduce-scatter chunks
+// arrive in slots (reduced with the input, so that copy is the reduction), all-gather
+// chunks straight in the output. For P = 2 no byte is copied in user space besides the
+// reduction itself. Buffers are reused only after the sends are complete.
+// In place is safe: a block's input is read once, before its output is written, and a
+// region sent from is overwritten only by a chunk that causally follows the peer's full
+// receipt of what was sent from it (the ring must pass it on first).
+Task ringReduceDirect(ridgeComm* c, CollArgs a, bool withAllGather) {
+  const int P = c->nranks;
+  const int p = c->ringPos[static_cast<size_t>(c->rank)];
+  const int prev = ringPrev(c);
+  SendConnector* tx = c->sendTo[ringNext(c)];
+  RecvConnector* rx = c->recvFrom[prev];
+  const bool txDirect = offersDirect(tx), rxDirect = offersDirect(rx);
+  const size_t es = dataTypeSize(a.dtype);
+  const RingLayout L{
+      c->ringOrder.data(), P, p, a.count, withAllGather ? a.count : a.count * P, tx->slotBytes() / es,
+      withAllGather};
+  const CollType type = withAllGather ? CollType::AllReduce : CollType::ReduceScatter;
+  const int r = L.order[p];
+  char* finalBase = mbytes(a.recv) + (withAllGather ? L.start(r) * es : 0);
+  const int divisor = a.op == ridgeAvg ? P : 0;
+  const char* in = cbytes(a.send);
+  char* out = mbytes(a.recv);
+  const bool stream = L.total * es >= c->streamMin && a.send != a.recv;
+  DirectWithdrawal withdrawal{txDirect ? tx : nullptr, rxDirect ? rx : nullptr};
+  // Receives in arrival order: per chunk round the reduce-scatter steps (into slots: they
+  // are reduced with the input), then the all-gather steps (straight into the output).
+  size_t planBase = 0;
+  int planStep = 0;
+  ExpectAhead expect(rx, [&, steps = withAllGather ? 2 * (P - 1) : P - 1](char** dst, size_t* bytes) {
+    for (; planBase < L.maxBlock(); planBase += L.chunkElems, planStep = 0) {
+      while (planStep < steps) {
+        const int s = planStep++;
+        const bool rs = s < P - 1;
+        size_t off;
+        const size_t n = L.chunk(L.recvBlock(rs, rs ? s + 1 : s - P + 2), planBase, &off);
+        if (!n) continue;
+        *dst = rs ? nullptr : out + off * es;
+        *bytes = n * es;
+        return true;
+      }
+    }
+    return false;
+  });
+  auto released = [&] { expect.release(rx); };
+
+  for (size_t base = 0; base < L.maxBlock(); base += L.chunkElems) {
+    size_t off;
+    size_t n = L.chunk(L.order[mod(p - 1, P)], base, &off);
+    if (n && txDirect) {
+      co_await PostDirect(tx, in + off * es, n * es);
+    } else if (n) {
+      void* slot = co_await AcquireSlot(tx);
+      std::memcpy(slot, in + off * es, n * es);
+      tx->post(static_cast<uint32_t>(n * es), false);
+    }
+    for (int k = 1; k < P; ++k) {
+      n = L.chunk(L.recvBlock(true, k), base, &off);
+      if (!n) continue;
+      PeekSlot pk(rx);
+      const void* recvd = co_await pk;
+      if (pk.info.bytes != n * es) co_return mismatch(c, type, prev, n * es, pk.info);
+      const int div = k < P - 1 ? 0 : divisor;
+      if (k == P - 1 && !withAllGather) {
+        reduce2(finalBase + (off - L.start(r)) * es, recvd, in + off * es, n, a.dtype, a.op, divisor);
+        released();
+      } else if (txDirect && withAllGather) {
+        char* dst = out + off * es;
+        reduce2(dst, recvd, in + off * es, n, a.dtype, a.op, div);
+        released();
+        co_await PostDirect(tx, dst, n * es);
+      } else {
+        void* slot = co_await AcquireSlot(tx);
+        reduce2(slot, recvd, in + off * es, n, a.dtype, a.op, div);
+        if (k == P - 1) copyOut(stream, finalBase + (off - L.start(r)) * es, slot, n * es);
+        tx->post(static_cast<uint32_t>(n * es), false);
+        released();
+      }
+    }
+    if (!withAllGather) continue;
+    for (int k = 1; k < P; ++k) {
+      n = L.chunk(L.recvBlock(false, k), base, &off);
+      if (!n) continue;
+      char* dst = out + off * es;
+      PeekSlot pk(rx);
+      const void* recvd = co_await pk;
+      if (pk.info.bytes != n * es) co_return mismatch(c, type, prev, n * es, pk.info);
+      if (recvd != dst) copyOut(stream, dst, recvd, n * es);  // arrived in a slot
+      released();
+      if (k == P - 1) continue;
+      if (txDirect) {
+        co_await PostDirect(tx, dst, n * es);
+      } else {
+        void* slot = co_await AcquireSlot(tx);
+        std::memcpy(slot, dst, n * es);
+        tx->post(static_cast<uint32_t>(n * es), false);
+      }
+    }
+  }
+  if (txDirect) co_await SendsComplete(tx);
+  withdrawal.armed = false;
+  co_return Status::ok();
+}
+
 // AllGather around the ring: each rank sends its block, then P-2 times forwards the
 // block it just received.
 Task ringAllGather(ridgeComm* c, CollArgs a) {
@@ -296,30 +525,42 @@ Task ringAllGather(ridgeComm* c, CollArgs a) {
   const size_t es = dataTypeSize(a.dtype);
   const size_t chunkElems = tx->slotBytes() / es;
   char* out = mbytes(a.recv);
+  // With the direct extension, blocks are sent from the input and forwarded from the
+  // output, and arrive straight in the output (no copy in user space but the own block's).
+  const bool txDirect = offersDirect(tx);
+  DirectWithdrawal withdrawal{txDirect ? tx : nullptr, offersDirect(rx) ? rx : nullptr};
+  size_t planOff = 0;
+  int planStep = 1;
+  ExpectAhead expect(rx, [&](char** dst, size_t* bytes) {
+    if (planStep == P) {
+      planStep = 1;
+      planOff += chunkElems;
+    }
+    if (planOff >= a.count) return false;
+    const int b = order[mod(p - planStep++, P)];
+    *dst = out + (size_t(b) * a.count + planOff) * es;
+    *bytes = std::min(chunkElems, a.count - planOff) * es;
+    return true;
+  });
   for (size_t off = 0; off < a.count; off += chunkElems) {
     const size_t n = std::min(chunkElems, a.count - off);
     char* own = out + (size_t(r) * a.count + off) * es;
     const char* src = cbytes(a.send) + off * es;
-    void* slot = co_await AcquireSlot(tx);
-    std::memcpy(slot, src, n * es);
-    tx->post(static_cast<uint32_t>(n * es), false);
+    RIDGE_CO_TRY(co_await sendChunk(tx, txDirect, src, n * es, false));
     if (own != src) std::memcpy(own, src, n * es);
     for (int k = 1; k < P; ++k) {
       int b = order[mod(p - k, P)];
       char* dst = out + (size_t(b) * a.count + off) * es;
       PeekSlot pk(rx);
       const void* recvd = co_await pk;
-      if (pk.info.bytes != n * es)
-        co_return mismatch(c, CollType::AllGather, prev, n * es, pk.info);
-      std::memcpy(dst, recvd, n * es);
-      rx->release();
-      if (k < P - 1) {
-        void* s = co_await AcquireSlot(tx);
-        std::memcpy(s, dst, n * es);
-        tx->post(static_cast<uint32_t>(n * es), false);
-      }
+      if (pk.info.bytes != n * es) co_return mismatch(c, CollType::AllGather, prev, n * es, pk.info);
+      if (recvd != dst) std::memcpy(dst, recvd, n * es);
+      expect.release(rx);
+      if (k < P - 1) RIDGE_CO_TRY(co_await sendChunk(tx, txDirect, dst, n * es, false));
     }
   }
+  if (txDirect) co_await SendsComplete(tx);
+  withdrawal.armed = false;
   co_return Status::ok();
 }
 
@@ -335,22 +576,37 @@ Task chainBroadcast(ridgeComm* c, CollArgs a) {
   RecvConnector* rx = pos > 0 ? c->recvFrom[prev] : nullptr;
   const size_t bytes = a.count * dataTypeSize(a.dtype);
   const size_t chunk = (tx ? tx->slotBytes() : rx->slotBytes());
+  // With the direct extension the root sends from its buffer and the others receive
+  // straight into theirs and forward from there.
+  const bool txDirect = offersDirect(tx);
+  DirectWithdrawal withdrawal{txDirect ? tx : nullptr, offersDirect(rx) ? rx : nullptr};
+  size_t planOff = 0;
+  ExpectAhead expect(rx, [&](char** dst, size_t* n) {
+    if (planOff >= bytes) return false;
+    *dst = mbytes(a.recv) + planOff;
+    *n = std::min(chunk, bytes - planOff);
+    planOff += *n;
+    return true;
+  });
   for (size_t off = 0; off < bytes; off += chunk) {
     const size_t n = std::min(chunk, bytes - off);
     const char* src = cbytes(a.send) + off;
+    char* dst = mbytes(a.recv) + off;
     if (rx) {
       PeekSlot pk(rx);
       src = static_cast<const char*>(co_await pk);
       if (pk.info.bytes != n) co_return mismatch(c, CollType::Broadcast, prev, n, pk.info);
+      if (txDirect && src != dst) {  // forward from the output: the slot is released at once
+        std::memcpy(dst, src, n);
+        src = dst;
+      }
     }
-    if (tx) {
-      void* slot = co_await AcquireSlot(tx);
-      std::memcpy(slot, src, n);
-      tx->post(static_cast<uint32_t>(n), off + n == bytes);
-    }
-    if (mbytes(a.recv) + off != src) std::memcpy(mbytes(a.recv) + off, src, n);
-    if (rx) rx->release();
+    if (tx) RIDGE_CO_TRY(co_await sendChunk(tx, txDirect, src, n, off + n == bytes));
+    if (dst != src) std::memcpy(dst, src, n);
+    if (rx) expect.release(rx);
   }
+  if (txDirect) co_await SendsComplete(tx);
+  withdrawal.armed = false;
   co_return Status::ok();
 }
 

@@ -141,6 +141,41 @@ struct PeekSlot : WaitCondition {
   const void* await_resume() const { return slot; }
 };
 
+// co_await PostDirect(conn, src, bytes): queues caller memory as the next chunk of a
+// connector with the direct extension (suspends while the FIFO is full). Polling may post,
+// so `posted` keeps a second poll from posting again.
+struct PostDirect : WaitCondition {
+  SendConnector* conn;
+  const void* src;
+  uint32_t bytes;
+  bool last;
+  bool posted = false;
+  PostDirect(SendConnector* c, const void* s, size_t n, bool lastOfMessage = false)
+      : conn(c), src(s), bytes(static_cast<uint32_t>(n)), last(lastOfMessage) {
+    peer = c->peer();
+    ready = [](WaitCondition* self) {
+      auto* a = static_cast<PostDirect*>(self);
+      return a->posted || (a->posted = a->conn->tryPostDirect(a->src, a->bytes, a->last));
+    };
+  }
+  bool await_ready() { return ready(this); }
+  void await_suspend(std::coroutine_handle<Task::promise_type> h) { h.promise().strand->blocked = this; }
+  void await_resume() const {}
+};
+
+// co_await SendsComplete(conn): every chunk posted on `conn` has left this process, so the
+// caller memory queued with PostDirect may be reused.
+struct SendsComplete : WaitCondition {
+  SendConnector* conn;
+  explicit SendsComplete(SendConnector* c) : conn(c) {
+    peer = c->peer();
+    ready = [](WaitCondition* self) { return static_cast<SendsComplete*>(self)->conn->sendsComplete(); };
+  }
+  bool await_ready() { return conn->sendsComplete(); }
+  void await_suspend(std::coroutine_handle<Task::promise_type> h) { h.promise().strand->blocked = this; }
+  void await_resume() const {}
+};
+
 }  // namespace ridge
 
 // RIDGE_TRY for coroutines (which must co_return).

@@ -37,6 +37,13 @@ void oneHostEnv() {
   setenv("RIDGE_TIMEOUT", "30", 1);
 }
 
+// One-host set-up of the failure tests (short RIDGE_TIMEOUT) and the id their ranks share.
+bool faultTestId(ridgeUniqueId* id) {
+  oneHostEnv();
+  setenv("RIDGE_TIMEOUT", std::to_string(kFaultTimeout).c_str(), 1);
+  return makeUniqueId(id);
+}
+
 void runOneHost(int n, bool large, double budget) {
   oneHostEnv();
   ridgeUniqueId id;
@@ -115,6 +122,14 @@ Outcome outcomeOf(const RankResult& rr) {
   return o;
 }
 
+// The one line of `rr` that starts with `prefix` carries result `code` and mentions `text`.
+void expectResultLine(const RankResult& rr, const std::string& prefix, int code, const std::string& text) {
+  auto lines = linesWith(rr, prefix);
+  ASSERT_EQ(lines.size(), 1u) << "rank " << rr.rank << ": " << prefix;
+  EXPECT_EQ(std::atoi(lines[0].c_str()), code) << lines[0];
+  EXPECT_NE(lines[0].find(text), std::string::npos) << lines[0];
+}
+
 // Runs 64 MiB allreduces until one fails; reports "RESULT code seconds" and the last error.
 int allreduceUntilError(ridgeComm_t comm, int rank, Reporter& rep, int maxIters) {
   constexpr size_t count = (64u << 20) / 4;
@@ -132,6 +147,170 @@ int allreduceUntilError(ridgeComm_t comm, int rank, Reporter& rep, int maxIters)
   }
   rep.fail("rank " + std::to_string(rank), "every allreduce succeeded although a peer went away");
   return 1;
+}
+
+// ---- the direct extension (sending from and receiving into user buffers) ----------------
+
+// Every ring and chain algorithm at every size, with the smallest chunk and FIFO so that
+// messages span many chunks, odd sizes end inside one, declarations wait for room, and
+// 0- and 1-element cases (int8: 1 byte) run through the direct path; in place and out of
+// place with poisoned outputs (the matrix). `directOff` ranks keep slots only: each rank
+// decides for itself, the wire must not differ.
+void runDirectMatrix(int n, const char* algo, int directOff) {
+  oneHostEnv();
+  setenv("RIDGE_ALGO", algo, 1);
+  setenv("RIDGE_SOCKET_CHUNK", "4K", 1);
+  setenv("RIDGE_SOCKET_SLOTS", "2", 1);
+  ridgeUniqueId id;
+  const bool idOk = makeUniqueId(&id);
+  unsetenv("RIDGE_ALGO");
+  unsetenv("RIDGE_SOCKET_CHUNK");
+  unsetenv("RIDGE_SOCKET_SLOTS");
+  if (!idOk) return;
+  LaunchResult res = launchRanks(n, 120, [&](int rank, Reporter& rep) {
+    setenv("RIDGE_ALGO", algo, 1);
+    setenv("RIDGE_SOCKET_CHUNK", "4K", 1);
+    setenv("RIDGE_SOCKET_SLOTS", "2", 1);
+    if (rank == directOff) setenv("RIDGE_SOCKET_DIRECT", "0", 1);
+    ridgeComm_t comm = initRank(n, id, rank, rep);
+    if (!comm) return 2;
+    return runCases(comm, rank, n, false, rep);
+  });
+  std::printf("socket direct n=%d %s: %.1f s\n", n, algo, res.elapsed);
+  reportChildFailures(res, std::string("socket direct ") + algo);
+}
+
+constexpr const char* kAllRing =
+    "allreduce:0-:ring;reducescatter:0-:ring;allgather:0-:ring;broadcast:0-:ring;reduce:0-:ring";
+constexpr const char* kAllTree = "allreduce:0-:tree;broadcast:0-:ring;allgather:0-:ring";
+
+TEST(SocketOneHost, DirectRingMatrixRanks2) {
+  runDirectMatrix(2, kAllRing, -1);
+}
+TEST(SocketOneHost, DirectRingMatrixRanks3OneRankSlotsOnly) {
+  runDirectMatrix(3, kAllRing, 1);
+}
+TEST(SocketOneHost, DirectTreeMatrixRanks3) {
+  runDirectMatrix(3, kAllTree, -1);
+}
+
+// A receive whose sender sends one byte more or one byte less fails with
+// ridgeInvalidUsage naming the sizes, and nothing is written past the receive buffer
+// (the oversized last chunk must not land in it).
+TEST(SocketOneHost, DirectRecvSizeMismatch) {
+  oneHostEnv();
+  constexpr size_t kBytes = 300000;  // a 256 KiB chunk and a short one
+  constexpr size_t kGuard = 4096;
+  for (int delta : {1, -1}) {
+    ridgeUniqueId id;
+    if (!makeUniqueId(&id)) return;
+    LaunchResult res = launchRanks(2, 60, [&](int rank, Reporter& rep) {
+      ridgeComm_t comm = initRank(2, id, rank, rep);
+      if (!comm) return 2;
+      if (rank == 1) {
+        std::vector<uint8_t> msg(kBytes + delta, 0x11);
+        ridgeResult_t r = ridgeSend(msg.data(), msg.size(), ridgeInt8, 0, comm, nullptr);
+        if (r != ridgeSuccess) rep.fail("rank 1", "send failed: " + describeResult(r));
+        ridgeCommDestroy(comm);
+        return 0;
+      }
+      std::vector<uint8_t> buf(kBytes + kGuard, 0x5a);
+      ridgeResult_t r = ridgeRecv(buf.data(), kBytes, ridgeInt8, 1, comm, nullptr);
+      rep.line("RECV " + std::to_string(r) + " " + ridgeGetLastError(comm));
+      for (size_t i = kBytes; i < buf.size(); ++i)
+        if (buf[i] != 0x5a) {
+          rep.fail("rank 0", "byte " + std::to_string(i) + " past the receive buffer was written");
+          break;
+        }
+      ridgeCommAbort(comm);
+      return 0;
+    });
+    reportChildFailures(res, "direct recv size mismatch");
+    SCOPED_TRACE("sender sends " + std::to_string(delta) + " byte(s) more");
+    expectResultLine(res.ranks[0], "RECV ", ridgeInvalidUsage, "does not match the size");
+  }
+}
+
+// A receive that times out (the sender is stopped before it sends) must leave the user's
+// buffer alone afterwards: its destinations were declared to the transport, and when the
+// sender resumes and sends, nothing may land there once ridgeRecv has returned.
+TEST(SocketOneHost, DirectRecvWithdrawnAfterTimeout) {
+  ridgeUniqueId id;
+  if (!faultTestId(&id)) return;
+  constexpr size_t kBytes = 1 << 20;
+  double tPoisoned = 0;
+  LaunchResult res = launchRanks(
+      2, 40,
+      [&](int rank, Reporter& rep) {
+        ridgeComm_t comm = initRank(2, id, rank, rep);
+        if (!comm) return 2;
+        if (rank == 1) {
+          rep.line("STOPPING");
+          raise(SIGSTOP);  // resumed by the test once rank 0 gave up and poisoned its buffer
+          std::vector<uint8_t> msg(kBytes, 0x11);
+          ridgeSend(msg.data(), msg.size(), ridgeInt8, 0, comm, nullptr);
+          ridgeCommDestroy(comm);
+          return 0;
+        }
+        std::vector<uint8_t> buf(kBytes, 0);
+        const double t0 = nowSec();
+        ridgeResult_t r = ridgeRecv(buf.data(), kBytes, ridgeInt8, 1, comm, nullptr);
+        rep.line("RESULT " + std::to_string(r) + " " + fmtD(nowSec() - t0));
+        std::memset(buf.data(), 0x5a, kBytes);
+        rep.line("POISONED");
+        usleep(1500 * 1000);  // the sender resumes and sends meanwhile
+        size_t changed = 0;
+        for (uint8_t b : buf) changed += b != 0x5a;
+        rep.line("CHANGED " + std::to_string(changed));
+        ridgeCommAbort(comm);
+        return 0;
+      },
+      [&](int rank, const std::string& line, double t, LaunchControl& ctl) {
+        if (rank == 0 && line == "POISONED") {
+          ctl.killRank(1, SIGCONT);
+          tPoisoned = t;
+        }
+      });
+  reportChildFailures(res, "direct recv withdrawn", false);
+  ASSERT_GT(tPoisoned, 0) << "rank 0 never returned from the receive";
+  Outcome o = outcomeOf(res.ranks[0]);
+  EXPECT_EQ(o.code, ridgeTimeout) << resultName(static_cast<ridgeResult_t>(o.code));
+  EXPECT_LT(o.seconds, kFaultTimeout + kFaultMargin);
+  auto changed = linesWith(res.ranks[0], "CHANGED ");
+  ASSERT_EQ(changed.size(), 1u);
+  EXPECT_EQ(changed[0], "0") << "bytes landed in the user buffer after ridgeRecv returned";
+}
+
+// 2 ranks on one host over sockets (every chunk of the ring direct): the survivor of a
+// peer killed in the middle of a 64 MiB allreduce fails within RIDGE_TIMEOUT.
+TEST(SocketOneHost, KilledPeerMidDirectAllReduce) {
+  ridgeUniqueId id;
+  if (!faultTestId(&id)) return;
+  double tKill = 0, tResult = 0;
+  LaunchResult res = launchRanks(
+      2, 40,
+      [&](int rank, Reporter& rep) {
+        ridgeComm_t comm = initRank(2, id, rank, rep);
+        if (!comm) return 2;
+        return allreduceUntilError(comm, rank, rep, 200);
+      },
+      [&](int rank, const std::string& line, double t, LaunchControl& ctl) {
+        if (rank == 1 && line == "ITER 0" && tKill == 0) {
+          usleep(20 * 1000);
+          ctl.killRank(1, SIGKILL);
+          tKill = nowSec();
+        }
+        if (rank == 0 && line.rfind("RESULT ", 0) == 0) tResult = t;
+      });
+  reportChildFailures(res, "killed peer", false);
+  ASSERT_GT(tKill, 0);
+  Outcome o = outcomeOf(res.ranks[0]);
+  ASSERT_TRUE(o.seen) << "rank 0 never got an error";
+  EXPECT_TRUE(o.code == ridgeRemoteError || o.code == ridgeTimeout)
+      << resultName(static_cast<ridgeResult_t>(o.code));
+  EXPECT_LT(tResult - tKill, kFaultTimeout + kFaultMargin);
+  std::printf("rank 0: %s %.2f s after the kill: %s\n", resultName(static_cast<ridgeResult_t>(o.code)),
+              tResult - tKill, o.text.c_str());
 }
 
 // The ranks of one namespace are SIGKILLed in the middle of a 64 MiB allreduce; the ranks
@@ -178,10 +357,8 @@ TEST(SocketNetns, KilledHostMidCollective) {
 // Ranks that disagree on the stream count fail init on every rank with a message naming
 // the settings, instead of misreading each other's streams later.
 TEST(SocketOneHost, MismatchedSettingsFailInit) {
-  oneHostEnv();
-  setenv("RIDGE_TIMEOUT", std::to_string(kFaultTimeout).c_str(), 1);
   ridgeUniqueId id;
-  if (!makeUniqueId(&id)) return;
+  if (!faultTestId(&id)) return;
   LaunchResult res = launchRanks(2, 30, [&](int rank, Reporter& rep) {
     setenv("RIDGE_SOCKET_STREAMS", rank == 0 ? "2" : "3", 1);
     ridgeComm_t comm = nullptr;
@@ -191,21 +368,15 @@ TEST(SocketOneHost, MismatchedSettingsFailInit) {
     return 0;
   });
   reportChildFailures(res, "mismatched settings");
-  for (const RankResult& rr : res.ranks) {
-    auto init = linesWith(rr, "INIT ");
-    ASSERT_EQ(init.size(), 1u) << "rank " << rr.rank;
-    EXPECT_EQ(std::atoi(init[0].c_str()), ridgeInvalidUsage) << init[0];
-    EXPECT_NE(init[0].find("RIDGE_SOCKET_STREAMS"), std::string::npos) << init[0];
-  }
+  for (const RankResult& rr : res.ranks)
+    expectResultLine(rr, "INIT ", ridgeInvalidUsage, "RIDGE_SOCKET_STREAMS");
 }
 
 // A peer that stops (SIGSTOP: alive, connections open, nothing moves) is caught by
 // RIDGE_TIMEOUT: ridgeTimeout, not a hang.
 TEST(SocketOneHost, StoppedPeerTimesOut) {
-  oneHostEnv();
-  setenv("RIDGE_TIMEOUT", std::to_string(kFaultTimeout).c_str(), 1);
   ridgeUniqueId id;
-  if (!makeUniqueId(&id)) return;
+  if (!faultTestId(&id)) return;
   double tStop = 0;
   LaunchResult res = launchRanks(
       2, 30,
@@ -255,10 +426,8 @@ void resetAllTcpSockets() {
 // waits for it: the waiting rank fails at once with ridgeRemoteError and a message that
 // names the socket transport, the peer and the reset.
 TEST(SocketOneHost, ResetConnectionGivesClearError) {
-  oneHostEnv();
-  setenv("RIDGE_TIMEOUT", std::to_string(kFaultTimeout).c_str(), 1);
   ridgeUniqueId id;
-  if (!makeUniqueId(&id)) return;
+  if (!faultTestId(&id)) return;
   LaunchResult res = launchRanks(2, 30, [&](int rank, Reporter& rep) {
     ridgeComm_t comm = initRank(2, id, rank, rep);
     if (!comm) return 2;

@@ -68,6 +68,9 @@ extern const TransportTable kSocketTransportTable;
 namespace {
 
 constexpr uint32_t kLastFlag = 1u << 31;
+// In a receive FIFO's meta: the chunk landed at the destination declared by tryExpect.
+constexpr uint32_t kLandedFlag = 1u << 30;
+constexpr uint32_t kSizeMask = kLandedFlag - 1;
 constexpr uint32_t kPieceMagic = 0x52534b54u;  // "RSKT"
 constexpr uint32_t kHelloMagic = 0x52534b48u;  // "RSKH"
 constexpr uint32_t kMaxSlots = 64;
@@ -134,7 +137,16 @@ long futexCall(std::atomic<uint32_t>* word, int op, uint32_t val, const timespec
 struct Fifo {
   alignas(kLine) std::atomic<uint32_t> head{0};
   alignas(kLine) std::atomic<uint32_t> tail{0};
-  alignas(kLine) uint32_t meta[kMaxSlots] = {};  // bytes | kLastFlag, written before head
+  // Receive FIFO only: positions below `grant` have a declared landing place (dest[],
+  // null = the slot), written by the algorithm before it publishes `grant`. The lane reads
+  // a chunk only once it is granted; grant - tail never exceeds the slot count.
+  alignas(kLine) std::atomic<uint32_t> grant{0};
+  alignas(kLine) uint32_t meta[kMaxSlots] = {};  // bytes | kLastFlag (| kLandedFlag), written before head
+  // Send FIFO: caller memory of a direct post (null: the slot). Receive FIFO: declared
+  // destination and its room. Written before the counter that publishes the position.
+  const char* src[kMaxSlots] = {};
+  char* dest[kMaxSlots] = {};
+  uint32_t destCap[kMaxSlots] = {};
   char* data = nullptr;
 };
 
@@ -142,47 +154,87 @@ class SocketTransport;
 
 class SockSend final : public SendConnector {
  public:
-  SockSend(int peer, Fifo* fifo, uint32_t nslots, size_t slotBytes, SocketTransport* t)
-      : SendConnector(slotBytes, peer), fifo_(fifo), nslots_(nslots), transport_(t) {}
+  SockSend(int peer, Fifo* fifo, uint32_t nslots, size_t slotBytes, SocketTransport* t, bool direct)
+      : SendConnector(slotBytes, peer), fifo_(fifo), nslots_(nslots), transport_(t), direct_(direct) {}
   void* tryAcquire() override {
-    if (head_ - cachedTail_ >= nslots_) {
-      cachedTail_ = fifo_->tail.load(std::memory_order_acquire);
-      if (head_ - cachedTail_ >= nslots_) return nullptr;
-    }
+    if (!hasRoom()) return nullptr;
     return fifo_->data + static_cast<size_t>(head_ % nslots_) * slotBytes();
   }
-  void post(uint32_t bytes, bool last) override;
+  void post(uint32_t bytes, bool last) override {
+    fifo_->src[head_ % nslots_] = nullptr;
+    publish(bytes, last);
+  }
+  uint32_t directVersion() const override { return direct_ ? kDirectTransferVersion : 0; }
+  bool tryPostDirect(const void* src, uint32_t bytes, bool last) override {
+    if (!hasRoom()) return false;
+    fifo_->src[head_ % nslots_] = static_cast<const char*>(src);
+    publish(bytes, last);
+    directEnd_ = head_;
+    return true;
+  }
+  bool sendsComplete() override {
+    cachedTail_ = fifo_->tail.load(std::memory_order_acquire);
+    return cachedTail_ == head_;
+  }
+  void withdrawDirect() override;
 
  private:
+  bool hasRoom() {
+    if (head_ - cachedTail_ < nslots_) return true;
+    cachedTail_ = fifo_->tail.load(std::memory_order_acquire);
+    return head_ - cachedTail_ < nslots_;
+  }
+  void publish(uint32_t bytes, bool last);
+
   Fifo* fifo_;
   uint32_t nslots_;
   SocketTransport* transport_;
   uint32_t head_ = 0;
   uint32_t cachedTail_ = 0;
+  uint32_t directEnd_ = 0;  // head_ after the latest direct post
+  bool direct_;             // RIDGE_SOCKET_DIRECT
 };
 
 class SockRecv final : public RecvConnector {
  public:
-  SockRecv(int peer, Fifo* fifo, uint32_t nslots, size_t slotBytes, SocketTransport* t)
-      : RecvConnector(slotBytes, peer), fifo_(fifo), nslots_(nslots), transport_(t) {}
+  SockRecv(int peer, Fifo* fifo, uint32_t nslots, size_t slotBytes, SocketTransport* t, bool direct)
+      : RecvConnector(slotBytes, peer), fifo_(fifo), nslots_(nslots), transport_(t), direct_(direct) {}
   const void* tryPeek(SlotInfo* info) override {
     if (tail_ == cachedHead_) {
+      // A slot-only user declares nothing: read ahead into every free slot, as before the
+      // direct extension existed.
+      if (tail_ == grant_) grantSlotsAhead();
       cachedHead_ = fifo_->head.load(std::memory_order_acquire);
       if (tail_ == cachedHead_) return nullptr;
     }
-    uint32_t meta = fifo_->meta[tail_ % nslots_];
-    info->bytes = meta & ~kLastFlag;
+    const uint32_t i = tail_ % nslots_;
+    uint32_t meta = fifo_->meta[i];
+    info->bytes = meta & kSizeMask;
     info->lastOfMessage = (meta & kLastFlag) != 0;
-    return fifo_->data + static_cast<size_t>(tail_ % nslots_) * slotBytes();
+    if (meta & kLandedFlag) return fifo_->dest[i];
+    return fifo_->data + static_cast<size_t>(i) * slotBytes();
   }
   void release() override;
+  uint32_t directVersion() const override { return direct_ ? kDirectTransferVersion : 0; }
+  bool tryExpect(void* dst, uint32_t capacity) override;
+  uint32_t declaredAhead() const override { return grant_ - tail_; }
+  void withdrawDirect() override;
 
  private:
+  void grantSlotsAhead();
+  void publishGrant();
+
   Fifo* fifo_;
   uint32_t nslots_;
   SocketTransport* transport_;
   uint32_t tail_ = 0;
   uint32_t cachedHead_ = 0;
+  uint32_t grant_ = 0;
+  // Slot-only use: every release declares one more slot. Cleared by the first tryExpect,
+  // set again when a tryPeek finds nothing declared.
+  bool readAhead_ = true;
+  uint32_t directEnd_ = 0;  // grant_ after the latest declaration with a destination
+  bool direct_;             // RIDGE_SOCKET_DIRECT
 };
 
 // Progress-thread state of one TCP connection.
@@ -232,6 +284,8 @@ struct PeerState {
   uint8_t recvGotCount[kMaxSlots] = {};
   uint8_t recvPieces[kMaxSlots] = {};
   uint32_t recvSize[kMaxSlots] = {};  // sizeAndLast; 0xffffffff = no piece seen yet
+  char* recvBase[kMaxSlots] = {};     // where the chunk lands: its slot or its declared destination
+  bool recvLanded[kMaxSlots] = {};    // recvBase is the declared destination
   std::vector<int> streams;           // indices into SocketTransport::streams_
   // Failure, published once by the first lane to see one (message first, then the flag).
   std::atomic<int> failClaimed{0};
@@ -248,6 +302,10 @@ struct Lane {
   int eventFd = -1;
   std::thread thread;
   alignas(kLine) std::atomic<uint32_t> sleeping{0};
+  // Passes of the progress loop completed, and whether the loop has ended: withdrawDirect
+  // waits for the pass in flight so that no system call still uses caller memory.
+  std::atomic<uint64_t> passes{0};
+  std::atomic<bool> exited{false};
   // Wakes the lane if it announced that it may sleep; the fence orders the caller's
   // counter publish before the read of the flag (the lane fences the other way).
   void wake() {
@@ -297,6 +355,9 @@ class SocketTransport final : public Transport {
   // a release the receive lane (a piece may wait for that slot).
   void wakeSendLane() { lanes_[0].wake(); }
   void wakeRecvLane() { lanes_[1].wake(); }
+  // An operation gave up while caller memory of `peer` was queued or declared: fail the
+  // peer (its streams are then skipped) and wait until the lane's pass in flight is over.
+  void withdrawDirect(int peer, bool sendSide);
 
  private:
   void wakeAlgorithm() {
@@ -308,12 +369,14 @@ class SocketTransport final : public Transport {
   }
   void shutdown();
   void progressLoop(Lane& lane);
+  void progressPasses(Lane& lane);
   bool pumpSend(Stream& s, PeerState& p);
   bool pumpRecv(Stream& s, PeerState& p);
   bool hasWork(const Lane& lane);
   bool acceptPiece(Stream& s, PeerState& p);
   void completeRecvPiece(Stream& s, PeerState& p);
   void failPeer(PeerState& p, Stream& s, const std::string& why);
+  void failPeer(PeerState& p, std::string failure);
 
   int rank_ = -1;
   int timeoutSeconds_ = 0;
@@ -336,17 +399,55 @@ class SocketTransport final : public Transport {
   std::atomic<bool> progressFailed_{false};
 };
 
-void SockSend::post(uint32_t bytes, bool last) {
+void SockSend::publish(uint32_t bytes, bool last) {
   fifo_->meta[head_ % nslots_] = bytes | (last ? kLastFlag : 0);
   ++head_;
   fifo_->head.store(head_, std::memory_order_release);
   transport_->wakeSendLane();
 }
 
+void SockSend::withdrawDirect() {
+  // Nothing of the caller's is queued once the lane is past the latest direct post.
+  if (static_cast<int32_t>(directEnd_ - fifo_->tail.load(std::memory_order_acquire)) > 0)
+    transport_->withdrawDirect(peer(), true);
+}
+
+void SockRecv::publishGrant() {
+  fifo_->grant.store(grant_, std::memory_order_release);
+  transport_->wakeRecvLane();
+}
+
+void SockRecv::grantSlotsAhead() {
+  readAhead_ = true;
+  for (; grant_ - tail_ < nslots_; ++grant_) fifo_->dest[grant_ % nslots_] = nullptr;
+  publishGrant();
+}
+
 void SockRecv::release() {
   ++tail_;
   fifo_->tail.store(tail_, std::memory_order_release);
-  transport_->wakeRecvLane();
+  if (readAhead_) {
+    fifo_->dest[grant_ % nslots_] = nullptr;
+    ++grant_;
+    publishGrant();
+  }
+}
+
+bool SockRecv::tryExpect(void* dst, uint32_t capacity) {
+  readAhead_ = false;  // from now on the caller declares every chunk
+  if (grant_ - tail_ >= nslots_) return false;
+  const uint32_t i = grant_ % nslots_;
+  fifo_->dest[i] = static_cast<char*>(dst);
+  fifo_->destCap[i] = capacity;
+  ++grant_;
+  if (dst) directEnd_ = grant_;
+  publishGrant();
+  return true;
+}
+
+void SockRecv::withdrawDirect() {
+  // Destinations of chunks already peeked are no longer written to.
+  if (static_cast<int32_t>(directEnd_ - tail_) > 0) transport_->withdrawDirect(peer(), false);
 }
 
 void SocketTransport::shutdown() {
@@ -382,17 +483,40 @@ void SocketTransport::shutdown() {
 }
 
 void SocketTransport::failPeer(PeerState& p, Stream& s, const std::string& why) {
+  failPeer(p, format("socket: rank %d: connection %d of %d to %s: %s", rank_, s.index + 1, nstreams_,
+                     p.name.c_str(), why.c_str()));
+}
+
+void SocketTransport::failPeer(PeerState& p, std::string failure) {
   // The sockets stay open (and registered) until the transport is destroyed, so the other
   // lane never touches a closed descriptor; both lanes skip dead streams.
   for (int idx : p.streams) streams_[idx].dead.store(true, std::memory_order_relaxed);
   int expected = 0;
   if (!p.failClaimed.compare_exchange_strong(expected, 1)) return;
-  p.failure = format("socket: rank %d: connection %d of %d to %s: %s", rank_, s.index + 1, nstreams_,
-                     p.name.c_str(), why.c_str());
+  p.failure = std::move(failure);
   p.failed.store(1, std::memory_order_release);
   // Logged at INFO only: a peer that finished and left is no error unless someone waits on it.
   RIDGE_INFO("%s", p.failure.c_str());
   wakeAlgorithm();
+}
+
+void SocketTransport::withdrawDirect(int peer, bool sendSide) {
+  PeerState& p = *peers_[peer];
+  failPeer(p, format("socket: rank %d: connections to %s closed: a collective failed while its buffers were "
+                     "queued for this peer",
+                     rank_, p.name.c_str()));
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // The pass in flight may have read the stream as alive before the flag was set; the
+  // next one will not. Lanes never block inside a pass, so this is short.
+  Lane& lane = lanes_[sendSide ? 0 : 1];
+  const uint64_t pass = lane.passes.load(std::memory_order_seq_cst);
+  const auto giveUp = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (lane.passes.load(std::memory_order_seq_cst) == pass &&
+         !lane.exited.load(std::memory_order_acquire) && lane.thread.joinable() &&
+         std::chrono::steady_clock::now() < giveUp) {
+    lane.wake();
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
 }
 
 // Writes as much of this stream's share of the posted slots as the socket takes.
@@ -406,7 +530,7 @@ bool SocketTransport::pumpSend(Stream& s, PeerState& p) {
       while (s.sendSeq != head) {
         const uint32_t seq = s.sendSeq;
         const uint32_t meta = p.send.meta[seq % nslots_];
-        const uint32_t bytes = meta & ~kLastFlag;
+        const uint32_t bytes = meta & kSizeMask;
         const uint32_t pieces = piecesFor(bytes, nstreams_);
         const uint32_t j =
             static_cast<uint32_t>((s.index - static_cast<int>(seq % nstreams_) + nstreams_) % nstreams_);
@@ -418,7 +542,9 @@ bool SocketTransport::pumpSend(Stream& s, PeerState& p) {
         pieceRange(bytes, pieces, j, &off, &len);
         s.sendHdr = PieceHeader{seq, meta, static_cast<uint16_t>(j), static_cast<uint16_t>(pieces), 0};
         s.sendHdr.check = headerCheck(s.sendHdr);
-        s.sendPayload = p.send.data + static_cast<size_t>(seq % nslots_) * slotBytes_ + off;
+        const char* direct = p.send.src[seq % nslots_];
+        s.sendPayload =
+            (direct ? direct : p.send.data + static_cast<size_t>(seq % nslots_) * slotBytes_) + off;
         s.sendLen = len;
         s.sendDone = 0;
         s.sending = true;
@@ -465,7 +591,7 @@ bool SocketTransport::pumpSend(Stream& s, PeerState& p) {
     const uint32_t head = p.send.head.load(std::memory_order_acquire);
     while (p.sendTail != head) {
       const uint32_t slot = p.sendTail % nslots_;
-      const uint32_t pieces = piecesFor(p.send.meta[slot] & ~kLastFlag, nstreams_);
+      const uint32_t pieces = piecesFor(p.send.meta[slot] & kSizeMask, nstreams_);
       if (p.sendDoneCount[slot] < pieces) break;
       p.sendDoneCount[slot] = 0;
       ++p.sendTail;
@@ -496,20 +622,27 @@ bool SocketTransport::acceptPiece(Stream& s, PeerState& p) {
                     h.seq, bytes, h.piece, h.pieces));
     return false;
   }
-  // The slot must have been released by the algorithm (at most nslots in flight).
-  const uint32_t tail = p.recv.tail.load(std::memory_order_acquire);
-  if (h.seq - tail >= nslots_) return false;
+  // The algorithm must have declared where the chunk goes (which also means its slot is
+  // free: at most nslots are declared and not released).
+  const uint32_t grant = p.recv.grant.load(std::memory_order_acquire);
+  if (static_cast<int32_t>(h.seq - grant) >= 0) return false;
   const uint32_t slot = h.seq % nslots_;
   if (p.recvSize[slot] == 0xffffffffu) {
     p.recvSize[slot] = h.sizeAndLast;
     p.recvPieces[slot] = static_cast<uint8_t>(h.pieces);
+    // A chunk larger than its declared destination lands in the slot: the algorithm then
+    // sees the size and reports the mismatch.
+    char* dest = p.recv.dest[slot];
+    // (An empty chunk never "lands": a null destination would read as nothing arrived.)
+    p.recvLanded[slot] = dest && bytes > 0 && bytes <= p.recv.destCap[slot];
+    p.recvBase[slot] = p.recvLanded[slot] ? dest : p.recv.data + static_cast<size_t>(slot) * slotBytes_;
   } else if (p.recvSize[slot] != h.sizeAndLast || p.recvPieces[slot] != h.pieces) {
     failPeer(p, s, format("streams disagree on the size of chunk %u", h.seq));
     return false;
   }
   uint32_t off = 0, len = 0;
   pieceRange(bytes, h.pieces, h.piece, &off, &len);
-  s.recvPayload = p.recv.data + static_cast<size_t>(slot) * slotBytes_ + off;
+  s.recvPayload = p.recvBase[slot] + off;
   s.recvLen = len;
   s.recvGot = 0;
   s.inPayload = true;
@@ -528,7 +661,7 @@ void SocketTransport::completeRecvPiece(Stream& s, PeerState& p) {
   while (true) {
     const uint32_t h = p.recvHead % nslots_;
     if (p.recvSize[h] == 0xffffffffu || p.recvGotCount[h] < p.recvPieces[h]) break;
-    p.recv.meta[h] = p.recvSize[h];
+    p.recv.meta[h] = p.recvSize[h] | (p.recvLanded[h] ? kLandedFlag : 0);
     p.recvSize[h] = 0xffffffffu;
     p.recvGotCount[h] = 0;
     ++p.recvHead;
@@ -621,14 +754,20 @@ bool SocketTransport::hasWork(const Lane& lane) {
     if (!s.readable || s.eof) continue;
     if (s.inPayload || s.hdrGot < sizeof(PieceHeader)) return true;
     // A buffered header waits for its slot.
-    if (s.recvHdr.seq - p.recv.tail.load(std::memory_order_acquire) < nslots_) return true;
+    if (static_cast<int32_t>(s.recvHdr.seq - p.recv.grant.load(std::memory_order_acquire)) < 0) return true;
   }
   return false;
 }
 
 void SocketTransport::progressLoop(Lane& lane) {
+  progressPasses(lane);
+  lane.exited.store(true, std::memory_order_release);
+}
+
+void SocketTransport::progressPasses(Lane& lane) {
   epoll_event events[64];
-  while (!stop_.load(std::memory_order_relaxed)) {
+  for (;; lane.passes.fetch_add(1, std::memory_order_seq_cst)) {
+    if (stop_.load(std::memory_order_relaxed)) return;
     bool progressed = false;
     for (Stream& s : streams_) {
       if (s.dead.load(std::memory_order_relaxed)) continue;
@@ -813,7 +952,9 @@ Status SocketTransport::connect(const TransportSetup& setup) {
     ++got;
   }
 
-  // Slot memory, connectors, epoll.
+  // Slot memory, connectors, epoll. Whether the connectors move chunks straight from and
+  // into user buffers is each rank's own choice: the wire is the same either way.
+  const bool direct = settingInt(Setting::SOCKET_DIRECT) != 0;
   for (int peer : activePeers_) {
     PeerState& p = *peers_[peer];
     p.sendData.assign(nslots_ * slotBytes_, 0);
@@ -822,8 +963,8 @@ Status SocketTransport::connect(const TransportSetup& setup) {
     p.recv.data = p.recvData.data();
     std::fill(std::begin(p.recvSize), std::end(p.recvSize), 0xffffffffu);
     p.connected = true;
-    send_[peer] = std::make_unique<SockSend>(peer, &p.send, nslots_, slotBytes_, this);
-    recv_[peer] = std::make_unique<SockRecv>(peer, &p.recv, nslots_, slotBytes_, this);
+    send_[peer] = std::make_unique<SockSend>(peer, &p.send, nslots_, slotBytes_, this, direct);
+    recv_[peer] = std::make_unique<SockRecv>(peer, &p.recv, nslots_, slotBytes_, this, direct);
   }
   for (int l = 0; l < 2; ++l) {
     Lane& lane = lanes_[l];
