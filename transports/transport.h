@@ -60,7 +60,9 @@ class SendConnector {
   // order with slot posts, without copying it: the transport reads it later, so it must
   // stay unchanged until sendsComplete(). Takes a FIFO position like a slot; false while
   // the FIFO is full (nothing queued; call again). Not between tryAcquire() and post().
-  virtual bool tryPostDirect(const void* src, uint32_t bytes, bool lastOfMessage) { return false; }
+  virtual bool tryPostDirect(const void* /*src*/, uint32_t /*bytes*/, bool /*lastOfMessage*/) {
+    return false;
+  }
   // Whether every chunk posted so far (slot or direct) has left this process's memory, so
   // the caller may reuse what it queued. Never blocks.
   virtual bool sendsComplete() { return true; }
@@ -97,7 +99,7 @@ class RecvConnector {
   // land at `dst` (larger than `capacity`: the caller sees the size and reports the
   // mismatch; or declared before this call, see declaredAhead()). release() as usual.
   // Until that chunk is peeked, the transport may write to [dst, dst + capacity).
-  virtual bool tryExpect(void* dst, uint32_t capacity) { return false; }
+  virtual bool tryExpect(void* /*dst*/, uint32_t /*capacity*/) { return false; }
   // How many chunks not yet released are declared already (by earlier tryExpect calls,
   // or as slots by a tryPeek without one: slot-only users get read-ahead that way). A
   // caller that plans its chunks from here skips that many: they arrive in slots.
@@ -147,7 +149,7 @@ class Transport {
   // Single-copy access to `peer`'s memory, or nullptr. Either every rank of the
   // communicator gets it for all its peers or none does (decided collectively at init),
   // because algorithms that use it must be chosen identically everywhere.
-  virtual PeerMemory* peerMemory(int peer) { return nullptr; }
+  virtual PeerMemory* peerMemory(int /*peer*/) { return nullptr; }
   // Called by a rank that has nothing to do: returns when a peer may have posted or
   // released a slot, or after at most `maxWaitNs`. May return early spuriously.
   // `stillIdle` is re-checked after announcing the sleep, to close the race with a

@@ -75,7 +75,9 @@ void runNetns(const Case& c) {
   // With shared memory inside a namespace a rank may send more slots than it receives; over
   // all ranks every slot written must have landed once.
   EXPECT_EQ(written, landed);
-  if (c.oneSlot()) EXPECT_GT(stalls, 0u) << "staging this small must run out of credits";
+  if (c.oneSlot()) {
+    EXPECT_GT(stalls, 0u) << "staging this small must run out of credits";
+  }
   EXPECT_GT(faults, 0u) << "the software NICs injected no fault";
 }
 
