@@ -276,9 +276,8 @@ struct PeerState {
   Fifo send;
   Fifo recv;
   std::vector<char> sendData, recvData;
-  // Send side: pieces finished per slot; tail as the progress thread knows it.
+  // Send side: tail as the progress thread knows it.
   uint32_t sendTail = 0;
-  uint8_t sendDoneCount[kMaxSlots] = {};
   // Recv side: pieces received per slot, and each slot's header fields.
   uint32_t recvHead = 0;
   uint8_t recvGotCount[kMaxSlots] = {};
@@ -371,6 +370,12 @@ class SocketTransport final : public Transport {
   void progressLoop(Lane& lane);
   void progressPasses(Lane& lane);
   bool pumpSend(Stream& s, PeerState& p);
+  void retireSentSlots(PeerState& p);
+  // Which piece of chunk `seq` stream `s` carries (pieces go to streams round-robin,
+  // starting at stream seq % nstreams); the stream has none when this is >= the pieces.
+  uint32_t pieceIndexOf(const Stream& s, uint32_t seq) const {
+    return static_cast<uint32_t>((s.index - static_cast<int>(seq % nstreams_) + nstreams_) % nstreams_);
+  }
   bool pumpRecv(Stream& s, PeerState& p);
   bool hasWork(const Lane& lane);
   bool acceptPiece(Stream& s, PeerState& p);
@@ -532,8 +537,7 @@ bool SocketTransport::pumpSend(Stream& s, PeerState& p) {
         const uint32_t meta = p.send.meta[seq % nslots_];
         const uint32_t bytes = meta & kSizeMask;
         const uint32_t pieces = piecesFor(bytes, nstreams_);
-        const uint32_t j =
-            static_cast<uint32_t>((s.index - static_cast<int>(seq % nstreams_) + nstreams_) % nstreams_);
+        const uint32_t j = pieceIndexOf(s, seq);
         if (j >= pieces) {
           ++s.sendSeq;
           continue;
@@ -582,27 +586,37 @@ bool SocketTransport::pumpSend(Stream& s, PeerState& p) {
     progressed = true;
     s.sendDone += static_cast<uint32_t>(w);
     if (s.sendDone < sizeof(PieceHeader) + s.sendLen) continue;
-    // Piece written: count it, and hand back every leading slot whose pieces are all out.
+    // Piece written: hand back the slots every stream is done with.
     s.sending = false;
-    const uint32_t seq = s.sendHdr.seq;
-    ++p.sendDoneCount[seq % nslots_];
     ++s.sendSeq;
-    bool advanced = false;
-    const uint32_t head = p.send.head.load(std::memory_order_acquire);
-    while (p.sendTail != head) {
-      const uint32_t slot = p.sendTail % nslots_;
-      const uint32_t pieces = piecesFor(p.send.meta[slot] & kSizeMask, nstreams_);
-      if (p.sendDoneCount[slot] < pieces) break;
-      p.sendDoneCount[slot] = 0;
-      ++p.sendTail;
-      advanced = true;
-    }
-    if (advanced) {
-      p.send.tail.store(p.sendTail, std::memory_order_release);
-      wakeAlgorithm();
-    }
+    retireSentSlots(p);
   }
   return progressed;
+}
+
+// Hands back to the algorithm every leading slot that all of the peer's streams have
+// passed: each has written its piece of the chunk or found that it has none. Counting the
+// pieces written is not enough: a stream with no piece in a chunk (a chunk of one piece)
+// learns that only by reading the slot's size, and if the slot were handed back and
+// refilled first, it would send a piece of the new chunk under the old sequence number.
+// So idle streams step over the chunks without a piece for them here (slots in
+// [tail, head) stay valid until this function hands them back). Send lane only.
+void SocketTransport::retireSentSlots(PeerState& p) {
+  const uint32_t head = p.send.head.load(std::memory_order_acquire);
+  uint32_t passed = head - p.sendTail;  // chunks every stream is past, counted from the tail
+  for (int index : p.streams) {
+    Stream& t = streams_[index];
+    if (!t.sending) {
+      while (t.sendSeq != head &&
+             pieceIndexOf(t, t.sendSeq) >= piecesFor(p.send.meta[t.sendSeq % nslots_] & kSizeMask, nstreams_))
+        ++t.sendSeq;
+    }
+    passed = std::min(passed, t.sendSeq - p.sendTail);
+  }
+  if (passed == 0) return;
+  p.sendTail += passed;
+  p.send.tail.store(p.sendTail, std::memory_order_release);
+  wakeAlgorithm();
 }
 
 // Header of the next piece is complete: checks it and, once its slot is free, points the
