@@ -859,8 +859,8 @@ Status SocketTransport::connect(const TransportSetup& setup) {
   }
   int64_t chunk = settingSize(Setting::SOCKET_CHUNK);
   if (chunk < 4096 || chunk > (64ll << 20)) {
-    RIDGE_WARN("RIDGE_SOCKET_CHUNK=%lld is outside 4K..64M; using 256K", static_cast<long long>(chunk));
-    chunk = 256 << 10;
+    RIDGE_WARN("RIDGE_SOCKET_CHUNK=%lld is outside 4K..64M; using 1M", static_cast<long long>(chunk));
+    chunk = 1 << 20;
   }
   if (mixed) {
     // The algorithms cut a message into chunks of one size on every rank, and that size
