@@ -5,7 +5,9 @@
 #include "transports/gdr/gdr_transport.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -196,6 +198,51 @@ TEST(GdrTransport, RankLeavingAfterItsLastSend) {
   Env e;
   e.slotBytes = "16K";
   runLeaveEarly(e);
+}
+
+// Rank 0 peeks the slot rank 1 sent (its NIC acknowledged it) and then waits for a send
+// credit from rank 1, which has left without consuming anything: the 2-rank ring's every
+// step looks like this. The peeked slot used to count as "data still to consume" in
+// checkPeer, which hid the failed queue pair until RIDGE_TIMEOUT (8 s here): a remote error
+// must come well before that.
+TEST(GdrTransport, PeerGoneWhileASlotIsPeekedAndACreditIsAwaited) {
+  Env e;
+  e.slots = "1";
+  e.slotBytes = "16K";
+  applyEnv(e);
+  setenv("RIDGE_TIMEOUT", "8", 1);
+  setenv("RIDGE_ALGO", "allreduce:0-:ring", 1);
+  setenv("RIDGE_GDR_RECV_SLOTS", "1", 1);
+  ridgeUniqueId id;
+  const bool haveId = makeUniqueId(&id);
+  unsetenv("RIDGE_ALGO");
+  ASSERT_TRUE(haveId);
+  LaunchResult res = launchRanks(2, kLimitSec, [&](int me, Reporter& rep) {
+    setenv("RIDGE_ALGO", "allreduce:0-:ring", 1);
+    ridgeComm_t comm = initRank(2, id, me, rep);
+    if (!comm) return 2;
+    std::vector<int32_t> in(2000, me), out(2000);
+    if (me == 1) {
+      // One slot to rank 0, then leave without a word (no destroy, no credit returned).
+      ridgeResult_t r = ridgeSend(in.data(), 1000, ridgeInt32, 0, comm, nullptr);
+      usleep(1000 * 1000);
+      _exit(r == ridgeSuccess ? 0 : 1);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const ridgeResult_t r = ridgeAllReduce(in.data(), out.data(), 2000, ridgeInt32, ridgeSum, comm, nullptr);
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    rep.line("RESULT " + std::to_string(r) + " " + std::to_string(waited));
+    if (r != ridgeRemoteError)
+      rep.fail("rank 0", "expected ridgeRemoteError, got " + describeResult(r, comm));
+    if (waited > 4.0)
+      rep.fail("rank 0", "the dead peer was noticed only after " + std::to_string(waited) + " s");
+    ridgeCommAbort(comm);
+    return 0;
+  });
+  unsetenv("RIDGE_GDR_RECV_SLOTS");
+  reportChildFailures(res, "peer gone while a slot is peeked", /*expectCleanExit=*/false);
+  ASSERT_EQ(res.ranks.size(), 2u);
+  EXPECT_TRUE(res.ranks[1].exited && res.ranks[1].exitCode == 0) << "rank 1: its send failed";
 }
 
 }  // namespace

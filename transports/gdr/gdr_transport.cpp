@@ -272,8 +272,11 @@ void GdrTransport::drainPostedWrites() {
   }
 }
 
+// A landed slot not yet peeked. (A slot already peeked does not count: it is in the caller's
+// hands, and a caller holding one while it waits for something else from the same peer, a
+// send credit in a 2-rank ring, must learn that the peer is gone at once, not at
+// RIDGE_TIMEOUT.)
 bool GdrTransport::landedPending(const Link* l) {
-  if (l->peeked) return true;
   const verbs::CqRingView& cq = *l->landCq->ring();
   if (!verbs::cqeReady(cq.cqes, l->landCi, cq.log2Size)) return false;
   verbs::verbsAcquireFence();
