@@ -93,6 +93,21 @@ int64_t settingSize(Setting s) {
   return parseOrDefault(s, true);
 }
 
+uint32_t settingSlotCount(Setting s, uint32_t maxSlots, uint32_t fallback) {
+  const int64_t v = settingInt(s);
+  if (v < 2 || v > static_cast<int64_t>(maxSlots)) {
+    RIDGE_WARN("RIDGE_%s=%lld is outside 2..%u; using %u", settingInfo(s).name, static_cast<long long>(v),
+               maxSlots, fallback);
+    return fallback;
+  }
+  uint32_t pow2 = 2;
+  while (pow2 * 2 <= static_cast<uint32_t>(v)) pow2 *= 2;
+  if (pow2 != static_cast<uint32_t>(v))
+    RIDGE_WARN("RIDGE_%s=%lld is not a power of two; using %u", settingInfo(s).name,
+               static_cast<long long>(v), pow2);
+  return pow2;
+}
+
 void logSettings() {
   if (logLevel() < LogLevel::Info) return;
   for (const SettingInfo& info : allSettings()) {

@@ -318,13 +318,7 @@ Status ShmTransport::connect(const TransportSetup& setup) {
   }
   const uint32_t P = static_cast<uint32_t>(localRanks_.size());
 
-  int64_t slots = settingInt(Setting::SHM_SLOTS);
-  if (slots < 2 || slots > kMaxSlots) {
-    // One slot would let a ring deadlock: a rank holding a received slot waits for a
-    // free send slot that its successor can only free after the same wait.
-    RIDGE_WARN("RIDGE_SHM_SLOTS=%lld is outside 2..%u; using 4", static_cast<long long>(slots), kMaxSlots);
-    slots = 4;
-  }
+  const int64_t slots = settingSlotCount(Setting::SHM_SLOTS, kMaxSlots, 4);
   int64_t slotBytes = settingSize(Setting::SHM_SLOT_BYTES);
   if (slotBytes < 4096 || slotBytes > (1ll << 30)) {
     RIDGE_WARN("RIDGE_SHM_SLOT_BYTES=%lld is outside 4K..1G; using 256K", static_cast<long long>(slotBytes));

@@ -59,6 +59,7 @@
 #include "bootstrap/socket.h"
 #include "core/log.h"
 #include "core/settings.h"
+#include "transports/socket/socket_pieces.h"
 #include "transports/transport.h"
 
 namespace ridge {
@@ -371,10 +372,8 @@ class SocketTransport final : public Transport {
   void progressPasses(Lane& lane);
   bool pumpSend(Stream& s, PeerState& p);
   void retireSentSlots(PeerState& p);
-  // Which piece of chunk `seq` stream `s` carries (pieces go to streams round-robin,
-  // starting at stream seq % nstreams); the stream has none when this is >= the pieces.
   uint32_t pieceIndexOf(const Stream& s, uint32_t seq) const {
-    return static_cast<uint32_t>((s.index - static_cast<int>(seq % nstreams_) + nstreams_) % nstreams_);
+    return pieceOnStream(static_cast<uint32_t>(s.index), seq, static_cast<uint32_t>(nstreams_));
   }
   bool pumpRecv(Stream& s, PeerState& p);
   bool hasWork(const Lane& lane);
@@ -624,11 +623,12 @@ void SocketTransport::retireSentSlots(PeerState& p) {
 bool SocketTransport::acceptPiece(Stream& s, PeerState& p) {
   const PieceHeader& h = s.recvHdr;
   const uint32_t bytes = h.sizeAndLast & ~kLastFlag;
-  const bool sane = h.check == headerCheck(h) && h.pieces >= 1 && h.pieces <= nstreams_ &&
-                    h.piece < h.pieces && bytes <= slotBytes_ && h.pieces == piecesFor(bytes, nstreams_) &&
-                    (h.seq + h.piece) % nstreams_ == static_cast<uint32_t>(s.index) &&
-                    (!s.anyRecv || static_cast<int32_t>(h.seq - s.lastRecvSeq) > 0) &&
-                    static_cast<int32_t>(h.seq - p.recvHead) >= 0;
+  const bool sane =
+      h.check == headerCheck(h) && h.pieces >= 1 && h.pieces <= nstreams_ && h.piece < h.pieces &&
+      bytes <= slotBytes_ && h.pieces == piecesFor(bytes, nstreams_) &&
+      streamOfPiece(h.seq, h.piece, static_cast<uint32_t>(nstreams_)) == static_cast<uint32_t>(s.index) &&
+      (!s.anyRecv || static_cast<int32_t>(h.seq - s.lastRecvSeq) > 0) &&
+      static_cast<int32_t>(h.seq - p.recvHead) >= 0;
   if (!sane) {
     failPeer(p, s,
              format("malformed piece header (seq %u, size %u, piece %u of %u): the peer runs a "
@@ -781,6 +781,10 @@ void SocketTransport::progressLoop(Lane& lane) {
 void SocketTransport::progressPasses(Lane& lane) {
   epoll_event events[64];
   for (;; lane.passes.fetch_add(1, std::memory_order_seq_cst)) {
+    // Pairs with the fence in withdrawDirect (store-buffering pattern): a pass that starts
+    // after the counter moved must see the streams withdrawDirect marked dead, on any CPU
+    // (x86's locked add is a full barrier already; weaker memory models need the fence).
+    std::atomic_thread_fence(std::memory_order_seq_cst);
     if (stop_.load(std::memory_order_relaxed)) return;
     bool progressed = false;
     for (Stream& s : streams_) {
@@ -851,12 +855,7 @@ Status SocketTransport::connect(const TransportSetup& setup) {
                kMaxStreams);
     streams = 2;
   }
-  int64_t slots = settingInt(Setting::SOCKET_SLOTS);
-  if (slots < 2 || slots > kMaxSlots) {
-    // One slot would let a ring deadlock (see the shm transport).
-    RIDGE_WARN("RIDGE_SOCKET_SLOTS=%lld is outside 2..%u; using 4", static_cast<long long>(slots), kMaxSlots);
-    slots = 4;
-  }
+  const int64_t slots = settingSlotCount(Setting::SOCKET_SLOTS, kMaxSlots, 4);
   int64_t chunk = settingSize(Setting::SOCKET_CHUNK);
   if (chunk < 4096 || chunk > (64ll << 20)) {
     RIDGE_WARN("RIDGE_SOCKET_CHUNK=%lld is outside 4K..64M; using 1M", static_cast<long long>(chunk));
