@@ -291,98 +291,6 @@ inline int ringPrev(const ridgeComm* c) {
   return c->ringOrder[(c->ringPos[static_cast<size_t>(c->rank)] + c->nranks - 1) % c->nranks];
 }
 
-// AllReduce = reduce-scatter then all-gather around the ring (withAllGather = true);
-// ReduceScatter = the first half alone, blocks of a.count elements. Per chunk round:
-//   RS step 0 sends block r-1; step k receives block r-1-k, reduces it with the local
-//   input and forwards it (fused: the reduction writes straight into the next slot);
-//   at step P-1 the block is r, complete, and goes to the output (and, for AllReduce,
-//   starts around the ring again). AG step k receives block r-k, stores and forwards it.
-Task ringReduceDirect(ridgeComm* c, CollArgs a, bool withAllGather);
-
-Task ringReduce(ridgeComm* c, CollArgs a, bool withAllGather) {
-  if (offersDirect(c->sendTo[ringNext(c)]) || offersDirect(c->recvFrom[ringPrev(c)]))
-    co_return co_await ringReduceDirect(c, a, withAllGather);
-  const int P = c->nranks, r = c->rank;
-  // Positions on the plan's ring (the identity unless ranks span sockets or a plan file
-  // says otherwise). Position q owns block order[q]; the rank at position p ends with the
-  // complete block order[p] = r, its own, as ReduceScatter requires.
-  const int* order = c->ringOrder.data();
-  const int p = c->ringPos[static_cast<size_t>(r)];
-  const int next = order[(p + 1) % P], prev = order[(p + P - 1) % P];
-  SendConnector* tx = c->sendTo[next];
-  RecvConnector* rx = c->recvFrom[prev];
-  const size_t es = dataTypeSize(a.dtype);
-  const size_t chunkElems = tx->slotBytes() / es;
-  const CollType type = withAllGather ? CollType::AllReduce : CollType::ReduceScatter;
-  const size_t total = withAllGather ? a.count : a.count * P;
-  auto start = [&](int b) { return withAllGather ? blockStart(total, b, P) : size_t(b) * a.count; };
-  auto length = [&](int b) { return start(b + 1) - start(b); };
-  const size_t maxBlock = withAllGather ? (total + P - 1) / P : a.count;
-  // Where block r's final result goes: in place in the AllReduce output, or at the start
-  // of the ReduceScatter output.
-  char* finalBase = mbytes(a.recv) + (withAllGather ? start(r) * es : 0);
-  const int divisor = a.op == ridgeAvg ? P : 0;
-  const char* in = cbytes(a.send);
-  char* out = mbytes(a.recv);
-  // In place, the output lines were just read as input and are in cache: plain stores.
-  const bool stream = total * es >= c->streamMin && a.send != a.recv;
-
-  for (size_t base = 0; base < maxBlock; base += chunkElems) {
-    auto chunk = [&](int b, size_t* off) {
-      size_t len = length(b);
-      *off = start(b) + base;
-      return base >= len ? size_t{0} : std::min(chunkElems, len - base);
-    };
-    size_t off;
-    size_t n = chunk(order[mod(p - 1, P)], &off);
-    if (n) {
-      void* slot = co_await AcquireSlot(tx);
-      std::memcpy(slot, in + off * es, n * es);
-      tx->post(static_cast<uint32_t>(n * es), false);
-    }
-    for (int k = 1; k < P; ++k) {
-      n = chunk(order[mod(p - 1 - k, P)], &off);
-      if (!n) continue;
-      PeekSlot pk(rx);
-      const void* recvd = co_await pk;
-      if (pk.info.bytes != n * es) co_return mismatch(c, type, prev, n * es, pk.info);
-      if (k < P - 1) {
-        void* slot = co_await AcquireSlot(tx);
-        reduce2(slot, recvd, in + off * es, n, a.dtype, a.op, 0);
-        tx->post(static_cast<uint32_t>(n * es), false);
-        rx->release();
-      } else if (withAllGather) {
-        // Reduce into the slot (cache) and copy to the output from there, so the output
-        // can take streaming stores and is never read back.
-        void* slot = co_await AcquireSlot(tx);
-        reduce2(slot, recvd, in + off * es, n, a.dtype, a.op, divisor);
-        copyOut(stream, finalBase + (off - start(r)) * es, slot, n * es);
-        tx->post(static_cast<uint32_t>(n * es), false);
-        rx->release();
-      } else {
-        reduce2(finalBase + (off - start(r)) * es, recvd, in + off * es, n, a.dtype, a.op, divisor);
-        rx->release();
-      }
-    }
-    if (!withAllGather) continue;
-    for (int k = 1; k < P; ++k) {
-      n = chunk(order[mod(p - k, P)], &off);
-      if (!n) continue;
-      PeekSlot pk(rx);
-      const void* recvd = co_await pk;
-      if (pk.info.bytes != n * es) co_return mismatch(c, type, prev, n * es, pk.info);
-      if (k < P - 1) {
-        void* slot = co_await AcquireSlot(tx);
-        std::memcpy(slot, recvd, n * es);
-        tx->post(static_cast<uint32_t>(n * es), false);
-      }
-      copyOut(stream, out + off * es, recvd, n * es);
-      rx->release();
-    }
-  }
-  co_return Status::ok();
-}
-
 // Where the chunks of a ring reduce-scatter / allreduce are: blocks are balanced
 // (AllReduce) or a.count each (ReduceScatter); a chunk round starting at element `base`
 // of every block covers at most chunkElems elements of each.
@@ -404,18 +312,30 @@ struct RingLayout {
   int recvBlock(bool reduceScatter, int k) const { return order[mod(reduceScatter ? p - 1 - k : p - k, P)]; }
 };
 
-// The ring of ringReduce for connectors with the direct extension (each rank decides for
-// its own two). Sending side: the reduce-scatter sends block r-1 straight from the input;
-// a partial sum (P > 2, AllReduce) and the final block r are reduced into the output,
-// which is their last home or is overwritten later by the all-gather, and sent from
-// there; the all-gather forwards from the output. Receiving side: reduce-scatter chunks
+// AllReduce = reduce-scatter then all-gather around the ring (withAllGather = true);
+// ReduceScatter = the first half alone, blocks of a.count elements. Per chunk round:
+//   RS step 0 sends block r-1; step k receives block r-1-k, reduces it with the local
+//   input and forwards it (fused: the reduction writes straight into the next slot);
+//   at step P-1 the block is r, complete, and goes to the output (and, for AllReduce,
+//   starts around the ring again). AG step k receives block r-k, stores and forwards it.
+// Positions are on the plan's ring (the identity unless ranks span sockets or a plan file
+// says otherwise): position q owns block order[q], so the rank at position p ends with
+// the complete block order[p] = r, its own, as ReduceScatter requires.
+//
+// Each rank decides for its own two connectors whether to use the direct extension.
+// Sending directly: the reduce-scatter sends block r-1 straight from the input; a partial
+// sum (P > 2, AllReduce) and the final block r are reduced into the output, which is
+// their last home or is overwritten later by the all-gather, and sent from there; the
+// all-gather forwards from the output. Receiving directly: reduce-scatter chunks still
 // arrive in slots (reduced with the input, so that copy is the reduction), all-gather
-// chunks straight in the output. For P = 2 no byte is copied in user space besides the
-// reduction itself. Buffers are reused only after the sends are complete.
+// chunks straight in the output. For P = 2 no byte is then copied in user space besides
+// the reduction itself. Buffers are reused only after the sends are complete. Through
+// slots: the final block is reduced into the next slot (cache) and copied to the output
+// from there, so the output can take streaming stores and is never read back.
 // In place is safe: a block's input is read once, before its output is written, and a
 // region sent from is overwritten only by a chunk that causally follows the peer's full
 // receipt of what was sent from it (the ring must pass it on first).
-Task ringReduceDirect(ridgeComm* c, CollArgs a, bool withAllGather) {
+Task ringReduce(ridgeComm* c, CollArgs a, bool withAllGather) {
   const int P = c->nranks;
   const int p = c->ringPos[static_cast<size_t>(c->rank)];
   const int prev = ringPrev(c);
@@ -428,10 +348,13 @@ Task ringReduceDirect(ridgeComm* c, CollArgs a, bool withAllGather) {
       withAllGather};
   const CollType type = withAllGather ? CollType::AllReduce : CollType::ReduceScatter;
   const int r = L.order[p];
+  // Where block r's final result goes: in place in the AllReduce output, or at the start
+  // of the ReduceScatter output.
   char* finalBase = mbytes(a.recv) + (withAllGather ? L.start(r) * es : 0);
   const int divisor = a.op == ridgeAvg ? P : 0;
   const char* in = cbytes(a.send);
   char* out = mbytes(a.recv);
+  // In place, the output lines were just read as input and are in cache: plain stores.
   const bool stream = L.total * es >= c->streamMin && a.send != a.recv;
   DirectWithdrawal withdrawal{txDirect ? tx : nullptr, rxDirect ? rx : nullptr};
   // Receives in arrival order: per chunk round the reduce-scatter steps (into slots: they
@@ -453,18 +376,11 @@ Task ringReduceDirect(ridgeComm* c, CollArgs a, bool withAllGather) {
     }
     return false;
   });
-  auto released = [&] { expect.release(rx); };
 
   for (size_t base = 0; base < L.maxBlock(); base += L.chunkElems) {
     size_t off;
     size_t n = L.chunk(L.order[mod(p - 1, P)], base, &off);
-    if (n && txDirect) {
-      co_await PostDirect(tx, in + off * es, n * es);
-    } else if (n) {
-      void* slot = co_await AcquireSlot(tx);
-      std::memcpy(slot, in + off * es, n * es);
-      tx->post(static_cast<uint32_t>(n * es), false);
-    }
+    if (n) RIDGE_CO_TRY(co_await sendChunk(tx, txDirect, in + off * es, n * es, false));
     for (int k = 1; k < P; ++k) {
       n = L.chunk(L.recvBlock(true, k), base, &off);
       if (!n) continue;
@@ -474,18 +390,18 @@ Task ringReduceDirect(ridgeComm* c, CollArgs a, bool withAllGather) {
       const int div = k < P - 1 ? 0 : divisor;
       if (k == P - 1 && !withAllGather) {
         reduce2(finalBase + (off - L.start(r)) * es, recvd, in + off * es, n, a.dtype, a.op, divisor);
-        released();
-      } else if (txDirect && withAllGather) {
+        expect.release(rx);
+      } else if (txDirect && withAllGather) {  // (ReduceScatter's output has no room for partial sums)
         char* dst = out + off * es;
         reduce2(dst, recvd, in + off * es, n, a.dtype, a.op, div);
-        released();
+        expect.release(rx);
         co_await PostDirect(tx, dst, n * es);
       } else {
         void* slot = co_await AcquireSlot(tx);
         reduce2(slot, recvd, in + off * es, n, a.dtype, a.op, div);
         if (k == P - 1) copyOut(stream, finalBase + (off - L.start(r)) * es, slot, n * es);
         tx->post(static_cast<uint32_t>(n * es), false);
-        released();
+        expect.release(rx);
       }
     }
     if (!withAllGather) continue;
@@ -496,16 +412,13 @@ Task ringReduceDirect(ridgeComm* c, CollArgs a, bool withAllGather) {
       PeekSlot pk(rx);
       const void* recvd = co_await pk;
       if (pk.info.bytes != n * es) co_return mismatch(c, type, prev, n * es, pk.info);
+      const bool forward = k < P - 1;
+      // Through slots, forward from the received slot (cache) before the output is written
+      // with streaming stores, which are not read back.
+      if (forward && !txDirect) RIDGE_CO_TRY(co_await sendChunk(tx, false, recvd, n * es, false));
       if (recvd != dst) copyOut(stream, dst, recvd, n * es);  // arrived in a slot
-      released();
-      if (k == P - 1) continue;
-      if (txDirect) {
-        co_await PostDirect(tx, dst, n * es);
-      } else {
-        void* slot = co_await AcquireSlot(tx);
-        std::memcpy(slot, dst, n * es);
-        tx->post(static_cast<uint32_t>(n * es), false);
-      }
+      expect.release(rx);
+      if (forward && txDirect) co_await PostDirect(tx, dst, n * es);
     }
   }
   if (txDirect) co_await SendsComplete(tx);
