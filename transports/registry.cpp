@@ -1,4 +1,5 @@
 #include "core/log.h"
+#include "core/settings.h"
 #include "transports/transport.h"
 
 namespace ridge {
@@ -44,6 +45,23 @@ bool connectedBefore(const TransportTable* table, const TransportSetup& setup, i
     if (t->canConnect(setup, a, b)) return true;
   }
   return false;
+}
+
+int64_t shmSlotBytes(bool warn) {
+  int64_t bytes = settingSize(Setting::SHM_SLOT_BYTES);
+  if (bytes < 4096 || bytes > (1ll << 30)) {
+    if (warn)
+      RIDGE_WARN("RIDGE_SHM_SLOT_BYTES=%lld is outside 4K..1G; using 256K", static_cast<long long>(bytes));
+    bytes = 256 << 10;
+  }
+  return (bytes + 4095) / 4096 * 4096;
+}
+
+int64_t slotBytesBesideShm(const TransportTable* self, const TransportSetup& setup, int64_t own) {
+  for (int a = 0; a < setup.nranks; ++a)
+    for (int b = a + 1; b < setup.nranks; ++b)
+      if (connectedBefore(self, setup, a, b)) return shmSlotBytes(false);
+  return own;
 }
 
 }  // namespace ridge

@@ -181,5 +181,13 @@ const std::vector<const TransportTable*>& registeredTransports();
 // Whether a table registered before `table` can connect ranks a and b, so that the pair is
 // not `table`'s to carry.
 bool connectedBefore(const TransportTable* table, const TransportSetup& setup, int a, int b);
+// RIDGE_SHM_SLOT_BYTES as the shm transport applies it: 4K to 1G (else 256K, with a WARN
+// when `warn`), rounded up to 4 KiB.
+int64_t shmSlotBytes(bool warn);
+// The algorithms cut a message into chunks of one size on every rank, taken from whichever
+// connector the rank uses first, so when shared memory carries some pairs of the
+// communicator (a transport registered before `self` connected them) a later transport's
+// slot payload must be shm's: shmSlotBytes() then, else `own`.
+int64_t slotBytesBesideShm(const TransportTable* self, const TransportSetup& setup, int64_t own);
 
 }  // namespace ridge

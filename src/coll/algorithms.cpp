@@ -623,7 +623,7 @@ Status directReduceChunk(ridgeComm* c, const CollArgs& a, size_t srcElem, size_t
       srcs[j] = cbytes(a.send) + srcElem * es;
       continue;
     }
-    char* bounce = c->bounceBase + size_t(j) * c->bounceChunk;
+    char* bounce = c->bounce.get() + size_t(j) * c->bounceChunk;
     RIDGE_TRY(c->peerMemory[j]->read(bounce, c->peerDesc[j].send + srcElem * es, n * es));
     srcs[j] = bounce;
   }
@@ -654,7 +654,7 @@ Task directReduce(ridgeComm* c, CollArgs a) {
   // AllReduce reduces into this rank's own (otherwise unused) bounce chunk, which stays
   // in cache while it is written to every peer and streamed to the output.
   const bool stream = a.count * es >= c->streamMin && a.send != a.recv;
-  char* mine = c->bounceBase + size_t(r) * c->bounceChunk;
+  char* mine = c->bounce.get() + size_t(r) * c->bounceChunk;
   for (size_t off = lo; off < hi; off += chunkElems) {
     const size_t n = std::min(chunkElems, hi - off);
     char* dst = mbytes(a.recv) + off * es;

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -68,8 +69,10 @@ struct ridgeComm {
     uint32_t type, root;
   };
   std::vector<DirectDescriptor> peerDesc;
-  std::vector<char> bounce;  // storage of the chunks; bounceBase is its first page
-  char* bounceBase = nullptr;
+  struct FreeBytes {
+    void operator()(char* p) const { std::free(p); }
+  };
+  std::unique_ptr<char[], FreeBytes> bounce;  // nranks chunks of bounceChunk bytes, page-aligned
   size_t bounceChunk = 0;
   size_t streamMin = SIZE_MAX;  // RIDGE_STREAM_MIN
   int64_t spinNs = 50000;       // busy-poll budget before yielding (RIDGE_SPIN_US)

@@ -1,5 +1,6 @@
 #include "core/settings.h"
 
+#include <bit>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -100,8 +101,7 @@ uint32_t settingSlotCount(Setting s, uint32_t maxSlots, uint32_t fallback) {
                maxSlots, fallback);
     return fallback;
   }
-  uint32_t pow2 = 2;
-  while (pow2 * 2 <= static_cast<uint32_t>(v)) pow2 *= 2;
+  const uint32_t pow2 = std::bit_floor(static_cast<uint32_t>(v));
   if (pow2 != static_cast<uint32_t>(v))
     RIDGE_WARN("RIDGE_%s=%lld is not a power of two; using %u", settingInfo(s).name,
                static_cast<long long>(v), pow2);

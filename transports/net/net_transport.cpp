@@ -474,17 +474,6 @@ bool netPairReachable(const TransportSetup& setup, int a, int b) {
   return settingInt(Setting::SHM) == 0;
 }
 
-int64_t slotBytesBesideShm(const TransportTable* self, const TransportSetup& setup, int64_t own) {
-  bool mixed = false;
-  for (int a = 0; a < setup.nranks && !mixed; ++a)
-    for (int b = a + 1; b < setup.nranks && !mixed; ++b) mixed = connectedBefore(self, setup, a, b);
-  if (!mixed) return own;
-  // The same clamping and rounding as the shm transport's, so both sides of the ranks agree.
-  int64_t shm = settingSize(Setting::SHM_SLOT_BYTES);
-  if (shm < 4096 || shm > (1ll << 30)) shm = 256 << 10;
-  return (shm + 4095) / 4096 * 4096;
-}
-
 bool gdrModeOn() {
   const std::string mode = settingString(Setting::GDR_MODE);
   return !mode.empty() && mode != "off" && mode != "OFF";

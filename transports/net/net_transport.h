@@ -22,11 +22,4 @@ bool netPairReachable(const TransportSetup& setup, int a, int b);
 // RIDGE_GDR_MODE is set to something other than off: the gdr transport takes those pairs.
 bool gdrModeOn();
 
-// The algorithms cut a message into chunks of one size on every rank, taken from whichever
-// connector the rank uses first, so when shared memory carries some pairs of the
-// communicator (a transport registered before `self` connected them) a network transport's
-// slot payload must be shm's. Returns RIDGE_SHM_SLOT_BYTES as the shm transport applies it in
-// that case, else `own`.
-int64_t slotBytesBesideShm(const TransportTable* self, const TransportSetup& setup, int64_t own);
-
 }  // namespace ridge

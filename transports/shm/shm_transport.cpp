@@ -319,12 +319,7 @@ Status ShmTransport::connect(const TransportSetup& setup) {
   const uint32_t P = static_cast<uint32_t>(localRanks_.size());
 
   const int64_t slots = settingSlotCount(Setting::SHM_SLOTS, kMaxSlots, 4);
-  int64_t slotBytes = settingSize(Setting::SHM_SLOT_BYTES);
-  if (slotBytes < 4096 || slotBytes > (1ll << 30)) {
-    RIDGE_WARN("RIDGE_SHM_SLOT_BYTES=%lld is outside 4K..1G; using 256K", static_cast<long long>(slotBytes));
-    slotBytes = 256 << 10;
-  }
-  slotBytes = static_cast<int64_t>(alignUp(static_cast<size_t>(slotBytes), 4096));
+  const int64_t slotBytes = shmSlotBytes(/*warn=*/true);
   const uint32_t nslots = static_cast<uint32_t>(slots);
 
   const size_t ctlOff = alignUp(sizeof(SegmentHeader), 4096);

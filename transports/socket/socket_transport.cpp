@@ -845,10 +845,6 @@ Status SocketTransport::connect(const TransportSetup& setup) {
     peers_[peer] = std::make_unique<PeerState>();
     activePeers_.push_back(peer);
   }
-  bool mixed = false;  // some pairs use shm: the pipeline chunk must then be shm's
-  for (int a = 0; a < P && !mixed; ++a)
-    for (int b = a + 1; b < P && !mixed; ++b) mixed = connectedBefore(&kSocketTransportTable, setup, a, b);
-
   int64_t streams = settingInt(Setting::SOCKET_STREAMS);
   if (streams < 1 || streams > kMaxStreams) {
     RIDGE_WARN("RIDGE_SOCKET_STREAMS=%lld is outside 1..%d; using 2", static_cast<long long>(streams),
@@ -861,14 +857,7 @@ Status SocketTransport::connect(const TransportSetup& setup) {
     RIDGE_WARN("RIDGE_SOCKET_CHUNK=%lld is outside 4K..64M; using 1M", static_cast<long long>(chunk));
     chunk = 1 << 20;
   }
-  if (mixed) {
-    // The algorithms cut a message into chunks of one size on every rank, and that size
-    // comes from whichever connector a rank happens to use: match shm's slot.
-    int64_t shmSlot = settingSize(Setting::SHM_SLOT_BYTES);
-    if (shmSlot < 4096 || shmSlot > (1ll << 30)) shmSlot = 256 << 10;
-    chunk = shmSlot;
-  }
-  chunk = (chunk + 4095) / 4096 * 4096;
+  chunk = slotBytesBesideShm(&kSocketTransportTable, setup, (chunk + 4095) / 4096 * 4096);
   nstreams_ = static_cast<int>(streams);
   nslots_ = static_cast<uint32_t>(slots);
   slotBytes_ = static_cast<size_t>(chunk);
