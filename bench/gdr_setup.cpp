@@ -94,9 +94,11 @@ bool prepareGdr(const Options& o, bool oneHost, GdrSetup* out, std::string* err)
     setenv("RIDGE_SHM", "0", 1);
     g.notes.push_back("gdr: RIDGE_SHM=0 (set by ridge-bench: ranks of one host talk through the NIC too)");
   } else {
-    g.notes.push_back("gdr: RIDGE_SHM=" + envOr("RIDGE_SHM", "") +
-                      " (from the environment: pairs on one host use shared memory, only pairs "
-                      "between hosts go through the NIC)");
+    const std::string shm = envOr("RIDGE_SHM", "");
+    g.notes.push_back("gdr: RIDGE_SHM=" + shm +
+                      (shm == "0" ? " (from the environment: ranks of one host talk through the NIC too)"
+                                  : " (from the environment: pairs on one host use shared memory, only "
+                                    "pairs between hosts go through the NIC)"));
   }
   if (!model.empty()) {
     g.modeled = true;

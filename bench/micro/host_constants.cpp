@@ -1,4 +1,5 @@
-// The constants of the host cost model (src/plan/host_cost.h), measured on this machine:
+// The host constants of the planner (host copy rate, TCP hop) and the figures a cost model
+// of the host algorithms would need (docs/planner.md: there is none yet), measured here:
 // two processes, one per core (as two ranks of a host communicator), run each primitive at
 // the same time on private buffers and the figures are per process. docs/planner.md
 // records a run and what each figure feeds.
