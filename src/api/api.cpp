@@ -13,17 +13,15 @@
 
 #include "bootstrap/bootstrap.h"
 #include "coll/algorithms.h"
+#include "coll/batch.h"
 #include "coll/comm.h"
 #include "coll/executor.h"
+#include "coll/gpu_proxy.h"
 #include "core/log.h"
-#include "core/memory.h"
 #include "core/settings.h"
+#include "device/runtime.h"
 #include "reduce/reduce.h"
 #include "ridge/ridge.h"
-
-#ifdef RIDGE_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
 
 using namespace ridge;
 
@@ -92,29 +90,52 @@ Status checkSize(const char* fn, size_t count, size_t multiplier, ridgeDataType_
 Status checkBuffer(const char* fn, const char* name, const void* p, size_t count) {
   if (count > 0 && !p)
     return makeError(ridgeInvalidArgument, "%s: %s is NULL with count %zu > 0", fn, name, count);
-  if (p && count > 0) {
-    MemoryKind kind = classifyMemory(p);
-    if (kind == MemoryKind::Device)
-      return makeError(ridgeInvalidUsage,
-                       "%s: %s is %s memory; this release moves host memory only (the GPU data path "
-                       "is not built yet)",
-                       fn, name, memoryKindName(kind));
-  }
   return Status::ok();
 }
 
-Status checkStream(const char* fn, ridgeStream_t stream) {
+// Host-memory collectives run on the calling thread: with a stream, order them after the
+// work already queued on it, as a stream-ordered call would be.
+Status syncStreamForHostCall(const char* fn, ridgeStream_t stream) {
   if (!stream) return Status::ok();
-#ifdef RIDGE_HAVE_CUDA
-  // Host-memory collectives run on the calling thread: order them after the work already
-  // queued on the caller's stream, as a stream-ordered call would be.
-  cudaError_t e = cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream));
-  if (e != cudaSuccess)
-    return makeError(ridgeUnhandledCudaError, "%s: cudaStreamSynchronize: %s", fn, cudaGetErrorString(e));
+  device::DeviceRuntime* rt = device::activeRuntime();
+  if (!rt) return makeError(ridgeInvalidArgument, "%s: stream must be NULL in a build without CUDA", fn);
+  Status s = rt->synchronize(stream);
+  if (!s.isOk()) return Status(s.code(), std::string(fn) + ": synchronizing the stream: " + s.message());
   return Status::ok();
-#else
-  return makeError(ridgeInvalidArgument, "%s: stream must be NULL in a build without CUDA", fn);
-#endif
+}
+
+// Where the buffers a call touches live. Host: the call runs on this thread as before.
+// Device or managed: the stream-ordered path (coll/gpu_proxy.h). A mix is refused.
+Status classifyBuffers(const char* fn, ridgeComm* comm, const void* send, bool readsSend, const void* recv,
+                       bool writesRecv, bool* onDevice) {
+  *onDevice = false;
+  device::DeviceRuntime* rt = device::activeRuntime();
+  if (!rt || rt->deviceCount() == 0) return Status::ok();  // no device: everything is host memory
+  struct Use {
+    const char* name;
+    device::PointerInfo info;
+  };
+  Use uses[2];
+  int n = 0;
+  if (readsSend && send) uses[n++] = {"sendbuff", rt->classify(send)};
+  if (writesRecv && recv) uses[n++] = {"recvbuff", rt->classify(recv)};
+  for (int i = 0; i < n; ++i) {
+    const bool dev = uses[i].info.kind != device::PointerKind::Host;
+    if (i > 0 && dev != *onDevice)
+      return makeError(ridgeInvalidUsage,
+                       "%s: %s is %s memory but %s is %s memory; a call's buffers must all be host memory or "
+                       "all device (or managed) memory",
+                       fn, uses[0].name, device::pointerKindName(uses[0].info.kind), uses[i].name,
+                       device::pointerKindName(uses[i].info.kind));
+    *onDevice = dev;
+    if (dev && uses[i].info.device != comm->cudaDevice)
+      return makeError(ridgeInvalidUsage,
+                       "%s: %s is %s memory of CUDA device %d but the communicator serves device %d (the "
+                       "device current on the thread that created it)",
+                       fn, uses[i].name, device::pointerKindName(uses[i].info.kind), uses[i].info.device,
+                       comm->cudaDevice);
+  }
+  return Status::ok();
 }
 
 Status checkRoot(const char* fn, const char* name, int root, ridgeComm* comm) {
@@ -128,6 +149,8 @@ Status checkRoot(const char* fn, const char* name, int root, ridgeComm* comm) {
 struct QueuedOp {
   ridgeComm* comm;
   CollArgs args;
+  ridgeStream_t stream;
+  bool device;  // buffers in device memory: the stream-ordered path
 };
 
 struct GroupState {
@@ -136,70 +159,73 @@ struct GroupState {
 };
 thread_local GroupState tGroup;
 
-// Runs a communicator's collectives in call order, then its point-to-point chains.
-// Chains to different peers run concurrently; operations on one (peer, direction) keep
-// their order, which is how sends and receives are matched.
-Task runSequence(ridgeComm* comm, std::vector<CollArgs> ops, std::vector<std::vector<CollArgs>> chains) {
-  for (const CollArgs& a : ops) {
-    Status s = co_await runCollective(comm, a);
-    if (!s.isOk()) co_return s;
-  }
-  for (auto& chain : chains) {
-    if (chain.empty()) continue;
-    // A chain must not start before this strand finished the collectives (they share
-    // the FIFOs), hence spawned here rather than up front.
-    co_await SpawnTask{comm, runSequence(comm, std::move(chain), {})};
-  }
-  co_return Status::ok();
-}
-
-}  // namespace
-
-namespace {
-
-// Runs the queued operations; `comms` receives each communicator involved, whose
-// callsInFlight the caller must drop once it no longer touches them.
-Status runGroup(std::vector<QueuedOp>& ops, std::vector<ridgeComm*>& comms) {
-  Executor& ex = Executor::forThisThread();
+// Calls fn(comm, its operations) once per communicator of `ops`, in order of first
+// appearance; `comms` receives each communicator handled, whose callsInFlight (raised here)
+// the caller must drop once it no longer touches them. Stops at the first error.
+template <class Fn>
+Status forEachComm(const std::vector<QueuedOp>& ops, std::vector<ridgeComm*>& comms, Fn fn) {
+  std::vector<QueuedOp> mine;
   for (const QueuedOp& q : ops) {
     bool known = false;
     for (ridgeComm* c : comms) known = known || c == q.comm;
-    if (!known) comms.push_back(q.comm);
+    if (known) continue;
+    comms.push_back(q.comm);
+    q.comm->callsInFlight.fetch_add(1);
+    mine.clear();
+    for (const QueuedOp& o : ops)
+      if (o.comm == q.comm) mine.push_back(o);
+    RIDGE_TRY(fn(q.comm, mine));
   }
-  for (ridgeComm* c : comms) {
-    std::vector<CollArgs> colls;
-    // chains[2*peer] = sends to peer, chains[2*peer+1] = receives from peer
-    std::vector<std::vector<CollArgs>> chains(2 * static_cast<size_t>(c->nranks));
-    for (const QueuedOp& q : ops) {
-      if (q.comm != c) continue;
-      if (q.args.type == CollType::Send)
-        chains[2 * q.args.root].push_back(q.args);
-      else if (q.args.type == CollType::Recv)
-        chains[2 * q.args.root + 1].push_back(q.args);
-      else
-        colls.push_back(q.args);
-    }
-    if (colls.empty()) {
-      for (auto& chain : chains)
-        if (!chain.empty()) ex.spawn(c, runSequence(c, std::move(chain), {}));
-    } else {
-      ex.spawn(c, runSequence(c, std::move(colls), std::move(chains)));
-    }
-    c->callsInFlight.fetch_add(1);
-  }
+  return Status::ok();
+}
+
+// Runs the queued host-memory operations on this thread, every communicator's together.
+Status runGroup(const std::vector<QueuedOp>& ops, std::vector<ridgeComm*>& comms) {
+  Executor& ex = Executor::forThisThread();
+  std::vector<CollArgs> args;
+  RIDGE_TRY(forEachComm(ops, comms, [&](ridgeComm* c, const std::vector<QueuedOp>& mine) {
+    // Device operations queued earlier on this communicator use the same connectors.
+    RIDGE_TRY(drainDeviceOps(c));
+    args.clear();
+    for (const QueuedOp& o : mine) args.push_back(o.args);
+    spawnBatch(ex, c, args.data(), args.size());
+    return Status::ok();
+  }));
   return ex.run();
 }
 
-// Queues the operation inside a group; otherwise runs it now.
-ridgeResult_t submit(ridgeComm* comm, const CollArgs& args) {
+// Queues each communicator's device operations of a group as one batch of its proxy.
+Status submitDeviceGroup(const std::vector<QueuedOp>& ops, std::vector<ridgeComm*>& comms) {
+  device::DeviceRuntime* rt = device::activeRuntime();
+  std::vector<DeviceOp> batch;
+  return forEachComm(ops, comms, [&](ridgeComm* c, const std::vector<QueuedOp>& mine) {
+    batch.clear();
+    for (const QueuedOp& o : mine) batch.push_back({o.args, o.stream});
+    return submitDeviceBatch(c, rt, batch.data(), batch.size());
+  });
+}
+
+// Queues the operation inside a group; otherwise runs it now (host memory) or hands it to
+// the communicator's proxy (device memory).
+ridgeResult_t submit(ridgeComm* comm, const CollArgs& args, ridgeStream_t stream, bool device) {
   if (tGroup.depth > 0) {
-    tGroup.ops.push_back({comm, args});
+    tGroup.ops.push_back({comm, args, stream, device});
     return ridgeSuccess;
   }
-  Executor& ex = Executor::forThisThread();
   comm->callsInFlight.fetch_add(1);
-  ex.spawn(comm, runCollective(comm, args));
-  ridgeResult_t result = finish(comm, ex.run());
+  Status s;
+  if (device) {
+    DeviceOp op{args, stream};
+    s = submitDeviceBatch(comm, device::activeRuntime(), &op, 1);
+  } else {
+    s = drainDeviceOps(comm);
+    if (s.isOk()) {
+      Executor& ex = Executor::forThisThread();
+      ex.spawn(comm, runCollective(comm, args));
+      s = ex.run();
+    }
+  }
+  ridgeResult_t result = finish(comm, s);
   // Last touch of comm: ridgeCommAbort on another thread may free it from here on.
   comm->callsInFlight.fetch_sub(1);
   return result;
@@ -221,17 +247,18 @@ ridgeResult_t collective(const char* fn, CollType type, const void* send, void* 
   if ((type == CollType::Send || type == CollType::Recv) && root == comm->rank)
     return fail(comm, makeError(ridgeInvalidArgument,
                                 "%s: peer %d is this rank; send to self is not supported", fn, root));
-  // Which buffers are read/written depends on the collective and on the root.
-  const size_t sendCount =
-      type == CollType::ReduceScatter || type == CollType::AlltoAll ? count * blocks : count;
-  const size_t recvCount = type == CollType::AllGather || type == CollType::AlltoAll ? count * blocks : count;
-  const bool readsSend = type != CollType::Recv && (type != CollType::Broadcast || root == comm->rank);
-  const bool writesRecv = type != CollType::Send && (type != CollType::Reduce || root == comm->rank);
-  if (readsSend) RIDGE_CHECK(comm, checkBuffer(fn, "sendbuff", send, sendCount));
-  if (writesRecv) RIDGE_CHECK(comm, checkBuffer(fn, "recvbuff", recv, recvCount));
-  RIDGE_CHECK(comm, checkStream(fn, stream));
   CollArgs args{type, send, recv, count, dt, hasOp ? op : ridgeSum, root};
-  return submit(comm, args);
+  // Which buffers are read/written depends on the collective and on the root.
+  const BufferUse use = bufferUse(args, comm->rank, comm->nranks);
+  if (use.readsSend) RIDGE_CHECK(comm, checkBuffer(fn, "sendbuff", send, use.sendCount));
+  if (use.writesRecv) RIDGE_CHECK(comm, checkBuffer(fn, "recvbuff", recv, use.recvCount));
+  bool onDevice = false;
+  RIDGE_CHECK(comm, classifyBuffers(fn, comm, send, use.readsSend && use.sendCount > 0, recv,
+                                    use.writesRecv && use.recvCount > 0, &onDevice));
+  if (!onDevice && !device::activeRuntime() && stream)
+    return fail(comm, makeError(ridgeInvalidArgument, "%s: stream must be NULL in a build without CUDA", fn));
+  if (!onDevice && tGroup.depth == 0) RIDGE_CHECK(comm, syncStreamForHostCall(fn, stream));
+  return submit(comm, args, stream, onDevice);
 }
 
 }  // namespace
@@ -425,7 +452,7 @@ RIDGE_API ridgeResult_t ridgeCommUserRank(const ridgeComm_t comm, int* rank) {
 RIDGE_API ridgeResult_t ridgeCommCuDevice(const ridgeComm_t comm, int* device) {
   RIDGE_CHECK(comm, checkComm("ridgeCommCuDevice", comm, true));
   if (!device) return fail(comm, badArg("ridgeCommCuDevice", "device is NULL"));
-  *device = -1;
+  *device = comm->cudaDevice;
   return ridgeSuccess;
 }
 
@@ -508,16 +535,41 @@ RIDGE_API ridgeResult_t ridgeGroupStart(void) {
 }
 
 RIDGE_API ridgeResult_t ridgeGroupEnd(void) {
+  const char* fn = "ridgeGroupEnd";
   if (tGroup.depth == 0)
-    return fail(nullptr, makeError(ridgeInvalidUsage, "ridgeGroupEnd: no matching ridgeGroupStart"));
+    return fail(nullptr, makeError(ridgeInvalidUsage, "%s: no matching ridgeGroupStart", fn));
   if (--tGroup.depth > 0) return ridgeSuccess;
   std::vector<QueuedOp> ops;
   ops.swap(tGroup.ops);
   if (ops.empty()) return ridgeSuccess;
-  std::vector<ridgeComm*> comms;
-  Status s = runGroup(ops, comms);
-  ridgeResult_t result = finish(comms.front(), s);
-  for (ridgeComm* c : comms) c->callsInFlight.fetch_sub(1);
+  // A communicator's operations in one group run together: all on the caller's thread
+  // (host memory) or all as one batch of its proxy (device memory); a mix could deadlock
+  // (a device send waiting for a host receive on the other side, or the reverse).
+  std::vector<QueuedOp> hostOps, deviceOps;
+  for (const QueuedOp& q : ops) {
+    for (const QueuedOp& o : ops) {
+      if (o.comm == q.comm && o.device != q.device)
+        return fail(q.comm, makeError(ridgeInvalidUsage,
+                                      "%s: a group mixes host-memory and device-memory operations on one "
+                                      "communicator; put them in separate groups",
+                                      fn));
+    }
+    (q.device ? deviceOps : hostOps).push_back(q);
+  }
+  // Host calls with a stream are ordered after the stream's earlier work, as outside a group.
+  for (const QueuedOp& q : hostOps) {
+    Status s = syncStreamForHostCall(fn, q.stream);
+    if (!s.isOk()) return fail(q.comm, s);
+  }
+  std::vector<ridgeComm*> deviceComms, hostComms;
+  Status s = submitDeviceGroup(deviceOps, deviceComms);
+  if (!hostOps.empty()) {
+    Status h = runGroup(hostOps, hostComms);
+    if (s.isOk()) s = h;
+  }
+  ridgeResult_t result = finish(ops.front().comm, s);
+  for (ridgeComm* c : deviceComms) c->callsInFlight.fetch_sub(1);
+  for (ridgeComm* c : hostComms) c->callsInFlight.fetch_sub(1);
   return result;
 }
 

@@ -10,6 +10,7 @@
 #include "bootstrap/bootstrap.h"
 #include "core/log.h"
 #include "core/settings.h"
+#include "device/runtime.h"
 #include "plan/host_plan.h"
 #include "topo/summary.h"
 
@@ -145,12 +146,16 @@ Status initComm(ridgeComm* c, const ridgeUniqueId& id) {
   RIDGE_INFO("comm %s: %d ranks on this host, %d usable cores: %s", c->name.c_str(), localRanks, usableCpus,
              c->spinNs ? "spin, then yield, then sleep" : "oversubscribed, yield at once, then sleep");
   RIDGE_TRY(setupHostPlan(c, direct));
+  // As NCCL: the communicator serves the device current on the calling thread at init.
+  if (device::DeviceRuntime* rt = device::activeRuntime(); rt && rt->deviceCount() > 0)
+    c->cudaDevice = rt->currentDevice();
   c->asyncError.store(ridgeSuccess);
   RIDGE_INFO("comm %s: rank %d ready", c->name.c_str(), c->rank);
   return Status::ok();
 }
 
 Status finalizeComm(ridgeComm* c) {
+  stopGpuProxy(c, /*abort=*/false);  // completes the queued device operations first
   Status s;
   if (c->bootstrap && c->asyncError.load() == ridgeSuccess) s = c->bootstrap->barrier();
   if (c->bootstrap) c->bootstrap->close();
@@ -160,6 +165,9 @@ Status finalizeComm(ridgeComm* c) {
 
 void freeComm(ridgeComm* c) {
   if (c->initThread.joinable()) c->initThread.join();
+  // Before the connectors go: the proxy may still be using them, and every stream waiting
+  // on this communicator's release word must be released.
+  stopGpuProxy(c, c->aborted.load());
   c->sendTo.clear();
   c->recvFrom.clear();
   c->transports.clear();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "coll/algo_select.h"
+#include "coll/gpu_proxy.h"
 #include "core/status.h"
 #include "ridge/ridge.h"
 #include "transports/transport.h"
@@ -86,6 +87,14 @@ struct ridgeComm {
   std::thread initThread;
   std::mutex lastErrorMutex;
   std::string lastError;
+
+  // The CUDA device the communicator serves (the caller's current device at init when the
+  // device runtime has one; -1 for a host-only communicator), and the proxy that runs its
+  // stream-ordered collectives on device memory (src/coll/gpu_proxy.h), started on the
+  // first such call.
+  int cudaDevice = -1;
+  std::mutex gpuProxyMutex;
+  std::unique_ptr<ridge::GpuProxy, ridge::GpuProxyDeleter> gpuProxy;
 };
 
 namespace ridge {

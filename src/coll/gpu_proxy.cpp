@@ -1,0 +1,334 @@
+#include "coll/gpu_proxy.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "coll/batch.h"
+#include "coll/comm.h"
+#include "coll/executor.h"
+#include "core/log.h"
+#include "reduce/reduce.h"
+
+namespace ridge {
+
+using device::DeviceRuntime;
+using device::Marker;
+using device::ReleaseWord;
+
+class GpuProxy {
+ public:
+  GpuProxy(ridgeComm* comm, DeviceRuntime* rt) : comm_(comm), rt_(rt) {}
+  ~GpuProxy() { stop(/*abort=*/true); }
+
+  Status start();
+  Status submit(const DeviceOp* ops, size_t n);
+  Status drain();
+  void stop(bool abort);
+  DeviceRuntime* runtime() const { return rt_; }
+
+ private:
+  struct Slot {
+    DeviceOp op{};
+    Marker* marker = nullptr;  // created once at start, recorded on every use
+    uint32_t seq = 0;          // the batch's sequence number
+    bool lastOfBatch = false;
+    bool skip = false;  // submission failed half-way: release without running
+  };
+  // Where one operation's bytes sit in the staging buffer.
+  struct Staged {
+    BufferUse use;
+    size_t sendOff = 0, recvOff = 0;  // byte offsets into staging_
+  };
+
+  void loop();
+  Status runBatch(uint64_t first, size_t n);
+  Status waitForMarkers(uint64_t first, size_t n);
+  Status growStaging(size_t bytes);
+  void release(uint32_t seq) { __atomic_store_n(word_.host, seq, __ATOMIC_RELEASE); }
+  Status timedOut(const char* what) const;
+
+  ridgeComm* comm_;
+  DeviceRuntime* rt_;
+  Slot ring_[kMaxDeviceBatchOps];
+  Staged staged_[kMaxDeviceBatchOps];
+  CollArgs hostArgs_[kMaxDeviceBatchOps];
+  size_t markersMade_ = 0;
+  ReleaseWord word_{};
+  bool haveWord_ = false;
+  ridgeStream_t copyStream_ = nullptr;
+  bool haveCopyStream_ = false;
+  char* staging_ = nullptr;
+  size_t stagingBytes_ = 0;
+
+  std::mutex mutex_;
+  std::condition_variable changed_;  // head_, tail_ or stop_ moved
+  uint64_t head_ = 0;                // next slot to fill (monotonic; slot = index % ring size)
+  uint64_t tail_ = 0;                // next slot the proxy consumes
+  uint32_t issued_ = 0;              // last sequence number handed out
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+void GpuProxyDeleter::operator()(GpuProxy* p) const {
+  delete p;
+}
+
+Status GpuProxy::timedOut(const char* what) const {
+  return makeError(ridgeTimeout, "rank %d: %s for %d s (RIDGE_TIMEOUT)", comm_->rank, what,
+                   comm_->timeoutSec);
+}
+
+Status GpuProxy::start() {
+  RIDGE_TRY(rt_->takeReleaseWord(&word_));
+  haveWord_ = true;
+  // Sequence numbers continue from the word's value: words are recycled and must never
+  // appear to go backwards to a stream still waiting on an old value.
+  issued_ = __atomic_load_n(word_.host, __ATOMIC_ACQUIRE);
+  for (; markersMade_ < kMaxDeviceBatchOps; ++markersMade_)
+    RIDGE_TRY(rt_->createMarker(&ring_[markersMade_].marker));
+  RIDGE_TRY(rt_->createStream(&copyStream_));
+  haveCopyStream_ = true;
+  thread_ = std::thread([this] { loop(); });
+  return Status::ok();
+}
+
+Status GpuProxy::submit(const DeviceOp* ops, size_t n) {
+  if (n == 0) return Status::ok();
+  if (n > kMaxDeviceBatchOps)
+    return makeError(ridgeInvalidUsage,
+                     "a group holds %zu operations on device memory for one communicator; at most %zu", n,
+                     kMaxDeviceBatchOps);
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (stop_) return makeError(ridgeInvalidUsage, "rank %d: the communicator is shutting down", comm_->rank);
+  // Wait for room, in short slices so that ridgeCommAbort is noticed.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(comm_->timeoutSec);
+  while (head_ - tail_ + n > kMaxDeviceBatchOps) {
+    if (comm_->aborted.load())
+      return makeError(ridgeAborted,
+                       "rank %d: communicator aborted while waiting for room in the device queue",
+                       comm_->rank);
+    if (std::chrono::steady_clock::now() > deadline)
+      return timedOut("the device operation queue stayed full");
+    changed_.wait_for(lock, std::chrono::milliseconds(10));
+  }
+  const uint32_t seq = issued_ + 1;
+  Status failure;
+  size_t waited = 0;  // streams told to wait for seq
+  for (size_t i = 0; i < n; ++i) {
+    Slot& s = ring_[(head_ + i) % kMaxDeviceBatchOps];
+    s.op = ops[i];
+    s.seq = seq;
+    s.lastOfBatch = i + 1 == n;
+    s.skip = false;
+    if (failure.isOk()) failure = rt_->recordMarker(s.marker, ops[i].stream);
+  }
+  if (failure.isOk()) {
+    for (size_t i = 0; i < n && failure.isOk(); ++i) {
+      bool seen = false;  // one wait per distinct stream
+      for (size_t j = 0; j < i; ++j) seen = seen || ops[j].stream == ops[i].stream;
+      if (seen) continue;
+      failure = rt_->waitWord(ops[i].stream, word_, seq);
+      if (failure.isOk()) ++waited;
+    }
+  }
+  if (!failure.isOk() && waited == 0) return failure;  // nothing refers to seq: forget it
+  // Streams may wait for seq: publish the batch either way; a failed one is only released.
+  for (size_t i = 0; i < n; ++i) ring_[(head_ + i) % kMaxDeviceBatchOps].skip = !failure.isOk();
+  issued_ = seq;
+  head_ += n;
+  lock.unlock();
+  changed_.notify_all();
+  return failure;
+}
+
+Status GpuProxy::drain() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(comm_->timeoutSec);
+  while (tail_ != head_) {
+    if (comm_->aborted.load())
+      return makeError(ridgeAborted, "rank %d: communicator aborted while device operations were in flight",
+                       comm_->rank);
+    if (std::chrono::steady_clock::now() > deadline)
+      return timedOut("device operations queued earlier on this communicator did not finish");
+    changed_.wait_for(lock, std::chrono::milliseconds(10));
+  }
+  return Status::ok();
+}
+
+void GpuProxy::stop(bool abort) {
+  if (!abort) (void)drain();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  changed_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  if (haveWord_) {
+    release(issued_);  // whatever is still queued: no stream may wait forever
+    rt_->returnReleaseWord(word_);
+    haveWord_ = false;
+  }
+  for (size_t i = 0; i < markersMade_; ++i) rt_->destroyMarker(ring_[i].marker);
+  markersMade_ = 0;
+  if (haveCopyStream_) {
+    (void)rt_->synchronize(copyStream_);
+    rt_->destroyStream(copyStream_);
+    haveCopyStream_ = false;
+  }
+  if (staging_) rt_->freePinned(staging_);
+  staging_ = nullptr;
+  stagingBytes_ = 0;
+}
+
+void GpuProxy::loop() {
+  if (comm_->cudaDevice >= 0) {
+    Status s = rt_->bindThread(comm_->cudaDevice);
+    if (!s.isOk()) RIDGE_WARN("rank %d: proxy thread: %s", comm_->rank, s.message().c_str());
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    changed_.wait(lock, [this] { return stop_ || head_ != tail_; });
+    if (head_ == tail_) return;  // stopping and nothing left
+    // One batch: from tail_ to the slot that ends it (always published whole).
+    const uint64_t first = tail_;
+    size_t n = 1;
+    while (!ring_[(first + n - 1) % kMaxDeviceBatchOps].lastOfBatch) ++n;
+    const Slot& last = ring_[(first + n - 1) % kMaxDeviceBatchOps];
+    const uint32_t seq = last.seq;
+    const bool skip = last.skip || stop_;
+    lock.unlock();
+    // After an abort, an earlier failure or during shutdown, batches are only released.
+    if (!skip && !comm_->aborted.load() && comm_->asyncError.load() == ridgeSuccess) {
+      Status s = runBatch(first, n);
+      if (!s.isOk()) {
+        int expected = ridgeSuccess;
+        comm_->asyncError.compare_exchange_strong(expected, s.code());
+        std::lock_guard<std::mutex> errLock(comm_->lastErrorMutex);
+        comm_->lastError = s.message();  // the first asynchronous failure (checked above)
+        RIDGE_WARN("rank %d: device collective failed: %s", comm_->rank, s.message().c_str());
+      }
+    }
+    release(seq);
+    lock.lock();
+    tail_ = first + n;
+    changed_.notify_all();
+  }
+}
+
+Status GpuProxy::waitForMarkers(uint64_t first, size_t n) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(comm_->timeoutSec);
+  for (int polls = 0;; ++polls) {
+    bool all = true;
+    for (size_t i = 0; i < n && all; ++i) {
+      bool done = false;
+      RIDGE_TRY(rt_->queryMarker(ring_[(first + i) % kMaxDeviceBatchOps].marker, &done));
+      all = done;
+    }
+    if (all) return Status::ok();
+    if (comm_->aborted.load())
+      return makeError(ridgeAborted, "rank %d: communicator aborted while waiting for the user's stream",
+                       comm_->rank);
+    if (std::chrono::steady_clock::now() > deadline)
+      return timedOut("the user's stream did not reach the collective");
+    // The stream's earlier work may take long: spin briefly, then poll every 50 us.
+    if (polls < 200)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+Status GpuProxy::growStaging(size_t bytes) {
+  if (bytes <= stagingBytes_) return Status::ok();
+  // Grown to the largest batch seen, never per call.
+  if (staging_) rt_->freePinned(staging_);
+  staging_ = nullptr;
+  stagingBytes_ = 0;
+  void* p = nullptr;
+  RIDGE_TRY(rt_->allocPinned(bytes, &p));
+  staging_ = static_cast<char*>(p);
+  stagingBytes_ = bytes;
+  return Status::ok();
+}
+
+Status GpuProxy::runBatch(uint64_t first, size_t n) {
+  RIDGE_TRY(waitForMarkers(first, n));
+  // Lay the batch out in the staging buffer: each buffer on its own page (the direct
+  // transports' bounce and copy paths like page-aligned memory). A send range inside the
+  // receive range (in place) shares the receive range's staging.
+  constexpr size_t kAlign = 4096;
+  auto roundUp = [](size_t b) { return (b + kAlign - 1) / kAlign * kAlign; };
+  size_t total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const CollArgs& a = ring_[(first + i) % kMaxDeviceBatchOps].op.args;
+    Staged& st = staged_[i];
+    st.use = bufferUse(a, comm_->rank, comm_->nranks);
+    const size_t es = dataTypeSize(a.dtype);
+    st.recvOff = total;
+    if (st.use.writesRecv) total += roundUp(st.use.recvCount * es);
+    const auto sendAddr = reinterpret_cast<uintptr_t>(a.send), recvAddr = reinterpret_cast<uintptr_t>(a.recv);
+    const bool inside = st.use.writesRecv && st.use.readsSend && sendAddr >= recvAddr &&
+                        sendAddr + st.use.sendCount * es <= recvAddr + st.use.recvCount * es;
+    if (inside) {
+      st.sendOff = st.recvOff + (sendAddr - recvAddr);
+    } else {
+      st.sendOff = total;
+      if (st.use.readsSend) total += roundUp(st.use.sendCount * es);
+    }
+  }
+  RIDGE_TRY(growStaging(total));
+  for (size_t i = 0; i < n; ++i) {
+    const CollArgs& a = ring_[(first + i) % kMaxDeviceBatchOps].op.args;
+    const Staged& st = staged_[i];
+    const size_t es = dataTypeSize(a.dtype);
+    if (st.use.readsSend && st.use.sendCount)
+      RIDGE_TRY(rt_->copy(staging_ + st.sendOff, a.send, st.use.sendCount * es, copyStream_));
+    hostArgs_[i] = a;
+    hostArgs_[i].send = st.use.readsSend ? staging_ + st.sendOff : nullptr;
+    hostArgs_[i].recv = st.use.writesRecv ? staging_ + st.recvOff : nullptr;
+  }
+  RIDGE_TRY(rt_->synchronize(copyStream_));
+  // The host algorithms and transports, unchanged, on this thread's executor.
+  Executor& ex = Executor::forThisThread();
+  spawnBatch(ex, comm_, hostArgs_, n);
+  RIDGE_TRY(ex.run());
+  for (size_t i = 0; i < n; ++i) {
+    const CollArgs& a = ring_[(first + i) % kMaxDeviceBatchOps].op.args;
+    const Staged& st = staged_[i];
+    if (st.use.writesRecv && st.use.recvCount)
+      RIDGE_TRY(
+          rt_->copy(a.recv, staging_ + st.recvOff, st.use.recvCount * dataTypeSize(a.dtype), copyStream_));
+  }
+  return rt_->synchronize(copyStream_);
+}
+
+// ---- entry points ----------------------------------------------------------------------
+
+Status submitDeviceBatch(ridgeComm* comm, DeviceRuntime* rt, const DeviceOp* ops, size_t n) {
+  {
+    std::lock_guard<std::mutex> lock(comm->gpuProxyMutex);
+    if (!comm->gpuProxy) {
+      std::unique_ptr<GpuProxy, GpuProxyDeleter> proxy(new GpuProxy(comm, rt));
+      RIDGE_TRY(proxy->start());
+      comm->gpuProxy = std::move(proxy);
+    } else if (comm->gpuProxy->runtime() != rt) {
+      return makeError(ridgeInternalError, "rank %d: the device runtime changed under a live communicator",
+                       comm->rank);
+    }
+  }
+  return comm->gpuProxy->submit(ops, n);
+}
+
+Status drainDeviceOps(ridgeComm* comm) {
+  return comm->gpuProxy ? comm->gpuProxy->drain() : Status::ok();
+}
+
+void stopGpuProxy(ridgeComm* comm, bool abort) {
+  if (comm->gpuProxy) comm->gpuProxy->stop(abort);
+  comm->gpuProxy.reset();
+}
+
+}  // namespace ridge

@@ -1,0 +1,243 @@
+// The CUDA implementation of the device-runtime seam (CUDA builds only).
+//
+// Release waits use cuStreamWaitValue32 with CU_STREAM_WAIT_VALUE_GEQ on pinned, mapped host
+// memory: the stream's front end polls the word and nothing runs on the CPU. The driver
+// entry point comes from cudaGetDriverEntryPointByVersion (cudaGetDriverEntryPoint before
+// CUDA 12.5), so Ridge links only the runtime and still loads on machines without libcuda.
+// Since CUDA 12 stream memory operations are supported on every device (the
+// CAN_USE_STREAM_MEM_OPS attribute exists only as a deprecated _V1 for the old API), so
+// support is decided by the entry point being there and by the first call's result.
+//
+// Fallback when the entry point is missing or the call answers CUDA_ERROR_NOT_SUPPORTED:
+// cudaLaunchHostFunc with a function that polls the word (bounded by kFallbackWaitSeconds).
+// Its cost: the function occupies CUDA's single host-callback thread for the whole wait, so
+// host functions of every stream in the process queue behind it, and the stream resumes
+// only after a callback round trip (tens of microseconds) once the word is written.
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "core/log.h"
+#include "device/runtime.h"
+#include "kernels/device_reduce.h"
+
+namespace ridge::device {
+namespace {
+
+constexpr int kFallbackWaitSeconds = 600;
+
+using WaitValue32Fn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+
+Status cudaError(const char* what, cudaError_t e) {
+  (void)cudaGetLastError();  // clear the sticky-free error so later calls are not confused
+  return makeError(ridgeUnhandledCudaError, "%s: %s", what, cudaGetErrorString(e));
+}
+
+#define RIDGE_CUDA_TRY(call)                  \
+  do {                                        \
+    cudaError_t ridge_e_ = (call);            \
+    if (ridge_e_ != cudaSuccess) [[unlikely]] \
+      return cudaError(#call, ridge_e_);      \
+  } while (0)
+
+cudaStream_t asCuda(ridgeStream_t s) {
+  return reinterpret_cast<cudaStream_t>(s);
+}
+
+struct FallbackWait {
+  volatile uint32_t* word;
+  uint32_t value;
+};
+
+void CUDART_CB pollWordHostFunc(void* arg) {
+  auto* w = static_cast<FallbackWait*>(arg);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kFallbackWaitSeconds);
+  while (!sequenceReached(__atomic_load_n(w->word, __ATOMIC_ACQUIRE), w->value) &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  delete w;
+}
+
+class CudaRuntime final : public DeviceRuntime {
+ public:
+  CudaRuntime() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      (void)cudaGetLastError();
+      n = 0;
+    }
+    devices_ = n;
+    if (devices_ == 0) return;
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+#if CUDART_VERSION >= 12050
+    cudaError_t e =
+        cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000, cudaEnableDefault, &q);
+#else
+    cudaError_t e = cudaGetDriverEntryPoint("cuStreamWaitValue32", &fn, cudaEnableDefault, &q);
+#endif
+    if (e == cudaSuccess && q == cudaDriverEntryPointSuccess && fn) {
+      waitValue32_ = reinterpret_cast<WaitValue32Fn>(fn);
+    } else {
+      (void)cudaGetLastError();
+      RIDGE_INFO("cuStreamWaitValue32 unavailable: release waits use cudaLaunchHostFunc (see docs/gpu.md)");
+    }
+  }
+
+  const char* name() const override {
+    return "cuda";
+  }
+  int deviceCount() override {
+    return devices_;
+  }
+
+  int currentDevice() override {
+    if (devices_ == 0) return -1;
+    int d = 0;
+    if (cudaGetDevice(&d) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    return d;
+  }
+
+  Status bindThread(int device) override {
+    RIDGE_CUDA_TRY(cudaSetDevice(device));
+    return Status::ok();
+  }
+
+  PointerInfo classify(const void* p) override {
+    if (!p || devices_ == 0) return {};
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return {};
+    }
+    if (attr.type == cudaMemoryTypeDevice) return {PointerKind::Device, attr.device};
+    if (attr.type == cudaMemoryTypeManaged) return {PointerKind::Managed, attr.device};
+    return {};  // unregistered or pinned host memory
+  }
+
+  Status createStream(ridgeStream_t* out) override {
+    cudaStream_t s = nullptr;
+    RIDGE_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    *out = reinterpret_cast<ridgeStream_t>(s);
+    return Status::ok();
+  }
+  void destroyStream(ridgeStream_t stream) override {
+    if (cudaStreamDestroy(asCuda(stream)) != cudaSuccess) (void)cudaGetLastError();
+  }
+  Status synchronize(ridgeStream_t stream) override {
+    RIDGE_CUDA_TRY(cudaStreamSynchronize(asCuda(stream)));
+    return Status::ok();
+  }
+
+  Status createMarker(Marker** out) override {
+    cudaEvent_t ev = nullptr;
+    RIDGE_CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    *out = reinterpret_cast<Marker*>(ev);
+    return Status::ok();
+  }
+  void destroyMarker(Marker* m) override {
+    if (cudaEventDestroy(reinterpret_cast<cudaEvent_t>(m)) != cudaSuccess) (void)cudaGetLastError();
+  }
+  Status recordMarker(Marker* m, ridgeStream_t stream) override {
+    RIDGE_CUDA_TRY(cudaEventRecord(reinterpret_cast<cudaEvent_t>(m), asCuda(stream)));
+    return Status::ok();
+  }
+  Status queryMarker(Marker* m, bool* done) override {
+    cudaError_t e = cudaEventQuery(reinterpret_cast<cudaEvent_t>(m));
+    if (e == cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      *done = false;
+      return Status::ok();
+    }
+    RIDGE_CUDA_TRY(e);
+    *done = true;
+    return Status::ok();
+  }
+
+  Status waitWord(ridgeStream_t stream, const ReleaseWord& word, uint32_t value) override {
+    if (waitValue32_) {
+      CUresult r =
+          waitValue32_(reinterpret_cast<CUstream>(stream), static_cast<CUdeviceptr>(word.deviceAddress),
+                       value, CU_STREAM_WAIT_VALUE_GEQ);
+      if (r == CUDA_SUCCESS) return Status::ok();
+      if (r != CUDA_ERROR_NOT_SUPPORTED)
+        return makeError(ridgeUnhandledCudaError, "cuStreamWaitValue32: CUresult %d", static_cast<int>(r));
+      RIDGE_INFO("cuStreamWaitValue32 not supported here: release waits use cudaLaunchHostFunc");
+      waitValue32_ = nullptr;
+    }
+    auto* arg = new FallbackWait{word.host, value};
+    cudaError_t e = cudaLaunchHostFunc(asCuda(stream), pollWordHostFunc, arg);
+    if (e != cudaSuccess) {
+      delete arg;
+      return cudaError("cudaLaunchHostFunc", e);
+    }
+    return Status::ok();
+  }
+
+  Status copy(void* dst, const void* src, size_t bytes, ridgeStream_t stream) override {
+    RIDGE_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, asCuda(stream)));
+    return Status::ok();
+  }
+  Status allocPinned(size_t bytes, void** out) override {
+    RIDGE_CUDA_TRY(cudaHostAlloc(out, bytes ? bytes : 1, cudaHostAllocPortable));
+    return Status::ok();
+  }
+  void freePinned(void* p) override {
+    if (cudaFreeHost(p) != cudaSuccess) (void)cudaGetLastError();
+  }
+  Status launchReduce(void* dst, const void* const* srcs, int nsrcs, size_t count, ridgeDataType_t type,
+                      ridgeRedOp_t op, int finalDivisor, ridgeStream_t stream) override {
+    return gpu::launchReduce(dst, srcs, nsrcs, count, type, op, finalDivisor, stream);
+  }
+
+  Status ipcExport(void* devicePtr, IpcHandle* out) override {
+    static_assert(sizeof(cudaIpcMemHandle_t) <= kIpcHandleBytes, "IPC handle does not fit");
+    cudaIpcMemHandle_t h;
+    RIDGE_CUDA_TRY(cudaIpcGetMemHandle(&h, devicePtr));
+    std::memset(out, 0, sizeof *out);
+    std::memcpy(out->bytes, &h, sizeof h);
+    return Status::ok();
+  }
+  Status ipcOpen(const IpcHandle& handle, void** devicePtr) override {
+    cudaIpcMemHandle_t h;
+    std::memcpy(&h, handle.bytes, sizeof h);
+    RIDGE_CUDA_TRY(cudaIpcOpenMemHandle(devicePtr, h, cudaIpcMemLazyEnablePeerAccess));
+    return Status::ok();
+  }
+  Status ipcClose(void* devicePtr) override {
+    RIDGE_CUDA_TRY(cudaIpcCloseMemHandle(devicePtr));
+    return Status::ok();
+  }
+
+ protected:
+  Status allocWordPage(size_t bytes, void** host, uint64_t* deviceAddress) override {
+    if (devices_ == 0) return makeError(ridgeInvalidUsage, "release words need a CUDA device");
+    RIDGE_CUDA_TRY(cudaHostAlloc(host, bytes, cudaHostAllocMapped | cudaHostAllocPortable));
+    std::memset(*host, 0, bytes);
+    void* dev = nullptr;
+    RIDGE_CUDA_TRY(cudaHostGetDevicePointer(&dev, *host, 0));
+    *deviceAddress = reinterpret_cast<uintptr_t>(dev);
+    return Status::ok();
+  }
+
+ private:
+  int devices_ = 0;
+  WaitValue32Fn waitValue32_ = nullptr;
+};
+
+}  // namespace
+
+DeviceRuntime* cudaRuntime() {
+  // Created on first use and never destroyed: user streams may wait on its release words
+  // until the process ends.
+  static CudaRuntime* rt = new CudaRuntime();
+  return rt;
+}
+
+}  // namespace ridge::device

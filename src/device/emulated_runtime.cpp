@@ -1,0 +1,424 @@
+#include "device/emulated_runtime.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdlib>
+#include <cstring>
+
+#include "reduce/reduce.h"
+
+namespace ridge::device {
+
+namespace {
+
+thread_local int tCurrentDevice = 0;
+
+constexpr size_t kPageBytes = 4096;
+
+size_t roundToPage(size_t bytes) {
+  return (bytes + kPageBytes - 1) / kPageBytes * kPageBytes;
+}
+
+// What an emulated ready marker records: how many times it was recorded and how many of
+// those records the stream has passed. Shared with the queued entries, so destroying a
+// marker that a stream has yet to reach is safe.
+struct MarkerState {
+  std::atomic<uint64_t> recorded{0};
+  std::atomic<uint64_t> completed{0};
+};
+struct EmulatedMarker {
+  std::shared_ptr<MarkerState> state = std::make_shared<MarkerState>();
+};
+
+EmulatedMarker* asEmulated(Marker* m) {
+  return reinterpret_cast<EmulatedMarker*>(m);
+}
+
+// Polls `done` until it holds or `timeout` passes: spin a little, then sleep in short slices.
+template <class Pred>
+bool boundedWait(Pred done, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (int spins = 0;; ++spins) {
+    if (done()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return done();
+    if (spins < 100)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+// What an IPC handle of the emulator carries: the process (the emulator's IPC works
+// inside one process only) and the exported allocation's device address.
+struct EmulatedIpcHandle {
+  uint64_t magic;
+  int64_t pid;
+  uint64_t base;
+};
+constexpr uint64_t kIpcMagic = 0x454d55495043ull;  // "EMUIPC"
+
+}  // namespace
+
+struct EmulatedRuntime::Queue {
+  std::mutex mutex;
+  std::condition_variable wake, idle;
+  std::deque<std::function<Status()>> items;
+  bool busy = false;
+  bool stop = false;
+  Status error;  // the first failure since the last synchronize
+  std::thread worker;
+};
+
+EmulatedRuntime::EmulatedRuntime(int devices) : devices_(devices) {}
+
+EmulatedRuntime::~EmulatedRuntime() {
+  std::vector<Queue*> queues;
+  {
+    std::lock_guard<std::mutex> lock(queuesMutex_);
+    queues.assign(queues_.begin(), queues_.end());
+  }
+  for (Queue* q : queues) destroyStream(reinterpret_cast<ridgeStream_t>(q));
+  std::lock_guard<std::mutex> lock(regionsMutex_);
+  for (auto& [base, r] : regions_) {
+    munmap(reinterpret_cast<void*>(base), r.bytes);
+    munmap(r.alias, r.bytes);
+    close(r.fd);
+  }
+  // Release-word pages are deliberately not freed (see ReleaseWord): a test process ends soon.
+}
+
+int EmulatedRuntime::currentDevice() {
+  return tCurrentDevice;
+}
+
+Status EmulatedRuntime::bindThread(int device) {
+  if (device < 0 || device >= devices_)
+    return makeError(ridgeInvalidArgument, "emulated runtime: device %d out of range [0, %d)", device,
+                     devices_);
+  tCurrentDevice = device;
+  return Status::ok();
+}
+
+PointerInfo EmulatedRuntime::classify(const void* p) {
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> lock(regionsMutex_);
+  auto it = regions_.upper_bound(addr);
+  if (it == regions_.begin()) return {};
+  --it;
+  if (addr >= it->first + it->second.bytes) return {};
+  return {it->second.managed ? PointerKind::Managed : PointerKind::Device, it->second.device};
+}
+
+char* EmulatedRuntime::translate(const void* p, size_t bytes, Status* error) {
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> lock(regionsMutex_);
+  auto it = regions_.upper_bound(addr);
+  if (it != regions_.begin()) {
+    --it;
+    if (addr < it->first + it->second.bytes) {
+      if (bytes > it->first + it->second.bytes - addr) {
+        *error =
+            makeError(ridgeInvalidArgument,
+                      "emulated runtime: %zu bytes at %p run past the end of their allocation", bytes, p);
+        return nullptr;
+      }
+      return it->second.alias + (addr - it->first);
+    }
+  }
+  return const_cast<char*>(static_cast<const char*>(p));  // host memory
+}
+
+Status EmulatedRuntime::allocDevice(size_t bytes, void** out, int device, bool managed) {
+  *out = nullptr;
+  if (device < 0) device = tCurrentDevice;
+  if (device >= devices_)
+    return makeError(ridgeInvalidArgument, "emulated runtime: device %d out of range [0, %d)", device,
+                     devices_);
+  const size_t len = roundToPage(bytes ? bytes : 1);
+  int fd = memfd_create("ridge-emulated-device", MFD_CLOEXEC);
+  if (fd < 0) return systemError("memfd_create");
+  if (ftruncate(fd, static_cast<off_t>(len)) != 0) {
+    Status s = systemError("ftruncate");
+    close(fd);
+    return s;
+  }
+  // The "device" view: no access from the host unless the memory is managed.
+  void* view = mmap(nullptr, len, managed ? PROT_READ | PROT_WRITE : PROT_NONE, MAP_SHARED, fd, 0);
+  void* alias = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (view == MAP_FAILED || alias == MAP_FAILED) {
+    Status s = systemError("mmap of emulated device memory");
+    if (view != MAP_FAILED) munmap(view, len);
+    if (alias != MAP_FAILED) munmap(alias, len);
+    close(fd);
+    return s;
+  }
+  std::lock_guard<std::mutex> lock(regionsMutex_);
+  regions_[reinterpret_cast<uintptr_t>(view)] =
+      Region{len, device, managed, static_cast<char*>(alias), fd, 0};
+  *out = view;
+  return Status::ok();
+}
+
+void EmulatedRuntime::freeDevice(void* p) {
+  std::lock_guard<std::mutex> lock(regionsMutex_);
+  auto it = regions_.find(reinterpret_cast<uintptr_t>(p));
+  if (it == regions_.end()) return;
+  munmap(p, it->second.bytes);
+  munmap(it->second.alias, it->second.bytes);
+  close(it->second.fd);
+  regions_.erase(it);
+}
+
+Status EmulatedRuntime::copyToDevice(void* dst, const void* src, size_t bytes) {
+  Status s;
+  char* d = translate(dst, bytes, &s);
+  if (!d) return s;
+  std::memcpy(d, src, bytes);
+  return Status::ok();
+}
+
+Status EmulatedRuntime::copyToHost(void* dst, const void* src, size_t bytes) {
+  Status s;
+  const char* from = translate(src, bytes, &s);
+  if (!from) return s;
+  std::memcpy(dst, from, bytes);
+  return Status::ok();
+}
+
+// ---- streams ---------------------------------------------------------------------------
+
+Status EmulatedRuntime::createStream(ridgeStream_t* out) {
+  auto* q = new Queue();
+  q->worker = std::thread([this, q] { workerLoop(q); });
+  std::lock_guard<std::mutex> lock(queuesMutex_);
+  queues_.insert(q);
+  *out = reinterpret_cast<ridgeStream_t>(q);
+  return Status::ok();
+}
+
+void EmulatedRuntime::destroyStream(ridgeStream_t stream) {
+  auto* q = reinterpret_cast<Queue*>(stream);
+  {
+    std::lock_guard<std::mutex> lock(queuesMutex_);
+    if (!queues_.erase(q)) return;
+    if (q == defaultQueue_) defaultQueue_ = nullptr;
+  }
+  {
+    // The worker finishes what is queued (every entry is bounded) and leaves.
+    std::lock_guard<std::mutex> lock(q->mutex);
+    q->stop = true;
+  }
+  q->wake.notify_all();
+  q->worker.join();
+  delete q;
+}
+
+EmulatedRuntime::Queue* EmulatedRuntime::queueOf(ridgeStream_t stream, Status* error) {
+  std::lock_guard<std::mutex> lock(queuesMutex_);
+  if (!stream) {
+    if (!defaultQueue_) {
+      defaultQueue_ = new Queue();
+      Queue* q = defaultQueue_;
+      q->worker = std::thread([this, q] { workerLoop(q); });
+      queues_.insert(q);
+    }
+    return defaultQueue_;
+  }
+  auto* q = reinterpret_cast<Queue*>(stream);
+  if (!queues_.count(q)) {
+    *error = makeError(ridgeInvalidArgument, "stream %p is not a live stream of the emulated runtime",
+                       static_cast<void*>(stream));
+    return nullptr;
+  }
+  return q;
+}
+
+void EmulatedRuntime::workerLoop(Queue* q) {
+  std::unique_lock<std::mutex> lock(q->mutex);
+  for (;;) {
+    q->wake.wait(lock, [q] { return q->stop || !q->items.empty(); });
+    if (q->items.empty()) return;  // stop requested and nothing left
+    std::function<Status()> fn = std::move(q->items.front());
+    q->items.pop_front();
+    q->busy = true;
+    lock.unlock();
+    Status s = fn();
+    lock.lock();
+    q->busy = false;
+    if (!s.isOk() && q->error.isOk()) q->error = s;
+    if (q->items.empty()) q->idle.notify_all();
+  }
+}
+
+Status EmulatedRuntime::enqueue(ridgeStream_t stream, std::function<Status()> fn) {
+  Status s;
+  Queue* q = queueOf(stream, &s);
+  if (!q) return s;
+  {
+    std::lock_guard<std::mutex> lock(q->mutex);
+    q->items.push_back(std::move(fn));
+  }
+  q->wake.notify_one();
+  return Status::ok();
+}
+
+Status EmulatedRuntime::synchronize(ridgeStream_t stream) {
+  Status s;
+  Queue* q = queueOf(stream, &s);
+  if (!q) return s;
+  // Each queued wait gives up after waitTimeout(); a stream holding several may take a few.
+  const auto bound = waitTimeout() * 4 + std::chrono::seconds(1);
+  std::unique_lock<std::mutex> lock(q->mutex);
+  if (!q->idle.wait_for(lock, bound, [q] { return q->items.empty() && !q->busy; }))
+    return makeError(ridgeInternalError, "emulated stream %p did not drain within %lld ms",
+                     static_cast<void*>(stream), static_cast<long long>(bound.count()));
+  Status error = std::move(q->error);
+  q->error = Status();
+  return error;
+}
+
+// ---- markers and release words ---------------------------------------------------------
+
+Status EmulatedRuntime::createMarker(Marker** out) {
+  *out = reinterpret_cast<Marker*>(new EmulatedMarker());
+  return Status::ok();
+}
+
+void EmulatedRuntime::destroyMarker(Marker* m) {
+  delete asEmulated(m);
+}
+
+Status EmulatedRuntime::recordMarker(Marker* m, ridgeStream_t stream) {
+  std::shared_ptr<MarkerState> state = asEmulated(m)->state;
+  const uint64_t generation = state->recorded.fetch_add(1) + 1;
+  return enqueue(stream, [state, generation] {
+    state->completed.store(generation, std::memory_order_release);
+    return Status::ok();
+  });
+}
+
+Status EmulatedRuntime::queryMarker(Marker* m, bool* done) {
+  const MarkerState& st = *asEmulated(m)->state;
+  *done = st.completed.load(std::memory_order_acquire) >= st.recorded.load(std::memory_order_relaxed);
+  return Status::ok();
+}
+
+Status EmulatedRuntime::waitWord(ridgeStream_t stream, const ReleaseWord& word, uint32_t value) {
+  releaseWaits_.fetch_add(1);
+  volatile uint32_t* w = word.host;
+  return enqueue(stream, [this, w, value] {
+    auto reached = [w, value] { return sequenceReached(__atomic_load_n(w, __ATOMIC_ACQUIRE), value); };
+    if (boundedWait(reached, waitTimeout())) return Status::ok();
+    return makeError(ridgeTimeout, "emulated stream: release word stayed at %u, below %u, for %lld ms", *w,
+                     value, static_cast<long long>(waitTimeout().count()));
+  });
+}
+
+Status EmulatedRuntime::allocWordPage(size_t bytes, void** host, uint64_t* deviceAddress) {
+  void* p = std::aligned_alloc(kPageBytes, roundToPage(bytes));
+  if (!p) return makeError(ridgeSystemError, "emulated runtime: no memory for release words");
+  std::memset(p, 0, roundToPage(bytes));
+  *host = p;
+  *deviceAddress = reinterpret_cast<uintptr_t>(p);
+  return Status::ok();
+}
+
+// ---- data movement ---------------------------------------------------------------------
+
+Status EmulatedRuntime::copy(void* dst, const void* src, size_t bytes, ridgeStream_t stream) {
+  Status s;
+  char* d = translate(dst, bytes, &s);
+  const char* from = d ? translate(src, bytes, &s) : nullptr;
+  if (!from) return s;
+  return enqueue(stream, [d, from, bytes] {
+    std::memmove(d, from, bytes);
+    return Status::ok();
+  });
+}
+
+Status EmulatedRuntime::allocPinned(size_t bytes, void** out) {
+  *out = std::aligned_alloc(kPageBytes, roundToPage(bytes ? bytes : 1));
+  if (!*out) return makeError(ridgeSystemError, "emulated runtime: no memory for %zu pinned bytes", bytes);
+  return Status::ok();
+}
+
+void EmulatedRuntime::freePinned(void* p) {
+  std::free(p);
+}
+
+Status EmulatedRuntime::launchReduce(void* dst, const void* const* srcs, int nsrcs, size_t count,
+                                     ridgeDataType_t type, ridgeRedOp_t op, int finalDivisor,
+                                     ridgeStream_t stream) {
+  constexpr int kMaxSources = 8;  // as kernels/device_reduce.h
+  if (nsrcs < 1 || nsrcs > kMaxSources)
+    return makeError(ridgeInvalidArgument, "emulated reduce: %d sources (1..%d)", nsrcs, kMaxSources);
+  const size_t bytes = count * dataTypeSize(type);
+  Status s;
+  char* d = translate(dst, bytes, &s);
+  if (!d) return s;
+  std::array<const void*, kMaxSources> from{};
+  for (int i = 0; i < nsrcs; ++i)
+    if (!(from[i] = translate(srcs[i], bytes, &s))) return s;
+  return enqueue(stream, [=] {
+    reduceMany(d, from.data(), nsrcs, count, type, op, finalDivisor);
+    return Status::ok();
+  });
+}
+
+// ---- IPC -------------------------------------------------------------------------------
+
+Status EmulatedRuntime::ipcExport(void* devicePtr, IpcHandle* out) {
+  std::lock_guard<std::mutex> lock(regionsMutex_);
+  auto it = regions_.find(reinterpret_cast<uintptr_t>(devicePtr));
+  if (it == regions_.end() || it->second.managed)
+    return makeError(ridgeInvalidArgument, "ipcExport: %p is not the base of an emulated device allocation",
+                     devicePtr);
+  EmulatedIpcHandle h{kIpcMagic, getpid(), it->first};
+  std::memset(out, 0, sizeof *out);
+  std::memcpy(out->bytes, &h, sizeof h);
+  return Status::ok();
+}
+
+Status EmulatedRuntime::ipcOpen(const IpcHandle& handle, void** devicePtr) {
+  EmulatedIpcHandle h;
+  std::memcpy(&h, handle.bytes, sizeof h);
+  if (h.magic != kIpcMagic) return makeError(ridgeInvalidArgument, "ipcOpen: not an emulated IPC handle");
+  if (h.pid != getpid())
+    return makeError(ridgeInvalidUsage,
+                     "ipcOpen: the emulated runtime shares memory within one process only");
+  std::lock_guard<std::mutex> lock(regionsMutex_);
+  auto it = regions_.find(h.base);
+  if (it == regions_.end())
+    return makeError(ridgeInvalidArgument, "ipcOpen: the exported allocation was freed");
+  Region r = it->second;
+  // A second device view and alias of the same memory, as another process would map it.
+  void* view = mmap(nullptr, r.bytes, PROT_NONE, MAP_SHARED, r.fd, 0);
+  void* alias = mmap(nullptr, r.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, r.fd, 0);
+  int fd = dup(r.fd);
+  if (view == MAP_FAILED || alias == MAP_FAILED || fd < 0) {
+    Status s = systemError("ipcOpen: mapping the exported allocation");
+    if (view != MAP_FAILED) munmap(view, r.bytes);
+    if (alias != MAP_FAILED) munmap(alias, r.bytes);
+    if (fd >= 0) close(fd);
+    return s;
+  }
+  regions_[reinterpret_cast<uintptr_t>(view)] =
+      Region{r.bytes, r.device, false, static_cast<char*>(alias), fd, 1};
+  *devicePtr = view;
+  return Status::ok();
+}
+
+Status EmulatedRuntime::ipcClose(void* devicePtr) {
+  {
+    std::lock_guard<std::mutex> lock(regionsMutex_);
+    auto it = regions_.find(reinterpret_cast<uintptr_t>(devicePtr));
+    if (it == regions_.end() || it->second.ipcOpens == 0)
+      return makeError(ridgeInvalidArgument, "ipcClose: %p was not opened with ipcOpen", devicePtr);
+  }
+  freeDevice(devicePtr);
+  return Status::ok();
+}
+
+}  // namespace ridge::device

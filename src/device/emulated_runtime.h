@@ -1,0 +1,109 @@
+// A device runtime without a device, for tests on machines without a GPU.
+//
+// Device memory: each allocation is a memfd mapped twice. The address handed out as the
+// "device pointer" is a PROT_NONE mapping, so any host-side dereference by Ridge's core
+// faults at once (the test dies with SIGSEGV); the read-write alias is private to this
+// file and used only by the emulated copy engine and kernels. Managed memory is the same
+// with a read-write first mapping (the host may touch managed memory).
+//
+// Streams: in-order queues, each run by one worker thread. Copies, "kernels" (closures),
+// ready markers and release waits are queue entries. Every wait is bounded: a release wait
+// or a gate that does not open within waitTimeout() fails the stream with an error that
+// synchronize() reports, and the stream goes on (so nothing hangs forever).
+//
+// The opaque ridgeStream_t of an emulated stream is the address of its queue; NULL means
+// the emulated legacy default stream, created on first use.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "device/runtime.h"
+
+namespace ridge::device {
+
+class EmulatedRuntime final : public DeviceRuntime {
+ public:
+  // `devices` emulated devices (ordinals 0..devices-1); the current device is per thread,
+  // 0 by default.
+  explicit EmulatedRuntime(int devices = 1);
+  ~EmulatedRuntime() override;
+
+  const char* name() const override { return "emulated"; }
+  int deviceCount() override { return devices_; }
+  int currentDevice() override;
+  Status bindThread(int device) override;
+  PointerInfo classify(const void* p) override;
+
+  Status createStream(ridgeStream_t* out) override;
+  void destroyStream(ridgeStream_t stream) override;
+  Status synchronize(ridgeStream_t stream) override;
+
+  Status createMarker(Marker** out) override;
+  void destroyMarker(Marker* m) override;
+  Status recordMarker(Marker* m, ridgeStream_t stream) override;
+  Status queryMarker(Marker* m, bool* done) override;
+  Status waitWord(ridgeStream_t stream, const ReleaseWord& word, uint32_t value) override;
+
+  Status copy(void* dst, const void* src, size_t bytes, ridgeStream_t stream) override;
+  Status allocPinned(size_t bytes, void** out) override;
+  void freePinned(void* p) override;
+  Status launchReduce(void* dst, const void* const* srcs, int nsrcs, size_t count, ridgeDataType_t type,
+                      ridgeRedOp_t op, int finalDivisor, ridgeStream_t stream) override;
+
+  Status ipcExport(void* devicePtr, IpcHandle* out) override;
+  Status ipcOpen(const IpcHandle& handle, void** devicePtr) override;
+  Status ipcClose(void* devicePtr) override;
+
+  // ---- test helpers ----
+  // Device (or managed) memory of `bytes` on `device` (-1: the current device).
+  Status allocDevice(size_t bytes, void** out, int device = -1, bool managed = false);
+  void freeDevice(void* p);
+  // Synchronous copies between host memory and emulated device memory (cudaMemcpy).
+  Status copyToDevice(void* dst, const void* src, size_t bytes);
+  Status copyToHost(void* dst, const void* src, size_t bytes);
+  // Queues `fn` on `stream` (a "kernel"); an error it returns fails the stream.
+  Status enqueue(ridgeStream_t stream, std::function<Status()> fn);
+  // How long a queued wait (release word, test gate) may block before it fails the stream.
+  void setWaitTimeout(std::chrono::milliseconds t) { waitTimeoutMs_.store(t.count()); }
+  std::chrono::milliseconds waitTimeout() const { return std::chrono::milliseconds(waitTimeoutMs_.load()); }
+  // Number of release waits queued so far (tests check that the stream-ordered path used one).
+  uint64_t releaseWaitsQueued() const { return releaseWaits_.load(); }
+
+ protected:
+  Status allocWordPage(size_t bytes, void** host, uint64_t* deviceAddress) override;
+
+ private:
+  struct Region {
+    size_t bytes;
+    int device;
+    bool managed;
+    char* alias;  // the read-write view
+    int fd;
+    int ipcOpens;  // how many ipcOpen views exist of it
+  };
+  struct Queue;
+  Queue* queueOf(ridgeStream_t stream, Status* error);
+  // The read-write address behind a device, managed or host pointer (host: itself).
+  char* translate(const void* p, size_t bytes, Status* error);
+  void workerLoop(Queue* q);
+
+  const int devices_;
+  std::atomic<int64_t> waitTimeoutMs_{10000};
+  std::atomic<uint64_t> releaseWaits_{0};
+  std::mutex regionsMutex_;
+  std::map<uintptr_t, Region> regions_;  // by device base address
+  std::mutex queuesMutex_;
+  std::set<Queue*> queues_;
+  Queue* defaultQueue_ = nullptr;
+};
+
+}  // namespace ridge::device

@@ -1,0 +1,145 @@
+// The device-runtime seam: everything the stream-ordered collective path needs from a GPU
+// runtime, and nothing else. Two implementations:
+//
+//  - CudaRuntime (CUDA builds only, cuda_runtime.cpp): the CUDA runtime API, events for
+//    ready markers, cuStreamWaitValue32 (through cudaGetDriverEntryPoint, so Ridge does not
+//    link libcuda at build time) for the release wait. With no device or driver it reports
+//    zero devices and every pointer is host memory.
+//  - EmulatedRuntime (always built, emulated_runtime.h): device memory that the host cannot
+//    touch (a PROT_NONE mapping; only the emulated copy engine uses a private alias) and
+//    in-order streams run by worker threads. Tests install it to prove the stream semantics
+//    on machines without a GPU.
+//
+// The core never dereferences a device pointer: it classifies it here, and moves its bytes
+// only through copy() on an internal stream.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "core/status.h"
+#include "ridge/ridge.h"
+
+namespace ridge::device {
+
+enum class PointerKind { Host, Device, Managed };
+
+struct PointerInfo {
+  PointerKind kind = PointerKind::Host;
+  int device = -1;  // device ordinal for device and managed memory
+};
+
+const char* pointerKindName(PointerKind kind);
+
+// A "ready marker": recorded on a stream, completed when the stream reaches it (a CUDA
+// event). Created once (pools), recorded many times; never allocated per call.
+struct Marker;
+
+// A 32-bit word in host memory that a stream can wait on. `host` is what the CPU writes;
+// `deviceAddress` is what the runtime hands to the device (CUDA: the mapped device pointer
+// of pinned host memory). Words only grow (cyclically, see waitWord) and are never freed
+// while the runtime lives, so a stream still waiting on one after its communicator is gone
+// reads valid memory.
+struct ReleaseWord {
+  volatile uint32_t* host = nullptr;
+  uint64_t deviceAddress = 0;
+};
+
+// Cyclic "a >= b" on 32-bit sequence numbers, the comparison cuStreamWaitValue32 makes with
+// CU_STREAM_WAIT_VALUE_GEQ: true when (int32_t)(a - b) >= 0.
+inline bool sequenceReached(uint32_t a, uint32_t b) {
+  return static_cast<int32_t>(a - b) >= 0;
+}
+
+class DeviceRuntime {
+ public:
+  virtual ~DeviceRuntime();
+  virtual const char* name() const = 0;
+
+  // Devices this process sees; 0 means "no device": every pointer is host memory.
+  virtual int deviceCount() = 0;
+  // The calling thread's current device (0 when unknown but a device exists, -1 without).
+  virtual int currentDevice() = 0;
+  // Makes `device` current on the calling thread (the proxy thread calls it once).
+  virtual Status bindThread(int device) = 0;
+  virtual PointerInfo classify(const void* p) = 0;
+
+  // ---- streams ----
+  // Internal streams (copies of the staged path); never the user's stream.
+  virtual Status createStream(ridgeStream_t* out) = 0;
+  virtual void destroyStream(ridgeStream_t stream) = 0;
+  // Waits until every operation queued on `stream` has completed (NULL: the legacy default
+  // stream). Used for host-memory collectives called with a stream, and for internal copies.
+  virtual Status synchronize(ridgeStream_t stream) = 0;
+
+  // ---- ordering primitives on the user's stream ----
+  virtual Status createMarker(Marker** out) = 0;
+  virtual void destroyMarker(Marker* m) = 0;
+  virtual Status recordMarker(Marker* m, ridgeStream_t stream) = 0;
+  // *done: the stream has passed the last recordMarker. Never blocks.
+  virtual Status queryMarker(Marker* m, bool* done) = 0;
+  // Makes `stream` wait (without blocking the caller) until sequenceReached(*word, value).
+  virtual Status waitWord(ridgeStream_t stream, const ReleaseWord& word, uint32_t value) = 0;
+
+  // ---- data movement on an internal stream ----
+  // Asynchronous on `stream` (an internal stream): `dst`/`src` may each be device, managed
+  // or pinned host memory.
+  virtual Status copy(void* dst, const void* src, size_t bytes, ridgeStream_t stream) = 0;
+  // Page-locked host memory that copies read and write at full speed.
+  virtual Status allocPinned(size_t bytes, void** out) = 0;
+  virtual void freePinned(void* p) = 0;
+  // The device reduction kernel (kernels/device_reduce.h) on `stream`; for the device-side
+  // reduction of later transports (the host-staged path reduces on the host).
+  virtual Status launchReduce(void* dst, const void* const* srcs, int nsrcs, size_t count,
+                              ridgeDataType_t type, ridgeRedOp_t op, int finalDivisor,
+                              ridgeStream_t stream) = 0;
+
+  // ---- IPC (for the P2P transport) ----
+  static constexpr size_t kIpcHandleBytes = 64;
+  struct IpcHandle {
+    unsigned char bytes[kIpcHandleBytes];
+  };
+  virtual Status ipcExport(void* devicePtr, IpcHandle* out) = 0;
+  virtual Status ipcOpen(const IpcHandle& handle, void** devicePtr) = 0;
+  virtual Status ipcClose(void* devicePtr) = 0;
+
+  // ---- release words (shared implementation) ----
+  // A word from this runtime's pool; it keeps the value it had when last returned.
+  Status takeReleaseWord(ReleaseWord* out);
+  void returnReleaseWord(const ReleaseWord& w);
+
+ protected:
+  // Host memory the device can read, `bytes` long and zeroed; never freed by the pool.
+  virtual Status allocWordPage(size_t bytes, void** host, uint64_t* deviceAddress) = 0;
+
+ private:
+  std::mutex wordMutex_;
+  std::vector<ReleaseWord> freeWords_;
+};
+
+// The runtime the API uses: the one installed for testing, else the CUDA runtime in CUDA
+// builds, else null (a host-only build: every pointer is host memory, streams are refused).
+DeviceRuntime* activeRuntime();
+
+// Tests install an emulated runtime for a scope. Not thread-safe against running
+// collectives: install before creating communicators, remove after destroying them.
+class ScopedRuntimeForTesting {
+ public:
+  explicit ScopedRuntimeForTesting(DeviceRuntime* rt);
+  ~ScopedRuntimeForTesting();
+  ScopedRuntimeForTesting(const ScopedRuntimeForTesting&) = delete;
+  ScopedRuntimeForTesting& operator=(const ScopedRuntimeForTesting&) = delete;
+
+ private:
+  DeviceRuntime* previous_;
+};
+
+#ifdef RIDGE_HAVE_CUDA
+// The process's CUDA runtime (cuda_runtime.cpp).
+DeviceRuntime* cudaRuntime();
+#endif
+
+}  // namespace ridge::device

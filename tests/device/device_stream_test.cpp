@@ -1,0 +1,596 @@
+// Stream-ordered collectives on device memory, proved on the emulated device runtime
+// (src/device/emulated_runtime.h): device buffers the host cannot touch (PROT_NONE), and
+// in-order streams run by worker threads. Ranks are threads of this process, each with its
+// own communicator and stream.
+//
+// What is checked: every collective on device buffers against a higher-precision host
+// reference (random inputs, poisoned outputs); that a call returns before the stream
+// reaches it and completes in stream order; groups as one batch; abort and timeouts
+// releasing a stuck stream; host collectives unchanged beside device ones; the rejections.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "device/emulated_runtime.h"
+#include "ridge/ridge.h"
+#include "test_data.h"
+
+namespace {
+
+using namespace ridgetest;
+using ridge::Status;
+using ridge::device::EmulatedRuntime;
+using ridge::device::ScopedRuntimeForTesting;
+using Clock = std::chrono::steady_clock;
+
+constexpr unsigned char kPoison = 0xA5;
+
+double secondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::string lastError() {
+  const char* e = ridgeGetLastError(nullptr);
+  return e ? e : "";
+}
+
+// A device buffer of the emulated runtime, freed on scope exit.
+class DeviceBuffer {
+ public:
+  DeviceBuffer(EmulatedRuntime& rt, size_t bytes, int device = -1, bool managed = false)
+      : rt_(rt), bytes_(bytes) {
+    Status s = rt.allocDevice(bytes, &p_, device, managed);
+    EXPECT_TRUE(s.isOk()) << s.message();
+  }
+  ~DeviceBuffer() { rt_.freeDevice(p_); }
+  void* get() const { return p_; }
+  char* bytes() const { return static_cast<char*>(p_); }
+  void upload(const std::vector<unsigned char>& host) {
+    ASSERT_TRUE(rt_.copyToDevice(p_, host.data(), std::min(host.size(), bytes_)).isOk());
+  }
+  void poison() { upload(std::vector<unsigned char>(bytes_, kPoison)); }
+  std::vector<unsigned char> download() const {
+    std::vector<unsigned char> h(bytes_);
+    EXPECT_TRUE(rt_.copyToHost(h.data(), p_, bytes_).isOk());
+    return h;
+  }
+
+ private:
+  EmulatedRuntime& rt_;
+  size_t bytes_;
+  void* p_ = nullptr;
+};
+
+// A gate: a "kernel" on a stream that blocks the stream until the test opens it (bounded by
+// the runtime's wait timeout).
+struct Gate {
+  std::atomic<bool> open{false};
+  Status enqueue(EmulatedRuntime& rt, ridgeStream_t s) {
+    return rt.enqueue(s, [this, &rt] {
+      const auto deadline = Clock::now() + rt.waitTimeout();
+      while (!open.load() && Clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      return open.load() ? Status::ok() : Status(ridgeTimeout, "test gate never opened");
+    });
+  }
+};
+
+// Runs body(rank, comm, stream) on `n` threads, each with a communicator (timeout
+// `timeoutSec`) and an emulated stream; destroys both afterwards unless body returns false
+// (it took care of the communicator itself, e.g. aborted it).
+using RankBody = std::function<bool(int rank, ridgeComm_t comm, ridgeStream_t stream)>;
+void runRanks(EmulatedRuntime& rt, int n, const RankBody& body, int timeoutSec = 30) {
+  ridgeUniqueId id;
+  ASSERT_EQ(ridgeGetUniqueId(&id), ridgeSuccess) << lastError();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      ridgeConfig_t cfg = RIDGE_CONFIG_INITIALIZER;
+      cfg.timeoutSeconds = timeoutSec;
+      ridgeComm_t comm = nullptr;
+      ridgeResult_t res = ridgeCommInitRankConfig(&comm, n, id, r, &cfg);
+      if (res != ridgeSuccess) {
+        ADD_FAILURE() << "rank " << r << " init: " << lastError();
+        return;
+      }
+      ridgeStream_t stream = nullptr;
+      EXPECT_TRUE(rt.createStream(&stream).isOk());
+      if (body(r, comm, stream)) {
+        EXPECT_EQ(ridgeCommDestroy(comm), ridgeSuccess) << lastError();
+      }
+      EXPECT_TRUE(rt.synchronize(stream).isOk());
+      rt.destroyStream(stream);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+std::vector<unsigned char> hostBytes(size_t n) {
+  return std::vector<unsigned char>(n, kPoison);
+}
+
+// ---- every collective against the reference ---------------------------------------------
+
+enum class Coll { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AlltoAll, SendRecv };
+const char* collName(Coll c) {
+  static const char* names[] = {"allreduce",     "broadcast", "reduce",  "allgather",
+                                "reducescatter", "alltoall",  "sendrecv"};
+  return names[static_cast<int>(c)];
+}
+
+struct Case {
+  Coll coll;
+  ridgeDataType_t dt;
+  ridgeRedOp_t op;
+  size_t count;
+  bool managed;
+};
+
+// One rank's part of one case: fills its inputs, calls, synchronizes its stream and checks.
+void runCaseOnRank(EmulatedRuntime& rt, const Case& c, int rank, int n, ridgeComm_t comm,
+                   ridgeStream_t stream, uint32_t seed) {
+  const size_t es = dtSize(c.dt);
+  const size_t count = c.count;
+  const int root = n - 1;
+  std::vector<uint32_t> keys(n);
+  for (int r = 0; r < n; ++r) keys[r] = rankKey(seed, r);
+  const bool blocks = c.coll == Coll::AllGather || c.coll == Coll::ReduceScatter || c.coll == Coll::AlltoAll;
+  const size_t sendCount = c.coll == Coll::ReduceScatter || c.coll == Coll::AlltoAll ? count * n : count;
+  const size_t recvCount = c.coll == Coll::AllGather || c.coll == Coll::AlltoAll ? count * n : count;
+  (void)blocks;
+  DeviceBuffer send(rt, sendCount * es, -1, c.managed), recv(rt, recvCount * es, -1, c.managed);
+  std::vector<unsigned char> in = hostBytes(sendCount * es);
+  const TypedOps& ops = typedOps(c.dt, c.op);
+  switch (c.coll) {
+    case Coll::AllReduce:
+    case Coll::Reduce:
+    case Coll::ReduceScatter: ops.fill(in.data(), sendCount, keys[rank], 0); break;
+    case Coll::AlltoAll:
+      for (int j = 0; j < n; ++j) fillRawAny(es, in.data() + j * count * es, count, keys[rank], j * count);
+      break;
+    default: fillRawAny(es, in.data(), sendCount, keys[rank], 0); break;
+  }
+  send.upload(in);
+  recv.poison();
+  ridgeResult_t res = ridgeSuccess;
+  switch (c.coll) {
+    case Coll::AllReduce:
+      res = ridgeAllReduce(send.get(), recv.get(), count, c.dt, c.op, comm, stream);
+      break;
+    case Coll::Broadcast:
+      res = ridgeBroadcast(send.get(), recv.get(), count, c.dt, root, comm, stream);
+      break;
+    case Coll::Reduce:
+      res = ridgeReduce(send.get(), recv.get(), count, c.dt, c.op, root, comm, stream);
+      break;
+    case Coll::AllGather: res = ridgeAllGather(send.get(), recv.get(), count, c.dt, comm, stream); break;
+    case Coll::ReduceScatter:
+      res = ridgeReduceScatter(send.get(), recv.get(), count, c.dt, c.op, comm, stream);
+      break;
+    case Coll::AlltoAll: res = ridgeAlltoAll(send.get(), recv.get(), count, c.dt, comm, stream); break;
+    case Coll::SendRecv:
+      ridgeGroupStart();
+      ridgeSend(send.get(), count, c.dt, (rank + 1) % n, comm, stream);
+      ridgeRecv(recv.get(), count, c.dt, (rank + n - 1) % n, comm, stream);
+      res = ridgeGroupEnd();
+      break;
+  }
+  const std::string what = std::string(collName(c.coll)) + " " + dtName(c.dt) + " " + opName(c.op) +
+                           " count " + std::to_string(count) + (c.managed ? " managed" : "") + " rank " +
+                           std::to_string(rank) + "/" + std::to_string(n);
+  ASSERT_EQ(res, ridgeSuccess) << what << ": " << lastError();
+  Status s = rt.synchronize(stream);
+  ASSERT_TRUE(s.isOk()) << what << ": " << s.message();
+  ridgeResult_t async = ridgeSuccess;
+  ASSERT_EQ(ridgeCommGetAsyncError(comm, &async), ridgeSuccess);
+  ASSERT_EQ(async, ridgeSuccess) << what << ": " << lastError();
+  const std::vector<unsigned char> out = recv.download();
+  Mismatches mm;
+  switch (c.coll) {
+    case Coll::AllReduce: ops.checkRed(out.data(), count, keys.data(), n, 0, 0, mm); break;
+    case Coll::Reduce:
+      if (rank == root)
+        ops.checkRed(out.data(), count, keys.data(), n, 0, 0, mm);
+      else
+        for (unsigned char b : out) mm.count += b != kPoison;  // recvbuff is not written off-root
+      break;
+    case Coll::ReduceScatter: ops.checkRed(out.data(), count, keys.data(), n, rank * count, 0, mm); break;
+    case Coll::Broadcast: checkRawAny(es, out.data(), count, keys[root], 0, 0, mm); break;
+    case Coll::AllGather:
+      for (int j = 0; j < n; ++j)
+        checkRawAny(es, out.data() + j * count * es, count, keys[j], 0, j * count, mm);
+      break;
+    case Coll::AlltoAll:
+      for (int j = 0; j < n; ++j)
+        checkRawAny(es, out.data() + j * count * es, count, keys[j], rank * count, j * count, mm);
+      break;
+    case Coll::SendRecv: checkRawAny(es, out.data(), count, keys[(rank + n - 1) % n], 0, 0, mm); break;
+  }
+  EXPECT_EQ(mm.count, 0u) << what << ": " << mm.text;
+}
+
+void runMatrix(int n, const std::vector<Case>& cases) {
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  runRanks(rt, n, [&](int rank, ridgeComm_t comm, ridgeStream_t stream) {
+    uint32_t seed = 0x1234u + static_cast<uint32_t>(n);
+    for (const Case& c : cases) {
+      runCaseOnRank(rt, c, rank, n, comm, stream, seed++);
+      if (::testing::Test::HasFatalFailure()) break;
+    }
+    return true;
+  });
+}
+
+std::vector<Case> matrixCases() {
+  std::vector<Case> v;
+  const Coll colls[] = {Coll::AllReduce,     Coll::Broadcast, Coll::Reduce,  Coll::AllGather,
+                        Coll::ReduceScatter, Coll::AlltoAll,  Coll::SendRecv};
+  // Types and ops chosen so every element size and every op appears; two sizes: one below a
+  // slot, one spanning several chunks with an odd tail.
+  const struct {
+    ridgeDataType_t dt;
+    ridgeRedOp_t op;
+  } typed[] = {{ridgeFloat32, ridgeSum}, {ridgeInt32, ridgeProd},  {ridgeFloat16, ridgeAvg},
+               {ridgeUint8, ridgeMax},   {ridgeFloat64, ridgeMin}, {ridgeBfloat16, ridgeSum},
+               {ridgeInt64, ridgeSum}};
+  for (Coll c : colls) {
+    for (size_t i = 0; i < sizeof typed / sizeof typed[0]; ++i) {
+      const size_t count = i % 2 == 0 ? 1531 : 70001;
+      v.push_back({c, typed[i].dt, typed[i].op, count, false});
+    }
+  }
+  v.push_back({Coll::AllReduce, ridgeFloat32, ridgeSum, 4099, /*managed=*/true});
+  return v;
+}
+
+TEST(DeviceCollectives, EveryCollectiveTwoRanks) {
+  runMatrix(2, matrixCases());
+}
+
+TEST(DeviceCollectives, EveryCollectiveThreeRanks) {
+  runMatrix(3, matrixCases());
+}
+
+TEST(DeviceCollectives, AllReduceAndAllGatherFourRanks) {
+  runMatrix(4, {{Coll::AllReduce, ridgeFloat32, ridgeSum, 100003, false},
+                {Coll::AllGather, ridgeInt8, ridgeSum, 777, false},
+                {Coll::ReduceScatter, ridgeBfloat16, ridgeMax, 5000, false}});
+}
+
+TEST(DeviceCollectives, InPlaceAllReduceAndAllGather) {
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  const int n = 2;
+  const size_t count = 3001;
+  runRanks(rt, n, [&](int rank, ridgeComm_t comm, ridgeStream_t stream) {
+    uint32_t keys[n] = {rankKey(77, 0), rankKey(77, 1)};
+    const TypedOps& ops = typedOps(ridgeFloat32, ridgeSum);
+    DeviceBuffer buf(rt, count * 4 * n);
+    std::vector<unsigned char> in = hostBytes(count * 4 * n);
+    ops.fill(in.data(), count, keys[rank], 0);
+    buf.upload(in);
+    EXPECT_EQ(ridgeAllReduce(buf.get(), buf.get(), count, ridgeFloat32, ridgeSum, comm, stream),
+              ridgeSuccess);
+    EXPECT_TRUE(rt.synchronize(stream).isOk());
+    Mismatches mm;
+    std::vector<unsigned char> out = buf.download();
+    ops.checkRed(out.data(), count, keys, n, 0, 0, mm);
+    EXPECT_EQ(mm.count, 0u) << "in-place allreduce: " << mm.text;
+    // In-place all-gather: this rank's block already sits at its place in recvbuff.
+    fillRawAny(4, in.data() + rank * count * 4, count, keys[rank], 0);
+    buf.upload(in);
+    EXPECT_EQ(ridgeAllGather(buf.bytes() + rank * count * 4, buf.get(), count, ridgeFloat32, comm, stream),
+              ridgeSuccess);
+    EXPECT_TRUE(rt.synchronize(stream).isOk());
+    out = buf.download();
+    Mismatches mg;
+    for (int j = 0; j < n; ++j) checkRawAny(4, out.data() + j * count * 4, count, keys[j], 0, j * count, mg);
+    EXPECT_EQ(mg.count, 0u) << "in-place allgather: " << mg.text;
+    return true;
+  });
+}
+
+// ---- stream semantics -------------------------------------------------------------------
+
+TEST(DeviceStreams, CallReturnsBeforeTheStreamReachesItAndCompletesInOrder) {
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  const int n = 2;
+  const size_t count = 20000;
+  runRanks(rt, n, [&](int rank, ridgeComm_t comm, ridgeStream_t stream) {
+    uint32_t keys[n] = {rankKey(5, 0), rankKey(5, 1)};
+    const TypedOps& ops = typedOps(ridgeFloat32, ridgeSum);
+    DeviceBuffer send(rt, count * 4), recv(rt, count * 4);
+    std::vector<unsigned char> in = hostBytes(count * 4);
+    ops.fill(in.data(), count, keys[rank], 0);
+    send.upload(in);
+    recv.poison();
+    Gate gate;
+    EXPECT_TRUE(gate.enqueue(rt, stream).isOk());
+    const uint64_t waitsBefore = rt.releaseWaitsQueued();
+    const auto t0 = Clock::now();
+    EXPECT_EQ(ridgeAllReduce(send.get(), recv.get(), count, ridgeFloat32, ridgeSum, comm, stream),
+              ridgeSuccess)
+        << lastError();
+    EXPECT_LT(secondsSince(t0), 2.0) << "the call waited for the stream";
+    EXPECT_GT(rt.releaseWaitsQueued(), waitsBefore);
+    // Work queued after the collective: sees its result.
+    std::vector<unsigned char> seenAfter(count * 4, 0);
+    EXPECT_TRUE(
+        rt.enqueue(stream, [&] { return rt.copyToHost(seenAfter.data(), recv.get(), count * 4); }).isOk());
+    // The gate is closed: nothing may have been written yet, however long we look.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::vector<unsigned char> early = recv.download();
+    size_t touched = 0;
+    for (unsigned char b : early) touched += b != kPoison;
+    EXPECT_EQ(touched, 0u) << "output written before the stream reached the collective";
+    gate.open.store(true);
+    Status s = rt.synchronize(stream);
+    EXPECT_TRUE(s.isOk()) << s.message();
+    Mismatches mm;
+    ops.checkRed(seenAfter.data(), count, keys, n, 0, 0, mm);
+    EXPECT_EQ(mm.count, 0u) << "work queued after the collective saw: " << mm.text;
+    return true;
+  });
+}
+
+TEST(DeviceStreams, GroupRunsAsOneBatchWithOneRelease) {
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  const int n = 2;
+  const size_t count = 4096;
+  runRanks(rt, n, [&](int rank, ridgeComm_t comm, ridgeStream_t stream) {
+    uint32_t keys[n] = {rankKey(9, 0), rankKey(9, 1)};
+    const TypedOps& ops = typedOps(ridgeInt32, ridgeSum);
+    DeviceBuffer a(rt, count * 4), ar(rt, count * 4), p2pIn(rt, count * 4), p2pOut(rt, count * 4),
+        bc(rt, count * 4);
+    std::vector<unsigned char> in = hostBytes(count * 4);
+    ops.fill(in.data(), count, keys[rank], 0);
+    a.upload(in);
+    fillRawAny(4, in.data(), count, keys[rank], 0);
+    p2pIn.upload(in);
+    bc.upload(in);
+    ar.poison();
+    p2pOut.poison();
+    Gate gate;  // holds the stream so that the whole group is queued before any of it runs
+    EXPECT_TRUE(gate.enqueue(rt, stream).isOk());
+    ridgeGroupStart();
+    ridgeAllReduce(a.get(), ar.get(), count, ridgeInt32, ridgeSum, comm, stream);
+    // Both directions of an exchange: deadlocks unless the group's operations run together.
+    ridgeSend(p2pIn.get(), count, ridgeInt32, 1 - rank, comm, stream);
+    ridgeRecv(p2pOut.get(), count, ridgeInt32, 1 - rank, comm, stream);
+    ridgeBroadcast(bc.get(), bc.get(), count, ridgeInt32, 0, comm, stream);
+    EXPECT_EQ(ridgeGroupEnd(), ridgeSuccess) << lastError();
+    gate.open.store(true);
+    EXPECT_TRUE(rt.synchronize(stream).isOk());
+    Mismatches mm;
+    std::vector<unsigned char> out = ar.download();
+    ops.checkRed(out.data(), count, keys, n, 0, 0, mm);
+    out = p2pOut.download();
+    checkRawAny(4, out.data(), count, keys[1 - rank], 0, 0, mm);
+    out = bc.download();
+    checkRawAny(4, out.data(), count, keys[0], 0, 0, mm);
+    EXPECT_EQ(mm.count, 0u) << mm.text;
+    return true;
+  });
+  // One batch per rank, one stream: one release wait per rank, not one per operation (4).
+  EXPECT_EQ(rt.releaseWaitsQueued(), static_cast<uint64_t>(n));
+}
+
+TEST(DeviceStreams, AbortReleasesAStreamStuckOnAPeerThatNeverCalls) {
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  const size_t count = 1000;
+  std::atomic<bool> rank0Done{false};
+  runRanks(
+      rt, 2,
+      [&](int rank, ridgeComm_t comm, ridgeStream_t stream) {
+        if (rank == 1) {  // never calls the collective; leaves once rank 0 is done
+          const auto t0 = Clock::now();
+          while (!rank0Done.load() && secondsSince(t0) < 20)
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          return true;
+        }
+        DeviceBuffer send(rt, count * 4), recv(rt, count * 4);
+        send.poison();
+        EXPECT_EQ(ridgeAllReduce(send.get(), recv.get(), count, ridgeFloat32, ridgeSum, comm, stream),
+                  ridgeSuccess);
+        std::this_thread::sleep_for(
+            std::chrono::milliseconds(200));  // the proxy is now stuck in the collective
+        const auto t0 = Clock::now();
+        EXPECT_EQ(ridgeCommAbort(comm), ridgeSuccess) << lastError();
+        Status s = rt.synchronize(stream);
+        EXPECT_TRUE(s.isOk()) << s.message();
+        EXPECT_LT(secondsSince(t0), 5.0) << "abort did not release the stream promptly";
+        rank0Done.store(true);
+        return false;  // aborted: nothing to destroy
+      },
+      /*timeoutSec=*/60);
+}
+
+TEST(DeviceStreams, AbortReleasesAStreamThatHasNotReachedTheCollective) {
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  runRanks(
+      rt, 1,
+      [&](int, ridgeComm_t comm, ridgeStream_t stream) {
+        DeviceBuffer buf(rt, 4096);
+        Gate gate;
+        EXPECT_TRUE(gate.enqueue(rt, stream).isOk());
+        EXPECT_EQ(ridgeAllReduce(buf.get(), buf.get(), 1024, ridgeFloat32, ridgeSum, comm, stream),
+                  ridgeSuccess);
+        const auto t0 = Clock::now();
+        EXPECT_EQ(ridgeCommAbort(comm), ridgeSuccess) << lastError();
+        EXPECT_LT(secondsSince(t0), 5.0);
+        gate.open.store(true);  // the stream reaches the marker and the (released) wait
+        EXPECT_TRUE(rt.synchronize(stream).isOk());
+        return false;
+      },
+      60);
+}
+
+TEST(DeviceStreams, PeerTimeoutIsAnAsyncErrorAndStillReleasesTheStream) {
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  std::atomic<bool> rank0Done{false};
+  runRanks(
+      rt, 2,
+      [&](int rank, ridgeComm_t comm, ridgeStream_t stream) {
+        if (rank == 1) {
+          const auto t0 = Clock::now();
+          while (!rank0Done.load() && secondsSince(t0) < 20)
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          return true;
+        }
+        DeviceBuffer buf(rt, 4096);
+        EXPECT_EQ(ridgeAllReduce(buf.get(), buf.get(), 1024, ridgeFloat32, ridgeSum, comm, stream),
+                  ridgeSuccess);
+        const auto t0 = Clock::now();
+        Status s = rt.synchronize(stream);  // released after the 1 s timeout
+        EXPECT_TRUE(s.isOk()) << s.message();
+        EXPECT_LT(secondsSince(t0), 8.0);
+        ridgeResult_t async = ridgeSuccess;
+        EXPECT_EQ(ridgeCommGetAsyncError(comm, &async), ridgeSuccess);
+        EXPECT_EQ(async, ridgeTimeout);
+        EXPECT_NE(lastError().find("no progress"), std::string::npos) << lastError();
+        // The communicator is now unusable, with a clear message.
+        EXPECT_EQ(ridgeAllReduce(buf.get(), buf.get(), 1024, ridgeFloat32, ridgeSum, comm, stream),
+                  ridgeTimeout);
+        EXPECT_NE(lastError().find("unusable"), std::string::npos) << lastError();
+        rank0Done.store(true);
+        return true;
+      },
+      /*timeoutSec=*/1);
+}
+
+// ---- host memory beside device memory -----------------------------------------------------
+
+TEST(DeviceStreams, HostCollectivesUnchangedBesideDeviceOnes) {
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  const int n = 2;
+  const size_t count = 50000;
+  runRanks(rt, n, [&](int rank, ridgeComm_t comm, ridgeStream_t stream) {
+    uint32_t keys[n] = {rankKey(21, 0), rankKey(21, 1)};
+    const TypedOps& ops = typedOps(ridgeFloat64, ridgeSum);
+    DeviceBuffer dsend(rt, count * 8), drecv(rt, count * 8);
+    std::vector<unsigned char> in = hostBytes(count * 8), hostOut = hostBytes(count * 8);
+    ops.fill(in.data(), count, keys[rank], 0);
+    dsend.upload(in);
+    drecv.poison();
+    // A device call still in flight, then a host call on the same communicator: the host
+    // call waits for the proxy, then runs on this thread as it always did.
+    EXPECT_EQ(ridgeAllReduce(dsend.get(), drecv.get(), count, ridgeFloat64, ridgeSum, comm, stream),
+              ridgeSuccess);
+    EXPECT_EQ(ridgeAllReduce(in.data(), hostOut.data(), count, ridgeFloat64, ridgeSum, comm, nullptr),
+              ridgeSuccess)
+        << lastError();
+    Mismatches mm;
+    ops.checkRed(hostOut.data(), count, keys, n, 0, 0, mm);
+    EXPECT_EQ(mm.count, 0u) << "host allreduce: " << mm.text;
+    // Host buffers with a stream: ordered after the stream's work, completed on return.
+    std::fill(hostOut.begin(), hostOut.end(), kPoison);
+    EXPECT_EQ(ridgeAllReduce(in.data(), hostOut.data(), count, ridgeFloat64, ridgeSum, comm, stream),
+              ridgeSuccess)
+        << lastError();
+    ops.checkRed(hostOut.data(), count, keys, n, 0, 0, mm);
+    EXPECT_TRUE(rt.synchronize(stream).isOk());
+    std::vector<unsigned char> out = drecv.download();
+    ops.checkRed(out.data(), count, keys, n, 0, 0, mm);
+    EXPECT_EQ(mm.count, 0u) << mm.text;
+    return true;
+  });
+}
+
+TEST(DeviceStreamsDeathTest, EmulatedDeviceMemoryFaultsOnHostAccess) {
+  // What makes the other tests able to fail: had Ridge's core dereferenced a device
+  // pointer on the host (rather than staging it through copies), the process would die.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        EmulatedRuntime rt;
+        void* p = nullptr;
+        if (!rt.allocDevice(4096, &p).isOk()) std::_Exit(0);
+        volatile char c = *static_cast<volatile char*>(p);
+        (void)c;
+        std::_Exit(0);
+      },
+      "");
+}
+
+// ---- rejections -------------------------------------------------------------------------
+
+TEST(DeviceRejections, ClearErrorsForWhatCannotWork) {
+  EmulatedRuntime rt(/*devices=*/2);
+  ScopedRuntimeForTesting scope(&rt);
+  runRanks(rt, 1, [&](int, ridgeComm_t comm, ridgeStream_t stream) {
+    int dev = -2;
+    EXPECT_EQ(ridgeCommCuDevice(comm, &dev), ridgeSuccess);
+    EXPECT_EQ(dev, 0);
+    DeviceBuffer d(rt, 4096), other(rt, 4096, /*device=*/1);
+    std::vector<float> host(1024);
+    // Mixed host and device buffers.
+    EXPECT_EQ(ridgeAllReduce(d.get(), host.data(), 1024, ridgeFloat32, ridgeSum, comm, stream),
+              ridgeInvalidUsage);
+    EXPECT_NE(lastError().find("sendbuff is device memory but recvbuff is host memory"), std::string::npos)
+        << lastError();
+    // Memory of another device than the communicator's.
+    EXPECT_EQ(ridgeAllReduce(other.get(), other.get(), 1024, ridgeFloat32, ridgeSum, comm, stream),
+              ridgeInvalidUsage);
+    EXPECT_NE(lastError().find("device 1 but the communicator serves device 0"), std::string::npos)
+        << lastError();
+    // A stream the runtime does not know.
+    int notAStream = 0;
+    EXPECT_EQ(ridgeAllReduce(d.get(), d.get(), 1024, ridgeFloat32, ridgeSum, comm,
+                             reinterpret_cast<ridgeStream_t>(&notAStream)),
+              ridgeInvalidArgument);
+    EXPECT_NE(lastError().find("not a live stream"), std::string::npos) << lastError();
+    // A group mixing host and device memory on one communicator.
+    ridgeGroupStart();
+    ridgeAllReduce(d.get(), d.get(), 1024, ridgeFloat32, ridgeSum, comm, stream);
+    ridgeAllReduce(host.data(), host.data(), 1024, ridgeFloat32, ridgeSum, comm, nullptr);
+    EXPECT_EQ(ridgeGroupEnd(), ridgeInvalidUsage);
+    EXPECT_NE(lastError().find("mixes host-memory and device-memory"), std::string::npos) << lastError();
+    // After all that the communicator still works, on the legacy default stream too (NULL).
+    std::vector<unsigned char> ones(4096);
+    for (size_t i = 0; i < 1024; ++i) {
+      float v = 1.5f;
+      std::memcpy(ones.data() + i * 4, &v, 4);
+    }
+    d.upload(ones);
+    EXPECT_EQ(ridgeAllReduce(d.get(), d.get(), 1024, ridgeFloat32, ridgeSum, comm, nullptr), ridgeSuccess)
+        << lastError();
+    EXPECT_TRUE(rt.synchronize(nullptr).isOk());
+    EXPECT_EQ(d.download(), ones);  // one rank: the sum is the input
+    return true;
+  });
+}
+
+}  // namespace
+
+namespace {
+TEST(HostGroups, CollectiveAndExchangeInOneGroup) {
+  const int n = 2;
+  const size_t count = 4096;
+  EmulatedRuntime rt;
+  runRanks(rt, n, [&](int rank, ridgeComm_t comm, ridgeStream_t) {
+    std::vector<int32_t> a(count, rank + 1), ar(count), p2pIn(count, 10 + rank), p2pOut(count);
+    ridgeGroupStart();
+    ridgeAllReduce(a.data(), ar.data(), count, ridgeInt32, ridgeSum, comm, nullptr);
+    ridgeSend(p2pIn.data(), count, ridgeInt32, 1 - rank, comm, nullptr);
+    ridgeRecv(p2pOut.data(), count, ridgeInt32, 1 - rank, comm, nullptr);
+    EXPECT_EQ(ridgeGroupEnd(), ridgeSuccess) << lastError();
+    EXPECT_EQ(ar[0], 3);
+    EXPECT_EQ(p2pOut[count - 1], 11 - rank);
+    return true;
+  });
+}
+}  // namespace
