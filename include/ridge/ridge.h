@@ -11,10 +11,15 @@
  * process, and a peer that dies or never arrives turns into ridgeRemoteError or
  * ridgeTimeout within RIDGE_TIMEOUT seconds instead of a hang.
  *
- * Memory: in this release buffers must be host memory. The stream argument is typed
- * so that CUDA code passes a cudaStream_t without a cast; host callers pass NULL.
+ * Memory: buffers are host memory, or (CUDA builds, with a device) device or managed
+ * memory of the communicator's device; one call's buffers must not mix the two. The
+ * stream argument is typed so that CUDA code passes a cudaStream_t without a cast.
  * Calls on host memory complete before they return (or, inside a group, before
- * ridgeGroupEnd returns).
+ * ridgeGroupEnd returns); a non-NULL stream is synchronized first. Calls on device
+ * memory are stream-ordered, as NCCL's: they enqueue on the stream (NULL: the legacy
+ * default stream) and return; work queued later on the stream sees the result, and an
+ * error after the call returned is reported by ridgeCommGetAsyncError (the stream is
+ * still released). See docs/gpu.md.
  */
 #ifndef RIDGE_RIDGE_H
 #define RIDGE_RIDGE_H
@@ -178,7 +183,8 @@ RIDGE_API ridgeResult_t ridgeCommDestroy(ridgeComm_t comm);
 
 /**
  * Marks the communicator aborted and frees it. Safe to call from another thread
- * while a collective is blocked: the blocked call returns ridgeAborted. Not collective.
+ * while a collective is blocked: the blocked call returns ridgeAborted, and streams
+ * waiting on the communicator's device collectives are released. Not collective.
  */
 RIDGE_API ridgeResult_t ridgeCommAbort(ridgeComm_t comm);
 

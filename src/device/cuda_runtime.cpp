@@ -16,6 +16,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -228,7 +229,7 @@ class CudaRuntime final : public DeviceRuntime {
 
  private:
   int devices_ = 0;
-  WaitValue32Fn waitValue32_ = nullptr;
+  std::atomic<WaitValue32Fn> waitValue32_{nullptr};  // null: the host-function fallback
 };
 
 }  // namespace

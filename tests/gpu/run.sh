@@ -11,7 +11,7 @@ cd "$(dirname "$0")/../.."
 report=${1:-build-gpu/gpu-report.txt}
 jobs=$(nproc)
 cmake -S . -B build-gpu -G Ninja -DRIDGE_WITH_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
-ninja -C build-gpu -j"$jobs" test_gpu_kernels ridge-gpu-kernel-bw ridge_kernels >/dev/null
+ninja -C build-gpu -j"$jobs" test_gpu_kernels test_gpu_stream ridge-gpu-kernel-bw ridge_kernels >/dev/null
 mkdir -p "$(dirname "$report")"
 {
   echo "# Ridge GPU report, $(date -u +%Y-%m-%dT%H:%MZ)"
@@ -27,6 +27,13 @@ if ./build-gpu/tests/gpu/test_gpu_kernels --gtest_brief=1 >>"$report" 2>&1; then
   echo "kernel tests: passed" | tee -a "$report"
 else
   echo "kernel tests: FAILED" | tee -a "$report"
+  status=1
+fi
+echo "## stream-ordered collectives" >>"$report"
+if RIDGE_SOCKET_IFNAME=lo ./build-gpu/tests/gpu/test_gpu_stream --gtest_brief=1 >>"$report" 2>&1; then
+  echo "stream tests: passed" | tee -a "$report"
+else
+  echo "stream tests: FAILED" | tee -a "$report"
   status=1
 fi
 echo "## kernel bandwidth (ridge-gpu-kernel-bw 256 20)" >>"$report"

@@ -1,0 +1,119 @@
+// Stream-ordered collectives on real device memory: two ranks (threads) on one GPU, each
+// with its own communicator and stream. The same semantics as tests/device (which proves
+// them on the emulated runtime), here with the CUDA runtime: cudaPointerGetAttributes
+// classification, events as ready markers, cuStreamWaitValue32 on the release word.
+// Without a CUDA device every test reports "skipped: no CUDA device".
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/device_reduce.h"
+#include "ridge/ridge.h"
+
+namespace {
+
+#define SKIP_WITHOUT_GPU()                                                         \
+  do {                                                                             \
+    if (ridge::gpu::deviceCount() == 0) GTEST_SKIP() << "skipped: no CUDA device"; \
+  } while (0)
+
+std::string lastError() {
+  const char* e = ridgeGetLastError(nullptr);
+  return e ? e : "";
+}
+
+// Holds the stream until *flag (mapped host memory) becomes nonzero, bounded by a cycle
+// count so that a broken test cannot hang the GPU.
+__global__ void gateKernel(const volatile int* flag, long long maxCycles) {
+  const long long start = clock64();
+  while (*flag == 0 && clock64() - start < maxCycles) {
+  }
+}
+
+using Body = std::function<void(int rank, ridgeComm_t comm, cudaStream_t stream)>;
+void runTwoRanks(const Body& body) {
+  ridgeUniqueId id;
+  ASSERT_EQ(ridgeGetUniqueId(&id), ridgeSuccess) << lastError();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+      ridgeComm_t comm = nullptr;
+      ASSERT_EQ(ridgeCommInitRank(&comm, 2, id, r), ridgeSuccess) << lastError();
+      int dev = -1;
+      EXPECT_EQ(ridgeCommCuDevice(comm, &dev), ridgeSuccess);
+      EXPECT_EQ(dev, 0);
+      cudaStream_t stream = nullptr;
+      EXPECT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+      body(r, comm, stream);
+      EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      EXPECT_EQ(ridgeCommDestroy(comm), ridgeSuccess) << lastError();
+      cudaStreamDestroy(stream);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+TEST(GpuStream, AllReduceIsStreamOrdered) {
+  SKIP_WITHOUT_GPU();
+  const size_t count = (1 << 20) + 7;
+  runTwoRanks([&](int rank, ridgeComm_t comm, cudaStream_t stream) {
+    std::vector<float> in(count), out(count, -1.0f), after(count, -2.0f);
+    for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((i * 7 + rank * 13) % 1024) * 0.25f;
+    float *send = nullptr, *recv = nullptr;
+    ASSERT_EQ(cudaMalloc(&send, count * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&recv, count * 4), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(send, in.data(), count * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemset(recv, 0xA5, count * 4), cudaSuccess);
+    int* flag = nullptr;
+    ASSERT_EQ(cudaHostAlloc(&flag, sizeof(int), cudaHostAllocMapped), cudaSuccess);
+    *flag = 0;
+    int* devFlag = nullptr;
+    ASSERT_EQ(cudaHostGetDevicePointer(&devFlag, flag, 0), cudaSuccess);
+    gateKernel<<<1, 1, 0, stream>>>(devFlag, 20LL * 1000 * 1000 * 1000);  // ~10 s at most
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(ridgeAllReduce(send, recv, count, ridgeFloat32, ridgeSum, comm, stream), ridgeSuccess)
+        << lastError();
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+    ASSERT_EQ(cudaMemcpyAsync(after.data(), recv, count * 4, cudaMemcpyDeviceToHost, stream), cudaSuccess);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_EQ(cudaStreamQuery(stream), cudaErrorNotReady) << "the stream ran past a closed gate";
+    __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    ridgeResult_t async = ridgeSuccess;
+    EXPECT_EQ(ridgeCommGetAsyncError(comm, &async), ridgeSuccess);
+    EXPECT_EQ(async, ridgeSuccess) << lastError();
+    size_t bad = 0;
+    for (size_t i = 0; i < count; ++i) {
+      const float want =
+          static_cast<float>((i * 7) % 1024) * 0.25f + static_cast<float>((i * 7 + 13) % 1024) * 0.25f;
+      bad += after[i] != want;
+    }
+    EXPECT_EQ(bad, 0u) << "wrong elements seen by work queued after the allreduce";
+    cudaFree(send);
+    cudaFree(recv);
+    cudaFreeHost(flag);
+  });
+}
+
+TEST(GpuStream, MixedHostAndDeviceBuffersAreRefused) {
+  SKIP_WITHOUT_GPU();
+  runTwoRanks([&](int, ridgeComm_t comm, cudaStream_t stream) {
+    float* d = nullptr;
+    ASSERT_EQ(cudaMalloc(&d, 4096), cudaSuccess);
+    std::vector<float> h(1024);
+    EXPECT_EQ(ridgeAllReduce(d, h.data(), 1024, ridgeFloat32, ridgeSum, comm, stream), ridgeInvalidUsage);
+    EXPECT_NE(lastError().find("sendbuff is device memory but recvbuff is host memory"), std::string::npos)
+        << lastError();
+    cudaFree(d);
+  });
+}
+
+}  // namespace
