@@ -396,6 +396,8 @@ RIDGE_API ridgeResult_t ridgeCommDestroy(ridgeComm_t comm) {
   if (comm->magic != ridgeComm::kMagic)
     return fail(nullptr, badArg("ridgeCommDestroy", "comm is not a live communicator"));
   if (comm->initThread.joinable()) comm->initThread.join();
+  // Queued device operations finish (bounded) before the bootstrap they may use goes.
+  stopGpuProxy(comm, comm->aborted.load());
   if (!comm->finalized && comm->bootstrap) comm->bootstrap->close();
   freeComm(comm);
   return ridgeSuccess;

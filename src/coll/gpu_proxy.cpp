@@ -105,11 +105,13 @@ Status GpuProxy::submit(const DeviceOp* ops, size_t n) {
   if (stop_) return makeError(ridgeInvalidUsage, "rank %d: the communicator is shutting down", comm_->rank);
   // Wait for room, in short slices so that ridgeCommAbort is noticed.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(comm_->timeoutSec);
-  while (head_ - tail_ + n > kMaxDeviceBatchOps) {
+  for (;;) {
+    // Abort first: once aborted, room made by the proxy releasing batches is no invitation.
     if (comm_->aborted.load())
       return makeError(ridgeAborted,
                        "rank %d: communicator aborted while waiting for room in the device queue",
                        comm_->rank);
+    if (head_ - tail_ + n <= kMaxDeviceBatchOps) break;
     if (std::chrono::steady_clock::now() > deadline)
       return timedOut("the device operation queue stayed full");
     changed_.wait_for(lock, std::chrono::milliseconds(10));

@@ -5,6 +5,7 @@
 // outside a group. Every rank is a forked process; every receive buffer has poisoned
 // guard zones that must survive. The harness deadline turns a deadlock into a failure.
 #include <memory>
+#include <vector>
 
 #include "rank_launcher.h"
 #include "test_data.h"
@@ -245,6 +246,34 @@ bool blockingPingPong(ridgeComm_t comm, int me, int n, Reporter& rep, uint32_t s
   return true;
 }
 
+/** A collective and a ring exchange in one group: the exchange's chains start once the
+ *  collective is done. Regression: this crashed (GCC 12 destroyed the task held by a
+ *  temporary SpawnTask awaiter twice). */
+bool collectiveWithExchange(ridgeComm_t comm, int me, int n, Reporter& rep, uint32_t seed) {
+  const std::string where = "allreduce and ring exchange in one group";
+  rep.line("STEP " + where);
+  const size_t count = 4099;
+  const int next = (me + 1) % n, prev = (me + n - 1) % n;
+  std::vector<uint32_t> keys(n);
+  for (int r = 0; r < n; ++r) keys[r] = rankKey(seed, r);
+  const TypedOps& ops = typedOps(ridgeInt32, ridgeSum);
+  GBuf in(count * 4), out(count * 4), s(count * 4), r(count * 4);
+  ops.fill(in.data(), count, keys[me], 0);
+  fillRawAny(4, s.data(), count, keys[me], 0);
+  GCHECK(ridgeGroupStart(), where);
+  GCHECK(ridgeAllReduce(in.data(), out.data(), count, ridgeInt32, ridgeSum, comm, nullptr), where);
+  if (n > 1) {
+    GCHECK(ridgeSend(s.data(), count, ridgeInt32, next, comm, nullptr), where);
+    GCHECK(ridgeRecv(r.data(), count, ridgeInt32, prev, comm, nullptr), where);
+  }
+  GCHECK(ridgeGroupEnd(), where);
+  Mismatches mm;
+  ops.checkRed(out.data(), count, keys.data(), n, 0, 0, mm);
+  if (mm.count) rep.fail(where, std::to_string(mm.count) + " wrong reduced elements: " + mm.text);
+  if (n > 1) checkRawBuf(rep, where + " exchange", r, 4, count, keys[prev], 0);
+  return true;
+}
+
 void runGroups(int n) {
   setLoopbackEnv();
   setenv("RIDGE_TIMEOUT", "20", 1);
@@ -257,7 +286,8 @@ void runGroups(int n) {
               ringBothWays(comm, me, n, rep, 13, 1009) && ringBothWays(comm, me, n, rep, 14, 300001) &&
               ringBothWays(comm, me, n, rep, 15, 0);
     for (int iter = 0; ok && iter < 16; ++iter) ok = allPairs(comm, me, n, rep, 100 + iter, iter);
-    ok = ok && sameePeerOrdered(comm, me, n, rep, 20) && blockingPingPong(comm, me, n, rep, 21);
+    ok = ok && sameePeerOrdered(comm, me, n, rep, 20) && blockingPingPong(comm, me, n, rep, 21) &&
+         collectiveWithExchange(comm, me, n, rep, 23);
     // A collective after all of it still works.
     ok = ok && fusedCollectives(comm, me, n, rep, 22, false);
     ridgeResult_t r = ridgeCommDestroy(comm);

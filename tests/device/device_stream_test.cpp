@@ -577,20 +577,142 @@ TEST(DeviceRejections, ClearErrorsForWhatCannotWork) {
 }  // namespace
 
 namespace {
-TEST(HostGroups, CollectiveAndExchangeInOneGroup) {
-  const int n = 2;
-  const size_t count = 4096;
+
+TEST(DeviceQueue, FullRingWaitsAndAbortUnblocksTheCaller) {
   EmulatedRuntime rt;
-  runRanks(rt, n, [&](int rank, ridgeComm_t comm, ridgeStream_t) {
-    std::vector<int32_t> a(count, rank + 1), ar(count), p2pIn(count, 10 + rank), p2pOut(count);
+  ScopedRuntimeForTesting scope(&rt);
+  runRanks(
+      rt, 1,
+      [&](int, ridgeComm_t comm, ridgeStream_t stream) {
+        DeviceBuffer buf(rt, 4096);
+        Gate gate;  // the proxy waits on the first marker, so nothing leaves the ring
+        EXPECT_TRUE(gate.enqueue(rt, stream).isOk());
+        int accepted = 0;
+        for (; accepted < 256; ++accepted)
+          if (ridgeAllReduce(buf.get(), buf.get(), 16, ridgeFloat32, ridgeSum, comm, stream) != ridgeSuccess)
+            break;
+        EXPECT_EQ(accepted, 256) << lastError();
+        // The ring is full: the next call waits, until ridgeCommAbort from another thread.
+        std::atomic<ridgeResult_t> blocked{ridgeInProgress};
+        std::thread caller([&] {
+          blocked = ridgeAllReduce(buf.get(), buf.get(), 16, ridgeFloat32, ridgeSum, comm, stream);
+        });
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        EXPECT_EQ(blocked.load(), ridgeInProgress) << "a call into a full ring did not wait";
+        EXPECT_EQ(ridgeCommAbort(comm), ridgeSuccess) << lastError();
+        caller.join();
+        EXPECT_EQ(blocked.load(), ridgeAborted);
+        gate.open.store(true);
+        EXPECT_TRUE(rt.synchronize(stream).isOk());  // every queued wait was released
+        return false;
+      },
+      60);
+}
+
+TEST(DeviceQueue, GroupLargerThanTheRingIsRefused) {
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  runRanks(rt, 1, [&](int, ridgeComm_t comm, ridgeStream_t stream) {
+    DeviceBuffer buf(rt, 4096);
     ridgeGroupStart();
-    ridgeAllReduce(a.data(), ar.data(), count, ridgeInt32, ridgeSum, comm, nullptr);
-    ridgeSend(p2pIn.data(), count, ridgeInt32, 1 - rank, comm, nullptr);
-    ridgeRecv(p2pOut.data(), count, ridgeInt32, 1 - rank, comm, nullptr);
-    EXPECT_EQ(ridgeGroupEnd(), ridgeSuccess) << lastError();
-    EXPECT_EQ(ar[0], 3);
-    EXPECT_EQ(p2pOut[count - 1], 11 - rank);
+    for (int i = 0; i < 257; ++i)
+      ridgeAllReduce(buf.get(), buf.get(), 16, ridgeFloat32, ridgeSum, comm, stream);
+    EXPECT_EQ(ridgeGroupEnd(), ridgeInvalidUsage);
+    EXPECT_NE(lastError().find("at most 256"), std::string::npos) << lastError();
     return true;
   });
 }
+
+TEST(EmulatedRuntime, ReleaseWaitIsBoundedAndReported) {
+  EmulatedRuntime rt;
+  rt.setWaitTimeout(std::chrono::milliseconds(100));
+  ridgeStream_t s = nullptr;
+  ASSERT_TRUE(rt.createStream(&s).isOk());
+  ridge::device::ReleaseWord w;
+  ASSERT_TRUE(rt.takeReleaseWord(&w).isOk());
+  const uint32_t v = *w.host;
+  ASSERT_TRUE(rt.waitWord(s, w, v + 1).isOk());
+  const auto t0 = Clock::now();
+  Status st = rt.synchronize(s);
+  EXPECT_EQ(st.code(), ridgeTimeout) << st.message();
+  EXPECT_LT(secondsSince(t0), 2.0);
+  // Reached (cyclically: a word past 2^32 wraps) waits pass at once.
+  *w.host = v + 1;
+  ASSERT_TRUE(rt.waitWord(s, w, v + 1).isOk());
+  EXPECT_TRUE(rt.synchronize(s).isOk());
+  EXPECT_TRUE(ridge::device::sequenceReached(5u, 0xfffffff0u));
+  EXPECT_FALSE(ridge::device::sequenceReached(0xfffffff0u, 5u));
+  rt.returnReleaseWord(w);
+  rt.destroyStream(s);
+}
+
+TEST(EmulatedRuntime, IpcOpensTheSameMemory) {
+  EmulatedRuntime rt;
+  DeviceBuffer a(rt, 8192);
+  std::vector<unsigned char> in(8192);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<unsigned char>(i * 31 + 7);
+  a.upload(in);
+  ridge::device::DeviceRuntime::IpcHandle h;
+  ASSERT_TRUE(rt.ipcExport(a.get(), &h).isOk());
+  void* view = nullptr;
+  ASSERT_TRUE(rt.ipcOpen(h, &view).isOk());
+  EXPECT_NE(view, a.get());
+  EXPECT_EQ(rt.classify(view).kind, ridge::device::PointerKind::Device);
+  std::vector<unsigned char> out(8192);
+  ASSERT_TRUE(rt.copyToHost(out.data(), view, out.size()).isOk());
+  EXPECT_EQ(out, in);
+  EXPECT_TRUE(rt.ipcClose(view).isOk());
+  EXPECT_FALSE(rt.ipcClose(view).isOk());                 // closed once only
+  EXPECT_FALSE(rt.ipcExport(a.bytes() + 64, &h).isOk());  // not an allocation's base
+}
+
+TEST(EmulatedRuntime, DeviceReduceKernelMatchesTheReference) {
+  EmulatedRuntime rt;
+  const size_t count = 10007;
+  const int n = 3;
+  uint32_t keys[n] = {rankKey(3, 0), rankKey(3, 1), rankKey(3, 2)};
+  const TypedOps& ops = typedOps(ridgeFloat16, ridgeSum);
+  std::vector<std::unique_ptr<DeviceBuffer>> src;
+  const void* srcs[n];
+  for (int r = 0; r < n; ++r) {
+    src.push_back(std::make_unique<DeviceBuffer>(rt, count * 2));
+    std::vector<unsigned char> in(count * 2);
+    ops.fill(in.data(), count, keys[r], 0);
+    src.back()->upload(in);
+    srcs[r] = src.back()->get();
+  }
+  DeviceBuffer dst(rt, count * 2);
+  dst.poison();
+  ridgeStream_t s = nullptr;
+  ASSERT_TRUE(rt.createStream(&s).isOk());
+  ASSERT_TRUE(rt.launchReduce(dst.get(), srcs, n, count, ridgeFloat16, ridgeSum, 1, s).isOk());
+  ASSERT_TRUE(rt.synchronize(s).isOk());
+  rt.destroyStream(s);
+  Mismatches mm;
+  std::vector<unsigned char> out = dst.download();
+  ops.checkRed(out.data(), count, keys, n, 0, 0, mm);
+  EXPECT_EQ(mm.count, 0u) << mm.text;
+}
+
+#ifndef RIDGE_HAVE_CUDA
+TEST(HostOnlyBuild, StreamIsRefusedWithoutARuntime) {
+  // No runtime installed in a build without CUDA: as before, a stream is an error.
+  ridgeUniqueId id;
+  ASSERT_EQ(ridgeGetUniqueId(&id), ridgeSuccess);
+  ridgeComm_t comm = nullptr;
+  ASSERT_EQ(ridgeCommInitRank(&comm, 1, id, 0), ridgeSuccess) << lastError();
+  std::vector<float> v(16, 1.0f);
+  int fake = 0;
+  EXPECT_EQ(ridgeAllReduce(v.data(), v.data(), 16, ridgeFloat32, ridgeSum, comm,
+                           reinterpret_cast<ridgeStream_t>(&fake)),
+            ridgeInvalidArgument);
+  EXPECT_NE(lastError().find("stream must be NULL in a build without CUDA"), std::string::npos)
+      << lastError();
+  int dev = 0;
+  EXPECT_EQ(ridgeCommCuDevice(comm, &dev), ridgeSuccess);
+  EXPECT_EQ(dev, -1);
+  EXPECT_EQ(ridgeCommDestroy(comm), ridgeSuccess);
+}
+#endif
+
 }  // namespace
