@@ -112,6 +112,22 @@ void runRanks(EmulatedRuntime& rt, int n, const RankBody& body, int timeoutSec =
   for (auto& t : threads) t.join();
 }
 
+// One rank whose stream is held by a closed gate before `body` runs; the body aborts the
+// communicator (so nothing is destroyed afterwards).
+using GatedBody = std::function<void(ridgeComm_t comm, ridgeStream_t stream, DeviceBuffer& buf, Gate& gate)>;
+void runOneGatedRankThenAbort(EmulatedRuntime& rt, const GatedBody& body) {
+  runRanks(
+      rt, 1,
+      [&](int, ridgeComm_t comm, ridgeStream_t stream) {
+        DeviceBuffer buf(rt, 4096);
+        Gate gate;
+        EXPECT_TRUE(gate.enqueue(rt, stream).isOk());
+        body(comm, stream, buf, gate);
+        return false;
+      },
+      60);
+}
+
 std::vector<unsigned char> hostBytes(size_t n) {
   return std::vector<unsigned char>(n, kPoison);
 }
@@ -419,22 +435,14 @@ TEST(DeviceStreams, AbortReleasesAStreamStuckOnAPeerThatNeverCalls) {
 TEST(DeviceStreams, AbortReleasesAStreamThatHasNotReachedTheCollective) {
   EmulatedRuntime rt;
   ScopedRuntimeForTesting scope(&rt);
-  runRanks(
-      rt, 1,
-      [&](int, ridgeComm_t comm, ridgeStream_t stream) {
-        DeviceBuffer buf(rt, 4096);
-        Gate gate;
-        EXPECT_TRUE(gate.enqueue(rt, stream).isOk());
-        EXPECT_EQ(ridgeAllReduce(buf.get(), buf.get(), 1024, ridgeFloat32, ridgeSum, comm, stream),
-                  ridgeSuccess);
-        const auto t0 = Clock::now();
-        EXPECT_EQ(ridgeCommAbort(comm), ridgeSuccess) << lastError();
-        EXPECT_LT(secondsSince(t0), 5.0);
-        gate.open.store(true);  // the stream reaches the marker and the (released) wait
-        EXPECT_TRUE(rt.synchronize(stream).isOk());
-        return false;
-      },
-      60);
+  runOneGatedRankThenAbort(rt, [&](ridgeComm_t comm, ridgeStream_t stream, DeviceBuffer& buf, Gate& gate) {
+    EXPECT_EQ(ridgeAllReduce(buf.get(), buf.get(), 1024, ridgeFloat32, ridgeSum, comm, stream), ridgeSuccess);
+    const auto t0 = Clock::now();
+    EXPECT_EQ(ridgeCommAbort(comm), ridgeSuccess) << lastError();
+    EXPECT_LT(secondsSince(t0), 5.0);
+    gate.open.store(true);  // the stream reaches the marker and the (released) wait
+    EXPECT_TRUE(rt.synchronize(stream).isOk());
+  });
 }
 
 TEST(DeviceStreams, PeerTimeoutIsAnAsyncErrorAndStillReleasesTheStream) {
@@ -581,32 +589,25 @@ namespace {
 TEST(DeviceQueue, FullRingWaitsAndAbortUnblocksTheCaller) {
   EmulatedRuntime rt;
   ScopedRuntimeForTesting scope(&rt);
-  runRanks(
-      rt, 1,
-      [&](int, ridgeComm_t comm, ridgeStream_t stream) {
-        DeviceBuffer buf(rt, 4096);
-        Gate gate;  // the proxy waits on the first marker, so nothing leaves the ring
-        EXPECT_TRUE(gate.enqueue(rt, stream).isOk());
-        int accepted = 0;
-        for (; accepted < 256; ++accepted)
-          if (ridgeAllReduce(buf.get(), buf.get(), 16, ridgeFloat32, ridgeSum, comm, stream) != ridgeSuccess)
-            break;
-        EXPECT_EQ(accepted, 256) << lastError();
-        // The ring is full: the next call waits, until ridgeCommAbort from another thread.
-        std::atomic<ridgeResult_t> blocked{ridgeInProgress};
-        std::thread caller([&] {
-          blocked = ridgeAllReduce(buf.get(), buf.get(), 16, ridgeFloat32, ridgeSum, comm, stream);
-        });
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
-        EXPECT_EQ(blocked.load(), ridgeInProgress) << "a call into a full ring did not wait";
-        EXPECT_EQ(ridgeCommAbort(comm), ridgeSuccess) << lastError();
-        caller.join();
-        EXPECT_EQ(blocked.load(), ridgeAborted);
-        gate.open.store(true);
-        EXPECT_TRUE(rt.synchronize(stream).isOk());  // every queued wait was released
-        return false;
-      },
-      60);
+  // The gate keeps the proxy waiting on the first marker, so nothing leaves the ring.
+  runOneGatedRankThenAbort(rt, [&](ridgeComm_t comm, ridgeStream_t stream, DeviceBuffer& buf, Gate& gate) {
+    int accepted = 0;
+    for (; accepted < 256; ++accepted)
+      if (ridgeAllReduce(buf.get(), buf.get(), 16, ridgeFloat32, ridgeSum, comm, stream) != ridgeSuccess)
+        break;
+    EXPECT_EQ(accepted, 256) << lastError();
+    // The ring is full: the next call waits, until ridgeCommAbort from another thread.
+    std::atomic<ridgeResult_t> blocked{ridgeInProgress};
+    std::thread caller(
+        [&] { blocked = ridgeAllReduce(buf.get(), buf.get(), 16, ridgeFloat32, ridgeSum, comm, stream); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    EXPECT_EQ(blocked.load(), ridgeInProgress) << "a call into a full ring did not wait";
+    EXPECT_EQ(ridgeCommAbort(comm), ridgeSuccess) << lastError();
+    caller.join();
+    EXPECT_EQ(blocked.load(), ridgeAborted);
+    gate.open.store(true);
+    EXPECT_TRUE(rt.synchronize(stream).isOk());  // every queued wait was released
+  });
 }
 
 TEST(DeviceQueue, GroupLargerThanTheRingIsRefused) {
