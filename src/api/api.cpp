@@ -253,8 +253,9 @@ ridgeResult_t collective(const char* fn, CollType type, const void* send, void* 
   if (use.readsSend) RIDGE_CHECK(comm, checkBuffer(fn, "sendbuff", send, use.sendCount));
   if (use.writesRecv) RIDGE_CHECK(comm, checkBuffer(fn, "recvbuff", recv, use.recvCount));
   bool onDevice = false;
-  RIDGE_CHECK(comm, classifyBuffers(fn, comm, send, use.readsSend && use.sendCount > 0, recv,
-                                    use.writesRecv && use.recvCount > 0, &onDevice));
+  // Classified even for zero elements: a zero-count call on device buffers is then a
+  // stream-ordered no-op instead of a synchronization of the caller's stream.
+  RIDGE_CHECK(comm, classifyBuffers(fn, comm, send, use.readsSend, recv, use.writesRecv, &onDevice));
   if (!onDevice && !device::activeRuntime() && stream)
     return fail(comm, makeError(ridgeInvalidArgument, "%s: stream must be NULL in a build without CUDA", fn));
   if (!onDevice && tGroup.depth == 0) RIDGE_CHECK(comm, syncStreamForHostCall(fn, stream));
