@@ -333,6 +333,9 @@ TEST(DeviceStreams, CallReturnsBeforeTheStreamReachesItAndCompletesInOrder) {
     EXPECT_TRUE(gate.enqueue(rt, stream).isOk());
     const uint64_t waitsBefore = rt.releaseWaitsQueued();
     const auto t0 = Clock::now();
+    // Zero elements on device buffers: a stream-ordered no-op, not a wait for the stream.
+    EXPECT_EQ(ridgeAllReduce(send.get(), recv.get(), 0, ridgeFloat32, ridgeSum, comm, stream), ridgeSuccess)
+        << lastError();
     EXPECT_EQ(ridgeAllReduce(send.get(), recv.get(), count, ridgeFloat32, ridgeSum, comm, stream),
               ridgeSuccess)
         << lastError();
