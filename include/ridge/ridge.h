@@ -200,7 +200,10 @@ RIDGE_API ridgeResult_t ridgeCommCount(const ridgeComm_t comm, int* count);
 /** Writes this rank's index in the communicator. */
 RIDGE_API ridgeResult_t ridgeCommUserRank(const ridgeComm_t comm, int* rank);
 
-/** Writes the CUDA device of the communicator, or -1 for a host-only communicator. */
+/**
+ * Writes the CUDA device of the communicator: the device current on the thread that
+ * created it, in CUDA builds on a machine with a device; -1 otherwise.
+ */
 RIDGE_API ridgeResult_t ridgeCommCuDevice(const ridgeComm_t comm, int* device);
 
 /** A fixed English string for a result code; never NULL. */

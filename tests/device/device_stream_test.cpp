@@ -404,6 +404,48 @@ TEST(DeviceStreams, GroupRunsAsOneBatchWithOneRelease) {
   EXPECT_EQ(rt.releaseWaitsQueued(), static_cast<uint64_t>(n));
 }
 
+TEST(DeviceStreams, GroupOverTwoStreamsWaitsForBothAndReleasesBoth) {
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  const int n = 2;
+  const size_t count = 3000;
+  runRanks(rt, n, [&](int rank, ridgeComm_t comm, ridgeStream_t streamA) {
+    ridgeStream_t streamB = nullptr;
+    EXPECT_TRUE(rt.createStream(&streamB).isOk());
+    uint32_t keys[n] = {rankKey(41, 0), rankKey(41, 1)};
+    const TypedOps& ops = typedOps(ridgeFloat32, ridgeMax);
+    DeviceBuffer a(rt, count * 4), ar(rt, count * 4), b(rt, count * 4);
+    std::vector<unsigned char> in = hostBytes(count * 4);
+    ops.fill(in.data(), count, keys[rank], 0);
+    a.upload(in);
+    fillRawAny(4, in.data(), count, keys[rank], 0);
+    b.upload(in);
+    ar.poison();
+    Gate gateB;  // only stream B is held: the batch must wait for it too
+    EXPECT_TRUE(gateB.enqueue(rt, streamB).isOk());
+    ridgeGroupStart();
+    ridgeAllReduce(a.get(), ar.get(), count, ridgeFloat32, ridgeMax, comm, streamA);
+    ridgeBroadcast(b.get(), b.get(), count, ridgeFloat32, 1, comm, streamB);
+    EXPECT_EQ(ridgeGroupEnd(), ridgeSuccess) << lastError();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    size_t touched = 0;
+    for (unsigned char x : ar.download()) touched += x != kPoison;
+    EXPECT_EQ(touched, 0u) << "the batch ran before every stream reached it";
+    gateB.open.store(true);
+    EXPECT_TRUE(rt.synchronize(streamA).isOk());
+    EXPECT_TRUE(rt.synchronize(streamB).isOk());
+    Mismatches mm;
+    std::vector<unsigned char> out = ar.download();
+    ops.checkRed(out.data(), count, keys, n, 0, 0, mm);
+    out = b.download();
+    checkRawAny(4, out.data(), count, keys[1], 0, 0, mm);
+    EXPECT_EQ(mm.count, 0u) << mm.text;
+    rt.destroyStream(streamB);
+    return true;
+  });
+  EXPECT_EQ(rt.releaseWaitsQueued(), 2u * n);  // one per stream per rank
+}
+
 TEST(DeviceStreams, AbortReleasesAStreamStuckOnAPeerThatNeverCalls) {
   EmulatedRuntime rt;
   ScopedRuntimeForTesting scope(&rt);
