@@ -56,6 +56,23 @@ class DeviceBuffer {
     ASSERT_TRUE(rt_.copyToDevice(p_, host.data(), std::min(host.size(), bytes_)).isOk());
   }
   void poison() { upload(std::vector<unsigned char>(bytes_, kPoison)); }
+  // The first `count` elements become a rank's input (tests/coll/test_data.h): of a
+  // reducing collective (`ops`) or raw bits of `esz` bytes for the copying ones.
+  void fillReduceInput(const TypedOps& ops, size_t count, uint32_t key) {
+    std::vector<unsigned char> h(bytes_, kPoison);
+    ops.fill(h.data(), count, key, 0);
+    upload(h);
+  }
+  void fillRawInput(size_t esz, size_t count, uint32_t key) {
+    std::vector<unsigned char> h(bytes_, kPoison);
+    fillRawAny(esz, h.data(), count, key, 0);
+    upload(h);
+  }
+  size_t bytesNotPoison() const {
+    size_t n = 0;
+    for (unsigned char b : download()) n += b != kPoison;
+    return n;
+  }
   std::vector<unsigned char> download() const {
     std::vector<unsigned char> h(bytes_);
     EXPECT_TRUE(rt_.copyToHost(h.data(), p_, bytes_).isOk());
@@ -131,6 +148,16 @@ void runOneGatedRankThenAbort(EmulatedRuntime& rt, const GatedBody& body) {
 std::vector<unsigned char> hostBytes(size_t n) {
   return std::vector<unsigned char>(n, kPoison);
 }
+
+// Tests with the emulated runtime installed for their duration.
+class EmulatedDeviceTest : public ::testing::Test {
+ protected:
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope{&rt};
+};
+class DeviceStreams : public EmulatedDeviceTest {};
+class DeviceQueue : public EmulatedDeviceTest {};
+class DeviceCollectivesInPlace : public EmulatedDeviceTest {};
 
 // ---- every collective against the reference ---------------------------------------------
 
@@ -215,7 +242,7 @@ void runCaseOnRank(EmulatedRuntime& rt, const Case& c, int rank, int n, ridgeCom
       if (rank == root)
         ops.checkRed(out.data(), count, keys.data(), n, 0, 0, mm);
       else
-        for (unsigned char b : out) mm.count += b != kPoison;  // recvbuff is not written off-root
+        mm.count += recv.bytesNotPoison();  // recvbuff is not written off-root
       break;
     case Coll::ReduceScatter: ops.checkRed(out.data(), count, keys.data(), n, rank * count, 0, mm); break;
     case Coll::Broadcast: checkRawAny(es, out.data(), count, keys[root], 0, 0, mm); break;
@@ -281,9 +308,7 @@ TEST(DeviceCollectives, AllReduceAndAllGatherFourRanks) {
                 {Coll::ReduceScatter, ridgeBfloat16, ridgeMax, 5000, false}});
 }
 
-TEST(DeviceCollectives, InPlaceAllReduceAndAllGather) {
-  EmulatedRuntime rt;
-  ScopedRuntimeForTesting scope(&rt);
+TEST_F(DeviceCollectivesInPlace, AllReduceAndAllGather) {
   const int n = 2;
   const size_t count = 3001;
   runRanks(rt, n, [&](int rank, ridgeComm_t comm, ridgeStream_t stream) {
@@ -316,18 +341,14 @@ TEST(DeviceCollectives, InPlaceAllReduceAndAllGather) {
 
 // ---- stream semantics -------------------------------------------------------------------
 
-TEST(DeviceStreams, CallReturnsBeforeTheStreamReachesItAndCompletesInOrder) {
-  EmulatedRuntime rt;
-  ScopedRuntimeForTesting scope(&rt);
+TEST_F(DeviceStreams, CallReturnsBeforeTheStreamReachesItAndCompletesInOrder) {
   const int n = 2;
   const size_t count = 20000;
   runRanks(rt, n, [&](int rank, ridgeComm_t comm, ridgeStream_t stream) {
     uint32_t keys[n] = {rankKey(5, 0), rankKey(5, 1)};
     const TypedOps& ops = typedOps(ridgeFloat32, ridgeSum);
     DeviceBuffer send(rt, count * 4), recv(rt, count * 4);
-    std::vector<unsigned char> in = hostBytes(count * 4);
-    ops.fill(in.data(), count, keys[rank], 0);
-    send.upload(in);
+    send.fillReduceInput(ops, count, keys[rank]);
     recv.poison();
     Gate gate;
     EXPECT_TRUE(gate.enqueue(rt, stream).isOk());
@@ -347,10 +368,7 @@ TEST(DeviceStreams, CallReturnsBeforeTheStreamReachesItAndCompletesInOrder) {
         rt.enqueue(stream, [&] { return rt.copyToHost(seenAfter.data(), recv.get(), count * 4); }).isOk());
     // The gate is closed: nothing may have been written yet, however long we look.
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    std::vector<unsigned char> early = recv.download();
-    size_t touched = 0;
-    for (unsigned char b : early) touched += b != kPoison;
-    EXPECT_EQ(touched, 0u) << "output written before the stream reached the collective";
+    EXPECT_EQ(recv.bytesNotPoison(), 0u) << "output written before the stream reached the collective";
     gate.open.store(true);
     Status s = rt.synchronize(stream);
     EXPECT_TRUE(s.isOk()) << s.message();
@@ -361,9 +379,7 @@ TEST(DeviceStreams, CallReturnsBeforeTheStreamReachesItAndCompletesInOrder) {
   });
 }
 
-TEST(DeviceStreams, GroupRunsAsOneBatchWithOneRelease) {
-  EmulatedRuntime rt;
-  ScopedRuntimeForTesting scope(&rt);
+TEST_F(DeviceStreams, GroupRunsAsOneBatchWithOneRelease) {
   const int n = 2;
   const size_t count = 4096;
   runRanks(rt, n, [&](int rank, ridgeComm_t comm, ridgeStream_t stream) {
@@ -371,12 +387,9 @@ TEST(DeviceStreams, GroupRunsAsOneBatchWithOneRelease) {
     const TypedOps& ops = typedOps(ridgeInt32, ridgeSum);
     DeviceBuffer a(rt, count * 4), ar(rt, count * 4), p2pIn(rt, count * 4), p2pOut(rt, count * 4),
         bc(rt, count * 4);
-    std::vector<unsigned char> in = hostBytes(count * 4);
-    ops.fill(in.data(), count, keys[rank], 0);
-    a.upload(in);
-    fillRawAny(4, in.data(), count, keys[rank], 0);
-    p2pIn.upload(in);
-    bc.upload(in);
+    a.fillReduceInput(ops, count, keys[rank]);
+    p2pIn.fillRawInput(4, count, keys[rank]);
+    bc.fillRawInput(4, count, keys[rank]);
     ar.poison();
     p2pOut.poison();
     Gate gate;  // holds the stream so that the whole group is queued before any of it runs
@@ -404,9 +417,7 @@ TEST(DeviceStreams, GroupRunsAsOneBatchWithOneRelease) {
   EXPECT_EQ(rt.releaseWaitsQueued(), static_cast<uint64_t>(n));
 }
 
-TEST(DeviceStreams, GroupOverTwoStreamsWaitsForBothAndReleasesBoth) {
-  EmulatedRuntime rt;
-  ScopedRuntimeForTesting scope(&rt);
+TEST_F(DeviceStreams, GroupOverTwoStreamsWaitsForBothAndReleasesBoth) {
   const int n = 2;
   const size_t count = 3000;
   runRanks(rt, n, [&](int rank, ridgeComm_t comm, ridgeStream_t streamA) {
@@ -415,11 +426,8 @@ TEST(DeviceStreams, GroupOverTwoStreamsWaitsForBothAndReleasesBoth) {
     uint32_t keys[n] = {rankKey(41, 0), rankKey(41, 1)};
     const TypedOps& ops = typedOps(ridgeFloat32, ridgeMax);
     DeviceBuffer a(rt, count * 4), ar(rt, count * 4), b(rt, count * 4);
-    std::vector<unsigned char> in = hostBytes(count * 4);
-    ops.fill(in.data(), count, keys[rank], 0);
-    a.upload(in);
-    fillRawAny(4, in.data(), count, keys[rank], 0);
-    b.upload(in);
+    a.fillReduceInput(ops, count, keys[rank]);
+    b.fillRawInput(4, count, keys[rank]);
     ar.poison();
     Gate gateB;  // only stream B is held: the batch must wait for it too
     EXPECT_TRUE(gateB.enqueue(rt, streamB).isOk());
@@ -428,9 +436,7 @@ TEST(DeviceStreams, GroupOverTwoStreamsWaitsForBothAndReleasesBoth) {
     ridgeBroadcast(b.get(), b.get(), count, ridgeFloat32, 1, comm, streamB);
     EXPECT_EQ(ridgeGroupEnd(), ridgeSuccess) << lastError();
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    size_t touched = 0;
-    for (unsigned char x : ar.download()) touched += x != kPoison;
-    EXPECT_EQ(touched, 0u) << "the batch ran before every stream reached it";
+    EXPECT_EQ(ar.bytesNotPoison(), 0u) << "the batch ran before every stream reached it";
     gateB.open.store(true);
     EXPECT_TRUE(rt.synchronize(streamA).isOk());
     EXPECT_TRUE(rt.synchronize(streamB).isOk());
@@ -446,9 +452,7 @@ TEST(DeviceStreams, GroupOverTwoStreamsWaitsForBothAndReleasesBoth) {
   EXPECT_EQ(rt.releaseWaitsQueued(), 2u * n);  // one per stream per rank
 }
 
-TEST(DeviceStreams, AbortReleasesAStreamStuckOnAPeerThatNeverCalls) {
-  EmulatedRuntime rt;
-  ScopedRuntimeForTesting scope(&rt);
+TEST_F(DeviceStreams, AbortReleasesAStreamStuckOnAPeerThatNeverCalls) {
   const size_t count = 1000;
   std::atomic<bool> rank0Done{false};
   runRanks(
@@ -477,9 +481,7 @@ TEST(DeviceStreams, AbortReleasesAStreamStuckOnAPeerThatNeverCalls) {
       /*timeoutSec=*/60);
 }
 
-TEST(DeviceStreams, AbortReleasesAStreamThatHasNotReachedTheCollective) {
-  EmulatedRuntime rt;
-  ScopedRuntimeForTesting scope(&rt);
+TEST_F(DeviceStreams, AbortReleasesAStreamThatHasNotReachedTheCollective) {
   runOneGatedRankThenAbort(rt, [&](ridgeComm_t comm, ridgeStream_t stream, DeviceBuffer& buf, Gate& gate) {
     EXPECT_EQ(ridgeAllReduce(buf.get(), buf.get(), 1024, ridgeFloat32, ridgeSum, comm, stream), ridgeSuccess);
     const auto t0 = Clock::now();
@@ -490,9 +492,7 @@ TEST(DeviceStreams, AbortReleasesAStreamThatHasNotReachedTheCollective) {
   });
 }
 
-TEST(DeviceStreams, PeerTimeoutIsAnAsyncErrorAndStillReleasesTheStream) {
-  EmulatedRuntime rt;
-  ScopedRuntimeForTesting scope(&rt);
+TEST_F(DeviceStreams, PeerTimeoutIsAnAsyncErrorAndStillReleasesTheStream) {
   std::atomic<bool> rank0Done{false};
   runRanks(
       rt, 2,
@@ -526,9 +526,7 @@ TEST(DeviceStreams, PeerTimeoutIsAnAsyncErrorAndStillReleasesTheStream) {
 
 // ---- host memory beside device memory -----------------------------------------------------
 
-TEST(DeviceStreams, HostCollectivesUnchangedBesideDeviceOnes) {
-  EmulatedRuntime rt;
-  ScopedRuntimeForTesting scope(&rt);
+TEST_F(DeviceStreams, HostCollectivesUnchangedBesideDeviceOnes) {
   const int n = 2;
   const size_t count = 50000;
   runRanks(rt, n, [&](int rank, ridgeComm_t comm, ridgeStream_t stream) {
@@ -537,7 +535,7 @@ TEST(DeviceStreams, HostCollectivesUnchangedBesideDeviceOnes) {
     DeviceBuffer dsend(rt, count * 8), drecv(rt, count * 8);
     std::vector<unsigned char> in = hostBytes(count * 8), hostOut = hostBytes(count * 8);
     ops.fill(in.data(), count, keys[rank], 0);
-    dsend.upload(in);
+    dsend.fillReduceInput(ops, count, keys[rank]);
     drecv.poison();
     // A device call still in flight, then a host call on the same communicator: the host
     // call waits for the proxy, then runs on this thread as it always did.
@@ -631,9 +629,7 @@ TEST(DeviceRejections, ClearErrorsForWhatCannotWork) {
 
 namespace {
 
-TEST(DeviceQueue, FullRingWaitsAndAbortUnblocksTheCaller) {
-  EmulatedRuntime rt;
-  ScopedRuntimeForTesting scope(&rt);
+TEST_F(DeviceQueue, FullRingWaitsAndAbortUnblocksTheCaller) {
   // The gate keeps the proxy waiting on the first marker, so nothing leaves the ring.
   runOneGatedRankThenAbort(rt, [&](ridgeComm_t comm, ridgeStream_t stream, DeviceBuffer& buf, Gate& gate) {
     int accepted = 0;
@@ -655,9 +651,7 @@ TEST(DeviceQueue, FullRingWaitsAndAbortUnblocksTheCaller) {
   });
 }
 
-TEST(DeviceQueue, GroupLargerThanTheRingIsRefused) {
-  EmulatedRuntime rt;
-  ScopedRuntimeForTesting scope(&rt);
+TEST_F(DeviceQueue, GroupLargerThanTheRingIsRefused) {
   runRanks(rt, 1, [&](int, ridgeComm_t comm, ridgeStream_t stream) {
     DeviceBuffer buf(rt, 4096);
     ridgeGroupStart();
