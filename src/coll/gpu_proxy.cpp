@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -43,6 +44,7 @@ class GpuProxy {
     size_t sendOff = 0, recvOff = 0;  // byte offsets into staging_
   };
 
+  Status setupOnThread();  // device binding, markers, copy stream
   void loop();
   Status runBatch(uint64_t first, size_t n);
   Status waitForMarkers(uint64_t first, size_t n);
@@ -87,11 +89,27 @@ Status GpuProxy::start() {
   // Sequence numbers continue from the word's value: words are recycled and must never
   // appear to go backwards to a stream still waiting on an old value.
   issued_ = __atomic_load_n(word_.host, __ATOMIC_ACQUIRE);
+  // The markers and the copy stream belong to the communicator's device, which need not be
+  // the caller's current one: the proxy thread binds to it and creates them there.
+  std::promise<Status> ready;
+  std::future<Status> setup = ready.get_future();
+  thread_ = std::thread([this, &ready] {
+    Status s = setupOnThread();
+    const bool ok = s.isOk();
+    ready.set_value(std::move(s));
+    if (ok) loop();
+  });
+  Status s = setup.get();
+  if (!s.isOk()) thread_.join();
+  return s;
+}
+
+Status GpuProxy::setupOnThread() {
+  if (comm_->cudaDevice >= 0) RIDGE_TRY(rt_->bindThread(comm_->cudaDevice));
   for (; markersMade_ < kMaxDeviceBatchOps; ++markersMade_)
     RIDGE_TRY(rt_->createMarker(&ring_[markersMade_].marker));
   RIDGE_TRY(rt_->createStream(&copyStream_));
   haveCopyStream_ = true;
-  thread_ = std::thread([this] { loop(); });
   return Status::ok();
 }
 
@@ -186,10 +204,6 @@ void GpuProxy::stop(bool abort) {
 }
 
 void GpuProxy::loop() {
-  if (comm_->cudaDevice >= 0) {
-    Status s = rt_->bindThread(comm_->cudaDevice);
-    if (!s.isOk()) RIDGE_WARN("rank %d: proxy thread: %s", comm_->rank, s.message().c_str());
-  }
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     changed_.wait(lock, [this] { return stop_ || head_ != tail_; });

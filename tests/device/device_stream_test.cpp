@@ -756,3 +756,31 @@ TEST(HostOnlyBuild, StreamIsRefusedWithoutARuntime) {
 #endif
 
 }  // namespace
+
+#ifdef RIDGE_HAVE_CUDA
+namespace {
+TEST(CudaBuild, NoDeviceMeansHostMemoryAndNoCrash) {
+  // The CUDA runtime is the active one unless a test installs another. On a machine
+  // without a GPU (or driver) it reports no device, every pointer is host memory, and host
+  // collectives run as in a build without CUDA.
+  ridge::device::DeviceRuntime* rt = ridge::device::activeRuntime();
+  ASSERT_NE(rt, nullptr);
+  EXPECT_STREQ(rt->name(), "cuda");
+  if (rt->deviceCount() > 0) GTEST_SKIP() << "a CUDA device is present: tests/gpu covers it";
+  std::vector<float> v(1024, 2.0f);
+  EXPECT_EQ(rt->classify(v.data()).kind, ridge::device::PointerKind::Host);
+  EXPECT_EQ(rt->currentDevice(), -1);
+  ridgeUniqueId id;
+  ASSERT_EQ(ridgeGetUniqueId(&id), ridgeSuccess);
+  ridgeComm_t comm = nullptr;
+  ASSERT_EQ(ridgeCommInitRank(&comm, 1, id, 0), ridgeSuccess) << lastError();
+  int dev = 0;
+  EXPECT_EQ(ridgeCommCuDevice(comm, &dev), ridgeSuccess);
+  EXPECT_EQ(dev, -1);
+  EXPECT_EQ(ridgeAllReduce(v.data(), v.data(), v.size(), ridgeFloat32, ridgeSum, comm, nullptr),
+            ridgeSuccess);
+  EXPECT_EQ(v[1023], 2.0f);
+  EXPECT_EQ(ridgeCommDestroy(comm), ridgeSuccess);
+}
+}  // namespace
+#endif
