@@ -784,3 +784,33 @@ TEST(CudaBuild, NoDeviceMeansHostMemoryAndNoCrash) {
 }
 }  // namespace
 #endif
+
+namespace {
+TEST_F(DeviceStreams, FinalizeCompletesQueuedDeviceOperations) {
+  const int n = 2;
+  const size_t count = 30000;
+  runRanks(rt, n, [&](int rank, ridgeComm_t comm, ridgeStream_t stream) {
+    uint32_t keys[n] = {rankKey(61, 0), rankKey(61, 1)};
+    const TypedOps& ops = typedOps(ridgeInt64, ridgeMin);
+    DeviceBuffer send(rt, count * 8), recv(rt, count * 8);
+    send.fillReduceInput(ops, count, keys[rank]);
+    recv.poison();
+    Gate gate;  // opened shortly after finalize started waiting
+    EXPECT_TRUE(gate.enqueue(rt, stream).isOk());
+    EXPECT_EQ(ridgeAllReduce(send.get(), recv.get(), count, ridgeInt64, ridgeMin, comm, stream),
+              ridgeSuccess);
+    std::thread opener([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      gate.open.store(true);
+    });
+    EXPECT_EQ(ridgeCommFinalize(comm), ridgeSuccess) << lastError();
+    opener.join();
+    EXPECT_TRUE(rt.synchronize(stream).isOk());
+    Mismatches mm;
+    std::vector<unsigned char> out = recv.download();
+    ops.checkRed(out.data(), count, keys, n, 0, 0, mm);
+    EXPECT_EQ(mm.count, 0u) << "after finalize: " << mm.text;
+    return true;  // destroyed after finalize
+  });
+}
+}  // namespace
