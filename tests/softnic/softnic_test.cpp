@@ -480,12 +480,17 @@ TEST(SoftnicEngine, WaitForNicActivityWakesWhenAWriteLands) {
   });
   auto idle = [](void* d) { return __atomic_load_n(static_cast<uint8_t*>(d) + 4095, __ATOMIC_ACQUIRE) == 0; };
   const double t0 = nowSec();
-  bool waited = true;
-  for (int i = 0; i < 10 && idle(dst.data()) && nowSec() - t0 < 5; ++i)
-    waited = softnic::waitForNicActivity(p->devB.get(), 5000000000, idle, dst.data());
+  int waits = 0;
+  for (; waits < 10 && idle(dst.data()) && nowSec() - t0 < 5; ++waits)
+    ASSERT_TRUE(softnic::waitForNicActivity(p->devB.get(), 5000000000, idle, dst.data()));
   const double took = nowSec() - t0;
+  // Observed before the poster is joined: a wait that returned without sleeping would use up
+  // its ten rounds within microseconds, long before the write is posted at 50 ms.
+  const bool landedWhileWaiting = !idle(dst.data());
   poster.join();
-  EXPECT_TRUE(waited);
+  EXPECT_TRUE(landedWhileWaiting) << waits << " waits ended after " << took << " s with nothing landed";
+  EXPECT_GE(took, 0.040) << "the wait returned before the write was posted";
+  EXPECT_LT(waits, 10) << "every wait returned early";
   EXPECT_EQ(dst[4095], 7) << "the write did not land";
   EXPECT_LT(took, 2.0) << "the wait was not ended by the engine";
 }

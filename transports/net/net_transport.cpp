@@ -32,6 +32,7 @@
 #include "bootstrap/bootstrap.h"
 #include "core/log.h"
 #include "core/settings.h"
+#include "topo/gdr_advisor.h"
 #include "transports/net/reg_cache.h"
 #include "transports/transport.h"
 #include "transports/verbs/verbs.h"
@@ -475,8 +476,10 @@ bool netPairReachable(const TransportSetup& setup, int a, int b) {
 }
 
 bool gdrModeOn() {
-  const std::string mode = settingString(Setting::GDR_MODE);
-  return !mode.empty() && mode != "off" && mode != "OFF";
+  // A value the parser rejects still turns the gdr transport on, which then reports it.
+  topo::GdrModeSetting m;
+  return !topo::parseGdrModeSetting(settingString(Setting::GDR_MODE), &m) ||
+         m.kind != topo::GdrModeSetting::Kind::Off;
 }
 
 // Used between hosts when RIDGE_NET names softnic or verbs, and between ranks of one host
