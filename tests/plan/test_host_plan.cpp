@@ -121,6 +121,13 @@ TEST(HostCollectives, RidgeAlgoChangesWhatRuns) {
   setenv("RIDGE_ALGO", "allreduce:0-:allpairs", 1);
   for (const std::string& r : algorithmsThatRan(3)) EXPECT_EQ(r, "allpairs allpairs 0");
   unsetenv("RIDGE_ALGO");
+  // The measured crossover settings win over the cost model when set: all-pairs up to
+  // 1 MiB, where the model runs direct or the ring at 400 KB.
+  setenv("RIDGE_ALLPAIRS_MAX", "1M", 1);
+  setenv("RIDGE_DIRECT_MIN", "2M", 1);
+  for (const std::string& r : algorithmsThatRan(3)) EXPECT_EQ(r, "allpairs allpairs 0");
+  unsetenv("RIDGE_ALLPAIRS_MAX");
+  unsetenv("RIDGE_DIRECT_MIN");
 }
 
 TEST(HostCollectives, PlanFileSetsTheRingAndDumpShowsIt) {
