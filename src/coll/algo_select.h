@@ -18,9 +18,10 @@
 namespace ridge {
 
 enum class CollType { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AlltoAll, Send, Recv };
-// Tree: a reduction up a chain in ring order to its first rank, then a broadcast back down
-// (allreduce only; the host's degenerate tree). Other collectives asked to run "tree" or
-// "hier" run the ring: those are the GPU planner's algorithms (docs/planner.md).
+// Tree: a binary tree over the ring order (plan::hostTreeLinks), pipelined in chunks:
+// reduce up to the root, broadcast down, or both for allreduce. Other collectives asked to
+// run "tree" or "hier" run the ring: those are the GPU planner's algorithms
+// (docs/planner.md).
 enum class Algo { AllPairs, Ring, Direct, Tree };
 constexpr int kAlgoCount = 4;
 

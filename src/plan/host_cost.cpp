@@ -23,9 +23,34 @@ const char* hostAlgoName(HostAlgo a) {
   return "?";
 }
 
+HostTreeLinks hostTreeLinks(int nranks, int pos) {
+  HostTreeLinks t;
+  int lo = 0, hi = nranks;
+  // Descend from the root: O(depth), no allocation (the collectives call it per call).
+  while (lo < hi) {
+    const int rest = hi - lo - 1;
+    const int mid = lo + 1 + (rest + 1) / 2;  // the second child's range starts here
+    if (pos == lo) {
+      if (rest > 0) t.children[t.childCount++] = lo + 1;
+      if (mid < hi) t.children[t.childCount++] = mid;
+      return t;
+    }
+    t.parent = lo;
+    ++t.depth;
+    if (pos < mid) {
+      lo = lo + 1;
+      hi = mid;
+    } else {
+      lo = mid;
+    }
+  }
+  return HostTreeLinks{};  // pos out of range
+}
+
 int hostTreeDepth(int nranks) {
-  // A chain: every rank but the root has the previous one as its parent.
-  return std::max(0, nranks - 1);
+  int depth = 0;
+  while ((2 << depth) <= nranks) ++depth;  // floor(log2(nranks))
+  return nranks > 1 ? depth : 0;
 }
 
 bool hostAlgoAvailable(Coll coll, HostAlgo algo, bool direct) {
@@ -34,7 +59,7 @@ bool hostAlgoAvailable(Coll coll, HostAlgo algo, bool direct) {
     case HostAlgo::Ring: return coll != Coll::AlltoAll;
     // All-to-all has no direct form: a peer's read would race with its own in-place writes.
     case HostAlgo::Direct: return direct && coll != Coll::AlltoAll;
-    case HostAlgo::Tree: return coll == Coll::AllReduce;
+    case HostAlgo::Tree: return coll == Coll::AllReduce || coll == Coll::Reduce || coll == Coll::Broadcast;
   }
   return false;
 }
@@ -88,7 +113,7 @@ double hostAlgoTimeUs(const HostConstants& k, Coll coll, HostAlgo algo, int nran
   const bool streamed = coll == Coll::AllReduce && bytes >= k.streamMinBytes;
   const PerByte c = perByte(k, P * perRank, streamed);
   const int depth = hostTreeDepth(nranks);
-  const double kids = depth < nranks - 1 ? 2 : 1;  // a binary tree, else a chain
+  const double kids = nranks > 2 ? 2 : 1;  // children of an inner rank
   double latencyUs = 0, cmaCalls = 0, workNsPerB = 0;
   // Shared shapes: all-pairs reductions copy the chunk into P - 1 peers' slots and reduce P
   // sources, P - 1 of them written by other cores; direct reads of whole buffers read

@@ -57,6 +57,18 @@ struct HostConstants {
 /// naming them, `out` unchanged.
 Status parseHostConstants(const std::string& text, HostConstants* out);
 
+/// The host tree over positions 0..nranks-1 (0 the root; positions count along the ring
+/// from the root, so a subtree is a run of neighbouring ranks on the ring): the node heading
+/// positions [lo, hi) has its first child at lo + 1, heading the first half (rounded up) of
+/// the rest, and its second at the start of the other half. Depth floor(log2(nranks)).
+struct HostTreeLinks {
+  int parent = -1;  ///< -1 for the root
+  int children[2] = {-1, -1};
+  int childCount = 0;
+  int depth = 0;  ///< hops from the root
+};
+HostTreeLinks hostTreeLinks(int nranks, int pos);
+
 /// Depth (hops from the root to the deepest rank) of the host tree over `nranks` ranks.
 int hostTreeDepth(int nranks);
 

@@ -2,9 +2,11 @@
 // against the measured crossovers, their shape over sizes, and the overrides.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "coll/algo_select.h"
 #include "plan/host_cost.h"
@@ -119,6 +121,49 @@ TEST(HostCostModel, SelectorLooksUpSizeClassesAndRulesWin) {
   EXPECT_EQ(r.choose(CollType::AllReduce, 1000), Algo::Tree);
   EXPECT_EQ(r.choose(CollType::AllReduce, 2 * MiB), r.defaultChoice(CollType::AllReduce, 2 * MiB));
   EXPECT_EQ(r.choose(CollType::Broadcast, 8), Algo::Direct);
+}
+
+// The host tree: every position but the root has one parent and is its parent's child
+// exactly once, at most two children each, every subtree a run of consecutive positions
+// (ring neighbours), and the depth is floor(log2 P), the model's hostTreeDepth.
+TEST(HostTree, LinksAreConsistentSubtreesContiguousAndDepthLogarithmic) {
+  for (int P = 1; P <= 300; ++P) {
+    std::vector<int> childOf(static_cast<size_t>(P), 0), lo(static_cast<size_t>(P)),
+        hi(static_cast<size_t>(P));
+    int maxDepth = 0;
+    for (int q = 0; q < P; ++q) {
+      const HostTreeLinks t = hostTreeLinks(P, q);
+      EXPECT_EQ(t.parent < 0, q == 0) << P << " " << q;
+      ASSERT_LE(t.childCount, 2);
+      for (int i = 0; i < t.childCount; ++i) {
+        const int ch = t.children[i];
+        ASSERT_TRUE(ch > q && ch < P) << P << " " << q;
+        EXPECT_EQ(hostTreeLinks(P, ch).parent, q);
+        EXPECT_EQ(hostTreeLinks(P, ch).depth, t.depth + 1);
+        ++childOf[static_cast<size_t>(ch)];
+      }
+      maxDepth = std::max(maxDepth, t.depth);
+    }
+    for (int q = 1; q < P; ++q) EXPECT_EQ(childOf[static_cast<size_t>(q)], 1) << P << " " << q;
+    // Subtree ranges, deepest first: a node's range is itself plus its children's ranges,
+    // which must be adjacent.
+    for (int q = P - 1; q >= 0; --q) {
+      const HostTreeLinks t = hostTreeLinks(P, q);
+      int end = q + 1;
+      for (int i = 0; i < t.childCount; ++i) {
+        const int ch = t.children[i];
+        EXPECT_EQ(lo[static_cast<size_t>(ch)], end) << "subtree of " << q << " not contiguous, P=" << P;
+        end = hi[static_cast<size_t>(ch)];
+      }
+      lo[static_cast<size_t>(q)] = q;
+      hi[static_cast<size_t>(q)] = end;
+    }
+    if (P > 0) EXPECT_EQ(hi[0], P);
+    int floorLog2 = 0;
+    while ((2 << floorLog2) <= P) ++floorLog2;
+    EXPECT_EQ(maxDepth, P > 1 ? floorLog2 : 0) << P;
+    EXPECT_EQ(hostTreeDepth(P), maxDepth) << P;
+  }
 }
 
 TEST(HostCostModel, ConstantsOverrideAndBadEntriesAreRefused) {
