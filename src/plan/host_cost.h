@@ -38,14 +38,15 @@ struct HostRates {
 };
 
 /// Defaults: fitted to the measured algorithm crossover table (docs/performance.md,
-/// "Algorithm crossovers"), each within a factor 1.5 of the range ridge-host-constants
-/// measured on the development VM (docs/planner.md has both, and why they differ).
+/// "Algorithm crossovers") by bench/micro/host_cost_fit.py and rounded, each within a
+/// factor 1.5 of the range ridge-host-constants measured on the development VM
+/// (docs/planner.md has both, and why they differ).
 struct HostConstants {
   double stepUs = 1.5;     ///< one hand-off through a slot, as a collective pays it
   double cmaCallUs = 1.0;  ///< one process_vm_readv/writev call, beyond its bytes
   double callUs = 0.4;     ///< every call's fixed cost (the same for every algorithm)
   HostRates cache{26, 17, 0.12, 7.6, 6.8};
-  HostRates memory{5.3, 4.2, 0.031, 6.6, 2.9};
+  HostRates memory{5.3, 4.2, 0.038, 6.6, 2.9};
   double cacheBytes = 32.0 * (1 << 20);  ///< last-level cache shared by the ranks
   size_t cmaChunkBytes = 128 * 1024;     ///< bytes per CMA call (the direct bounce buffer)
   size_t streamMinBytes = 4u << 20;      ///< RIDGE_STREAM_MIN: the ring's output skips the RFO
