@@ -1,5 +1,7 @@
 #include "coll/algo_select.h"
 
+#include <bit>
+
 #include "plan/algo_rules.h"
 
 namespace ridge {
@@ -42,12 +44,7 @@ static_assert(static_cast<int>(plan::HostAlgo::AllPairs) == static_cast<int>(Alg
               static_cast<int>(plan::HostAlgo::Tree) == static_cast<int>(Algo::Tree));
 
 int AlgoSelector::sizeClass(size_t bytes) {
-  int c = 0;
-  while (bytes) {
-    ++c;
-    bytes >>= 1;
-  }
-  return c;
+  return static_cast<int>(std::bit_width(bytes));
 }
 
 namespace {
