@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../.."
 report=${1:-build-gpu/gpu-report.txt}
 jobs=$(nproc)
 cmake -S . -B build-gpu -G Ninja -DRIDGE_WITH_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
-ninja -C build-gpu -j"$jobs" test_gpu_kernels test_gpu_ll test_ll_line ridge-gpu-kernel-bw ridge-gpu-ll-lat ridge_kernels >/dev/null
+ninja -C build-gpu -j"$jobs" test_gpu_kernels test_gpu_ll test_ll_line test_gpu_dmabuf ridge-gpu-kernel-bw ridge-gpu-ll-lat ridge_kernels >/dev/null
 mkdir -p "$(dirname "$report")"
 {
   echo "# Ridge GPU report, $(date -u +%Y-%m-%dT%H:%MZ)"
@@ -30,12 +30,13 @@ else
   echo "kernel tests: FAILED" | tee -a "$report"
   status=1
 fi
-echo "## LL protocol and channel tests" >>"$report"
+echo "## LL protocol, channel and dma-buf export tests" >>"$report"
 if ./build-gpu/tests/gpu/test_gpu_ll --gtest_brief=1 >>"$report" 2>&1 &&
-  ./build-gpu/tests/gpu/test_ll_line --gtest_brief=1 >>"$report" 2>&1; then
-  echo "LL tests: passed" | tee -a "$report"
+  ./build-gpu/tests/gpu/test_ll_line --gtest_brief=1 >>"$report" 2>&1 &&
+  RIDGE_DEBUG=INFO ./build-gpu/tests/gpu/test_gpu_dmabuf --gtest_brief=1 >>"$report" 2>&1; then
+  echo "LL, channel and dma-buf tests: passed" | tee -a "$report"
 else
-  echo "LL tests: FAILED" | tee -a "$report"
+  echo "LL, channel and dma-buf tests: FAILED" | tee -a "$report"
   status=1
 fi
 echo "## kernel bandwidth (ridge-gpu-kernel-bw 256 20)" >>"$report"
