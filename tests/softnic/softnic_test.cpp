@@ -964,6 +964,15 @@ TEST(SoftnicDmaBuf, UnmappableFdIsRefusedWithTheReason) {
             ridgeInvalidArgument);
   close(pipeFds[0]);
   close(pipeFds[1]);
+  // A range past the end of the buffer is refused up front (a mapping of it would fault).
+  const size_t page = pageBytes();
+  const int fd = makeMemfd(2 * page);
+  ASSERT_GE(fd, 0);
+  st = lone.pd->registerDmaBuf(fd, page + 1, page, 0x1000, kAccessLocalWrite, &mr);
+  EXPECT_EQ(st.code(), ridgeInvalidArgument);
+  EXPECT_NE(st.message().find("do not fit"), std::string::npos) << st.message();
+  EXPECT_TRUE(lone.pd->registerDmaBuf(fd, page, page, 0x1000, kAccessLocalWrite, &mr).isOk());
+  close(fd);
 }
 
 // "Device memory" for the registration cache: one memfd mapped at a fixed place, which the

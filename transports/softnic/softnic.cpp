@@ -1607,6 +1607,16 @@ class SoftPd final : public ProtectionDomain {
                         std::unique_ptr<MemoryRegion>* out) override {
     if (fd < 0 || bytes == 0)
       return makeError(ridgeInvalidArgument, "softnic: dma-buf registration of fd %d, %zu bytes", fd, bytes);
+    // Mapping past the end of the buffer would succeed and then fault (SIGBUS) when the
+    // NIC touches it: check the size first (dma-buf and memfd fds report it through lseek;
+    // the fd's position is put back).
+    const off_t was = lseek(fd, 0, SEEK_CUR);
+    const off_t size = was < 0 ? -1 : lseek(fd, 0, SEEK_END);
+    if (was >= 0) lseek(fd, was, SEEK_SET);
+    if (size >= 0 && (offset > static_cast<uint64_t>(size) || bytes > static_cast<uint64_t>(size) - offset))
+      return makeError(ridgeInvalidArgument,
+                       "softnic: dma-buf fd %d holds %lld bytes; %zu at offset %llu do not fit", fd,
+                       static_cast<long long>(size), bytes, static_cast<unsigned long long>(offset));
     static const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
     const uint64_t mapOffset = offset & ~(page - 1);
     const size_t mapBytes = static_cast<size_t>(offset - mapOffset) + bytes;
