@@ -537,6 +537,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ridge-bench: choose one --peer (mpi, gloo or nccl)\n");
     return kExitUsage;
   }
+  if ((o.peerNccl || o.ridgeOnDevice) && !cudaBuiltIn()) {
+    // Known before any rank starts, whatever the launch mode: one line, not one per rank.
+    std::fprintf(stderr, "ridge-bench: %s cannot run here: %s\n",
+                 o.peerNccl ? "--peer nccl" : "--ridge-buffers device", deviceUnavailable().c_str());
+    return kExitUsage;
+  }
   if (o.peerGloo && !glooBuiltIn()) {
     std::fprintf(stderr,
                  "ridge-bench: --peer gloo needs a build with Gloo: install libgloo-dev "
