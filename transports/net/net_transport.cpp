@@ -368,6 +368,10 @@ Status NetTransport::connect(const TransportSetup& setup, const std::string& pro
   RIDGE_TRY(provider_->open(devIndex, &device_));
   RIDGE_TRY(device_->allocPd(&pd_));
   cache_ = std::make_unique<RegistrationCache>(pd_.get(), 64);
+  // GPU buffers that reach this cache are registered as GPU memory (dma-buf, else peer
+  // memory); without a CUDA driver every buffer is host memory and nothing changes.
+  std::string noDriver;
+  if (DeviceMemoryRegistrar* r = cudaDriverRegistrar(&noDriver)) cache_->setDeviceRegistrar(r);
 
   const uint32_t sqDepth = 2 * nslots + 4;
   const uint32_t rqDepth = 2 * nslots + 8;
