@@ -4,6 +4,8 @@
 //   data.cpp     element types, input patterns, poisoning and result checking
 //   mpi_peer.cpp the MPI side of `--peer mpi` (empty stubs without MPI)
 //   gloo_peer.cpp the Gloo side of `--peer gloo` (empty stubs without Gloo)
+//   nccl_peer.cpp the NCCL side of `--peer nccl` (libnccl.so.2 loaded at run time)
+//   device_mem.cpp device buffers through the CUDA runtime (stubs without CUDA)
 //   runner.cpp   the measurement loop on one communicator and the report
 //   gdr_setup.cpp --gdr-mode: the environment for the gdr transport, and modeled labels
 //   main.cpp     launch modes: MPI launcher, RIDGE_RANK environment, fork (-np), mpirun re-exec
@@ -50,6 +52,11 @@ struct Options {
   int np = 0;  // 0: not given on the command line
   bool peerMpi = false;
   bool peerGloo = false;
+  bool peerNccl = false;
+  std::string ncclLib = "libnccl.so.2";  // --nccl-lib: what --peer nccl dlopens
+  // --ridge-buffers: where Ridge's send and receive buffers live. Host until Ridge's
+  // stream-ordered device path exists; "device" then compares both libraries on GPU memory.
+  bool ridgeOnDevice = false;
   std::string jsonPath;  // "" none, "-" stdout
   std::string csvPath;
   std::string algo;       // "" leaves RIDGE_ALGO alone
@@ -137,11 +144,48 @@ int glooCollective(Coll c, bool inPlace, const void* send, void* recv, size_t n,
 void glooBarrier();
 void glooShutdown();
 
+// ---- device memory (device_mem.cpp) ------------------------------------------------------
+// Never called in the fork launcher itself (CUDA does not survive fork): only in the ranks
+// and in the probe child. Without CUDA in the build every call fails with that reason.
+bool cudaBuiltIn();
+// "" when this process can use a CUDA device; else why not (no CUDA in the build, no device).
+std::string deviceUnavailable();
+int cudaDevices(std::string* err);  // 0 with *err when there is no device or driver
+bool deviceSelect(int device, std::string* err);
+void* deviceAlloc(size_t bytes, std::string* err);
+void deviceFree(void* p);
+bool copyToDevice(void* dst, const void* src, size_t bytes, std::string* err);
+bool copyToHost(void* dst, const void* src, size_t bytes, std::string* err);
+void* streamCreate(std::string* err);  // a cudaStream_t, as void*
+bool streamSync(void* stream, std::string* err);
+void streamDestroy(void* stream);
+
+// ---- NCCL peer (nccl_peer.cpp) -------------------------------------------------------------
+constexpr size_t kNcclUniqueIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES
+// dlopens `lib` and resolves the entry points; "" or the reason (dlerror text).
+std::string ncclLoad(const std::string& lib);
+// "" when --peer nccl can run `ranksOnHost` ranks here, else one line saying why not: no
+// CUDA in this build, the library does not load, no CUDA device, fewer GPUs than ranks.
+std::string ncclProbe(const std::string& lib, int ranksOnHost);
+std::string ncclVersionText();
+std::string ncclMakeId(void* id);  // id: kNcclUniqueIdBytes bytes
+// Selects `device`, creates the stream NCCL runs on and joins the communicator.
+std::string ncclInit(const void* id, int rank, int nranks, int device);
+void* ncclStream();
+std::string ncclUnsupported(Coll c, bool inPlace, ridgeDataType_t t, ridgeRedOp_t op);
+// Enqueues one NCCL call on ncclStream() (device buffers, Ridge's layouts); 0 or an
+// ncclResult_t with *err.
+int ncclCollective(Coll c, bool inPlace, const void* send, void* recv, size_t n, ridgeDataType_t t,
+                   ridgeRedOp_t op, int root, int rank, int nranks, std::string* err);
+void ncclShutdown();
+
 // ---- the benchmark on one communicator (runner.cpp) ---------------------------------------
 struct RunInfo {
   std::string launch;     // "fork", "mpirun", "env"
   bool mpiPeer = false;   // MPI_COMM_WORLD matches the Ridge ranks and --peer mpi was asked
   bool glooPeer = false;  // a Gloo context over the same ranks is connected (--peer gloo)
+  bool ncclPeer = false;  // an NCCL communicator over the same ranks is up (--peer nccl)
+  int device = -1;        // the GPU this rank uses (--peer nccl, --ridge-buffers device)
   GdrSetup gdr;           // --gdr-mode (the same on every rank: set before the ranks start)
 };
 // Runs the whole sweep on this rank; returns the process exit code. Failing calls end the

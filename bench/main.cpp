@@ -10,6 +10,10 @@
 //      rendezvous service here), forks N ranks and waits for them.
 // --peer gloo works with 2 and 4: each rank also connects a Gloo context through a file
 // store (a temporary directory made here for -np; RIDGE_BENCH_GLOO_STORE for 2).
+// --peer nccl works with 1, 2 and 4: each rank takes the GPU of its local rank and joins an
+// NCCL communicator; with -np the launcher first checks, in a child process, that it can run
+// (CUDA build, libnccl.so.2 loadable, a device, a GPU per rank) and otherwise refuses with
+// one line saying why.
 #include <dirent.h>
 #include <net/if.h>
 #include <sched.h>
@@ -95,10 +99,55 @@ void connectGloo(const Options& o, int rank, int nranks, const std::string& stor
   info->glooPeer = true;
 }
 
+// The rank's index among the ranks of its host: the GPU it takes. Launchers say it in the
+// environment; the fork launcher's ranks all share one host, so there it is the rank.
+int localRank(int rank) {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"})
+    if (const char* v = std::getenv(name); v && *v) return std::atoi(v);
+  return rank;
+}
+
+// --peer nccl and --ridge-buffers device: picks this rank's GPU and, for NCCL, joins an NCCL
+// communicator over the same ranks. Rank 0's ncclUniqueId reaches the others through a Ridge
+// uint8 sum allreduce (everyone else contributes zeros), the way the benchmark shares its
+// rank table. Fatal on failure, with the reason.
+void connectDevice(const Options& o, ridgeComm_t comm, int rank, int nranks, RunInfo* info) {
+  if (!o.peerNccl && !o.ridgeOnDevice) return;
+  std::string err = o.peerNccl ? ncclProbe(o.ncclLib, 1) : deviceUnavailable();
+  if (!err.empty())
+    fatal(comm,
+          std::string(o.peerNccl ? "--peer nccl" : "--ridge-buffers device") + " cannot run here: " + err);
+  const int devices = cudaDevices(&err);
+  const int local = localRank(rank);
+  if (o.peerNccl && local >= devices)
+    fatal(comm, "--peer nccl: local rank " + std::to_string(local) + " has no GPU of its own (" +
+                    std::to_string(devices) + " on this host; NCCL runs one rank per GPU)");
+  info->device = local % devices;
+  if (!o.peerNccl) {
+    if (!deviceSelect(info->device, &err)) fatal(comm, err);
+    return;
+  }
+  unsigned char id[kNcclUniqueIdBytes] = {};
+  if (rank == 0) {
+    err = ncclMakeId(id);
+    if (!err.empty()) fatal(comm, err);
+  }
+  ridgeResult_t r = ridgeAllReduce(id, id, sizeof id, ridgeUint8, ridgeSum, comm, nullptr);
+  if (r != ridgeSuccess) fatal(comm, "sharing the NCCL unique id: " + ridgeError(r, comm));
+  err = ncclInit(id, rank, nranks, info->device);
+  if (!err.empty()) fatal(comm, "NCCL peer: " + err);
+  info->ncclPeer = true;
+}
+
 // Runs one rank on an initialised communicator, then tears it down.
 int runAndDestroy(const Options& o, ridgeComm_t comm, RunInfo info) {
   info.gdr = gGdr;
+  int nranks = 1, rank = 0;
+  ridgeCommCount(comm, &nranks);
+  ridgeCommUserRank(comm, &rank);
+  connectDevice(o, comm, rank, nranks, &info);
   int rc = runBenchmark(o, comm, info);
+  if (info.ncclPeer) ncclShutdown();
   if (info.glooPeer) glooShutdown();
   ridgeResult_t r = ridgeCommDestroy(comm);
   if (r != ridgeSuccess) {
@@ -257,6 +306,50 @@ int reexecUnderMpirun(int argc, char** argv, const Options& o) {
 }
 
 // ---- 4. -np N: fork the ranks -----------------------------------------------------------------
+void describeStatus(int st, char* buf, size_t len);
+
+// Whether --peer nccl / --ridge-buffers device can run `ranks` ranks here: "" or why not.
+// Asked in a short-lived child, because a process that initialised CUDA cannot pass a
+// working CUDA context on to the ranks it forks afterwards.
+std::string probeDeviceInChild(const Options& o, int ranks) {
+  if (!o.peerNccl && !o.ridgeOnDevice) return {};
+  int fds[2];
+  if (pipe(fds) != 0) return std::string("pipe: ") + std::strerror(errno);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return std::string("fork: ") + std::strerror(errno);
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    const std::string why = o.peerNccl ? ncclProbe(o.ncclLib, ranks) : deviceUnavailable();
+    ssize_t w = write(fds[1], why.data(), why.size());
+    _exit(w == ssize_t(why.size()) ? 0 : 1);
+  }
+  close(fds[1]);
+  std::string why;
+  char buf[512];
+  for (int reads = 0; reads < 64; ++reads) {  // the answer is one line; bounded anyway
+    ssize_t got = read(fds[0], buf, sizeof buf);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    why.append(buf, size_t(got));
+  }
+  close(fds[0]);
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+    char what[160];
+    describeStatus(st, what, sizeof what);
+    return "the device probe process " + std::string(what) + (why.empty() ? "" : ": " + why);
+  }
+  return why;
+}
+
 void describeStatus(int st, char* buf, size_t len) {
   if (WIFSIGNALED(st)) {
     int sig = WTERMSIG(st);
@@ -277,6 +370,11 @@ int runForked(const Options& o) {
   const int n = o.np ? o.np : 1;
   if (collHasRoot(o.coll) && o.root >= n) {
     std::fprintf(stderr, "ridge-bench: root %d is out of range for %d ranks (-r, -np)\n", o.root, n);
+    return kExitUsage;
+  }
+  if (std::string why = probeDeviceInChild(o, n); !why.empty()) {
+    std::fprintf(stderr, "ridge-bench: %s cannot run here: %s\n",
+                 o.peerNccl ? "--peer nccl" : "--ridge-buffers device", why.c_str());
     return kExitUsage;
   }
   ridgeUniqueId id;
@@ -435,8 +533,14 @@ int main(int argc, char** argv) {
     case Parse::Ok: break;
   }
   if (!o.algo.empty()) setenv("RIDGE_ALGO", o.algo.c_str(), 1);
-  if (o.peerGloo && o.peerMpi) {
-    std::fprintf(stderr, "ridge-bench: choose one --peer (mpi or gloo)\n");
+  if (int(o.peerGloo) + int(o.peerMpi) + int(o.peerNccl) > 1) {
+    std::fprintf(stderr, "ridge-bench: choose one --peer (mpi, gloo or nccl)\n");
+    return kExitUsage;
+  }
+  if ((o.peerNccl || o.ridgeOnDevice) && !cudaBuiltIn()) {
+    // Known before any rank starts, whatever the launch mode: one line, not one per rank.
+    std::fprintf(stderr, "ridge-bench: %s cannot run here: %s\n",
+                 o.peerNccl ? "--peer nccl" : "--ridge-buffers device", deviceUnavailable().c_str());
     return kExitUsage;
   }
   if (o.peerGloo && !glooBuiltIn()) {

@@ -33,10 +33,11 @@ bool parseInt(const std::string& s, long lo, long hi, int* out) {
 
 bool knownOption(const std::string& a) {
   static const char* const kNames[] = {
-      "-b",    "--minbytes", "-e",        "--maxbytes",     "-f",  "--stepfactor", "-i",     "--stepbytes",
-      "-n",    "--iters",    "-w",        "--warmup_iters", "-c",  "--check",      "-d",     "--datatype",
-      "-o",    "--op",       "-r",        "--root",         "-np", "--np",         "--peer", "--json",
-      "--csv", "--algo",     "--timeout", "--gdr-mode"};
+      "-b",    "--minbytes",  "-e",        "--maxbytes", "-f",         "--stepfactor",
+      "-i",    "--stepbytes", "-n",        "--iters",    "-w",         "--warmup_iters",
+      "-c",    "--check",     "-d",        "--datatype", "-o",         "--op",
+      "-r",    "--root",      "-np",       "--np",       "--peer",     "--json",
+      "--csv", "--algo",      "--timeout", "--gdr-mode", "--nccl-lib", "--ridge-buffers"};
   for (const char* n : kNames)
     if (a == n) return true;
   return false;
@@ -149,6 +150,12 @@ void printUsage(FILE* f) {
                "               file store (a temporary directory with -np; RIDGE_BENCH_GLOO_STORE\n"
                "               with RIDGE_RANK), on RIDGE_BENCH_GLOO_IFACE or the interface named\n"
                "               by RIDGE_SOCKET_IFNAME (127.0.0.1 when neither names one)\n"
+               "  --peer nccl  also time NCCL on device buffers, same sizes, interleaved (CUDA\n"
+               "               builds on GPU machines, one GPU per rank); libnccl.so.2 is loaded\n"
+               "               at run time\n"
+               "  --nccl-lib L the library --peer nccl loads (default libnccl.so.2)\n"
+               "  --ridge-buffers host|device  where Ridge's buffers live (default host, until\n"
+               "               Ridge runs collectives on device memory)\n"
                "  --json FILE  write one record per size as JSON (- for stdout; the table then\n"
                "               goes to stderr)\n"
                "  --csv FILE   the same as CSV\n"
@@ -239,8 +246,16 @@ Parse parseOptions(int argc, char** argv, Options* o, std::string* err) {
         o->peerMpi = true;
       else if (val == "gloo")
         o->peerGloo = true;
+      else if (val == "nccl")
+        o->peerNccl = true;
       else
-        return bad("mpi or gloo");
+        return bad("mpi, gloo or nccl");
+    } else if (a == "--nccl-lib") {
+      if (val.empty()) return bad("a library name or path");
+      o->ncclLib = val;
+    } else if (a == "--ridge-buffers") {
+      if (val != "host" && val != "device") return bad("host or device");
+      o->ridgeOnDevice = val == "device";
     } else if (a == "--json") {
       o->jsonPath = val;
     } else if (a == "--csv") {

@@ -9,6 +9,11 @@
 //   3. (check) refill and poison again, one more call after the timed loop, count again.
 // The row reports, per variant, the largest per-rank time (ridgeMax over a double) and
 // the sum of every rank's wrong elements.
+//
+// Device buffers (--peer nccl always, Ridge with --ridge-buffers device): inputs are filled
+// and outputs poisoned in host memory and copied to the device before the checked call, the
+// output copied back after it; the calls are enqueued on a CUDA stream and the timed loop
+// ends with a stream synchronisation, as nccl-tests times them.
 #include <unistd.h>
 
 #include <algorithm>
@@ -54,6 +59,9 @@ class Bench {
   ~Bench() {
     std::free(send_);
     std::free(recv_);
+    deviceFree(dsend_);
+    deviceFree(drecv_);
+    streamDestroy(ridgeStream_);
   }
   int run();
 
@@ -83,6 +91,13 @@ class Bench {
   uint64_t checkOutput(bool inPlace, bool mpi, size_t n);
   ridgeResult_t ridgeCall(bool inPlace, size_t n);
   void mpiCall(bool inPlace, size_t n);
+  // Whether variant v runs on device buffers, and the stream its calls go to (null: host).
+  bool onDevice(int v) const { return v >= kMpiOop ? info_.ncclPeer : o_.ridgeOnDevice; }
+  void* streamOf(int v) const { return !onDevice(v) ? nullptr : v >= kMpiOop ? ncclStream() : ridgeStream_; }
+  size_t extentBytes(size_t n) const { return std::min(n * size_t(nranks_) * ti_.size, allocBytes_); }
+  void upload(size_t n);
+  void download(size_t n);
+  void streamWait(int v);
   void runVariant(Row& row, int v, double* timeUs, double* wrong);
   void printColumns();
   void printRow(const Row& row);
@@ -98,9 +113,17 @@ class Bench {
   }
   bool hasRatio(const Row& r) const { return r.avail[kMpiOop] && r.avail[kRidgeOop]; }
   // Whether a peer library runs alongside, and its name for headers and records.
-  bool hasPeer() const { return info_.mpiPeer || info_.glooPeer; }
-  const char* peerName() const { return info_.glooPeer ? "Gloo" : "MPI"; }
-  const char* peerKey() const { return info_.glooPeer ? "gloo" : "mpi"; }
+  bool hasPeer() const { return info_.mpiPeer || info_.glooPeer || info_.ncclPeer; }
+  const char* peerName() const { return info_.glooPeer ? "Gloo" : info_.ncclPeer ? "NCCL" : "MPI"; }
+  const char* peerKey() const { return info_.glooPeer ? "gloo" : info_.ncclPeer ? "nccl" : "mpi"; }
+  // Column titles name the buffer kind when the two sides could differ.
+  std::string placement(int v, const char* what) const {
+    std::string t = v >= kMpiOop ? peerName() : (hasPeer() ? "Ridge" : "");
+    if (!t.empty()) t += ' ';
+    t += what;
+    if (info_.ncclPeer || o_.ridgeOnDevice) t += onDevice(v) ? " [dev]" : " [host]";
+    return t;
+  }
   double ratio(const Row& r) const { return algbw(r, kRidgeOop) / algbw(r, kMpiOop); }
 
   const Options& o_;
@@ -109,8 +132,12 @@ class Bench {
   const TypeInfo& ti_;
   Pattern pat_;
   int rank_ = 0, nranks_ = 1;
-  char* send_ = nullptr;
+  char* send_ = nullptr;  // host buffers: every variant's inputs are made and checked here
   char* recv_ = nullptr;
+  char* dsend_ = nullptr;  // device buffers of the variants that run on the GPU
+  char* drecv_ = nullptr;
+  size_t allocBytes_ = 0;
+  void* ridgeStream_ = nullptr;  // --ridge-buffers device: Ridge's calls go on this stream
   FILE* out_ = stdout;
   double copiedGBs_ = 0, trafficGBs_ = 0;
   double startSec_ = 0;
@@ -155,6 +182,29 @@ void Bench::allocate(size_t bytes) {
   recv_ = static_cast<char*>(q);
   std::memset(send_, 0, b);  // fault the pages in before timing
   std::memset(recv_, 0, b);
+  allocBytes_ = b;
+  if (!info_.ncclPeer && !o_.ridgeOnDevice) return;
+  std::string err;
+  dsend_ = static_cast<char*>(deviceAlloc(b, &err));
+  drecv_ = dsend_ ? static_cast<char*>(deviceAlloc(b, &err)) : nullptr;
+  if (!drecv_) fatal(comm_, "device buffers of " + std::to_string(b) + " bytes: " + err);
+  if (o_.ridgeOnDevice && !(ridgeStream_ = streamCreate(&err))) fatal(comm_, err);
+}
+
+void Bench::upload(size_t n) {
+  std::string err;
+  const size_t b = extentBytes(n);
+  if (!copyToDevice(dsend_, send_, b, &err) || !copyToDevice(drecv_, recv_, b, &err)) fatal(comm_, err);
+}
+
+void Bench::download(size_t n) {
+  std::string err;
+  if (!copyToHost(recv_, drecv_, extentBytes(n), &err)) fatal(comm_, err);
+}
+
+void Bench::streamWait(int v) {
+  std::string err;
+  if (onDevice(v) && !streamSync(streamOf(v), &err)) fatal(comm_, err);
 }
 
 void Bench::printHeader() {
@@ -175,6 +225,12 @@ void Bench::printHeader() {
                hasPeer() ? peerKey() : "none", o_.algo.empty() ? "default" : o_.algo.c_str());
   std::fprintf(out_, "# Ridge library version %d.%d.%d\n", ver / 10000, ver / 100 % 100, ver % 100);
   for (const std::string& note : info_.gdr.notes) std::fprintf(out_, "# %s\n", note.c_str());
+  if (info_.ncclPeer || o_.ridgeOnDevice)
+    std::fprintf(out_,
+                 "# buffers: Ridge on %s memory (--ridge-buffers %s)%s%s; GPU %d per rank = local rank\n",
+                 o_.ridgeOnDevice ? "device" : "host", o_.ridgeOnDevice ? "device" : "host",
+                 info_.ncclPeer ? ", NCCL on device memory, NCCL " : "",
+                 info_.ncclPeer ? ncclVersionText().c_str() : "", info_.device);
   if (o_.check)
     std::fprintf(out_,
                  "# check: inputs refilled and outputs poisoned (NaN for floating types, 0xA5 "
@@ -338,25 +394,26 @@ uint64_t Bench::checkOutput(bool inPlace, bool mpi, size_t n) {
 
 ridgeResult_t Bench::ridgeCall(bool inPlace, size_t n) {
   const size_t ts = ti_.size;
-  char* s = send_;
-  char* r = recv_;
+  char* s = o_.ridgeOnDevice ? dsend_ : send_;
+  char* r = o_.ridgeOnDevice ? drecv_ : recv_;
   const ridgeDataType_t dt = o_.dtype;
+  ridgeStream_t st = static_cast<ridgeStream_t>(ridgeStream_);
   switch (o_.coll) {
-    case Coll::AllReduce: return ridgeAllReduce(inPlace ? r : s, r, n, dt, o_.op, comm_, nullptr);
-    case Coll::Broadcast: return ridgeBroadcast(inPlace ? r : s, r, n, dt, o_.root, comm_, nullptr);
-    case Coll::Reduce: return ridgeReduce(inPlace ? r : s, r, n, dt, o_.op, o_.root, comm_, nullptr);
+    case Coll::AllReduce: return ridgeAllReduce(inPlace ? r : s, r, n, dt, o_.op, comm_, st);
+    case Coll::Broadcast: return ridgeBroadcast(inPlace ? r : s, r, n, dt, o_.root, comm_, st);
+    case Coll::Reduce: return ridgeReduce(inPlace ? r : s, r, n, dt, o_.op, o_.root, comm_, st);
     case Coll::AllGather:
-      return ridgeAllGather(inPlace ? r + size_t(rank_) * n * ts : s, r, n, dt, comm_, nullptr);
+      return ridgeAllGather(inPlace ? r + size_t(rank_) * n * ts : s, r, n, dt, comm_, st);
     case Coll::ReduceScatter:
-      if (inPlace) return ridgeReduceScatter(r, r + size_t(rank_) * n * ts, n, dt, o_.op, comm_, nullptr);
-      return ridgeReduceScatter(s, r, n, dt, o_.op, comm_, nullptr);
-    case Coll::AlltoAll: return ridgeAlltoAll(inPlace ? r : s, r, n, dt, comm_, nullptr);
+      if (inPlace) return ridgeReduceScatter(r, r + size_t(rank_) * n * ts, n, dt, o_.op, comm_, st);
+      return ridgeReduceScatter(s, r, n, dt, o_.op, comm_, st);
+    case Coll::AlltoAll: return ridgeAlltoAll(inPlace ? r : s, r, n, dt, comm_, st);
     case Coll::SendRecv: {
       // Ring shift in one group: send to rank+1, receive from rank-1.
       ridgeResult_t res[4];
       res[0] = ridgeGroupStart();
-      res[1] = ridgeSend(s, n, dt, (rank_ + 1) % nranks_, comm_, nullptr);
-      res[2] = ridgeRecv(r, n, dt, (rank_ + nranks_ - 1) % nranks_, comm_, nullptr);
+      res[1] = ridgeSend(s, n, dt, (rank_ + 1) % nranks_, comm_, st);
+      res[2] = ridgeRecv(r, n, dt, (rank_ + nranks_ - 1) % nranks_, comm_, st);
       res[3] = res[0] == ridgeSuccess ? ridgeGroupEnd() : ridgeSuccess;
       for (auto x : res)
         if (x != ridgeSuccess) return x;
@@ -369,7 +426,9 @@ ridgeResult_t Bench::ridgeCall(bool inPlace, size_t n) {
 void Bench::mpiCall(bool inPlace, size_t n) {
   std::string err;
   int rc =
-      info_.glooPeer
+      info_.ncclPeer ? ncclCollective(o_.coll, inPlace, dsend_, drecv_, n, o_.dtype, o_.op, o_.root, rank_,
+                                      nranks_, &err)
+      : info_.glooPeer
           ? glooCollective(o_.coll, inPlace, send_, recv_, n, o_.dtype, o_.op, o_.root, rank_, nranks_, &err)
           : mpiCollective(o_.coll, inPlace, send_, recv_, n, o_.dtype, o_.op, o_.root, rank_, nranks_, &err);
   if (rc != 0) fatal(comm_, std::string(peerName()) + " " + collName(o_.coll) + " failed: " + err);
@@ -405,6 +464,7 @@ void Bench::runVariant(Row& row, int v, double* timeUs, double* wrong) {
     }
   };
   auto sync = [&] {
+    streamWait(v);
     if (mpi && info_.glooPeer)
       glooBarrier();
     else if (mpi)
@@ -412,23 +472,28 @@ void Bench::runVariant(Row& row, int v, double* timeUs, double* wrong) {
     else
       barrier();
   };
-  uint64_t bad = 0;
-  if (o_.check) {
+  // MPI and Gloo leave some results where Ridge's layout does not; NCCL's layouts are Ridge's.
+  const bool peerLayout = mpi && !info_.ncclPeer;
+  auto checked = [&] {
     prepare(inPlace, n);
+    if (onDevice(v)) upload(n);
     call();
-    bad += checkOutput(inPlace, mpi, n);
-  }
+    if (onDevice(v)) {
+      streamWait(v);
+      download(n);
+    }
+    return checkOutput(inPlace, peerLayout, n);
+  };
+  uint64_t bad = 0;
+  if (o_.check) bad += checked();
   sync();
   for (int i = 0; i < o_.warmup; ++i) call();
   sync();
   double t0 = nowSec();
   for (int i = 0; i < o_.iters; ++i) call();
+  streamWait(v);  // device calls only enqueue: the time ends when the stream has run them
   double t = nowSec() - t0;
-  if (o_.check) {
-    prepare(inPlace, n);
-    call();
-    bad += checkOutput(inPlace, mpi, n);
-  }
+  if (o_.check) bad += checked();
   // Paced by a scaled PCIe model: the modeled time is the measured one divided back.
   *timeUs = t / o_.iters * 1e6 / (mpi ? 1 : info_.gdr.paceScale);
   *wrong = double(bad);
@@ -486,15 +551,15 @@ void Bench::printColumns() {
     l3 += b;
   };
   const bool modeled = info_.gdr.modeled;
-  group(hasPeer() ? (modeled ? "Ridge modeled oop" : "Ridge out-of-place")
-                  : (modeled ? "modeled out-of-place" : "out-of-place"));
-  group(hasPeer() ? (modeled ? "Ridge modeled ip" : "Ridge in-place")
-                  : (modeled ? "modeled in-place" : "in-place"));
+  group(placement(kRidgeOop, hasPeer() ? (modeled ? "modeled oop" : "out-of-place")
+                                       : (modeled ? "modeled out-of-place" : "out-of-place"))
+            .c_str());
+  group(placement(kRidgeIp, modeled ? (hasPeer() ? "modeled ip" : "modeled in-place") : "in-place").c_str());
   if (hasBound()) single("bound%", "(%)");
   if (hasPeer()) {
-    group((std::string(peerName()) + " out-of-place").c_str());
-    group((std::string(peerName()) + " in-place").c_str());
-    single("ratio", info_.glooPeer ? "R/Gloo" : "R/MPI");
+    group(placement(kMpiOop, "out-of-place").c_str());
+    group(placement(kMpiIp, "in-place").c_str());
+    single("ratio", info_.glooPeer ? "R/Gloo" : info_.ncclPeer ? "R/NCCL" : "R/MPI");
   }
   std::fprintf(out_, "%s\n%s\n%s\n", l1.c_str(), l2.c_str(), l3.c_str());
 }
@@ -587,7 +652,7 @@ void Bench::writeMachineReadable(const std::vector<Row>& rows, double avgBus, do
                    "{\n  \"benchmark\": \"ridge-bench\",\n  \"collective\": \"%s\",\n"
                    "  \"nranks\": %d,\n  \"dtype\": \"%s\",\n  \"op\": \"%s\",\n"
                    "  \"root\": %d,\n  \"algo\": %s,\n  \"gdr_mode\": %s,\n  \"modeled\": %s,\n"
-                   "  \"launch\": \"%s\",\n  \"peer\": %s,\n"
+                   "  \"launch\": \"%s\",\n  \"peer\": %s,\n  \"ridge_buffers\": \"%s\",\n"
                    "  \"iters\": %d,\n  \"warmup\": %d,\n  \"check\": %s,\n"
                    "  \"memory_copied_GBps\": %.6g,\n  \"memory_traffic_GBps\": %.6g,\n"
                    "  \"avg_busbw\": %.6g,\n  \"avg_ratio\": %s,\n  \"rows\": [",
@@ -595,10 +660,9 @@ void Bench::writeMachineReadable(const std::vector<Row>& rows, double avgBus, do
                    collHasRoot(o_.coll) ? o_.root : -1, algoJson.c_str(),
                    info_.gdr.active ? ("\"" + info_.gdr.mode + "\"").c_str() : "null",
                    info_.gdr.modeled ? "true" : "false", info_.launch.c_str(),
-                   info_.glooPeer  ? "\"gloo\""
-                   : info_.mpiPeer ? "\"mpi\""
-                                   : "null",
-                   o_.iters, o_.warmup, o_.check ? "true" : "false", copiedGBs_, trafficGBs_, avgBus,
+                   hasPeer() ? ("\"" + std::string(peerKey()) + "\"").c_str() : "null",
+                   o_.ridgeOnDevice ? "device" : "host", o_.iters, o_.warmup, o_.check ? "true" : "false",
+                   copiedGBs_, trafficGBs_, avgBus,
                    avgRatio > 0 ? fmt::num("%.6g", avgRatio).c_str() : "null");
       for (size_t i = 0; i < rows.size(); ++i) {
         std::fprintf(f, "%s\n    {", i ? "," : "");
@@ -703,8 +767,9 @@ int Bench::run() {
           row.why[v] = "no peer library";
           continue;
         }
-        row.why[v] = info_.glooPeer ? glooUnsupported(o_.coll, inPlace, o_.dtype, o_.op, row.n)
-                                    : mpiUnsupported(o_.coll, inPlace, o_.dtype, o_.op, row.n);
+        row.why[v] = info_.ncclPeer   ? ncclUnsupported(o_.coll, inPlace, o_.dtype, o_.op)
+                     : info_.glooPeer ? glooUnsupported(o_.coll, inPlace, o_.dtype, o_.op, row.n)
+                                      : mpiUnsupported(o_.coll, inPlace, o_.dtype, o_.op, row.n);
       } else if (o_.coll == Coll::SendRecv && inPlace) {
         row.why[v] = "send/recv has no in-place form";
       }

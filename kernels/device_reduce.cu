@@ -13,10 +13,13 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/device_ops.cuh"
 #include "kernels/device_reduce.h"
 
 namespace ridge::gpu {
 namespace {
+
+using namespace ops;
 
 constexpr int kThreads = 512;
 constexpr int kUnroll = 4;  // vectors per thread per iteration: independent loads in flight
@@ -24,100 +27,6 @@ constexpr int kUnroll = 4;  // vectors per thread per iteration: independent loa
 struct Sources {
   const void* ptr[kMaxReduceSources];
 };
-
-// The arithmetic type of each element type: fp16/bf16 accumulate in fp32; integer sums
-// wrap, so signed types compute in their unsigned twin (signed overflow is undefined).
-template <typename T>
-struct Arith {
-  using Acc = T;
-  __device__ static Acc load(T v) { return v; }
-  __device__ static T store(Acc v) { return v; }
-};
-template <>
-struct Arith<__half> {
-  using Acc = float;
-  __device__ static float load(__half v) { return __half2float(v); }
-  __device__ static __half store(float v) { return __float2half_rn(v); }
-};
-template <>
-struct Arith<__nv_bfloat16> {
-  using Acc = float;
-  __device__ static float load(__nv_bfloat16 v) { return __bfloat162float(v); }
-  __device__ static __nv_bfloat16 store(float v) { return __float2bfloat16_rn(v); }
-};
-
-template <typename A>
-__device__ inline bool isNan(A v) {
-  return v != v;  // false for integers, true only for NaN floats
-}
-
-// Float adds and multiplies must not be contracted into FMAs: the host kernels are built
-// with -ffp-contract=off, and a fused result would differ in the last bit.
-__device__ inline float addRn(float a, float b) {
-  return __fadd_rn(a, b);
-}
-__device__ inline double addRn(double a, double b) {
-  return __dadd_rn(a, b);
-}
-
-template <typename A>
-__device__ inline A wrapAdd(A a, A b) {
-  if constexpr (std::is_integral_v<A>) {
-    using U = std::make_unsigned_t<A>;
-    return static_cast<A>(static_cast<U>(a) + static_cast<U>(b));
-  } else {
-    return addRn(a, b);
-  }
-}
-
-template <typename A>
-__device__ inline A wrapMul(A a, A b) {
-  if constexpr (std::is_integral_v<A>) {
-    using U = std::make_unsigned_t<A>;
-    // Promote 8-bit operands through unsigned int so the product wraps, never overflows int.
-    return static_cast<A>(static_cast<U>(static_cast<unsigned long long>(static_cast<U>(a)) *
-                                         static_cast<unsigned long long>(static_cast<U>(b))));
-  } else if constexpr (std::is_same_v<A, float>) {
-    return __fmul_rn(a, b);
-  } else {
-    return __dmul_rn(a, b);
-  }
-}
-
-template <ridgeRedOp_t Op, typename A>
-__device__ inline A combine(A acc, A v) {
-  if constexpr (Op == ridgeSum || Op == ridgeAvg) {
-    return wrapAdd(acc, v);
-  } else if constexpr (Op == ridgeProd) {
-    return wrapMul(acc, v);
-  } else {
-    // The first NaN in fold order wins; on equal values (-0 and +0) the later operand.
-    if (isNan(acc)) return acc;
-    if (isNan(v)) return v;
-    if constexpr (Op == ridgeMax) return acc > v ? acc : v;
-    return acc < v ? acc : v;
-  }
-}
-
-template <ridgeRedOp_t Op, typename A>
-__device__ inline A finish(A acc, int divisor) {
-  if constexpr (Op == ridgeAvg) {
-    if (divisor > 0) {
-      if constexpr (std::is_integral_v<A>) {
-        // In a type wide enough for any positive int divisor, as the host kernels do.
-        if constexpr (std::is_signed_v<A>)
-          return static_cast<A>(static_cast<long long>(acc) / divisor);
-        else
-          return static_cast<A>(static_cast<unsigned long long>(acc) / static_cast<unsigned>(divisor));
-      } else if constexpr (std::is_same_v<A, float>) {
-        return __fdiv_rn(acc, static_cast<float>(divisor));
-      } else {
-        return __ddiv_rn(acc, static_cast<double>(divisor));
-      }
-    }
-  }
-  return acc;
-}
 
 template <typename T, ridgeRedOp_t Op>
 __device__ inline T reduceElement(const Sources& s, int nsrcs, size_t i, int divisor) {
@@ -134,13 +43,37 @@ union Vec {
   T e[16 / sizeof(T)];
 };
 
+// The part of a launch one block works on. The grid is `channels` groups of
+// gridDim.x / channels blocks; group c owns units [c * perSlice, (c + 1) * perSlice) of the
+// buffer (the last slice may be shorter or empty) and strides over it with its own blocks
+// only, so channels never share a cache line and each can be given several blocks.
+struct Slice {
+  size_t begin, end;   // units of the whole buffer
+  size_t tid, stride;  // this thread's index and the stride within its channel
+};
+__device__ inline Slice channelSlice(size_t total, size_t perSlice, int channels) {
+  const unsigned bpc = gridDim.x / static_cast<unsigned>(channels);
+  const size_t c = blockIdx.x / bpc;
+  const size_t begin = c * perSlice < total ? c * perSlice : total;
+  const size_t end = total - begin > perSlice ? begin + perSlice : total;
+  return {begin, end, static_cast<size_t>(blockIdx.x % bpc) * blockDim.x + threadIdx.x,
+          static_cast<size_t>(bpc) * blockDim.x};
+}
+
 template <typename T, ridgeRedOp_t Op>
 __global__ void __launch_bounds__(kThreads)
-    reduceKernel(T* __restrict__ dst, Sources srcs, int nsrcs, size_t count, int divisor, bool vectorOk) {
+    reduceKernel(T* __restrict__ dstAll, Sources srcsAll, int nsrcs, size_t countAll, int divisor,
+                 bool vectorOk, int channels, size_t sliceElems) {
   constexpr int kPerVec = 16 / sizeof(T);
   using R = Arith<T>;
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  // sliceElems is a whole number of vectors, so every slice keeps the buffers' alignment.
+  const Slice sl = channelSlice(countAll, sliceElems, channels);
+  T* dst = dstAll + sl.begin;
+  Sources srcs;
+  for (int k = 0; k < nsrcs; ++k) srcs.ptr[k] = static_cast<const T*>(srcsAll.ptr[k]) + sl.begin;
+  const size_t count = sl.end - sl.begin;
+  const size_t stride = sl.stride;
+  const size_t tid = sl.tid;
   size_t scalarFrom = 0;
   if (vectorOk) {
     const size_t nvec = count / kPerVec;
@@ -186,10 +119,15 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 __global__ void __launch_bounds__(kThreads)
-    copyKernel(uint4* __restrict__ dst, const uint4* __restrict__ src, size_t nvec, unsigned char* dstTail,
-               const unsigned char* srcTail, size_t tailBytes) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    copyKernel(uint4* __restrict__ dstAll, const uint4* __restrict__ srcAll, size_t nvecAll,
+               unsigned char* dstTail, const unsigned char* srcTail, size_t tailBytes, int channels,
+               size_t sliceVecs) {
+  const Slice sl = channelSlice(nvecAll, sliceVecs, channels);
+  uint4* dst = dstAll + sl.begin;
+  const uint4* src = srcAll + sl.begin;
+  const size_t nvec = sl.end - sl.begin;
+  const size_t stride = sl.stride;
+  const size_t tid = sl.tid;
   size_t v = tid;
   for (; v + (kUnroll - 1) * stride < nvec; v += kUnroll * stride) {
     uint4 r[kUnroll];
@@ -199,10 +137,13 @@ __global__ void __launch_bounds__(kThreads)
     for (int u = 0; u < kUnroll; ++u) dst[v + u * stride] = r[u];
   }
   for (; v < nvec; v += stride) dst[v] = src[v];
-  for (size_t i = tid; i < tailBytes; i += stride) dstTail[i] = srcTail[i];
+  if (blockIdx.x / (gridDim.x / channels) == static_cast<unsigned>(channels) - 1)  // the last channel
+    for (size_t i = tid; i < tailBytes; i += stride) dstTail[i] = srcTail[i];
 }
 
-int blocksFor(size_t work, int maxBlocks) {
+// Blocks that fill the device: 4 resident blocks of 512 threads per SM, full occupancy on
+// sm_80/90 (108 SMs assumed when the device cannot be asked).
+int fillBlocks() {
   static int fill = [] {
     int dev = 0, sms = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
@@ -210,8 +151,13 @@ int blocksFor(size_t work, int maxBlocks) {
       (void)cudaGetLastError();
       sms = 108;
     }
-    return sms * 4;  // 4 resident blocks of 512 threads per SM: full occupancy on sm_80/90
+    return sms * 4;
   }();
+  return fill;
+}
+
+int blocksFor(size_t work, int maxBlocks) {
+  const int fill = fillBlocks();
   const size_t needed = (work + kThreads - 1) / kThreads;
   size_t blocks = needed < static_cast<size_t>(fill) ? needed : static_cast<size_t>(fill);
   if (maxBlocks > 0 && blocks > static_cast<size_t>(maxBlocks)) blocks = static_cast<size_t>(maxBlocks);
@@ -222,34 +168,63 @@ bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
 }
 
+// How a launch is asked for: the old single-channel form (maxBlocks caps a grid that fills
+// the device) or an explicit channel shape.
+struct Request {
+  int maxBlocks = 0;
+  LaunchShape shape;  // channels 0: the single-channel form
+};
+
+// The grid of one launch over `units` work items (16-byte vectors, or elements on the
+// scalar path): channels, blocks per channel, and units per channel slice.
+struct Grid {
+  int channels;
+  int blocksPerChannel;
+  size_t perSlice;
+};
+
+size_t ceilDiv(size_t a, size_t b) {
+  return (a + b - 1) / b;
+}
+
+Grid gridFor(size_t units, const Request& rq) {
+  if (rq.shape.channels <= 0) return {1, blocksFor(units, rq.maxBlocks), units > 0 ? units : 1};
+  size_t ch = static_cast<size_t>(rq.shape.channels < kMaxChannels ? rq.shape.channels : kMaxChannels);
+  if (ch > units) ch = units > 0 ? units : 1;  // no empty channels
+  const size_t perSlice = units > 0 ? ceilDiv(units, ch) : 1;
+  size_t bpc = rq.shape.blocksPerChannel > 0 ? static_cast<size_t>(rq.shape.blocksPerChannel)
+                                             : static_cast<size_t>(fillBlocks()) / ch;
+  const size_t useful = ceilDiv(perSlice, kThreads);  // more blocks than this would idle
+  if (bpc > useful) bpc = useful;
+  if (bpc < 1) bpc = 1;
+  return {static_cast<int>(ch), static_cast<int>(bpc), perSlice};
+}
+
 template <typename T, ridgeRedOp_t Op>
 cudaError_t launchTyped(void* dst, const Sources& s, int nsrcs, size_t count, int divisor,
-                        cudaStream_t stream, int maxBlocks) {
+                        cudaStream_t stream, const Request& rq) {
+  constexpr size_t kPerVec = 16 / sizeof(T);
   bool vectorOk = aligned16(dst);
   for (int k = 0; k < nsrcs; ++k) vectorOk = vectorOk && aligned16(s.ptr[k]);
-  const size_t work = vectorOk ? (count * sizeof(T) + 15) / 16 : count;
-  reduceKernel<T, Op><<<blocksFor(work, maxBlocks), kThreads, 0, stream>>>(static_cast<T*>(dst), s, nsrcs,
-                                                                           count, divisor, vectorOk);
+  // Vector path: slices are whole vectors (the tail elements fall in the last slice).
+  const Grid g = vectorOk ? gridFor(count / kPerVec, rq) : gridFor(count, rq);
+  const size_t sliceElems = vectorOk ? g.perSlice * kPerVec : g.perSlice;
+  reduceKernel<T, Op><<<g.channels * g.blocksPerChannel, kThreads, 0, stream>>>(
+      static_cast<T*>(dst), s, nsrcs, count, divisor, vectorOk, g.channels,
+      g.channels == 1 ? count : sliceElems);
   return cudaGetLastError();
 }
 
-template <typename T>
-cudaError_t launchOp(ridgeRedOp_t op, void* dst, const Sources& s, int nsrcs, size_t count, int divisor,
-                     cudaStream_t stream, int maxBlocks) {
-  switch (op) {
-    case ridgeSum: return launchTyped<T, ridgeSum>(dst, s, nsrcs, count, divisor, stream, maxBlocks);
-    case ridgeProd: return launchTyped<T, ridgeProd>(dst, s, nsrcs, count, divisor, stream, maxBlocks);
-    case ridgeMax: return launchTyped<T, ridgeMax>(dst, s, nsrcs, count, divisor, stream, maxBlocks);
-    case ridgeMin: return launchTyped<T, ridgeMin>(dst, s, nsrcs, count, divisor, stream, maxBlocks);
-    case ridgeAvg: return launchTyped<T, ridgeAvg>(dst, s, nsrcs, count, divisor, stream, maxBlocks);
-    default: return cudaErrorInvalidValue;
+template <typename T, ridgeRedOp_t Op>
+struct ReduceLauncher {
+  static cudaError_t run(void* dst, const Sources& s, int nsrcs, size_t count, int divisor,
+                         cudaStream_t stream, const Request& rq) {
+    return launchTyped<T, Op>(dst, s, nsrcs, count, divisor, stream, rq);
   }
-}
+};
 
-}  // namespace
-
-Status launchReduce(void* dst, const void* const* srcs, int nsrcs, size_t count, ridgeDataType_t type,
-                    ridgeRedOp_t op, int finalDivisor, ridgeStream_t stream, int maxBlocks) {
+Status reduceWith(void* dst, const void* const* srcs, int nsrcs, size_t count, ridgeDataType_t type,
+                  ridgeRedOp_t op, int finalDivisor, ridgeStream_t stream, const Request& rq) {
   if (!dst || !srcs || nsrcs < 1 || nsrcs > kMaxReduceSources)
     return makeError(ridgeInvalidArgument, "launchReduce: %d sources (1 to %d allowed) or null pointer",
                      nsrcs, kMaxReduceSources);
@@ -262,42 +237,67 @@ Status launchReduce(void* dst, const void* const* srcs, int nsrcs, size_t count,
     s.ptr[k] = srcs[k];
   }
   cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
-  cudaError_t err;
-  switch (type) {
-    case ridgeInt8: err = launchOp<int8_t>(op, dst, s, nsrcs, count, finalDivisor, st, maxBlocks); break;
-    case ridgeUint8: err = launchOp<uint8_t>(op, dst, s, nsrcs, count, finalDivisor, st, maxBlocks); break;
-    case ridgeInt32: err = launchOp<int32_t>(op, dst, s, nsrcs, count, finalDivisor, st, maxBlocks); break;
-    case ridgeUint32: err = launchOp<uint32_t>(op, dst, s, nsrcs, count, finalDivisor, st, maxBlocks); break;
-    case ridgeInt64: err = launchOp<int64_t>(op, dst, s, nsrcs, count, finalDivisor, st, maxBlocks); break;
-    case ridgeUint64: err = launchOp<uint64_t>(op, dst, s, nsrcs, count, finalDivisor, st, maxBlocks); break;
-    case ridgeFloat16: err = launchOp<__half>(op, dst, s, nsrcs, count, finalDivisor, st, maxBlocks); break;
-    case ridgeBfloat16:
-      err = launchOp<__nv_bfloat16>(op, dst, s, nsrcs, count, finalDivisor, st, maxBlocks);
-      break;
-    case ridgeFloat32: err = launchOp<float>(op, dst, s, nsrcs, count, finalDivisor, st, maxBlocks); break;
-    case ridgeFloat64: err = launchOp<double>(op, dst, s, nsrcs, count, finalDivisor, st, maxBlocks); break;
-    default:
-      return makeError(ridgeInvalidArgument, "launchReduce: invalid data type %d", static_cast<int>(type));
-  }
+  if (!validType(type))
+    return makeError(ridgeInvalidArgument, "launchReduce: invalid data type %d", static_cast<int>(type));
+  const cudaError_t err = withTypeAndOp<ReduceLauncher>(type, op, dst, s, nsrcs, count, finalDivisor, st, rq);
   if (err != cudaSuccess)
     return makeError(ridgeSystemError, "launchReduce: kernel launch failed: %s", cudaGetErrorString(err));
   return Status::ok();
 }
 
-Status launchCopy(void* dst, const void* src, size_t bytes, ridgeStream_t stream, int maxBlocks) {
+Status copyWith(void* dst, const void* src, size_t bytes, ridgeStream_t stream, const Request& rq) {
   if (!dst || !src) return makeError(ridgeInvalidArgument, "launchCopy: null pointer");
   if (bytes == 0) return Status::ok();
   const bool vec = aligned16(dst) && aligned16(src);
   const size_t nvec = vec ? bytes / 16 : 0;
   const size_t body = nvec * 16;
-  copyKernel<<<blocksFor(vec ? nvec : bytes, maxBlocks), kThreads, 0,
-               reinterpret_cast<cudaStream_t>(stream)>>>(
+  // Unaligned buffers go bytewise through the tail loop, which only the last channel runs:
+  // a single channel then gets the whole grid.
+  Request one = rq;
+  if (!vec && one.shape.channels > 1) one.shape.channels = 1;
+  const Grid g = gridFor(vec ? nvec : bytes, one);
+  copyKernel<<<g.channels * g.blocksPerChannel, kThreads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(
       static_cast<uint4*>(dst), static_cast<const uint4*>(src), nvec, static_cast<unsigned char*>(dst) + body,
-      static_cast<const unsigned char*>(src) + body, bytes - body);
+      static_cast<const unsigned char*>(src) + body, bytes - body, g.channels,
+      g.channels == 1 ? nvec : g.perSlice);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess)
     return makeError(ridgeSystemError, "launchCopy: kernel launch failed: %s", cudaGetErrorString(err));
   return Status::ok();
+}
+
+}  // namespace
+
+Status launchReduce(void* dst, const void* const* srcs, int nsrcs, size_t count, ridgeDataType_t type,
+                    ridgeRedOp_t op, int finalDivisor, ridgeStream_t stream, int maxBlocks) {
+  Request rq;
+  rq.maxBlocks = maxBlocks;
+  return reduceWith(dst, srcs, nsrcs, count, type, op, finalDivisor, stream, rq);
+}
+
+Status launchReduceChannels(void* dst, const void* const* srcs, int nsrcs, size_t count, ridgeDataType_t type,
+                            ridgeRedOp_t op, int finalDivisor, ridgeStream_t stream, LaunchShape shape) {
+  if (shape.channels < 1 || shape.blocksPerChannel < 0)
+    return makeError(ridgeInvalidArgument, "launchReduceChannels: %d channels, %d blocks per channel",
+                     shape.channels, shape.blocksPerChannel);
+  Request rq;
+  rq.shape = shape;
+  return reduceWith(dst, srcs, nsrcs, count, type, op, finalDivisor, stream, rq);
+}
+
+Status launchCopy(void* dst, const void* src, size_t bytes, ridgeStream_t stream, int maxBlocks) {
+  Request rq;
+  rq.maxBlocks = maxBlocks;
+  return copyWith(dst, src, bytes, stream, rq);
+}
+
+Status launchCopyChannels(void* dst, const void* src, size_t bytes, ridgeStream_t stream, LaunchShape shape) {
+  if (shape.channels < 1 || shape.blocksPerChannel < 0)
+    return makeError(ridgeInvalidArgument, "launchCopyChannels: %d channels, %d blocks per channel",
+                     shape.channels, shape.blocksPerChannel);
+  Request rq;
+  rq.shape = shape;
+  return copyWith(dst, src, bytes, stream, rq);
 }
 
 int deviceCount() {

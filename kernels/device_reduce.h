@@ -29,6 +29,30 @@ Status launchReduce(void* dst, const void* const* srcs, int nsrcs, size_t count,
 /// pipeline; plain transfers use the copy engines).
 Status launchCopy(void* dst, const void* src, size_t bytes, ridgeStream_t stream, int maxBlocks = 0);
 
+/// Most channels one launch is cut into.
+constexpr int kMaxChannels = 64;
+
+/// Launch geometry of the bulk kernels with channels. The buffer is cut into `channels`
+/// contiguous slices of whole 16-byte vectors; each slice is worked by its own
+/// `blocksPerChannel` blocks of 512 threads (a channel is not limited to one block, as it is
+/// in NCCL's kernels: one block of 512 threads cannot keep enough loads in flight to reach
+/// HBM bandwidth on its own). blocksPerChannel 0 is the default: the blocks that fill the
+/// device (4 resident 512-thread blocks per SM, so 528 on an H100 SXM) shared out over the
+/// channels, and never more blocks than the slice has 512-vector strips (no idle blocks).
+struct LaunchShape {
+  int channels = 1;
+  int blocksPerChannel = 0;
+};
+
+/// launchReduce with an explicit channel shape (channels 1 to kMaxChannels; more are
+/// clamped, and never more channels than vectors).
+Status launchReduceChannels(void* dst, const void* const* srcs, int nsrcs, size_t count, ridgeDataType_t type,
+                            ridgeRedOp_t op, int finalDivisor, ridgeStream_t stream, LaunchShape shape);
+
+/// launchCopy with an explicit channel shape. Buffers that are not 16-byte aligned are
+/// copied bytewise by one channel.
+Status launchCopyChannels(void* dst, const void* src, size_t bytes, ridgeStream_t stream, LaunchShape shape);
+
 /// Number of CUDA devices this process sees; 0 when there is no device or driver (never an
 /// error: a CUDA build must run on machines without a GPU).
 int deviceCount();

@@ -1,5 +1,7 @@
 #include "coll/algo_select.h"
 
+#include <bit>
+
 #include "plan/algo_rules.h"
 
 namespace ridge {
@@ -36,12 +38,54 @@ const char* algoName(Algo a) {
   return "?";
 }
 
-Status AlgoSelector::configure(const std::string& overrides, size_t allPairsMax, bool directAvailable,
-                               size_t directMin, size_t directMax) {
-  allPairsMax_ = allPairsMax;
-  directAvailable_ = directAvailable;
-  directMin_ = directMin;
-  directMax_ = directMax;
+static_assert(static_cast<int>(plan::HostAlgo::AllPairs) == static_cast<int>(Algo::AllPairs) &&
+              static_cast<int>(plan::HostAlgo::Ring) == static_cast<int>(Algo::Ring) &&
+              static_cast<int>(plan::HostAlgo::Direct) == static_cast<int>(Algo::Direct) &&
+              static_cast<int>(plan::HostAlgo::Tree) == static_cast<int>(Algo::Tree));
+
+int AlgoSelector::sizeClass(size_t bytes) {
+  return static_cast<int>(std::bit_width(bytes));
+}
+
+namespace {
+
+// The measured crossovers (docs/performance.md, "Algorithm crossovers").
+Algo fixedChoice(const AlgoDefaults& d, CollType type, size_t bytes) {
+  // All-to-all is all-pairs by nature; everything else switches to the direct or the
+  // pipelined ring algorithms once the message amortises their extra steps.
+  if (type == CollType::AlltoAll) return Algo::AllPairs;
+  // Copy collectives gain from the single copy at every size; reductions only up to
+  // directMax, beyond which the ring's streaming output stores win.
+  const bool copyOnly = type == CollType::AllGather || type == CollType::Broadcast;
+  if (d.directAvailable && bytes >= d.directMin && (copyOnly || bytes <= d.directMax)) return Algo::Direct;
+  return bytes <= d.allPairsMax ? Algo::AllPairs : Algo::Ring;
+}
+
+// The model's choice, unless it prices the measured crossovers' choice within its own
+// error of the best: the constants vary more between runs than the margins between the
+// algorithms near a crossover (docs/planner.md), so only a clear difference overrides what
+// was measured.
+Algo modelChoice(const AlgoDefaults& d, plan::Coll coll, size_t bytes, Algo measured) {
+  const plan::HostAlgo best = plan::hostBestAlgo(d.constants, coll, d.nranks, bytes, d.directAvailable);
+  const double bestUs = plan::hostAlgoTimeUs(d.constants, coll, best, d.nranks, bytes, d.directAvailable);
+  const double measuredUs = plan::hostAlgoTimeUs(d.constants, coll, static_cast<plan::HostAlgo>(measured),
+                                                 d.nranks, bytes, d.directAvailable);
+  return measuredUs <= bestUs * (1 + plan::kHostModelMargin) ? measured : static_cast<Algo>(best);
+}
+
+}  // namespace
+
+Status AlgoSelector::configure(const std::string& overrides, const AlgoDefaults& defaults) {
+  usesModel_ = !defaults.fixedCrossovers;
+  for (int t = 0; t < plan::kCollCount; ++t)
+    for (int c = 0; c < kSizeClasses; ++c) {
+      // Each class is priced at its smallest size, so a power of two gets its own answer.
+      const size_t bytes = c == 0 ? 0 : size_t{1} << (c - 1);
+      const auto type = static_cast<CollType>(t);
+      const Algo measured = fixedChoice(defaults, type, bytes);
+      table_[t][c] =
+          usesModel_ ? modelChoice(defaults, static_cast<plan::Coll>(t), bytes, measured) : measured;
+    }
   rules_.clear();
   std::vector<plan::AlgoRule> parsed;
   std::string bad;
@@ -51,15 +95,16 @@ Status AlgoSelector::configure(const std::string& overrides, size_t allPairsMax,
     switch (p.algo) {
       case plan::AlgoName::AllPairs: rule.algo = Algo::AllPairs; break;
       case plan::AlgoName::Direct: rule.algo = Algo::Direct; break;
-      case plan::AlgoName::Tree: rule.algo = rule.type == CollType::AllReduce ? Algo::Tree : Algo::Ring; break;
+      case plan::AlgoName::Tree: rule.algo = Algo::Tree; break;
       // Hierarchical needs several hosts of GPUs; among host ranks the ring is its intra part.
       case plan::AlgoName::Ring:
       case plan::AlgoName::Hier: rule.algo = Algo::Ring; break;
     }
-    // All-to-all has only the all-pairs form (a direct read would race with the peer's
-    // own in-place writes); direct needs peer-memory access on every rank.
+    // An algorithm the collective lacks here runs its ring (direct without peer-memory
+    // access too); all-to-all has only the all-pairs form.
+    const auto host = static_cast<plan::HostAlgo>(rule.algo);
+    if (!plan::hostAlgoAvailable(p.coll, host, defaults.directAvailable)) rule.algo = Algo::Ring;
     if (rule.type == CollType::AlltoAll) rule.algo = Algo::AllPairs;
-    if (rule.algo == Algo::Direct && !directAvailable_) rule.algo = Algo::Ring;
     rules_.push_back(rule);
   }
   if (!bad.empty())
@@ -71,17 +116,16 @@ Status AlgoSelector::configure(const std::string& overrides, size_t allPairsMax,
   return Status::ok();
 }
 
+Algo AlgoSelector::defaultChoice(CollType type, size_t bytes) const {
+  const int t = static_cast<int>(type);
+  if (t >= plan::kCollCount) return Algo::Ring;  // Send/Recv have no algorithm to choose
+  return table_[t][sizeClass(bytes)];
+}
+
 Algo AlgoSelector::choose(CollType type, size_t bytes) const {
   for (const Rule& r : rules_)
     if (r.type == type && bytes >= r.lo && bytes < r.hi) return r.algo;
-  // All-to-all is all-pairs by nature; everything else switches to the direct or the
-  // pipelined ring algorithms once the message amortises their extra steps.
-  if (type == CollType::AlltoAll) return Algo::AllPairs;
-  // Copy collectives gain from the single copy at every size; reductions only up to
-  // directMax_, beyond which the ring's streaming output stores win (docs/performance.md).
-  const bool copyOnly = type == CollType::AllGather || type == CollType::Broadcast;
-  if (directAvailable_ && bytes >= directMin_ && (copyOnly || bytes <= directMax_)) return Algo::Direct;
-  return bytes <= allPairsMax_ ? Algo::AllPairs : Algo::Ring;
+  return defaultChoice(type, bytes);
 }
 
 }  // namespace ridge

@@ -12,6 +12,7 @@
 
 #include "coll/comm.h"
 #include "core/log.h"
+#include "plan/host_cost.h"
 #include "reduce/reduce.h"
 #include "reduce/stream_copy.h"
 
@@ -477,52 +478,6 @@ Task ringAllGather(ridgeComm* c, CollArgs a) {
   co_return Status::ok();
 }
 
-// Broadcast down a chain that starts at the root (position = (rank - root) mod P); every
-// rank but the last forwards each chunk as soon as it has it.
-Task chainBroadcast(ridgeComm* c, CollArgs a) {
-  const int P = c->nranks, r = c->rank;
-  const int* order = c->ringOrder.data();
-  const int p = c->ringPos[static_cast<size_t>(r)];
-  const int pos = mod(p - c->ringPos[static_cast<size_t>(a.root)], P);
-  const int next = order[(p + 1) % P], prev = order[(p + P - 1) % P];
-  SendConnector* tx = pos < P - 1 ? c->sendTo[next] : nullptr;
-  RecvConnector* rx = pos > 0 ? c->recvFrom[prev] : nullptr;
-  const size_t bytes = a.count * dataTypeSize(a.dtype);
-  const size_t chunk = (tx ? tx->slotBytes() : rx->slotBytes());
-  // With the direct extension the root sends from its buffer and the others receive
-  // straight into theirs and forward from there.
-  const bool txDirect = offersDirect(tx);
-  DirectWithdrawal withdrawal{txDirect ? tx : nullptr, offersDirect(rx) ? rx : nullptr};
-  size_t planOff = 0;
-  ExpectAhead expect(rx, [&](char** dst, size_t* n) {
-    if (planOff >= bytes) return false;
-    *dst = mbytes(a.recv) + planOff;
-    *n = std::min(chunk, bytes - planOff);
-    planOff += *n;
-    return true;
-  });
-  for (size_t off = 0; off < bytes; off += chunk) {
-    const size_t n = std::min(chunk, bytes - off);
-    const char* src = cbytes(a.send) + off;
-    char* dst = mbytes(a.recv) + off;
-    if (rx) {
-      PeekSlot pk(rx);
-      src = static_cast<const char*>(co_await pk);
-      if (pk.info.bytes != n) co_return mismatch(c, CollType::Broadcast, prev, n, pk.info);
-      if (txDirect && src != dst) {  // forward from the output: the slot is released at once
-        std::memcpy(dst, src, n);
-        src = dst;
-      }
-    }
-    if (tx) RIDGE_CO_TRY(co_await sendChunk(tx, txDirect, src, n, off + n == bytes));
-    if (dst != src) std::memcpy(dst, src, n);
-    if (rx) expect.release(rx);
-  }
-  if (txDirect) co_await SendsComplete(tx);
-  withdrawal.armed = false;
-  co_return Status::ok();
-}
-
 // Reduce up a chain that ends at the root (position = (rank - root - 1) mod P): each rank
 // adds its input to the partial result from its predecessor and passes it on.
 Task chainReduce(ridgeComm* c, CollArgs a) {
@@ -693,19 +648,137 @@ Task directCopy(ridgeComm* c, CollArgs a) {
   co_return co_await directEnd(c, a.type);
 }
 
-// AllReduce as the host's degenerate tree: reduce up the chain in ring order to the ring's
-// first rank, then broadcast the result back down the same chain. Two passes of P-1 hops
-// instead of the ring's 2(P-1) steps of 1/P each: fewer, larger messages.
-Task chainAllReduce(ridgeComm* c, CollArgs a) {
+// ---- tree: pipelined up and down a binary tree (plan::hostTreeLinks) ---------------------
+//
+// Positions count along the plan's ring from the root, so every subtree is a run of ring
+// neighbours (on a two-socket host at most a few edges cross the socket link). A rank
+// talks to its parent and at most two children; chunks stream through, so after the first
+// chunk has climbed depth = floor(log2 P) hops every rank works on its own chunk at once.
+
+struct TreeRanks {
+  int parent = -1;
+  int children[2] = {-1, -1};
+  int childCount = 0;
+};
+
+TreeRanks treeRanks(const ridgeComm* c, int root) {
+  const int P = c->nranks;
+  const int rootPos = c->ringPos[static_cast<size_t>(root)];
+  const int pos = mod(c->ringPos[static_cast<size_t>(c->rank)] - rootPos, P);
+  auto rankAt = [&](int q) { return c->ringOrder[static_cast<size_t>((rootPos + q) % P)]; };
+  const plan::HostTreeLinks links = plan::hostTreeLinks(P, pos);
+  TreeRanks t;
+  t.parent = links.parent < 0 ? -1 : rankAt(links.parent);
+  t.childCount = links.childCount;
+  for (int i = 0; i < links.childCount; ++i) t.children[i] = rankAt(links.children[i]);
+  return t;
+}
+
+// Reduce up the tree to the root: per chunk a rank reduces its input with its children's
+// partial sums (input first, then the children in order: the same fold on every run) into
+// its parent's slot, or at the root into the output.
+Task treeReduce(ridgeComm* c, CollArgs a) {
+  const TreeRanks t = treeRanks(c, a.root);
+  SendConnector* tx = t.parent >= 0 ? c->sendTo[t.parent] : nullptr;
+  const size_t es = dataTypeSize(a.dtype);
+  const size_t chunkElems = (tx ? tx->slotBytes() : c->recvFrom[t.children[0]]->slotBytes()) / es;
+  const int divisor = a.op == ridgeAvg ? c->nranks : 0;
+  const void* srcs[3];
+  for (size_t off = 0; off < a.count; off += chunkElems) {
+    const size_t n = std::min(chunkElems, a.count - off);
+    srcs[0] = cbytes(a.send) + off * es;
+    for (int i = 0; i < t.childCount; ++i) {
+      PeekSlot pk(c->recvFrom[t.children[i]]);
+      srcs[i + 1] = co_await pk;
+      if (pk.info.bytes != n * es) co_return mismatch(c, CollType::Reduce, t.children[i], n * es, pk.info);
+    }
+    if (tx) {
+      void* slot = co_await AcquireSlot(tx);
+      reduceMany(slot, srcs, t.childCount + 1, n, a.dtype, a.op, 0);
+      tx->post(static_cast<uint32_t>(n * es), false);
+    } else {
+      reduceMany(mbytes(a.recv) + off * es, srcs, t.childCount + 1, n, a.dtype, a.op, divisor);
+    }
+    for (int i = 0; i < t.childCount; ++i) c->recvFrom[t.children[i]]->release();
+  }
+  co_return Status::ok();
+}
+
+// Broadcast down a tree from the root (`t` from treeRanks; the chain is the tree whose ranks
+// have one child each): per chunk a rank takes it from its parent, sends it to each child
+// and copies it into its output. With the direct extension the root sends from its buffer
+// and the others receive straight into theirs and forward from there.
+Task treeBroadcast(ridgeComm* c, CollArgs a, TreeRanks t) {
+  RecvConnector* rx = t.parent >= 0 ? c->recvFrom[t.parent] : nullptr;
+  SendConnector* tx[2] = {nullptr, nullptr};
+  bool direct[2] = {false, false};
+  bool anyDirect = false;
+  for (int i = 0; i < t.childCount; ++i) {
+    tx[i] = c->sendTo[t.children[i]];
+    direct[i] = offersDirect(tx[i]);
+    anyDirect = anyDirect || direct[i];
+  }
+  const size_t bytes = a.count * dataTypeSize(a.dtype);
+  const size_t chunk = rx ? rx->slotBytes() : tx[0]->slotBytes();
+  DirectWithdrawal withdrawal0{direct[0] ? tx[0] : nullptr, offersDirect(rx) ? rx : nullptr};
+  DirectWithdrawal withdrawal1{direct[1] ? tx[1] : nullptr, nullptr};
+  size_t planOff = 0;
+  ExpectAhead expect(rx, [&](char** dst, size_t* n) {
+    if (planOff >= bytes) return false;
+    *dst = mbytes(a.recv) + planOff;
+    *n = std::min(chunk, bytes - planOff);
+    planOff += *n;
+    return true;
+  });
+  for (size_t off = 0; off < bytes; off += chunk) {
+    const size_t n = std::min(chunk, bytes - off);
+    const char* src = cbytes(a.send) + off;
+    char* dst = mbytes(a.recv) + off;
+    if (rx) {
+      PeekSlot pk(rx);
+      src = static_cast<const char*>(co_await pk);
+      if (pk.info.bytes != n) co_return mismatch(c, CollType::Broadcast, t.parent, n, pk.info);
+      if (anyDirect && src != dst) {  // forward from the output: the slot is released at once
+        std::memcpy(dst, src, n);
+        src = dst;
+      }
+    }
+    for (int i = 0; i < t.childCount; ++i)
+      RIDGE_CO_TRY(co_await sendChunk(tx[i], direct[i], src, n, off + n == bytes));
+    if (dst != src) std::memcpy(dst, src, n);
+    if (rx) expect.release(rx);
+  }
+  for (int i = 0; i < t.childCount; ++i)
+    if (direct[i]) co_await SendsComplete(tx[i]);
+  withdrawal0.armed = withdrawal1.armed = false;
+  co_return Status::ok();
+}
+
+// Broadcast down a chain that starts at the root (position = (rank - root) mod P); every
+// rank but the last forwards each chunk as soon as it has it.
+Task chainBroadcast(ridgeComm* c, CollArgs a) {
+  const int P = c->nranks;
+  const int p = c->ringPos[static_cast<size_t>(c->rank)];
+  const int pos = mod(p - c->ringPos[static_cast<size_t>(a.root)], P);
+  TreeRanks chain;
+  chain.parent = pos > 0 ? c->ringOrder[static_cast<size_t>((p + P - 1) % P)] : -1;
+  if (pos < P - 1) chain.children[chain.childCount++] = c->ringOrder[static_cast<size_t>((p + 1) % P)];
+  co_return co_await treeBroadcast(c, a, chain);
+}
+
+// AllReduce: reduce up the tree to the ring's first rank, then broadcast the result back
+// down. 2 floor(log2 P) hops of latency instead of the ring's 2(P-1) steps, for N bytes
+// through every inner rank instead of the ring's 2(P-1)/P N.
+Task treeAllReduce(ridgeComm* c, CollArgs a) {
   CollArgs up = a;
   up.type = CollType::Reduce;
   up.root = c->ringOrder.front();
-  RIDGE_CO_TRY(co_await chainReduce(c, up));
+  RIDGE_CO_TRY(co_await treeReduce(c, up));
   CollArgs down = a;
   down.type = CollType::Broadcast;
   down.root = up.root;
   down.send = a.recv;  // the root's result; other ranks only receive
-  co_return co_await chainBroadcast(c, down);
+  co_return co_await treeBroadcast(c, down, treeRanks(c, down.root));
 }
 
 }  // namespace
@@ -723,7 +796,14 @@ Task runCollective(ridgeComm* c, CollArgs a) {
   // Note: no `co_await (cond ? f() : g())` here: GCC 12 destroys the temporary task of
   // a conditional expression twice (found by AddressSanitizer, test CollGroup).
   const bool ring = algo == Algo::Ring || algo == Algo::Tree;
-  if (algo == Algo::Tree && a.type == CollType::AllReduce) co_return co_await chainAllReduce(c, a);
+  if (algo == Algo::Tree) {
+    switch (a.type) {
+      case CollType::AllReduce: co_return co_await treeAllReduce(c, a);
+      case CollType::Reduce: co_return co_await treeReduce(c, a);
+      case CollType::Broadcast: co_return co_await treeBroadcast(c, a, treeRanks(c, a.root));
+      default: break;  // the others have no tree form here: the ring
+    }
+  }
   if (algo == Algo::Direct) {
     switch (a.type) {
       case CollType::AllReduce:

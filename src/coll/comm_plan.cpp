@@ -90,10 +90,24 @@ Status setupHostPlan(ridgeComm* c, bool directAvailable) {
   c->ringPos.assign(static_cast<size_t>(P), 0);
   for (int i = 0; i < P; ++i) c->ringPos[static_cast<size_t>(order[static_cast<size_t>(i)])] = i;
 
-  Status algo = c->algos.configure(rules, static_cast<size_t>(settingSize(Setting::ALLPAIRS_MAX)),
-                                   directAvailable, static_cast<size_t>(settingSize(Setting::DIRECT_MIN)),
-                                   static_cast<size_t>(settingSize(Setting::DIRECT_MAX)));
+  AlgoDefaults defaults;
+  defaults.nranks = P;
+  defaults.directAvailable = directAvailable;
+  defaults.allPairsMax = static_cast<size_t>(settingSize(Setting::ALLPAIRS_MAX));
+  defaults.directMin = static_cast<size_t>(settingSize(Setting::DIRECT_MIN));
+  defaults.directMax = static_cast<size_t>(settingSize(Setting::DIRECT_MAX));
+  // The model prices one host's shared memory; the same facts on every rank decide it.
+  bool oneHost = true;
+  for (const plan::HostPlacement& p : places) oneHost = oneHost && p.host == places.front().host;
+  defaults.fixedCrossovers = settingIsSet(Setting::ALLPAIRS_MAX) || settingIsSet(Setting::DIRECT_MIN) ||
+                             settingIsSet(Setting::DIRECT_MAX) || !oneHost || settingInt(Setting::SHM) == 0;
+  defaults.constants.streamMinBytes = static_cast<size_t>(settingSize(Setting::STREAM_MIN));
+  Status cost = plan::parseHostConstants(settingString(Setting::HOST_COST), &defaults.constants);
+  (void)cost;  // a bad entry was logged; the defaults stay
+  Status algo = c->algos.configure(rules, defaults);
   (void)algo;  // malformed entries were logged and are ignored
+  RIDGE_INFO("comm %s: default algorithms from %s", c->name.c_str(),
+             c->algos.usesCostModel() ? "the host cost model" : "the measured crossovers");
 
   if (P <= 64) {
     std::string text;

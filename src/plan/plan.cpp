@@ -45,19 +45,13 @@ const char* channelKindName(ChannelKind k) {
 
 Status gdrModeFromSettings(std::optional<topo::GdrOption>* out) {
   const std::string text = settingString(Setting::GDR_MODE);
+  topo::GdrModeSetting m;
+  if (!topo::parseGdrModeSetting(text, &m))
+    return makeError(ridgeInvalidArgument, "RIDGE_GDR_MODE='%s': expected read, write, staged, auto or off",
+                     text.c_str());
   out->reset();
-  if (text.empty() || text == "off" || text == "auto") return Status::ok();
-  // The transport's short names (read, write, staged) and the advisor's long ones.
-  static const char* const kShort[topo::kGdrOptionCount] = {"read", "write", "staged"};
-  for (int o = 0; o < topo::kGdrOptionCount; ++o) {
-    const auto option = static_cast<topo::GdrOption>(o);
-    if (text == kShort[o] || text == topo::gdrOptionName(option)) {
-      *out = option;
-      return Status::ok();
-    }
-  }
-  return makeError(ridgeInvalidArgument, "RIDGE_GDR_MODE='%s': expected read, write, staged, auto or off",
-                   text.c_str());
+  if (m.kind == topo::GdrModeSetting::Kind::Forced) *out = m.forced;
+  return Status::ok();
 }
 
 // ---- trees ------------------------------------------------------------------------------
@@ -132,7 +126,6 @@ Edge netEdge(const Plan& p, int na, int a, int nb, int b, int nic, int sendRoute
   e.recvRoute = t.nicRecv[static_cast<size_t>(nic * k + b)];
   e.sendMode = t.routes[static_cast<size_t>(e.route)].mode;
   e.recvMode = t.routes[static_cast<size_t>(e.recvRoute)].mode;
-  if (p.tcp) e.sendMode = e.recvMode = NetMode::HostStaged;
   return e;
 }
 
@@ -277,11 +270,7 @@ Status buildPlan(std::shared_ptr<const topo::Topology> node, const PlanRequest& 
   p.tcp = req.tcp;
   auto tmpl = std::make_shared<NodeTemplate>();
   SearchOptions search = req.search;
-  if (req.tcp) {
-    // TCP sends leave from host memory whatever the GPU-NIC pair could do.
-    search.forcedGdrMode = topo::GdrOption::HostStaged;
-    search.forcedGdrReason = "TCP: sends leave from host memory";
-  }
+  search.tcp = req.tcp;
   RIDGE_TRY(buildNodeTemplate(node, rpn, nodes > 1, req.network, search, tmpl.get()));
   p.node = tmpl;
   buildRings(&p);

@@ -109,7 +109,10 @@ struct SearchOptions {
   /// Network sends of GPU ranks: every GPU-NIC pair takes the GDR advisor's mode (PCIe model
   /// with `pcieConstants`) unless one is forced here (RIDGE_GDR_MODE=read|write|staged).
   std::optional<topo::GdrOption> forcedGdrMode;
-  std::string forcedGdrReason = "forced by RIDGE_GDR_MODE";  ///< NicPairMode::why when forced
+  /// Network edges go through the kernel's TCP stack: sends and receives both pass through
+  /// host memory whatever the GPU-NIC pair could do, and nothing else forces that. The one
+  /// place TCP makes a route host staged (nicPairModes and the receive routes, search.cpp).
+  bool tcp = false;
   topo::PcieConstants pcieConstants;
 };
 

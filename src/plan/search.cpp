@@ -46,6 +46,7 @@ struct Builder {
   NodeTemplate& tp;
   const Topology& t;
   int k = 0;
+  bool tcp = false;  // SearchOptions::tcp: receives land in host memory too
 
   double capOf(int res) const { return tp.resources.capacityGBs[static_cast<size_t>(res)]; }
 
@@ -131,7 +132,8 @@ struct Builder {
   // Device a to NIC slot s (send) or back (recv). Sends take the pair's mode (the GDR
   // advisor's, tp.nicModes) and load the pair's mode resource, whose capacity is that mode's
   // modeled bandwidth. Receives: the NIC writes GPU memory directly when GPU and NIC share a
-  // PCIe switch (class PXB or better, as NCCL decides), else through host memory.
+  // PCIe switch (class PXB or better, as NCCL decides), else through host memory; over TCP
+  // always through host memory.
   Route nicRoute(int a, int s, bool send) {
     Route r;
     const int A = tp.devices[static_cast<size_t>(a)], X = tp.nics[static_cast<size_t>(s)];
@@ -148,7 +150,7 @@ struct Builder {
       r.modeLatencyNs = m.latencyNs;
       r.uses.push_back({tp.resources.nicModeBase + a * nn + s, 1.0f});
     } else {
-      r.mode = p.nccl <= topo::NcclClass::PXB ? NetMode::GdrWrite : NetMode::HostStaged;
+      r.mode = p.nccl <= topo::NcclClass::PXB && !tcp ? NetMode::GdrWrite : NetMode::HostStaged;
     }
     r.uses.push_back({tp.resources.nicPortBase + 2 * s + (send ? 0 : 1), 1.0f});
     if (tp.hostRanks) r.uses.push_back({tp.resources.deviceBase + 2 * a + (send ? 0 : 1), 1.0f});
@@ -183,9 +185,16 @@ std::vector<NicPairMode> nicPairModes(const Topology& t, const NodeTemplate& tp,
       }
       placement.nicPortGBs = tp.nicGBs;
       const topo::GdrAdvice advice = topo::adviseGdr(placement, options.pcieConstants);
-      m.option = options.forcedGdrMode.value_or(advice.chosen);
-      m.why = options.forcedGdrMode ? options.forcedGdrReason
-                                    : "GDR advisor (" + advice.decidedBy + "): " + advice.reason;
+      if (options.tcp) {
+        m.option = topo::GdrOption::HostStaged;
+        m.why = "TCP: sends leave from host memory";
+      } else if (options.forcedGdrMode) {
+        m.option = *options.forcedGdrMode;
+        m.why = "forced by RIDGE_GDR_MODE";
+      } else {
+        m.option = advice.chosen;
+        m.why = "GDR advisor (" + advice.decidedBy + "): " + advice.reason;
+      }
       const topo::GdrOptionEstimate& e = advice.estimate(m.option);
       m.latencyNs = e.latencyNs.empty() ? 0 : e.latencyNs.front();
       m.bandwidthGBs = e.largeBandwidthGBs > 0 ? e.largeBandwidthGBs : tp.nicGBs;
@@ -479,7 +488,7 @@ Status buildNodeTemplate(std::shared_ptr<const topo::Topology> topology, int ran
   }
 
   // Routes.
-  Builder b{tp, t, k};
+  Builder b{tp, t, k, options.tcp};
   tp.pairRoute.assign(static_cast<size_t>(k) * k, -1);
   for (int a = 0; a < k; ++a)
     for (int c = 0; c < k; ++c)

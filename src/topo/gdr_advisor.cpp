@@ -1,6 +1,7 @@
 #include "topo/gdr_advisor.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 
@@ -388,6 +389,28 @@ const char* gdrOptionName(GdrOption o) {
     case GdrOption::HostStaged: return "host-staged";
   }
   return "?";
+}
+
+bool parseGdrModeSetting(const std::string& text, GdrModeSetting* out) {
+  std::string t = text;
+  for (char& ch : t) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  GdrModeSetting m;
+  if (t.empty() || t == "off") {
+    m.kind = GdrModeSetting::Kind::Off;
+  } else if (t == "auto") {
+    m.kind = GdrModeSetting::Kind::Auto;
+  } else {
+    // The transport's short names and the advisor's long ones.
+    static const char* const kShort[kGdrOptionCount] = {"read", "write", "staged"};
+    int found = -1;
+    for (int o = 0; o < kGdrOptionCount; ++o)
+      if (t == kShort[o] || t == gdrOptionName(static_cast<GdrOption>(o))) found = o;
+    if (found < 0) return false;
+    m.kind = GdrModeSetting::Kind::Forced;
+    m.forced = static_cast<GdrOption>(found);
+  }
+  *out = m;
+  return true;
 }
 
 const char* placementClassName(PlacementClass c) {

@@ -32,6 +32,19 @@ inline constexpr int kGdrOptionCount = 3;
 /// "gdr-read", "gdr-write", "host-staged".
 const char* gdrOptionName(GdrOption o);
 
+/// RIDGE_GDR_MODE as every reader takes it (the planner, the gdr and net transports): one
+/// parser, so that a value one of them accepts the others accept too.
+struct GdrModeSetting {
+  enum class Kind : uint8_t { Off, Auto, Forced };
+  Kind kind = Kind::Off;
+  GdrOption forced = GdrOption::HostStaged;  ///< Kind::Forced only
+};
+
+/// Case-insensitive: empty or "off" (the RDMA transport as is), "auto" (the advisor
+/// decides), "read"/"gdr-read", "write"/"gdr-write", "staged"/"host-staged" (forced).
+/// False for anything else (`out` untouched).
+bool parseGdrModeSetting(const std::string& text, GdrModeSetting* out);
+
 /// Where the GPU-NIC route goes, in nvidia-smi's words (NODE: through several host bridges of
 /// one NUMA node; SYS: across the socket link).
 enum class PlacementClass : uint8_t { Unknown, PIX, PXB, PHB, NODE, SYS };

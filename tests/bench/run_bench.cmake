@@ -9,6 +9,9 @@
 #   JSON_STDOUT 1: stdout itself must be that JSON
 #   PYTHON      interpreter for the JSON checks
 #   TIMEOUT     seconds (default 50)
+#   SKIP_ERR    regular expression: a non-zero exit whose stderr matches it prints
+#               "skipped: no CUDA device" (ctest's SKIP_REGULAR_EXPRESSION) instead of
+#               failing; for GPU-only runs on machines without a GPU
 if(NOT DEFINED TIMEOUT)
   set(TIMEOUT 50)
 endif()
@@ -20,6 +23,11 @@ execute_process(COMMAND "${BENCH}" ${_args}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT ${TIMEOUT})
 string(REPLACE ";" " " _shown "${_args}")
 message("$ ridge-bench ${_shown}\n--- stdout ---\n${out}--- stderr ---\n${err}--- exit: ${rc}")
+
+if(DEFINED SKIP_ERR AND NOT rc EQUAL 0 AND err MATCHES "${SKIP_ERR}")
+  message("skipped: no CUDA device")
+  return()
+endif()
 
 if(EXPECT STREQUAL "fail")
   if(rc EQUAL 0)

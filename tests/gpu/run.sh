@@ -2,8 +2,9 @@
 # GPU checks, one command, for a machine with a CUDA device:
 #   tests/gpu/run.sh [REPORT_FILE]
 # Builds Ridge with CUDA in build-gpu/, runs the GPU tests (kernels against the host
-# reference for every dtype x op), the kernel bandwidth benchmark (reduce vs the same
-# GPU's device-to-device copy) and the register/spill report of the kernels, and writes a
+# reference for every dtype x op, the LL protocol and the channel shapes), the kernel
+# bandwidth benchmark (reduce vs the same GPU's device-to-device copy), the LL-vs-bulk
+# small-message benchmark and the register/spill report of the kernels, and writes a
 # short report (default build-gpu/gpu-report.txt). Exit status: 0 all passed, 1 a test
 # failed, 3 no CUDA device (nothing was checked).
 set -euo pipefail
@@ -11,7 +12,7 @@ cd "$(dirname "$0")/../.."
 report=${1:-build-gpu/gpu-report.txt}
 jobs=$(nproc)
 cmake -S . -B build-gpu -G Ninja -DRIDGE_WITH_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
-ninja -C build-gpu -j"$jobs" test_gpu_kernels test_gpu_stream ridge-gpu-kernel-bw ridge_kernels >/dev/null
+ninja -C build-gpu -j"$jobs" test_gpu_kernels test_gpu_stream test_gpu_ll test_ll_line test_gpu_dmabuf ridge-gpu-kernel-bw ridge-gpu-ll-lat ridge_kernels >/dev/null
 mkdir -p "$(dirname "$report")"
 {
   echo "# Ridge GPU report, $(date -u +%Y-%m-%dT%H:%MZ)"
@@ -36,12 +37,25 @@ else
   echo "stream tests: FAILED" | tee -a "$report"
   status=1
 fi
+echo "## LL protocol, channel and dma-buf export tests" >>"$report"
+if ./build-gpu/tests/gpu/test_gpu_ll --gtest_brief=1 >>"$report" 2>&1 &&
+  ./build-gpu/tests/gpu/test_ll_line --gtest_brief=1 >>"$report" 2>&1 &&
+  RIDGE_DEBUG=INFO ./build-gpu/tests/gpu/test_gpu_dmabuf --gtest_brief=1 >>"$report" 2>&1; then
+  echo "LL, channel and dma-buf tests: passed" | tee -a "$report"
+else
+  echo "LL, channel and dma-buf tests: FAILED" | tee -a "$report"
+  status=1
+fi
 echo "## kernel bandwidth (ridge-gpu-kernel-bw 256 20)" >>"$report"
 ./build-gpu/bench/ridge-gpu-kernel-bw 256 20 | tee -a "$report"
+echo "## LL vs bulk, one hop at small sizes (ridge-gpu-ll-lat 2000)" >>"$report"
+./build-gpu/bench/ridge-gpu-ll-lat 2000 | tee -a "$report" || status=1
 echo "## registers and spills per kernel (sm_90)" >>"$report"
-obj=$(find build-gpu/kernels -name 'device_reduce.cu.o' | head -1)
-if [ -n "$obj" ] && command -v cuobjdump >/dev/null; then
-  cuobjdump --dump-resource-usage "$obj" 2>/dev/null | grep -E "Function|REG|STACK" | head -40 >>"$report" || true
-fi
+for name in device_reduce ll_protocol; do
+  obj=$(find build-gpu/kernels -name "$name.cu.o" | head -1)
+  if [ -n "$obj" ] && command -v cuobjdump >/dev/null; then
+    cuobjdump --dump-resource-usage "$obj" 2>/dev/null | grep -E "Function|REG|STACK" | head -40 >>"$report" || true
+  fi
+done
 echo "report: $report"
 exit $status

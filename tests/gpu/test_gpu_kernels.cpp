@@ -11,16 +11,10 @@
 
 #include "kernels/device_reduce.h"
 #include "reduce/reduce.h"
+#include "tests/gpu/gpu_test_util.h"
 
 namespace ridge {
 namespace {
-
-#define SKIP_WITHOUT_GPU()                                                  \
-  do {                                                                      \
-    if (gpu::deviceCount() == 0) GTEST_SKIP() << "skipped: no CUDA device"; \
-  } while (0)
-
-#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
 const ridgeDataType_t kTypes[] = {ridgeInt8,   ridgeUint8,   ridgeInt32,    ridgeUint32,  ridgeInt64,
                                   ridgeUint64, ridgeFloat16, ridgeBfloat16, ridgeFloat32, ridgeFloat64};

@@ -2,12 +2,16 @@
 // and its algorithm choices.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 
 #include "plan/cost.h"
 #include "plan_fixtures.h"
 #include "topo/gdr_placement.h"
+#include "transports/gdr/gdr_model.h"
+#include "transports/net/net_transport.h"
 
 namespace ridge::plan {
 namespace {
@@ -219,6 +223,45 @@ TEST(CostModelGdr, DgxH100NetworkSendsAreGdrRead) {
                            .latencyNs);
 }
 
+// The planner and the gdr transport read RIDGE_GDR_MODE through one parser: each value is
+// accepted by both or by neither, forcing the same option.
+TEST(CostModelGdr, PlannerAndTransportAcceptTheSameGdrModes) {
+  struct Case {
+    const char* text;
+    bool valid;
+    int forced;  // GdrOption, -1 none forced (off, auto)
+  };
+  const Case cases[] = {{"", true, -1},          {"off", true, -1},     {"OFF", true, -1},
+                        {"auto", true, -1},      {"AUTO", true, -1},    {"Auto", true, -1},
+                        {"read", true, 0},       {"gdr-read", true, 0}, {"WRITE", true, 1},
+                        {"gdr-write", true, 1},  {"staged", true, 2},   {"Host-Staged", true, 2},
+                        {"sideways", false, -1}, {"rea", false, -1},    {"off ", false, -1},
+                        {"gdr_read", false, -1}, {"autos", false, -1},  {"hoststaged", false, -1}};
+  for (const Case& c : cases) {
+    setenv("RIDGE_GDR_MODE", c.text, 1);
+    std::optional<topo::GdrOption> planner;
+    const bool plannerOk = gdrModeFromSettings(&planner).isOk();
+    gdr::Mode transport = gdr::Mode::Read;
+    const bool transportForced = gdr::parseMode(c.text, &transport);
+    EXPECT_EQ(plannerOk, c.valid) << "'" << c.text << "'";
+    EXPECT_EQ(transportForced, c.forced >= 0) << "'" << c.text << "'";
+    if (c.forced >= 0) {
+      ASSERT_TRUE(planner.has_value()) << c.text;
+      EXPECT_EQ(static_cast<int>(*planner), c.forced) << c.text;
+      EXPECT_EQ(gdr::toGdrOption(transport), *planner) << c.text;
+    } else if (c.valid) {
+      EXPECT_FALSE(planner.has_value()) << c.text;
+    }
+    // The net transport steps aside for every value but off (an invalid one included, so
+    // that the gdr transport reports it).
+    topo::GdrModeSetting m;
+    const bool off = topo::parseGdrModeSetting(c.text, &m) && m.kind == topo::GdrModeSetting::Kind::Off;
+    EXPECT_EQ(gdrModeOn(), !off) << "'" << c.text << "'";
+  }
+  unsetenv("RIDGE_GDR_MODE");
+  EXPECT_FALSE(gdrModeOn());
+}
+
 TEST(CostModelGdr, RidgeGdrModeForcesOrLeavesItToTheAdvisor) {
   std::optional<topo::GdrOption> m;
   setenv("RIDGE_GDR_MODE", "staged", 1);
@@ -243,12 +286,27 @@ TEST(CostModelGdr, RidgeGdrModeForcesOrLeavesItToTheAdvisor) {
     req.ranksPerNode = 8;
     req.nranks = 16;
     ASSERT_TRUE(parseNetworkSpec("rails=8,transport=tcp", &req.network, &req.tcp).isOk());
+    // A forced GDR mode does not override TCP: nothing reaches the NIC but host memory.
+    req.search.forcedGdrMode = topo::GdrOption::GdrRead;
     Plan tcp;
     ASSERT_TRUE(buildPlan(t, req, &tcp).isOk());
     for (const NicPairMode& pm : tcp.node->nicModes) {
       EXPECT_EQ(pm.option, topo::GdrOption::HostStaged);
       EXPECT_EQ(pm.why, "TCP: sends leave from host memory");
     }
+    // Both ends of every network edge, rings and trees (receives on GPUs under the NIC's
+    // own switch would be GPUDirect over RDMA).
+    int netEdges = 0;
+    for (const std::vector<Channel>* set : {&tcp.rings, &tcp.trees})
+      for (const Channel& ch : *set)
+        for (const Edge& e : ch.edges) {
+          if (e.transport == Transport::Net) ADD_FAILURE() << "an RDMA edge in a TCP plan";
+          if (e.transport != Transport::Tcp) continue;
+          ++netEdges;
+          EXPECT_EQ(e.sendMode, NetMode::HostStaged) << e.from << "->" << e.to;
+          EXPECT_EQ(e.recvMode, NetMode::HostStaged) << e.from << "->" << e.to;
+        }
+    EXPECT_GT(netEdges, 0);
   }
   // Forced host staging on DGX H100: no GPUDirect send anywhere, so no PXN relay either.
   auto p = gdrPlan("dgx-h100", 2, 8, topo::GdrOption::HostStaged);
@@ -295,22 +353,62 @@ TEST(CostModelHier, EveryCollectiveButAlltoallHasAHierarchicalForm) {
 
 // Every algorithm of every collective: no resource is busy longer than the predicted time
 // (no link carries more than its bandwidth allows), and the choice is deterministic.
-TEST(CostModelHier, NoResourceOverItsBandwidthAndDeterministicChoices) {
+// Bytes one ring edge carries per message byte, from the algorithm's steps (not from the
+// model): allreduce sends each of n blocks twice around (n-1 hops each), allgather and
+// reduce-scatter once; broadcast and reduce pipeline the whole message over every edge.
+double ringEdgeShare(Coll c, int n) {
+  switch (c) {
+    case Coll::AllReduce: return 2.0 * (n - 1) / n;
+    case Coll::AllGather:
+    case Coll::ReduceScatter: return static_cast<double>(n - 1) / n;
+    case Coll::Broadcast:
+    case Coll::Reduce: return 1.0;
+    case Coll::AlltoAll: break;
+  }
+  return 0;
+}
+
+// The model's ring loads against a recount from the plan's own edges: every edge of the
+// channels in use puts its share on the resources of its routes (sending and receiving
+// node); nodes are alike, so one node's load is the total over N. The model must agree
+// resource by resource, and its time can be no shorter than the busiest resource needs.
+TEST(CostModelHier, RingLoadsMatchARecountFromThePlanEdgesAndChoicesAreDeterministic) {
   for (const char* name : {"dgx-h100", "pcie-8gpu-2socket", "cross-rc"}) {
     for (int nodes : {1, 3, 16}) {
       const std::string net = "rails=8,nic=400G,tiers=leaf:8:400G,spine:64:400G";
-      CostModel a(shared(buildOrDie(name, nodes, 0, net)));
+      auto plan = shared(buildOrDie(name, nodes, 0, net));
+      CostModel a(plan);
       CostModel b(shared(buildOrDie(name, nodes, 0, net)));
+      const NodeTemplate& t = *plan->node;
+      const ResourceTable& rt = t.resources;
       for (int c = 0; c < kCollCount; ++c)
         for (size_t bytes = 8; bytes <= (size_t{1} << 32); bytes *= 64) {
           const Coll coll = static_cast<Coll>(c);
-          for (int al = 0; al < kAlgorithmCount; ++al) {
-            const Estimate e = a.estimate(coll, bytes, static_cast<Algorithm>(al));
-            if (!e.valid) continue;
-            for (const ResourceLoad& l : a.loads(e, 100000))
-              EXPECT_LE(l.busyUs, e.timeUs * (1 + 1e-9))
-                  << name << " x" << nodes << " " << collName(coll) << " " << algorithmName(e.algo) << " "
-                  << bytes << ": " << l.name;
+          const Estimate e = a.estimate(coll, bytes, Algorithm::Ring);
+          if (e.valid) {
+            const std::string what = std::string(name) + " x" + std::to_string(nodes) + " " + collName(coll) +
+                                     " " + std::to_string(bytes) + " B, " + std::to_string(e.channels) +
+                                     " ch";
+            std::vector<double> recount(rt.capacityGBs.size(), 0.0);
+            const double share = ringEdgeShare(coll, plan->nranks) * static_cast<double>(bytes) / e.channels;
+            for (int ch = 0; ch < e.channels; ++ch)
+              for (const Edge& edge : plan->rings[static_cast<size_t>(ch)].edges)
+                for (int route : {edge.route, edge.recvRoute}) {
+                  if (route < 0) continue;
+                  for (const ResourceUse& u : t.routes[static_cast<size_t>(route)].uses)
+                    recount[static_cast<size_t>(u.resource)] += share * u.weight / nodes;
+                }
+            std::map<std::string, double> modeled;
+            for (const ResourceLoad& l : a.loads(e, 1u << 20)) modeled[l.name] = l.bytes;
+            for (size_t r = 0; r < recount.size(); ++r) {
+              const auto it = modeled.find(rt.names[r]);
+              const double m = it == modeled.end() ? 0 : it->second;
+              EXPECT_NEAR(m, recount[r], 1e-6 * recount[r] + 1e-3) << what << ": " << rt.names[r];
+              if (std::isfinite(rt.capacityGBs[r]) && recount[r] > 0) {
+                EXPECT_GE(e.timeUs * (1 + 1e-9), recount[r] / (rt.capacityGBs[r] * 1e3))
+                    << what << ": " << rt.names[r] << " needs longer than the estimate";
+              }
+            }
           }
           const Estimate x = a.best(coll, bytes), y = b.best(coll, bytes);
           EXPECT_EQ(x.algo, y.algo);

@@ -121,6 +121,13 @@ TEST(HostCollectives, RidgeAlgoChangesWhatRuns) {
   setenv("RIDGE_ALGO", "allreduce:0-:allpairs", 1);
   for (const std::string& r : algorithmsThatRan(3)) EXPECT_EQ(r, "allpairs allpairs 0");
   unsetenv("RIDGE_ALGO");
+  // The measured crossover settings win over the cost model when set: all-pairs up to
+  // 1 MiB, where the model runs direct or the ring at 400 KB.
+  setenv("RIDGE_ALLPAIRS_MAX", "1M", 1);
+  setenv("RIDGE_DIRECT_MIN", "2M", 1);
+  for (const std::string& r : algorithmsThatRan(3)) EXPECT_EQ(r, "allpairs allpairs 0");
+  unsetenv("RIDGE_ALLPAIRS_MAX");
+  unsetenv("RIDGE_DIRECT_MIN");
 }
 
 TEST(HostCollectives, PlanFileSetsTheRingAndDumpShowsIt) {
@@ -181,6 +188,51 @@ TEST(HostCollectives, PlanFileSetsTheRingAndDumpShowsIt) {
   EXPECT_EQ(ring.get("ranks")->items()[1].asNumber(), 2);
   EXPECT_NE(doc.get("source")->asString().find("file"), std::string::npos);
   EXPECT_NE(doc.get("algoRules")->asString().find("allreduce:0-:ring"), std::string::npos);
+}
+
+// The binary tree with 7 ranks (depth 2, inner ranks with two children) and messages of
+// several chunks: allreduce (sum and avg), reduce and broadcast with roots inside the ring,
+// all forced to the tree; every rank counts the tree runs.
+TEST(HostCollectives, TreeAllReduceReduceAndBroadcastOverSevenRanks) {
+  unsetenv("RIDGE_PLAN_FILE");
+  setenv("RIDGE_ALGO", "allreduce:0-:tree;reduce:0-:tree;broadcast:0-:tree", 1);
+  ridgetest::setLoopbackEnv();
+  ridgeUniqueId id;
+  ASSERT_TRUE(ridgetest::makeUniqueId(&id));
+  const int n = 7;
+  LaunchResult res = ridgetest::launchRanks(n, 90, [&](int me, Reporter& rep) {
+    ridgeComm_t comm = ridgetest::initRank(n, id, me, rep);
+    if (!comm) return 2;
+    bool ok = true;
+    int calls = 0;
+    for (size_t count : {size_t{1}, size_t{1000}, size_t{300001}}) {
+      ok = ok && checkAllReduce(comm, me, n, count, rep, "tree allreduce");
+      std::vector<float> in = input(me, count), avg(count, -1), bc(count, -1), rd(count, -1);
+      ok = ok &&
+           ridgeAllReduce(in.data(), avg.data(), count, ridgeFloat, ridgeAvg, comm, nullptr) == ridgeSuccess;
+      ok = ok && ridgeBroadcast(in.data(), bc.data(), count, ridgeFloat, 5, comm, nullptr) == ridgeSuccess;
+      ok = ok &&
+           ridgeReduce(in.data(), rd.data(), count, ridgeFloat, ridgeSum, 3, comm, nullptr) == ridgeSuccess;
+      calls += 4;
+      const std::vector<float> rootInput = input(5, count);
+      for (size_t i = 0; ok && i < count; ++i) {
+        const int sum = n * (n + 1) / 2 + n * static_cast<int>(i % 7);
+        if (avg[i] != static_cast<float>(sum) / static_cast<float>(n))
+          rep.fail("tree avg", "element " + std::to_string(i)), ok = false;
+        if (bc[i] != rootInput[i]) rep.fail("tree broadcast", "element " + std::to_string(i)), ok = false;
+        if (me == 3 && rd[i] != static_cast<float>(sum))
+          rep.fail("tree reduce", "element " + std::to_string(i)), ok = false;
+        if (me != 3 && rd[i] != -1) rep.fail("tree reduce", "a non-root's output was written"), ok = false;
+      }
+    }
+    if (comm->algoRuns[static_cast<int>(Algo::Tree)] != static_cast<uint64_t>(calls))
+      rep.fail("tree", std::to_string(comm->algoRuns[static_cast<int>(Algo::Tree)]) + " tree runs of " +
+                           std::to_string(calls));
+    ridgeCommDestroy(comm);
+    return ok ? 0 : 1;
+  });
+  ridgetest::reportChildFailures(res, "tree, 7 ranks");
+  unsetenv("RIDGE_ALGO");
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -480,12 +481,17 @@ TEST(SoftnicEngine, WaitForNicActivityWakesWhenAWriteLands) {
   });
   auto idle = [](void* d) { return __atomic_load_n(static_cast<uint8_t*>(d) + 4095, __ATOMIC_ACQUIRE) == 0; };
   const double t0 = nowSec();
-  bool waited = true;
-  for (int i = 0; i < 10 && idle(dst.data()) && nowSec() - t0 < 5; ++i)
-    waited = softnic::waitForNicActivity(p->devB.get(), 5000000000, idle, dst.data());
+  int waits = 0;
+  for (; waits < 10 && idle(dst.data()) && nowSec() - t0 < 5; ++waits)
+    ASSERT_TRUE(softnic::waitForNicActivity(p->devB.get(), 5000000000, idle, dst.data()));
   const double took = nowSec() - t0;
+  // Observed before the poster is joined: a wait that returned without sleeping would use up
+  // its ten rounds within microseconds, long before the write is posted at 50 ms.
+  const bool landedWhileWaiting = !idle(dst.data());
   poster.join();
-  EXPECT_TRUE(waited);
+  EXPECT_TRUE(landedWhileWaiting) << waits << " waits ended after " << took << " s with nothing landed";
+  EXPECT_GE(took, 0.040) << "the wait returned before the write was posted";
+  EXPECT_LT(waits, 10) << "every wait returned early";
   EXPECT_EQ(dst[4095], 7) << "the write did not land";
   EXPECT_LT(took, 2.0) << "the wait was not ended by the engine";
 }
@@ -853,6 +859,242 @@ TEST(RegistrationCache, HitsCoversEvictsAndInvalidates) {
   cache.invalidate(area, 1 << 20);
   EXPECT_EQ(cache.size(), 0u);
   munmap(area, 1 << 20);
+}
+
+}  // namespace
+}  // namespace ridge
+
+// ---- GPU memory registration, emulated ------------------------------------------------------
+// A memfd stands in for a dma-buf exporter (the GPU driver): softnic registers a dma-buf by
+// mapping its fd, and a memfd is a file descriptor for pages that can be mapped the same
+// way. Nothing here touches a GPU; tests/gpu/test_gpu_dmabuf.cpp exports real GPU memory.
+namespace ridge {
+namespace {
+
+int makeMemfd(size_t bytes) {
+  const int fd = static_cast<int>(syscall(SYS_memfd_create, "ridge-fake-dmabuf", 0));
+  if (fd >= 0 && ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+size_t pageBytes() {
+  return static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+// One softnic device and protection domain, without QPs.
+struct LonePd {
+  std::unique_ptr<Device> dev;
+  std::unique_ptr<ProtectionDomain> pd;
+  LonePd() {
+    loopbackEnv();
+    EXPECT_TRUE(softnic::openDevice({}, &dev).isOk());
+    if (dev) EXPECT_TRUE(dev->allocPd(&pd).isOk());
+  }
+};
+
+// An RDMA write of `len` bytes from src+srcOff to dst+dstOff on `qp`, waited for: the
+// completion status, or 0xFF when the post failed or no completion came.
+uint8_t writeAndWait(QueuePair* qp, CompletionQueue* cq, const MemoryRegion& src, size_t srcOff,
+                     const MemoryRegion& dst, size_t dstOff, size_t len) {
+  if (!qp->postSend(writeWqe(kWqeRdmaWrite, src, srcOff, dst, dstOff, static_cast<uint32_t>(len), 1)).isOk())
+    return 0xFF;
+  auto c = pollN(cq, 1);
+  return c.size() == 1 ? c[0].status : 0xFF;
+}
+
+TEST(SoftnicDmaBuf, WritesLandInTheBufferBehindTheFd) {
+  auto p = Pair::make();
+  ASSERT_TRUE(p);
+  const size_t page = pageBytes();
+  const size_t offset = page + 100, regBytes = 2 * page;
+  const int fd = makeMemfd(4 * page);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  // An address nothing in this process maps: softnic must reach the memory through its
+  // mapping of the fd, never through the iova.
+  const uint64_t iova = 0x7e0000001000ull;
+  std::unique_ptr<MemoryRegion> mdst;
+  Status st =
+      p->pdB->registerDmaBuf(fd, offset, regBytes, iova, kAccessLocalWrite | kAccessRemoteWrite, &mdst);
+  ASSERT_TRUE(st.isOk()) << st.message();
+  EXPECT_EQ(mdst->addr(), iova);
+  EXPECT_EQ(mdst->length(), regBytes);
+  std::vector<uint8_t> src(regBytes - 64);
+  fillPattern(src, 9);
+  std::unique_ptr<MemoryRegion> msrc;
+  ASSERT_TRUE(p->pdA->registerMemory(src.data(), src.size(), kAccessLocalWrite, &msrc).isOk());
+  ASSERT_EQ(writeAndWait(p->qpA.get(), p->cqA.get(), *msrc, 0, *mdst, 32, src.size()), kCqeOk);
+  // The bytes are in the fd's pages, at offset + 32.
+  std::vector<uint8_t> inFile(src.size(), 0xEE);
+  ASSERT_EQ(pread(fd, inFile.data(), inFile.size(), static_cast<off_t>(offset + 32)),
+            static_cast<ssize_t>(inFile.size()));
+  EXPECT_EQ(std::memcmp(inFile.data(), src.data(), src.size()), 0);
+  close(fd);  // the registration keeps its own mapping
+  // Writing past the registered length is a remote access error, not a write into the fd.
+  const uint8_t past = writeAndWait(p->qpA.get(), p->cqA.get(), *msrc, 0, *mdst, regBytes - 16, 64);
+  EXPECT_NE(past, kCqeOk);
+  EXPECT_NE(past, 0xFF);
+}
+
+TEST(SoftnicDmaBuf, AFdRegionIsASourceToo) {
+  auto p = Pair::make();
+  ASSERT_TRUE(p);
+  const size_t page = pageBytes();
+  const int fd = makeMemfd(2 * page);
+  ASSERT_GE(fd, 0);
+  std::vector<uint8_t> pattern(page);
+  fillPattern(pattern, 3);
+  ASSERT_EQ(pwrite(fd, pattern.data(), page, static_cast<off_t>(page)), static_cast<ssize_t>(page));
+  std::unique_ptr<MemoryRegion> src, dst;
+  ASSERT_TRUE(p->pdA->registerDmaBuf(fd, page, page, 0x2000, kAccessLocalWrite, &src).isOk());
+  close(fd);
+  std::vector<uint8_t> out(page, 0);
+  ASSERT_TRUE(p->pdB->registerMemory(out.data(), page, kAccessLocalWrite | kAccessRemoteWrite, &dst).isOk());
+  ASSERT_EQ(writeAndWait(p->qpA.get(), p->cqA.get(), *src, 0, *dst, 0, page), kCqeOk);
+  EXPECT_EQ(std::memcmp(out.data(), pattern.data(), page), 0);
+}
+
+TEST(SoftnicDmaBuf, UnmappableFdIsRefusedWithTheReason) {
+  LonePd lone;
+  ASSERT_NE(lone.pd, nullptr);
+  int pipeFds[2];
+  ASSERT_EQ(pipe(pipeFds), 0);
+  std::unique_ptr<MemoryRegion> mr;
+  Status st = lone.pd->registerDmaBuf(pipeFds[0], 0, 4096, 0x1000, kAccessLocalWrite, &mr);
+  EXPECT_EQ(st.code(), ridgeSystemError);
+  EXPECT_NE(st.message().find("cannot map dma-buf"), std::string::npos) << st.message();
+  EXPECT_EQ(lone.pd->registerDmaBuf(-1, 0, 4096, 0x1000, kAccessLocalWrite, &mr).code(),
+            ridgeInvalidArgument);
+  close(pipeFds[0]);
+  close(pipeFds[1]);
+  // A range past the end of the buffer is refused up front (a mapping of it would fault).
+  const size_t page = pageBytes();
+  const int fd = makeMemfd(2 * page);
+  ASSERT_GE(fd, 0);
+  st = lone.pd->registerDmaBuf(fd, page + 1, page, 0x1000, kAccessLocalWrite, &mr);
+  EXPECT_EQ(st.code(), ridgeInvalidArgument);
+  EXPECT_NE(st.message().find("do not fit"), std::string::npos) << st.message();
+  EXPECT_TRUE(lone.pd->registerDmaBuf(fd, page, page, 0x1000, kAccessLocalWrite, &mr).isOk());
+  close(fd);
+}
+
+// "Device memory" for the registration cache: one memfd mapped at a fixed place, which the
+// registrar reports as a device allocation and exports as itself.
+class FakeGpuRegistrar final : public DeviceMemoryRegistrar {
+ public:
+  FakeGpuRegistrar(size_t bytes, bool exports) : bytes_(bytes), exports_(exports) {
+    fd_ = makeMemfd(bytes);
+    void* p = fd_ >= 0 ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0) : MAP_FAILED;
+    base_ = p == MAP_FAILED ? nullptr : static_cast<char*>(p);
+  }
+  ~FakeGpuRegistrar() override {
+    if (base_) munmap(base_, bytes_);
+    if (fd_ >= 0) close(fd_);
+  }
+  const char* name() const override { return "fake GPU (memfd)"; }
+  bool deviceAllocation(const void* addr, uintptr_t* base, size_t* bytes) override {
+    const auto a = reinterpret_cast<uintptr_t>(addr), b = reinterpret_cast<uintptr_t>(base_);
+    if (!base_ || a < b || a >= b + bytes_) return false;
+    *base = b;
+    *bytes = bytes_;
+    return true;
+  }
+  Status exportDmaBuf(uintptr_t base, size_t bytes, int* fd) override {
+    ++exports;
+    if (!exports_) return makeError(ridgeSystemError, "this fake GPU has no dma-buf");
+    if (base != reinterpret_cast<uintptr_t>(base_) || bytes != bytes_)
+      return makeError(ridgeInvalidArgument, "fake export of a range that is not the allocation");
+    *fd = dup(fd_);
+    return Status::ok();
+  }
+  char* base_ = nullptr;
+  size_t bytes_;
+  bool exports_;
+  int fd_ = -1;
+  int exports = 0;
+};
+
+TEST(RegistrationCache, DeviceMemoryIsRegisteredPerAllocationThroughDmaBuf) {
+  auto p = Pair::make();
+  ASSERT_TRUE(p);
+  const size_t page = pageBytes();
+  FakeGpuRegistrar gpu(16 * page, true);
+  ASSERT_NE(gpu.base_, nullptr);
+  RegistrationCache cache(p->pdB.get(), 8);
+  cache.setDeviceRegistrar(&gpu);
+  verbs::MemoryRegion *m1 = nullptr, *m2 = nullptr;
+  ASSERT_TRUE(cache.get(gpu.base_ + 3 * page + 5, 100, kAccessLocalWrite | kAccessRemoteWrite, &m1).isOk());
+  EXPECT_EQ(cache.dmaBufRegistrations(), 1u);
+  EXPECT_EQ(cache.peerMemoryRegistrations(), 0u);
+  EXPECT_EQ(m1->addr(), reinterpret_cast<uint64_t>(gpu.base_));  // the whole allocation
+  EXPECT_EQ(m1->length(), 16 * page);
+  // Any other buffer in the same allocation is the same registration.
+  ASSERT_TRUE(cache.get(gpu.base_ + 15 * page, page, kAccessRemoteWrite, &m2).isOk());
+  EXPECT_EQ(m1, m2);
+  EXPECT_EQ(cache.misses(), 1u);
+  EXPECT_EQ(gpu.exports, 1);
+  // Data written through the region lands in the "device" memory.
+  std::vector<uint8_t> src(page);
+  fillPattern(src, 4);
+  std::unique_ptr<MemoryRegion> msrc;
+  ASSERT_TRUE(p->pdA->registerMemory(src.data(), src.size(), kAccessLocalWrite, &msrc).isOk());
+  ASSERT_EQ(writeAndWait(p->qpA.get(), p->cqA.get(), *msrc, 0, *m1, 7 * page, page), kCqeOk);
+  EXPECT_EQ(std::memcmp(gpu.base_ + 7 * page, src.data(), page), 0);
+  // A range that runs past the allocation is refused, not registered.
+  EXPECT_EQ(cache.get(gpu.base_ + 15 * page, 2 * page, 0, &m2).code(), ridgeInvalidArgument);
+  cache.invalidate(gpu.base_, 16 * page);
+  EXPECT_EQ(cache.size(), 0u);
+}
+
+TEST(RegistrationCache, DeviceMemoryFallsBackToPeerMemoryWithoutDmaBuf) {
+  LonePd lone;
+  ASSERT_NE(lone.pd, nullptr);
+  FakeGpuRegistrar gpu(4 * pageBytes(), false);
+  ASSERT_NE(gpu.base_, nullptr);
+  RegistrationCache cache(lone.pd.get(), 8);
+  cache.setDeviceRegistrar(&gpu);
+  verbs::MemoryRegion* m = nullptr;
+  ASSERT_TRUE(cache.get(gpu.base_ + 10, 10, kAccessLocalWrite, &m).isOk());
+  EXPECT_EQ(gpu.exports, 1);
+  EXPECT_EQ(cache.dmaBufRegistrations(), 0u);
+  EXPECT_EQ(cache.peerMemoryRegistrations(), 1u);
+  EXPECT_EQ(m->addr(), reinterpret_cast<uint64_t>(gpu.base_));
+  // Host memory next to it is still plain host registration, and counts as neither.
+  std::vector<uint8_t> host(100);
+  ASSERT_TRUE(cache.get(host.data(), host.size(), 0, &m).isOk());
+  EXPECT_EQ(cache.peerMemoryRegistrations(), 1u);
+}
+
+TEST(DeviceRegistration, PageAlignedRanges) {
+  uintptr_t start = 0;
+  size_t len = 0;
+  pageAlignRange(0x10000, 4096, 4096, &start, &len);
+  EXPECT_EQ(start, 0x10000u);
+  EXPECT_EQ(len, 4096u);
+  pageAlignRange(0x10001, 4096, 4096, &start, &len);
+  EXPECT_EQ(start, 0x10000u);
+  EXPECT_EQ(len, 8192u);
+  pageAlignRange(0x12345, 0, 65536, &start, &len);
+  EXPECT_EQ(start, 0x10000u);
+  EXPECT_EQ(len, 65536u);
+}
+
+// Without a CUDA driver the registrar says why; with one, host memory is not device memory.
+TEST(DeviceRegistration, CudaDriverRegistrarWithoutAGpu) {
+  std::string why;
+  DeviceMemoryRegistrar* r = cudaDriverRegistrar(&why);
+  if (!r) {
+    EXPECT_NE(why.find("libcuda.so.1"), std::string::npos) << why;
+    return;
+  }
+  int onStack = 0;
+  std::vector<char> onHeap(1 << 16);
+  uintptr_t base = 0;
+  size_t bytes = 0;
+  EXPECT_FALSE(r->deviceAllocation(&onStack, &base, &bytes));
+  EXPECT_FALSE(r->deviceAllocation(onHeap.data(), &base, &bytes));
 }
 
 }  // namespace

@@ -17,16 +17,19 @@ const char* modeName(Mode m) {
 }
 
 bool parseMode(const std::string& text, Mode* out) {
-  if (text == "read" || text == "gdr-read") {
-    *out = Mode::Read;
-  } else if (text == "write" || text == "gdr-write") {
-    *out = Mode::Write;
-  } else if (text == "staged" || text == "host-staged") {
-    *out = Mode::Staged;
-  } else {
-    return false;
-  }
+  topo::GdrModeSetting m;
+  if (!topo::parseGdrModeSetting(text, &m) || m.kind != topo::GdrModeSetting::Kind::Forced) return false;
+  *out = fromGdrOption(m.forced);
   return true;
+}
+
+Mode fromGdrOption(topo::GdrOption o) {
+  switch (o) {
+    case topo::GdrOption::GdrRead: return Mode::Read;
+    case topo::GdrOption::GdrWrite: return Mode::Write;
+    case topo::GdrOption::HostStaged: return Mode::Staged;
+  }
+  return Mode::Staged;
 }
 
 topo::GdrOption toGdrOption(Mode m) {

@@ -17,9 +17,11 @@ enum class Mode : uint8_t { Read, Write, Staged };
 inline constexpr int kModeCount = 3;
 // "gdr-read", "gdr-write", "host-staged".
 const char* modeName(Mode m);
-// "read"/"write"/"staged" (and the long names); false for anything else.
+// A forced RIDGE_GDR_MODE value (topo::parseGdrModeSetting: "read"/"write"/"staged", the
+// long names, any case); false for anything else, off and auto included.
 bool parseMode(const std::string& text, Mode* out);
 topo::GdrOption toGdrOption(Mode m);
+Mode fromGdrOption(topo::GdrOption o);
 
 // The advisor's placement for GPU `gpuNode` and NIC `nicNode` of a finalized topology: the
 // GPU->NIC route, GPU->host memory on the NIC's NUMA node, NIC->that memory.

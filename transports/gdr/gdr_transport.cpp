@@ -558,19 +558,18 @@ void GdrTransport::returnCredit(Link* l) {
 
 Status GdrTransport::chooseMode(Mode* mode, std::string* why) {
   const std::string text = settingString(Setting::GDR_MODE);
-  if (text != "auto" && text != "AUTO") {
-    if (!parseMode(text, mode))
-      return makeError(ridgeInvalidArgument, "RIDGE_GDR_MODE='%s': expected read, write, staged, auto or off",
-                       text.c_str());
+  topo::GdrModeSetting setting;
+  if (!topo::parseGdrModeSetting(text, &setting))
+    return makeError(ridgeInvalidArgument, "RIDGE_GDR_MODE='%s': expected read, write, staged, auto or off",
+                     text.c_str());
+  if (setting.kind == topo::GdrModeSetting::Kind::Forced) {
+    *mode = fromGdrOption(setting.forced);
     *why = "forced by RIDGE_GDR_MODE";
     return Status::ok();
   }
+  // Off does not reach here (gdrModeOn); auto asks the advisor.
   if (paced_) {
-    switch (model_.advice.chosen) {
-      case topo::GdrOption::GdrRead: *mode = Mode::Read; break;
-      case topo::GdrOption::GdrWrite: *mode = Mode::Write; break;
-      case topo::GdrOption::HostStaged: *mode = Mode::Staged; break;
-    }
+    *mode = fromGdrOption(model_.advice.chosen);
     *why = "GDR advisor: " + model_.advice.reason;
     return Status::ok();
   }
@@ -662,7 +661,7 @@ Status GdrTransport::connect(const TransportSetup& setup) {
     RIDGE_TRY(loadModel(modelSpec, settingString(Setting::GDR_PAIR), &model_));
     paced_ = true;
   }
-  Mode mode;
+  Mode mode = Mode::Write;
   std::string modeWhy;
   RIDGE_TRY(chooseMode(&mode, &modeWhy));
 

@@ -32,6 +32,7 @@
 #include "bootstrap/bootstrap.h"
 #include "core/log.h"
 #include "core/settings.h"
+#include "topo/gdr_advisor.h"
 #include "transports/net/reg_cache.h"
 #include "transports/transport.h"
 #include "transports/verbs/verbs.h"
@@ -367,6 +368,10 @@ Status NetTransport::connect(const TransportSetup& setup, const std::string& pro
   RIDGE_TRY(provider_->open(devIndex, &device_));
   RIDGE_TRY(device_->allocPd(&pd_));
   cache_ = std::make_unique<RegistrationCache>(pd_.get(), 64);
+  // GPU buffers that reach this cache are registered as GPU memory (dma-buf, else peer
+  // memory); without a CUDA driver every buffer is host memory and nothing changes.
+  std::string noDriver;
+  if (DeviceMemoryRegistrar* r = cudaDriverRegistrar(&noDriver)) cache_->setDeviceRegistrar(r);
 
   const uint32_t sqDepth = 2 * nslots + 4;
   const uint32_t rqDepth = 2 * nslots + 8;
@@ -475,8 +480,10 @@ bool netPairReachable(const TransportSetup& setup, int a, int b) {
 }
 
 bool gdrModeOn() {
-  const std::string mode = settingString(Setting::GDR_MODE);
-  return !mode.empty() && mode != "off" && mode != "OFF";
+  // A value the parser rejects still turns the gdr transport on, which then reports it.
+  topo::GdrModeSetting m;
+  return !topo::parseGdrModeSetting(settingString(Setting::GDR_MODE), &m) ||
+         m.kind != topo::GdrModeSetting::Kind::Off;
 }
 
 // Used between hosts when RIDGE_NET names softnic or verbs, and between ranks of one host

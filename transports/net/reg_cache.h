@@ -4,6 +4,11 @@
 // cached region that covers it with at least the requested access. When more than
 // `capacity` regions are cached, the least recently used one is deregistered.
 //
+// Device (GPU) memory, when a DeviceMemoryRegistrar is set: a miss on device memory
+// registers the whole device allocation that holds the range (dma-buf, else peer memory;
+// see device_registration.h), so that every later buffer inside the same allocation hits.
+// Such entries are keyed by the allocation's range; invalidate() before freeing it.
+//
 // Not thread safe: one per transport, used from the thread that drives it.
 #pragma once
 
@@ -13,6 +18,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "transports/net/device_registration.h"
 #include "transports/verbs/verbs.h"
 
 namespace ridge {
@@ -25,6 +31,10 @@ class RegistrationCache {
   Status get(const void* addr, size_t bytes, uint32_t access, verbs::MemoryRegion** out);
   // Drops every cached region overlapping the range (call before freeing memory).
   void invalidate(const void* addr, size_t bytes);
+  // Lets the cache recognise and register device memory (nullptr: everything is host).
+  void setDeviceRegistrar(DeviceMemoryRegistrar* r) { registrar_ = r; }
+  uint64_t dmaBufRegistrations() const { return dmaBufRegs_; }
+  uint64_t peerMemoryRegistrations() const { return peerMemRegs_; }
   size_t size() const { return entries_.size(); }
   uint64_t hits() const { return hits_; }
   uint64_t misses() const { return misses_; }
@@ -37,12 +47,17 @@ class RegistrationCache {
     uint64_t lastUse;
     std::unique_ptr<verbs::MemoryRegion> mr;
   };
+  Status registerRange(const void* addr, size_t bytes, uint32_t access, uintptr_t* start, uintptr_t* end,
+                       std::unique_ptr<verbs::MemoryRegion>* mr);
   verbs::ProtectionDomain* pd_;
   size_t capacity_;
   std::vector<Entry> entries_;
   uint64_t clock_ = 0;
   uint64_t hits_ = 0;
   uint64_t misses_ = 0;
+  DeviceMemoryRegistrar* registrar_ = nullptr;
+  uint64_t dmaBufRegs_ = 0;
+  uint64_t peerMemRegs_ = 0;
 };
 
 }  // namespace ridge

@@ -1535,10 +1535,20 @@ class SoftMr final : public MemoryRegion {
     length_ = len;
     lkey_ = rkey_ = key;
   }
-  ~SoftMr() override { nic_->deregisterRegion(lkey_); }
+  ~SoftMr() override {
+    nic_->deregisterRegion(lkey_);
+    if (mapping_) munmap(mapping_, mappingBytes_);  // after: the NIC no longer translates into it
+  }
+  // A mapping the region owns (a registered dma-buf), unmapped when the region goes.
+  void ownMapping(void* p, size_t bytes) {
+    mapping_ = p;
+    mappingBytes_ = bytes;
+  }
 
  private:
   std::shared_ptr<Nic> nic_;
+  void* mapping_ = nullptr;
+  size_t mappingBytes_ = 0;
 };
 
 class SoftDm final : public DeviceMemory {
@@ -1585,6 +1595,46 @@ class SoftPd final : public ProtectionDomain {
     RIDGE_TRY(nic_->registerRegion(static_cast<char*>(addr), reinterpret_cast<uint64_t>(addr), bytes, access,
                                    &key));
     *out = std::make_unique<SoftMr>(nic_, reinterpret_cast<uint64_t>(addr), bytes, key);
+    return Status::ok();
+  }
+  // A dma-buf is memory this process can reach only through the fd: softnic maps it
+  // (mmap) and serves the region from the mapping, with `iova` as the address WQEs use.
+  // Buffers that support mmap work (memfd in tests, udmabuf); a GPU driver's dma-buf
+  // usually refuses a CPU mapping, and then the registration fails with the mmap error
+  // (the caller falls back to peer memory, which softnic cannot reach either: softnic
+  // only emulates GPU memory registration, it does not reach GPU memory).
+  Status registerDmaBuf(int fd, uint64_t offset, size_t bytes, uint64_t iova, uint32_t access,
+                        std::unique_ptr<MemoryRegion>* out) override {
+    if (fd < 0 || bytes == 0)
+      return makeError(ridgeInvalidArgument, "softnic: dma-buf registration of fd %d, %zu bytes", fd, bytes);
+    // Mapping past the end of the buffer would succeed and then fault (SIGBUS) when the
+    // NIC touches it: check the size first (dma-buf and memfd fds report it through lseek;
+    // the fd's position is put back).
+    const off_t was = lseek(fd, 0, SEEK_CUR);
+    const off_t size = was < 0 ? -1 : lseek(fd, 0, SEEK_END);
+    if (was >= 0) lseek(fd, was, SEEK_SET);
+    if (size >= 0 && (offset > static_cast<uint64_t>(size) || bytes > static_cast<uint64_t>(size) - offset))
+      return makeError(ridgeInvalidArgument,
+                       "softnic: dma-buf fd %d holds %lld bytes; %zu at offset %llu do not fit", fd,
+                       static_cast<long long>(size), bytes, static_cast<unsigned long long>(offset));
+    static const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    const uint64_t mapOffset = offset & ~(page - 1);
+    const size_t mapBytes = static_cast<size_t>(offset - mapOffset) + bytes;
+    void* map =
+        mmap(nullptr, mapBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(mapOffset));
+    if (map == MAP_FAILED)
+      return makeError(ridgeSystemError, "softnic: cannot map dma-buf fd %d (%zu bytes at offset %llu): %s",
+                       fd, bytes, static_cast<unsigned long long>(offset), std::strerror(errno));
+    uint32_t key = 0;
+    Status st =
+        nic_->registerRegion(static_cast<char*>(map) + (offset - mapOffset), iova, bytes, access, &key);
+    if (!st.isOk()) {
+      munmap(map, mapBytes);
+      return st;
+    }
+    auto mr = std::make_unique<SoftMr>(nic_, iova, bytes, key);
+    mr->ownMapping(map, mapBytes);
+    *out = std::move(mr);
     return Status::ok();
   }
   Status allocDeviceMemory(size_t bytes, uint32_t access, std::unique_ptr<DeviceMemory>* out) override {

@@ -130,9 +130,10 @@ class ProtectionDomain {
   // Registers host memory with `access` (Access bits).
   virtual Status registerMemory(void* addr, size_t bytes, uint32_t access,
                                 std::unique_ptr<MemoryRegion>* out) = 0;
-  // Seam for GPU memory: registration of a dma-buf (exported by the GPU driver) at
-  // `offset` of the buffer, mapped at `iova` in WQEs. Neither provider implements it yet;
-  // the default refuses with ridgeInvalidUsage.
+  // GPU memory: registration of a dma-buf (exported by the GPU driver) at `offset` of the
+  // buffer, mapped at `iova` in WQEs. rdma-core: ibv_reg_dmabuf_mr. softnic: mmap of the fd
+  // (works for mappable buffers such as memfd; see transports/net/device_registration.h for
+  // the export and the peer-memory fallback). The default refuses with ridgeInvalidUsage.
   virtual Status registerDmaBuf(int fd, uint64_t offset, size_t bytes, uint64_t iova, uint32_t access,
                                 std::unique_ptr<MemoryRegion>* out);
   virtual Status allocDeviceMemory(size_t bytes, uint32_t access, std::unique_ptr<DeviceMemory>* out) = 0;

@@ -27,11 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#if defined(__CUDACC__)
-#define RIDGE_HOST_DEVICE __host__ __device__
-#else
-#define RIDGE_HOST_DEVICE
-#endif
+#include "core/host_device.h"
 
 namespace ridge {
 namespace verbs {

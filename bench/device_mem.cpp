@@ -1,0 +1,131 @@
+// ridge-bench: device buffers through the CUDA runtime, for `--peer nccl` and
+// `--ridge-buffers device`. Built with CUDA only (RIDGE_BENCH_HAVE_CUDA); without it every
+// function reports "built without CUDA" so the options are refused with a clear line.
+//
+// Nothing here runs in the fork launcher itself: a process that has initialised CUDA cannot
+// hand a working CUDA context to a forked child, so the launcher probes in a short-lived
+// child (see main.cpp) and only the ranks touch the device.
+#include <string>
+
+#include "bench.h"
+
+#if defined(RIDGE_BENCH_HAVE_CUDA)
+#include <cuda_runtime.h>
+#endif
+
+namespace rbench {
+
+#if defined(RIDGE_BENCH_HAVE_CUDA)
+
+namespace {
+bool failed(cudaError_t e, const char* what, std::string* err) {
+  if (e == cudaSuccess) return false;
+  (void)cudaGetLastError();
+  if (err) *err = std::string(what) + ": " + cudaGetErrorString(e);
+  return true;
+}
+}  // namespace
+
+bool cudaBuiltIn() {
+  return true;
+}
+
+int cudaDevices(std::string* err) {
+  int n = 0;
+  if (failed(cudaGetDeviceCount(&n), "cudaGetDeviceCount", err)) return 0;
+  if (n == 0 && err) *err = "cudaGetDeviceCount: 0 devices";
+  return n;
+}
+
+bool deviceSelect(int device, std::string* err) {
+  return !failed(cudaSetDevice(device), "cudaSetDevice", err);
+}
+
+void* deviceAlloc(size_t bytes, std::string* err) {
+  void* p = nullptr;
+  if (failed(cudaMalloc(&p, bytes), "cudaMalloc", err)) return nullptr;
+  return p;
+}
+
+void deviceFree(void* p) {
+  if (p) (void)cudaFree(p);
+}
+
+bool copyToDevice(void* dst, const void* src, size_t bytes, std::string* err) {
+  return !failed(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to device", err);
+}
+
+bool copyToHost(void* dst, const void* src, size_t bytes, std::string* err) {
+  return !failed(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to host", err);
+}
+
+void* streamCreate(std::string* err) {
+  cudaStream_t s = nullptr;
+  if (failed(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate", err)) return nullptr;
+  return s;
+}
+
+bool streamSync(void* stream, std::string* err) {
+  return !failed(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize", err);
+}
+
+void streamDestroy(void* stream) {
+  if (stream) (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream));
+}
+
+std::string deviceUnavailable() {
+  std::string err;
+  if (cudaDevices(&err) == 0) return "no CUDA device (" + err + ")";
+  return {};
+}
+
+#else  // no CUDA in this build
+
+namespace {
+constexpr const char* kNoCuda = "this ridge-bench was built without CUDA";
+void say(std::string* err) {
+  if (err) *err = kNoCuda;
+}
+}  // namespace
+
+bool cudaBuiltIn() {
+  return false;
+}
+std::string deviceUnavailable() {
+  return "this ridge-bench was built without CUDA (reconfigure with -DRIDGE_WITH_CUDA=ON where the CUDA "
+         "toolkit is installed)";
+}
+int cudaDevices(std::string* err) {
+  say(err);
+  return 0;
+}
+bool deviceSelect(int, std::string* err) {
+  say(err);
+  return false;
+}
+void* deviceAlloc(size_t, std::string* err) {
+  say(err);
+  return nullptr;
+}
+void deviceFree(void*) {}
+bool copyToDevice(void*, const void*, size_t, std::string* err) {
+  say(err);
+  return false;
+}
+bool copyToHost(void*, const void*, size_t, std::string* err) {
+  say(err);
+  return false;
+}
+void* streamCreate(std::string* err) {
+  say(err);
+  return nullptr;
+}
+bool streamSync(void*, std::string* err) {
+  say(err);
+  return false;
+}
+void streamDestroy(void*) {}
+
+#endif
+
+}  // namespace rbench

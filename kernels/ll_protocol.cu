@@ -1,0 +1,191 @@
+// LL protocol kernels; see ll_protocol.h for the contract and ll_line.h for the line format.
+//
+// Lines are moved with one 16-byte volatile store and read with one 16-byte volatile load
+// (st/ld.volatile.global.v4.u32): volatile so that every poll really goes to memory and the
+// compiler keeps the stores in order; no fence is needed because the flags travel in the
+// same 8-byte units as the data they vouch for. Each thread owns the lines i, i + stride,
+// ... of the message, so there is no sharing and no synchronisation between threads.
+#include <cuda_runtime.h>
+
+#include "kernels/device_ops.cuh"
+#include "kernels/ll_protocol.h"
+#include "reduce/reduce.h"
+
+namespace ridge::gpu {
+namespace {
+
+using namespace ops;
+
+__device__ inline void storeLine(ll::Line* p, const ll::Line& l) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(l.data0), "r"(l.flag0),
+               "r"(l.data1), "r"(l.flag1)
+               : "memory");
+}
+
+__device__ inline ll::Line loadLine(const ll::Line* p) {
+  ll::Line l;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(l.data0), "=r"(l.flag0), "=r"(l.data1), "=r"(l.flag1)
+               : "l"(p)
+               : "memory");
+  return l;
+}
+
+__device__ inline uint64_t globalNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Polls between looks at the clock and at the shared timeout word; and an upper bound on
+// polls in case the global timer does not advance (every loop is bounded in count too).
+constexpr uint32_t kPollsPerCheck = 256;
+constexpr uint64_t kMaxPolls = uint64_t(1) << 36;
+
+// Spins until line `p` carries `flag`. False when the wait timed out here or elsewhere.
+__device__ inline bool waitLine(const ll::Line* p, uint32_t flag, uint64_t deadline, int* timedOut,
+                                ll::Line* out) {
+  for (uint64_t polls = 1; polls <= kMaxPolls; ++polls) {
+    const ll::Line l = loadLine(p);
+    if (ll::ready(l, flag)) {
+      *out = l;
+      return true;
+    }
+    if (polls % kPollsPerCheck == 0) {
+      if (*static_cast<volatile int*>(timedOut)) return false;  // another thread gave up
+      if (globalNs() > deadline) break;
+    }
+  }
+  atomicExch_system(timedOut, 1);  // system scope: the host may read it while kernels run
+  return false;
+}
+
+__global__ void __launch_bounds__(kLLThreads)
+    llSendKernel(ll::Line* peer, const unsigned char* src, size_t bytes, uint32_t flag) {
+  const size_t n = ll::linesFor(bytes);
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    storeLine(peer + i, ll::encode(ll::loadPayload(src, bytes, i), flag));
+}
+
+__global__ void __launch_bounds__(kLLThreads)
+    llRecvKernel(unsigned char* dst, const ll::Line* lines, size_t bytes, uint32_t flag, uint64_t timeoutNs,
+                 int* timedOut) {
+  const size_t n = ll::linesFor(bytes);
+  const uint64_t deadline = globalNs() + timeoutNs;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    ll::Line l;
+    if (!waitLine(lines + i, flag, deadline, timedOut, &l)) return;
+    ll::storePayload(dst, bytes, i, ll::payloadOf(l));
+  }
+}
+
+// 8 payload bytes as elements of T (every Ridge type divides 8).
+template <typename T>
+union Payload {
+  uint64_t raw;
+  T e[ll::kLinePayload / sizeof(T)];
+};
+
+template <typename T, ridgeRedOp_t Op>
+__global__ void __launch_bounds__(kLLThreads)
+    llRecvReduceSendKernel(ll::Line* next, T* dst, const ll::Line* lines, const T* mine, size_t count,
+                           int divisor, uint32_t flagIn, uint32_t flagOut, uint64_t timeoutNs,
+                           int* timedOut) {
+  constexpr size_t kPer = ll::kLinePayload / sizeof(T);
+  using R = Arith<T>;
+  const size_t bytes = count * sizeof(T);
+  const size_t n = ll::linesFor(bytes);
+  const uint64_t deadline = globalNs() + timeoutNs;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    ll::Line l;
+    if (!waitLine(lines + i, flagIn, deadline, timedOut, &l)) return;
+    Payload<T> in, out;
+    in.raw = ll::payloadOf(l);
+    out.raw = 0;  // elements past the end stay zero: the padding of the last line
+    const size_t first = i * kPer;
+#pragma unroll
+    for (size_t e = 0; e < kPer; ++e) {
+      if (first + e >= count) break;
+      out.e[e] = R::store(finish<Op>(combine<Op>(R::load(in.e[e]), R::load(mine[first + e])), divisor));
+    }
+    if (next) storeLine(next + i, ll::encode(out.raw, flagOut));
+    if (dst) ll::storePayload(reinterpret_cast<unsigned char*>(dst), bytes, i, out.raw);
+  }
+}
+
+template <typename T, ridgeRedOp_t Op>
+struct FusedLauncher {
+  static cudaError_t run(ll::Line* next, void* dst, const ll::Line* lines, const void* mine, size_t count,
+                         int divisor, uint32_t flagIn, uint32_t flagOut, uint64_t timeoutNs, int* timedOut,
+                         int blocks, cudaStream_t stream) {
+    llRecvReduceSendKernel<T, Op>
+        <<<blocks, kLLThreads, 0, stream>>>(next, static_cast<T*>(dst), lines, static_cast<const T*>(mine),
+                                            count, divisor, flagIn, flagOut, timeoutNs, timedOut);
+    return cudaGetLastError();
+  }
+};
+
+int blocksFor(size_t lines, int blocks) {
+  if (blocks > 0) return blocks;
+  const size_t want = (lines + kLLThreads - 1) / kLLThreads;
+  return want < 1 ? 1 : want > size_t(kLLDefaultBlocks) ? kLLDefaultBlocks : static_cast<int>(want);
+}
+
+Status launched(const char* what) {
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess)
+    return makeError(ridgeSystemError, "%s: kernel launch failed: %s", what, cudaGetErrorString(err));
+  return Status::ok();
+}
+
+cudaStream_t cudaStreamOf(ridgeStream_t s) {
+  return reinterpret_cast<cudaStream_t>(s);
+}
+
+}  // namespace
+
+Status launchLLSend(ll::Line* peerLines, const void* src, size_t bytes, uint32_t flag, ridgeStream_t stream,
+                    int blocks) {
+  if (!peerLines || !src) return makeError(ridgeInvalidArgument, "launchLLSend: null pointer");
+  if (flag == 0)
+    return makeError(ridgeInvalidArgument, "launchLLSend: flag 0 is what an unused buffer holds");
+  if (bytes == 0) return Status::ok();
+  llSendKernel<<<blocksFor(ll::linesFor(bytes), blocks), kLLThreads, 0, cudaStreamOf(stream)>>>(
+      peerLines, static_cast<const unsigned char*>(src), bytes, flag);
+  return launched("launchLLSend");
+}
+
+Status launchLLRecv(void* dst, const ll::Line* lines, size_t bytes, uint32_t flag, uint64_t timeoutNs,
+                    int* timedOut, ridgeStream_t stream, int blocks) {
+  if (!dst || !lines || !timedOut) return makeError(ridgeInvalidArgument, "launchLLRecv: null pointer");
+  if (flag == 0)
+    return makeError(ridgeInvalidArgument, "launchLLRecv: flag 0 is what an unused buffer holds");
+  if (bytes == 0) return Status::ok();
+  llRecvKernel<<<blocksFor(ll::linesFor(bytes), blocks), kLLThreads, 0, cudaStreamOf(stream)>>>(
+      static_cast<unsigned char*>(dst), lines, bytes, flag, timeoutNs, timedOut);
+  return launched("launchLLRecv");
+}
+
+Status launchLLRecvReduceSend(ll::Line* nextLines, void* dst, const ll::Line* lines, const void* mine,
+                              size_t count, ridgeDataType_t type, ridgeRedOp_t op, int finalDivisor,
+                              uint32_t flagIn, uint32_t flagOut, uint64_t timeoutNs, int* timedOut,
+                              ridgeStream_t stream, int blocks) {
+  if (!lines || !mine || !timedOut || (!nextLines && !dst))
+    return makeError(ridgeInvalidArgument, "launchLLRecvReduceSend: null pointer (or neither next nor dst)");
+  if (!validType(type) || !validOp(op))
+    return makeError(ridgeInvalidArgument, "launchLLRecvReduceSend: invalid data type %d or op %d",
+                     static_cast<int>(type), static_cast<int>(op));
+  if (flagIn == 0 || (nextLines && flagOut == 0))
+    return makeError(ridgeInvalidArgument, "launchLLRecvReduceSend: flag 0 is what an unused buffer holds");
+  if (count == 0) return Status::ok();
+  const int grid = blocksFor(ll::linesFor(count * dataTypeSize(type)), blocks);
+  const cudaError_t err =
+      withTypeAndOp<FusedLauncher>(type, op, nextLines, dst, lines, mine, count, finalDivisor, flagIn,
+                                   flagOut, timeoutNs, timedOut, grid, cudaStreamOf(stream));
+  if (err != cudaSuccess)
+    return makeError(ridgeSystemError, "launchLLRecvReduceSend: kernel launch failed: %s",
+                     cudaGetErrorString(err));
+  return Status::ok();
+}
+
+}  // namespace ridge::gpu
