@@ -31,6 +31,23 @@ namespace {
 constexpr int kFallbackWaitSeconds = 600;
 
 using WaitValue32Fn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+using AddressRangeFn = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+
+// A driver entry point by name (CUDA 12 ABI), or null.
+void* driverEntryPoint(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+#if CUDART_VERSION >= 12050
+  cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q);
+#else
+  cudaError_t e = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &q);
+#endif
+  if (e != cudaSuccess || q != cudaDriverEntryPointSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  return fn;
+}
 
 Status cudaError(const char* what, cudaError_t e) {
   (void)cudaGetLastError();  // clear the sticky-free error so later calls are not confused
@@ -214,6 +231,34 @@ class CudaRuntime final : public DeviceRuntime {
   Status ipcClose(void* devicePtr) override {
     RIDGE_CUDA_TRY(cudaIpcCloseMemHandle(devicePtr));
     return Status::ok();
+  }
+
+  PeerLink peerLink(int deviceA, int deviceB) override {
+    if (deviceA < 0 || deviceB < 0 || deviceA >= devices_ || deviceB >= devices_) return {};
+    if (deviceA == deviceB) return {true, PeerLinkKind::SameDevice};
+    int can = 0;
+    if (cudaDeviceCanAccessPeer(&can, deviceA, deviceB) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return {};
+    }
+    // The runtime does not say which link carries P2P; the topology (src/topo) does.
+    return {can != 0, PeerLinkKind::Unknown};
+  }
+  Status allocationRange(const void* p, void** base, size_t* bytes) override {
+    static const auto range = reinterpret_cast<AddressRangeFn>(driverEntryPoint("cuMemGetAddressRange"));
+    if (!range) return makeError(ridgeUnhandledCudaError, "cuMemGetAddressRange: no driver entry point");
+    CUdeviceptr b = 0;
+    size_t n = 0;
+    CUresult r = range(&b, &n, reinterpret_cast<CUdeviceptr>(p));
+    if (r != CUDA_SUCCESS)
+      return makeError(ridgeUnhandledCudaError, "cuMemGetAddressRange(%p): CUresult %d", p,
+                       static_cast<int>(r));
+    *base = reinterpret_cast<void*>(b);
+    *bytes = n;
+    return Status::ok();
+  }
+  bool ipcWithinProcess() const override {
+    return false;
   }
 
  protected:

@@ -56,6 +56,7 @@ struct EmulatedIpcHandle {
   uint64_t magic;
   int64_t pid;
   uint64_t base;
+  uint64_t id;  // the allocation's unique id (Region::id)
 };
 constexpr uint64_t kIpcMagic = 0x454d55495043ull;  // "EMUIPC"
 
@@ -156,7 +157,7 @@ Status EmulatedRuntime::allocDevice(size_t bytes, void** out, int device, bool m
   }
   std::lock_guard<std::mutex> lock(regionsMutex_);
   regions_[reinterpret_cast<uintptr_t>(view)] =
-      Region{len, device, managed, static_cast<char*>(alias), fd, 0};
+      Region{len, device, managed, static_cast<char*>(alias), fd, 0, nextAllocationId_++};
   *out = view;
   return Status::ok();
 }
@@ -361,6 +362,7 @@ Status EmulatedRuntime::launchReduce(void* dst, const void* const* srcs, int nsr
   std::array<const void*, kMaxSources> from{};
   for (int i = 0; i < nsrcs; ++i)
     if (!(from[i] = translate(srcs[i], bytes, &s))) return s;
+  reduceCount_.fetch_add(1);
   return enqueue(stream, [=] {
     reduceMany(d, from.data(), nsrcs, count, type, op, finalDivisor);
     return Status::ok();
@@ -375,7 +377,7 @@ Status EmulatedRuntime::ipcExport(void* devicePtr, IpcHandle* out) {
   if (it == regions_.end() || it->second.managed)
     return makeError(ridgeInvalidArgument, "ipcExport: %p is not the base of an emulated device allocation",
                      devicePtr);
-  EmulatedIpcHandle h{kIpcMagic, getpid(), it->first};
+  EmulatedIpcHandle h{kIpcMagic, getpid(), it->first, it->second.id};
   std::memset(out, 0, sizeof *out);
   std::memcpy(out->bytes, &h, sizeof h);
   return Status::ok();
@@ -390,7 +392,7 @@ Status EmulatedRuntime::ipcOpen(const IpcHandle& handle, void** devicePtr) {
                      "ipcOpen: the emulated runtime shares memory within one process only");
   std::lock_guard<std::mutex> lock(regionsMutex_);
   auto it = regions_.find(h.base);
-  if (it == regions_.end())
+  if (it == regions_.end() || it->second.id != h.id)
     return makeError(ridgeInvalidArgument, "ipcOpen: the exported allocation was freed");
   Region r = it->second;
   // A second device view and alias of the same memory, as another process would map it.
@@ -405,7 +407,8 @@ Status EmulatedRuntime::ipcOpen(const IpcHandle& handle, void** devicePtr) {
     return s;
   }
   regions_[reinterpret_cast<uintptr_t>(view)] =
-      Region{r.bytes, r.device, false, static_cast<char*>(alias), fd, 1};
+      Region{r.bytes, r.device, false, static_cast<char*>(alias), fd, 1, r.id};
+  ipcOpenCount_.fetch_add(1);
   *devicePtr = view;
   return Status::ok();
 }
@@ -419,6 +422,40 @@ Status EmulatedRuntime::ipcClose(void* devicePtr) {
   }
   freeDevice(devicePtr);
   return Status::ok();
+}
+
+// ---- P2P -------------------------------------------------------------------------------
+
+std::map<uintptr_t, EmulatedRuntime::Region>::iterator EmulatedRuntime::regionHolding(const void* p) {
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  auto it = regions_.upper_bound(addr);
+  if (it == regions_.begin()) return regions_.end();
+  --it;
+  return addr < it->first + it->second.bytes ? it : regions_.end();
+}
+
+DeviceRuntime::PeerLink EmulatedRuntime::peerLink(int deviceA, int deviceB) {
+  if (deviceA < 0 || deviceB < 0 || deviceA >= devices_ || deviceB >= devices_) return {};
+  if (deviceA == deviceB) return {true, PeerLinkKind::SameDevice};
+  return {peerAccess_.load(), static_cast<PeerLinkKind>(peerKind_.load())};
+}
+
+Status EmulatedRuntime::allocationRange(const void* p, void** base, size_t* bytes) {
+  std::lock_guard<std::mutex> lock(regionsMutex_);
+  auto it = regionHolding(p);
+  if (it != regions_.end()) {
+    *base = reinterpret_cast<void*>(it->first);
+    *bytes = it->second.bytes;
+    return Status::ok();
+  }
+  return makeError(ridgeInvalidArgument, "allocationRange: %p is not emulated device memory", p);
+}
+
+size_t EmulatedRuntime::ipcViewsOpen() {
+  std::lock_guard<std::mutex> lock(regionsMutex_);
+  size_t n = 0;
+  for (const auto& [base, r] : regions_) n += r.ipcOpens > 0 ? 1 : 0;
+  return n;
 }
 
 }  // namespace ridge::device

@@ -1,0 +1,437 @@
+// The P2P transport (transports/p2p) on the emulated device runtime: ranks are threads of
+// this process, the emulator's IPC handles are opened as another process would (a second
+// PROT_NONE view of the same memory), so every byte moves device to device through mapped
+// peer buffers; a host dereference of any of them would kill the test.
+//
+// Checked: every collective on 2, 3 and 4 ranks (several ranks on one emulated device, and
+// four ranks on two), nine ranks (reductions in rounds of eight sources), in place; against
+// a higher-precision host reference (random inputs, poisoned outputs); that the P2P path ran
+// (its counters and the emulator's reduction launches) and that RIDGE_P2P=off, refused peer
+// access, in-place alltoall and groups with send/receive stage instead; the mapping cache
+// (handles opened once across calls, bounded, a freed and reallocated buffer never read
+// through its old mapping, every mapping closed at destroy); abort during a P2P collective.
+#include "transports/p2p/p2p.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coll/comm.h"
+#include "device/emulated_runtime.h"
+#include "ridge/ridge.h"
+#include "test_data.h"
+
+namespace {
+
+using namespace ridgetest;
+using ridge::Status;
+using ridge::device::DeviceRuntime;
+using ridge::device::EmulatedRuntime;
+using ridge::device::ScopedRuntimeForTesting;
+using Clock = std::chrono::steady_clock;
+
+constexpr unsigned char kPoison = 0x5A;
+
+std::string errorText() {
+  const char* e = ridgeGetLastError(nullptr);
+  return e ? e : "";
+}
+
+// RIDGE_P2P for one test.
+struct P2pSetting {
+  explicit P2pSetting(const char* v) { setenv("RIDGE_P2P", v, 1); }
+  ~P2pSetting() { unsetenv("RIDGE_P2P"); }
+};
+
+// Emulated device memory owned by a test rank.
+struct DevMem {
+  EmulatedRuntime* rt;
+  void* p = nullptr;
+  size_t bytes;
+  DevMem(EmulatedRuntime& r, size_t n) : rt(&r), bytes(n) { EXPECT_TRUE(r.allocDevice(n, &p).isOk()); }
+  ~DevMem() { rt->freeDevice(p); }
+  char* at(size_t off) const { return static_cast<char*>(p) + off; }
+  void put(const std::vector<unsigned char>& h, size_t off = 0) const {
+    ASSERT_TRUE(rt->copyToDevice(at(off), h.data(), h.size()).isOk());
+  }
+  std::vector<unsigned char> get(size_t off, size_t n) const {
+    std::vector<unsigned char> h(n);
+    EXPECT_TRUE(rt->copyToHost(h.data(), at(off), n).isOk());
+    return h;
+  }
+};
+
+// What one test rank has: its communicator and stream, on device rank % devices.
+struct TestRank {
+  int rank, nranks;
+  ridgeComm_t comm;
+  ridgeStream_t stream;
+};
+using Body = std::function<void(TestRank&)>;
+
+// Runs `body` on `n` rank threads (thread r binds device r % devices first, so its
+// communicator serves that device), then destroys the communicators (unless `destroy` is
+// false: the body aborted them).
+void withRanks(EmulatedRuntime& rt, int n, int devices, const Body& body, bool destroy = true) {
+  ridgeUniqueId id;
+  ASSERT_EQ(ridgeGetUniqueId(&id), ridgeSuccess) << errorText();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      ASSERT_TRUE(rt.bindThread(r % devices).isOk());
+      ridgeConfig_t cfg = RIDGE_CONFIG_INITIALIZER;
+      cfg.timeoutSeconds = 30;
+      TestRank tr{r, n, nullptr, nullptr};
+      ASSERT_EQ(ridgeCommInitRankConfig(&tr.comm, n, id, r, &cfg), ridgeSuccess) << errorText();
+      ASSERT_TRUE(rt.createStream(&tr.stream).isOk());
+      body(tr);
+      if (destroy) {
+        EXPECT_EQ(ridgeCommDestroy(tr.comm), ridgeSuccess) << errorText();
+      }
+      EXPECT_TRUE(rt.synchronize(tr.stream).isOk());
+      rt.destroyStream(tr.stream);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+enum class Op { AllReduce, ReduceScatter, Reduce, AllGather, Broadcast, AlltoAll };
+const char* opText(Op o) {
+  static const char* t[] = {"allreduce", "reducescatter", "reduce", "allgather", "broadcast", "alltoall"};
+  return t[static_cast<int>(o)];
+}
+
+struct Call {
+  Op op;
+  ridgeDataType_t dt;
+  ridgeRedOp_t red;
+  size_t count;
+  bool inPlace = false;
+};
+
+// Runs one call on rank `t` with fresh inputs (seeded per call) and checks the output
+// against the host reference. `send`/`recv` (may be null: allocated here) let a test reuse
+// buffers across calls.
+void runCall(EmulatedRuntime& rt, TestRank& t, const Call& c, uint32_t seed, const DevMem* sendMem = nullptr,
+             const DevMem* recvMem = nullptr) {
+  const int n = t.nranks, r = t.rank, root = n / 2;
+  const size_t es = dtSize(c.dt), cnt = c.count;
+  const bool perRankIn = c.op == Op::ReduceScatter || c.op == Op::AlltoAll;
+  const bool perRankOut = c.op == Op::AllGather || c.op == Op::AlltoAll;
+  const size_t inElems = perRankIn ? cnt * n : cnt, outElems = perRankOut ? cnt * n : cnt;
+  std::vector<uint32_t> keys(n);
+  for (int j = 0; j < n; ++j) keys[j] = rankKey(seed, j);
+  std::unique_ptr<DevMem> ownRecv, ownSend;
+  if (!recvMem) recvMem = (ownRecv = std::make_unique<DevMem>(rt, outElems * es)).get();
+  // In place: the input is this rank's block of the output (allgather), the whole output, or
+  // (reduce-scatter) the output is this rank's block of the input.
+  const bool rsInPlace = c.inPlace && c.op == Op::ReduceScatter;
+  if (rsInPlace) recvMem = nullptr;
+  if (!sendMem && !c.inPlace) sendMem = (ownSend = std::make_unique<DevMem>(rt, inElems * es)).get();
+  if (c.inPlace) sendMem = rsInPlace ? (ownSend = std::make_unique<DevMem>(rt, inElems * es)).get() : recvMem;
+  const size_t sendOff = c.inPlace && c.op == Op::AllGather ? size_t(r) * cnt * es : 0;
+  const size_t recvOff = rsInPlace ? size_t(r) * cnt * es : 0;
+  const DevMem* out = rsInPlace ? sendMem : recvMem;
+  // Poison the output, then write the input (in place it overlays the output).
+  out->put(std::vector<unsigned char>(out->bytes, kPoison));
+  std::vector<unsigned char> in(inElems * es);
+  const TypedOps& ops = typedOps(c.dt, c.red);
+  if (c.op == Op::AllReduce || c.op == Op::Reduce || c.op == Op::ReduceScatter)
+    ops.fill(in.data(), inElems, keys[r], 0);
+  else if (c.op == Op::AlltoAll)
+    for (int j = 0; j < n; ++j) fillRawAny(es, in.data() + j * cnt * es, cnt, keys[r], j * cnt);
+  else
+    fillRawAny(es, in.data(), inElems, keys[r], 0);
+  sendMem->put(in, sendOff);
+  const void* s = sendMem->at(sendOff);
+  void* d = out->at(recvOff);
+  ridgeResult_t res = ridgeSuccess;
+  switch (c.op) {
+    case Op::AllReduce: res = ridgeAllReduce(s, d, cnt, c.dt, c.red, t.comm, t.stream); break;
+    case Op::ReduceScatter: res = ridgeReduceScatter(s, d, cnt, c.dt, c.red, t.comm, t.stream); break;
+    case Op::Reduce: res = ridgeReduce(s, d, cnt, c.dt, c.red, root, t.comm, t.stream); break;
+    case Op::AllGather: res = ridgeAllGather(s, d, cnt, c.dt, t.comm, t.stream); break;
+    case Op::Broadcast: res = ridgeBroadcast(s, d, cnt, c.dt, root, t.comm, t.stream); break;
+    case Op::AlltoAll: res = ridgeAlltoAll(s, d, cnt, c.dt, t.comm, t.stream); break;
+  }
+  const std::string what = std::string(opText(c.op)) + (c.inPlace ? " in place " : " ") + dtName(c.dt) + " " +
+                           opName(c.red) + " count " + std::to_string(cnt) + " rank " + std::to_string(r) +
+                           "/" + std::to_string(n);
+  ASSERT_EQ(res, ridgeSuccess) << what << ": " << errorText();
+  Status st = rt.synchronize(t.stream);
+  ASSERT_TRUE(st.isOk()) << what << ": " << st.message();
+  ridgeResult_t async = ridgeSuccess;
+  ASSERT_EQ(ridgeCommGetAsyncError(t.comm, &async), ridgeSuccess);
+  ASSERT_EQ(async, ridgeSuccess) << what << ": " << errorText();
+  const std::vector<unsigned char> got = out->get(recvOff, outElems * es);
+  Mismatches mm;
+  switch (c.op) {
+    case Op::AllReduce: ops.checkRed(got.data(), cnt, keys.data(), n, 0, 0, mm); break;
+    case Op::ReduceScatter: ops.checkRed(got.data(), cnt, keys.data(), n, size_t(r) * cnt, 0, mm); break;
+    case Op::Reduce:
+      if (r == root)
+        ops.checkRed(got.data(), cnt, keys.data(), n, 0, 0, mm);
+      else if (!c.inPlace)
+        for (unsigned char b : got) mm.count += b != kPoison;  // not written off the root
+      break;
+    case Op::AllGather:
+      for (int j = 0; j < n; ++j) checkRawAny(es, got.data() + j * cnt * es, cnt, keys[j], 0, j * cnt, mm);
+      break;
+    case Op::Broadcast: checkRawAny(es, got.data(), cnt, keys[root], 0, 0, mm); break;
+    case Op::AlltoAll:
+      for (int j = 0; j < n; ++j)
+        checkRawAny(es, got.data() + j * cnt * es, cnt, keys[j], size_t(r) * cnt, j * cnt, mm);
+      break;
+  }
+  EXPECT_EQ(mm.count, 0u) << what << ": " << mm.text;
+}
+
+std::vector<Call> everyCollective() {
+  const struct {
+    ridgeDataType_t dt;
+    ridgeRedOp_t red;
+  } typed[] = {{ridgeFloat32, ridgeSum},  {ridgeFloat16, ridgeAvg}, {ridgeInt32, ridgeProd},
+               {ridgeBfloat16, ridgeMax}, {ridgeFloat64, ridgeMin}, {ridgeUint8, ridgeSum}};
+  std::vector<Call> v;
+  int i = 0;
+  for (Op op : {Op::AllReduce, Op::ReduceScatter, Op::Reduce, Op::AllGather, Op::Broadcast, Op::AlltoAll}) {
+    for (const auto& t : typed) {
+      // Odd sizes: slices of unequal length, one below a page, one of several pages.
+      v.push_back({op, t.dt, t.red, ++i % 2 ? size_t(1531) : size_t(40001)});
+    }
+  }
+  return v;
+}
+
+// Runs `calls` on n ranks over `devices` emulated devices and checks that all went P2P.
+void runAllP2p(int n, int devices, const std::vector<Call>& calls) {
+  EmulatedRuntime rt(devices);
+  ScopedRuntimeForTesting scope(&rt);
+  withRanks(rt, n, devices, [&](TestRank& t) {
+    uint32_t seed = 0x9e37u + static_cast<uint32_t>(n);
+    for (const Call& c : calls) {
+      runCall(rt, t, c, seed++);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    const ridge::p2p::Stats s = ridge::p2p::stats(t.comm);
+    EXPECT_TRUE(s.capable);
+    EXPECT_EQ(s.p2pOps, calls.size()) << "rank " << t.rank;
+    EXPECT_EQ(s.stagedBatches, 0u) << "rank " << t.rank;
+    EXPECT_GT(s.ipcOpens, 0u) << "the peers' buffers were not reached through IPC handles";
+  });
+  EXPECT_GT(rt.reducesLaunched(), 0u) << "no device reduction ran: the P2P path did not reduce";
+  EXPECT_EQ(rt.ipcViewsOpen(), 0u) << "mappings left open after the communicators were destroyed";
+}
+
+TEST(P2pCollectives, EveryCollectiveTwoRanksOnOneDevice) {
+  runAllP2p(2, 1, everyCollective());
+}
+
+TEST(P2pCollectives, EveryCollectiveThreeRanksOnOneDevice) {
+  runAllP2p(3, 1, everyCollective());
+}
+
+TEST(P2pCollectives, FourRanksOnTwoDevices) {
+  runAllP2p(4, 2, everyCollective());
+}
+
+TEST(P2pCollectives, NineRanksReduceInRoundsOfEightSources) {
+  runAllP2p(9, 1,
+            {{Op::AllReduce, ridgeFloat32, ridgeSum, 1001},
+             {Op::AllReduce, ridgeFloat16, ridgeAvg, 777, true},
+             {Op::ReduceScatter, ridgeInt32, ridgeProd, 300, true},
+             {Op::Reduce, ridgeFloat64, ridgeMax, 513, true}});
+}
+
+TEST(P2pCollectives, InPlace) {
+  std::vector<Call> calls;
+  for (Op op : {Op::AllReduce, Op::ReduceScatter, Op::Reduce, Op::AllGather, Op::Broadcast})
+    calls.push_back({op, ridgeFloat32, ridgeSum, 5003, /*inPlace=*/true});
+  runAllP2p(3, 1, calls);
+}
+
+TEST(P2pCollectives, PointersOfThisProcessWithoutHandles) {
+  // As with CUDA, whose ranks in one process use each other's pointers (no handle opens).
+  EmulatedRuntime rt;
+  rt.setIpcWithinProcess(false);
+  ScopedRuntimeForTesting scope(&rt);
+  withRanks(rt, 3, 1, [&](TestRank& t) {
+    runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 9001}, 7);
+    runCall(rt, t, {Op::AlltoAll, ridgeInt32, ridgeSum, 301}, 8);
+    const ridge::p2p::Stats s = ridge::p2p::stats(t.comm);
+    EXPECT_EQ(s.p2pOps, 2u);
+    EXPECT_EQ(s.ipcOpens, 0u);
+  });
+  EXPECT_EQ(rt.ipcOpens(), 0u);
+}
+
+// ---- when it stages instead ---------------------------------------------------------------
+
+TEST(P2pChoice, OffStagesThroughHostMemory) {
+  P2pSetting off("off");
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  withRanks(rt, 2, 1, [&](TestRank& t) {
+    runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 4099}, 1);
+    runCall(rt, t, {Op::AllGather, ridgeFloat32, ridgeSum, 4099}, 2);
+    const ridge::p2p::Stats s = ridge::p2p::stats(t.comm);
+    EXPECT_FALSE(s.capable);
+    EXPECT_EQ(s.p2pOps, 0u);
+    EXPECT_EQ(s.stagedBatches, 2u);
+  });
+  EXPECT_EQ(rt.reducesLaunched(), 0u) << "the staged path reduces on the host";
+  EXPECT_EQ(rt.ipcOpens(), 0u);
+}
+
+TEST(P2pChoice, RefusedPeerAccessStagesButOneDeviceDoesNot) {
+  for (int devices : {2, 1}) {
+    EmulatedRuntime rt(devices);
+    rt.setPeerAccess(false);
+    ScopedRuntimeForTesting scope(&rt);
+    withRanks(rt, 2, devices, [&](TestRank& t) {
+      runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 2048}, 4);
+      EXPECT_EQ(ridge::p2p::stats(t.comm).capable, devices == 1) << devices << " devices";
+    });
+  }
+}
+
+TEST(P2pChoice, InPlaceAlltoAllAndSendRecvGroupsAreStaged) {
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  withRanks(rt, 2, 1, [&](TestRank& t) {
+    const size_t cnt = 1000;
+    DevMem buf(rt, 2 * cnt * 4), other(rt, cnt * 4);
+    std::vector<unsigned char> in(2 * cnt * 4);
+    fillRawAny(4, in.data(), 2 * cnt, rankKey(11, t.rank), 0);
+    buf.put(in);
+    ASSERT_EQ(ridgeAlltoAll(buf.p, buf.p, cnt, ridgeInt32, t.comm, t.stream), ridgeSuccess) << errorText();
+    // A group with a collective and a send/receive pair.
+    ridgeGroupStart();
+    ridgeAllReduce(other.p, other.p, cnt, ridgeInt32, ridgeSum, t.comm, t.stream);
+    ridgeSend(buf.p, cnt, ridgeInt32, 1 - t.rank, t.comm, t.stream);
+    ridgeRecv(buf.at(cnt * 4), cnt, ridgeInt32, 1 - t.rank, t.comm, t.stream);
+    ASSERT_EQ(ridgeGroupEnd(), ridgeSuccess) << errorText();
+    ASSERT_TRUE(rt.synchronize(t.stream).isOk());
+    const ridge::p2p::Stats s = ridge::p2p::stats(t.comm);
+    EXPECT_TRUE(s.capable);
+    EXPECT_EQ(s.p2pOps, 0u);
+    EXPECT_EQ(s.stagedBatches, 2u);
+    // After the alltoall block 0 holds rank 0's block for this rank; the group then sent it
+    // to the peer and received the peer's block 0 into block 1.
+    const std::vector<unsigned char> got = buf.get(cnt * 4, cnt * 4);
+    Mismatches mm;
+    checkRawAny(4, got.data(), cnt, rankKey(11, 0), size_t(1 - t.rank) * cnt, 0, mm);
+    EXPECT_EQ(mm.count, 0u) << mm.text;
+  });
+}
+
+// ---- the mapping cache --------------------------------------------------------------------
+
+TEST(P2pMappingCache, ReusesHandlesAcrossCallsAndClosesThemAtDestroy) {
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  const int n = 3;
+  const size_t cnt = 4096;
+  withRanks(rt, n, 1, [&](TestRank& t) {
+    DevMem send(rt, cnt * 4), recv(rt, cnt * 4);
+    runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, cnt}, 20, &send, &recv);
+    const ridge::p2p::Stats first = ridge::p2p::stats(t.comm);
+    EXPECT_EQ(first.ipcOpens, 2u * (n - 1)) << "one open per peer buffer";
+    for (uint32_t i = 0; i < 5; ++i)
+      runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, cnt}, 21 + i, &send, &recv);
+    const ridge::p2p::Stats later = ridge::p2p::stats(t.comm);
+    EXPECT_EQ(later.ipcOpens, first.ipcOpens) << "the same buffers were opened again";
+    EXPECT_EQ(later.cacheHits, 5u * 2u * (n - 1));
+    EXPECT_EQ(later.mappingsOpen, 2u * (n - 1));
+    EXPECT_EQ(later.p2pOps, 6u);
+  });
+  EXPECT_EQ(rt.ipcOpens(), uint64_t(n) * 2 * (n - 1));
+  EXPECT_EQ(rt.ipcViewsOpen(), 0u) << "destroy left mappings open";
+}
+
+TEST(P2pMappingCache, BoundedAndNeverReadsAFreedBufferThroughItsOldMapping) {
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  withRanks(rt, 2, 1, [&](TestRank& t) {
+    const size_t cnt = 256;
+    // More distinct buffers than the cache holds, all alive: it must evict.
+    std::vector<std::unique_ptr<DevMem>> bufs;
+    size_t capacity = 0;
+    for (uint32_t i = 0; i < 40; ++i) {
+      bufs.push_back(std::make_unique<DevMem>(rt, cnt * 4));
+      bufs.push_back(std::make_unique<DevMem>(rt, cnt * 4));
+      runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, cnt}, 100 + i, bufs[bufs.size() - 2].get(),
+              bufs.back().get());
+      const ridge::p2p::Stats s = ridge::p2p::stats(t.comm);
+      capacity = s.cacheCapacity;
+      ASSERT_LE(s.mappingsOpen, s.cacheCapacity);
+    }
+    const ridge::p2p::Stats s = ridge::p2p::stats(t.comm);
+    EXPECT_EQ(s.ipcOpens, 80u);
+    EXPECT_EQ(s.ipcCloses, 80u - capacity);
+    // Free and reallocate (the emulator's next mapping often lands at the freed address):
+    // the new buffer's handle differs, so the stale mapping is replaced, not read.
+    for (uint32_t i = 0; i < 6; ++i) {
+      bufs.clear();
+      bufs.push_back(std::make_unique<DevMem>(rt, cnt * 4));
+      bufs.push_back(std::make_unique<DevMem>(rt, cnt * 4));
+      runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, cnt}, 200 + i, bufs[0].get(), bufs[1].get());
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  });
+  EXPECT_EQ(rt.ipcViewsOpen(), 0u);
+}
+
+// ---- abort --------------------------------------------------------------------------------
+
+TEST(P2pAbort, AbortDuringAP2pCollectiveReleasesTheStream) {
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  std::atomic<bool> rank0Done{false};
+  withRanks(
+      rt, 2, 1,
+      [&](TestRank& t) {
+        DevMem send(rt, 4096), recv(rt, 4096);
+        if (t.rank == 1) {
+          // Calls, but its stream never reaches the collective: rank 0's proxy waits in the
+          // P2P exchange for rank 1's descriptor.
+          std::atomic<bool> open{false};
+          ASSERT_TRUE(rt.enqueue(t.stream, [&] {
+                          const auto t0 = Clock::now();
+                          while (!open.load() && Clock::now() - t0 < std::chrono::seconds(20))
+                            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                          return Status::ok();
+                        }).isOk());
+          EXPECT_EQ(ridgeAllReduce(send.p, recv.p, 1024, ridgeFloat32, ridgeSum, t.comm, t.stream),
+                    ridgeSuccess);
+          const auto t0 = Clock::now();
+          while (!rank0Done.load() && Clock::now() - t0 < std::chrono::seconds(20))
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          EXPECT_EQ(ridgeCommAbort(t.comm), ridgeSuccess);
+          open.store(true);
+          EXPECT_TRUE(rt.synchronize(t.stream).isOk());
+          return;
+        }
+        EXPECT_EQ(ridgeAllReduce(send.p, recv.p, 1024, ridgeFloat32, ridgeSum, t.comm, t.stream),
+                  ridgeSuccess);
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        EXPECT_TRUE(ridge::p2p::stats(t.comm).capable) << "the proxy is not in the P2P path";
+        const auto t0 = Clock::now();
+        EXPECT_EQ(ridgeCommAbort(t.comm), ridgeSuccess) << errorText();
+        Status s = rt.synchronize(t.stream);
+        EXPECT_TRUE(s.isOk()) << s.message();
+        EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 5.0)
+            << "abort did not release the stream";
+        rank0Done.store(true);
+      },
+      /*destroy=*/false);
+}
+
+}  // namespace
