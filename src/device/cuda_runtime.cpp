@@ -17,6 +17,7 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -259,6 +260,16 @@ class CudaRuntime final : public DeviceRuntime {
   }
   bool ipcWithinProcess() const override {
     return false;
+  }
+  std::string pciBusId(int device) override {
+    char id[32] = {0};
+    if (cudaDeviceGetPCIBusId(id, sizeof id, device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return "";
+    }
+    std::string s(id);
+    for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return s;
   }
 
  protected:

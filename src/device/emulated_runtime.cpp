@@ -451,6 +451,12 @@ Status EmulatedRuntime::allocationRange(const void* p, void** base, size_t* byte
   return makeError(ridgeInvalidArgument, "allocationRange: %p is not emulated device memory", p);
 }
 
+std::string EmulatedRuntime::pciBusId(int device) {
+  std::lock_guard<std::mutex> lock(regionsMutex_);
+  return device >= 0 && static_cast<size_t>(device) < busIds_.size() ? busIds_[static_cast<size_t>(device)]
+                                                                     : "";
+}
+
 size_t EmulatedRuntime::ipcViewsOpen() {
   std::lock_guard<std::mutex> lock(regionsMutex_);
   size_t n = 0;

@@ -67,6 +67,7 @@ class EmulatedRuntime final : public DeviceRuntime {
   PeerLink peerLink(int deviceA, int deviceB) override;
   Status allocationRange(const void* p, void** base, size_t* bytes) override;
   bool ipcWithinProcess() const override { return ipcWithinProcess_.load(); }
+  std::string pciBusId(int device) override;
 
   // ---- test helpers ----
   // Device (or managed) memory of `bytes` on `device` (-1: the current device).
@@ -88,6 +89,12 @@ class EmulatedRuntime final : public DeviceRuntime {
     peerKind_.store(static_cast<int>(kind));
   }
   void setIpcWithinProcess(bool v) { ipcWithinProcess_.store(v); }
+  // PCI bus ids the emulated devices report (by ordinal; default none), so that tests can
+  // place them in a topology. Set before communicators are created.
+  void setPciBusIds(std::vector<std::string> ids) {
+    std::lock_guard<std::mutex> lock(regionsMutex_);
+    busIds_ = std::move(ids);
+  }
   // ipcOpen calls that succeeded, ipcOpen views still open, reductions launched (counters
   // the P2P tests read to tell which path ran and what the mapping cache did).
   uint64_t ipcOpens() const { return ipcOpenCount_.load(); }
@@ -123,7 +130,8 @@ class EmulatedRuntime final : public DeviceRuntime {
   std::atomic<bool> ipcWithinProcess_{true};
   std::atomic<uint64_t> ipcOpenCount_{0};
   std::atomic<uint64_t> reduceCount_{0};
-  uint64_t nextAllocationId_ = 1;  // under regionsMutex_
+  uint64_t nextAllocationId_ = 1;    // under regionsMutex_
+  std::vector<std::string> busIds_;  // under regionsMutex_
   std::mutex regionsMutex_;
   std::map<uintptr_t, Region> regions_;  // by device base address
   std::mutex queuesMutex_;

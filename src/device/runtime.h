@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "core/status.h"
@@ -124,6 +125,9 @@ class DeviceRuntime {
   // a process cannot open its own handles, and its device pointers are valid on every
   // thread).
   virtual bool ipcWithinProcess() const = 0;
+  // The device's PCI bus id in lower case ("0000:3b:00.0"), or "" when unknown: how the P2P
+  // transport finds the device in the topology (src/topo) to tell NVLink from PCIe.
+  virtual std::string pciBusId(int device) = 0;
 
   // ---- release words (shared implementation) ----
   // A word from this runtime's pool; it keeps the value it had when last returned.

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/../.."
 report=${1:-build-gpu/gpu-report.txt}
 jobs=$(nproc)
 cmake -S . -B build-gpu -G Ninja -DRIDGE_WITH_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
-ninja -C build-gpu -j"$jobs" test_gpu_kernels test_gpu_stream ridge-gpu-kernel-bw ridge_kernels >/dev/null
+ninja -C build-gpu -j"$jobs" test_gpu_kernels test_gpu_stream test_gpu_p2p ridge-gpu-kernel-bw ridge_kernels >/dev/null
 mkdir -p "$(dirname "$report")"
 {
   echo "# Ridge GPU report, $(date -u +%Y-%m-%dT%H:%MZ)"
@@ -22,20 +22,19 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
   exit 3
 fi
 status=0
-echo "## kernel tests" >>"$report"
-if ./build-gpu/tests/gpu/test_gpu_kernels --gtest_brief=1 >>"$report" 2>&1; then
-  echo "kernel tests: passed" | tee -a "$report"
-else
-  echo "kernel tests: FAILED" | tee -a "$report"
-  status=1
-fi
-echo "## stream-ordered collectives" >>"$report"
-if RIDGE_SOCKET_IFNAME=lo ./build-gpu/tests/gpu/test_gpu_stream --gtest_brief=1 >>"$report" 2>&1; then
-  echo "stream tests: passed" | tee -a "$report"
-else
-  echo "stream tests: FAILED" | tee -a "$report"
-  status=1
-fi
+# run_tests TITLE LABEL BINARY: one GPU test binary, its output in the report.
+run_tests() {
+  echo "## $1" >>"$report"
+  if RIDGE_SOCKET_IFNAME=lo "$3" --gtest_brief=1 >>"$report" 2>&1; then
+    echo "$2 tests: passed" | tee -a "$report"
+  else
+    echo "$2 tests: FAILED" | tee -a "$report"
+    status=1
+  fi
+}
+run_tests "kernel tests" kernel ./build-gpu/tests/gpu/test_gpu_kernels
+run_tests "stream-ordered collectives" stream ./build-gpu/tests/gpu/test_gpu_stream
+run_tests "P2P transport (two processes, CUDA IPC)" p2p ./build-gpu/tests/gpu/test_gpu_p2p
 echo "## kernel bandwidth (ridge-gpu-kernel-bw 256 20)" >>"$report"
 ./build-gpu/bench/ridge-gpu-kernel-bw 256 20 | tee -a "$report"
 echo "## registers and spills per kernel (sm_90)" >>"$report"

@@ -24,13 +24,15 @@
 #include <vector>
 
 #include "coll/comm.h"
+#include "collective_case.h"
 #include "device/emulated_runtime.h"
 #include "ridge/ridge.h"
-#include "test_data.h"
+#include "topo/presets.h"
 
 namespace {
 
 using namespace ridgetest;
+using namespace p2ptest;
 using ridge::Status;
 using ridge::device::DeviceRuntime;
 using ridge::device::EmulatedRuntime;
@@ -102,12 +104,6 @@ void withRanks(EmulatedRuntime& rt, int n, int devices, const Body& body, bool d
   for (auto& t : threads) t.join();
 }
 
-enum class Op { AllReduce, ReduceScatter, Reduce, AllGather, Broadcast, AlltoAll };
-const char* opText(Op o) {
-  static const char* t[] = {"allreduce", "reducescatter", "reduce", "allgather", "broadcast", "alltoall"};
-  return t[static_cast<int>(o)];
-}
-
 struct Call {
   Op op;
   ridgeDataType_t dt;
@@ -123,9 +119,7 @@ void runCall(EmulatedRuntime& rt, TestRank& t, const Call& c, uint32_t seed, con
              const DevMem* recvMem = nullptr) {
   const int n = t.nranks, r = t.rank, root = n / 2;
   const size_t es = dtSize(c.dt), cnt = c.count;
-  const bool perRankIn = c.op == Op::ReduceScatter || c.op == Op::AlltoAll;
-  const bool perRankOut = c.op == Op::AllGather || c.op == Op::AlltoAll;
-  const size_t inElems = perRankIn ? cnt * n : cnt, outElems = perRankOut ? cnt * n : cnt;
+  const size_t inElems = inputElems(c.op, cnt, n), outElems = outputElems(c.op, cnt, n);
   std::vector<uint32_t> keys(n);
   for (int j = 0; j < n; ++j) keys[j] = rankKey(seed, j);
   std::unique_ptr<DevMem> ownRecv, ownSend;
@@ -142,25 +136,11 @@ void runCall(EmulatedRuntime& rt, TestRank& t, const Call& c, uint32_t seed, con
   // Poison the output, then write the input (in place it overlays the output).
   out->put(std::vector<unsigned char>(out->bytes, kPoison));
   std::vector<unsigned char> in(inElems * es);
-  const TypedOps& ops = typedOps(c.dt, c.red);
-  if (c.op == Op::AllReduce || c.op == Op::Reduce || c.op == Op::ReduceScatter)
-    ops.fill(in.data(), inElems, keys[r], 0);
-  else if (c.op == Op::AlltoAll)
-    for (int j = 0; j < n; ++j) fillRawAny(es, in.data() + j * cnt * es, cnt, keys[r], j * cnt);
-  else
-    fillRawAny(es, in.data(), inElems, keys[r], 0);
+  fillRankInput(c.op, c.dt, c.red, in.data(), cnt, n, keys[r]);
   sendMem->put(in, sendOff);
   const void* s = sendMem->at(sendOff);
   void* d = out->at(recvOff);
-  ridgeResult_t res = ridgeSuccess;
-  switch (c.op) {
-    case Op::AllReduce: res = ridgeAllReduce(s, d, cnt, c.dt, c.red, t.comm, t.stream); break;
-    case Op::ReduceScatter: res = ridgeReduceScatter(s, d, cnt, c.dt, c.red, t.comm, t.stream); break;
-    case Op::Reduce: res = ridgeReduce(s, d, cnt, c.dt, c.red, root, t.comm, t.stream); break;
-    case Op::AllGather: res = ridgeAllGather(s, d, cnt, c.dt, t.comm, t.stream); break;
-    case Op::Broadcast: res = ridgeBroadcast(s, d, cnt, c.dt, root, t.comm, t.stream); break;
-    case Op::AlltoAll: res = ridgeAlltoAll(s, d, cnt, c.dt, t.comm, t.stream); break;
-  }
+  const ridgeResult_t res = issue(c.op, s, d, cnt, c.dt, c.red, root, t.comm, t.stream);
   const std::string what = std::string(opText(c.op)) + (c.inPlace ? " in place " : " ") + dtName(c.dt) + " " +
                            opName(c.red) + " count " + std::to_string(cnt) + " rank " + std::to_string(r) +
                            "/" + std::to_string(n);
@@ -172,24 +152,7 @@ void runCall(EmulatedRuntime& rt, TestRank& t, const Call& c, uint32_t seed, con
   ASSERT_EQ(async, ridgeSuccess) << what << ": " << errorText();
   const std::vector<unsigned char> got = out->get(recvOff, outElems * es);
   Mismatches mm;
-  switch (c.op) {
-    case Op::AllReduce: ops.checkRed(got.data(), cnt, keys.data(), n, 0, 0, mm); break;
-    case Op::ReduceScatter: ops.checkRed(got.data(), cnt, keys.data(), n, size_t(r) * cnt, 0, mm); break;
-    case Op::Reduce:
-      if (r == root)
-        ops.checkRed(got.data(), cnt, keys.data(), n, 0, 0, mm);
-      else if (!c.inPlace)
-        for (unsigned char b : got) mm.count += b != kPoison;  // not written off the root
-      break;
-    case Op::AllGather:
-      for (int j = 0; j < n; ++j) checkRawAny(es, got.data() + j * cnt * es, cnt, keys[j], 0, j * cnt, mm);
-      break;
-    case Op::Broadcast: checkRawAny(es, got.data(), cnt, keys[root], 0, 0, mm); break;
-    case Op::AlltoAll:
-      for (int j = 0; j < n; ++j)
-        checkRawAny(es, got.data() + j * cnt * es, cnt, keys[j], size_t(r) * cnt, j * cnt, mm);
-      break;
-  }
+  checkRankOutput(c.op, c.dt, c.red, got.data(), cnt, keys, r, root, c.inPlace ? -1 : kPoison, mm);
   EXPECT_EQ(mm.count, 0u) << what << ": " << mm.text;
 }
 
@@ -330,6 +293,49 @@ TEST(P2pChoice, InPlaceAlltoAllAndSendRecvGroupsAreStaged) {
     checkRawAny(4, got.data(), cnt, rankKey(11, 0), size_t(1 - t.rank) * cnt, 0, mm);
     EXPECT_EQ(mm.count, 0u) << mm.text;
   });
+}
+
+// ---- link kinds from the topology, as the planner classes GPU pairs -----------------------
+
+std::shared_ptr<ridge::topo::Topology> preset(const char* name) {
+  auto t = std::make_shared<ridge::topo::Topology>();
+  Status s = ridge::topo::loadPreset(name, t.get());
+  EXPECT_TRUE(s.isOk()) << s.message();
+  return t;
+}
+std::string gpuBus(const ridge::topo::Topology& t, size_t i) {
+  return t.node(t.gpus().at(i)).busId;
+}
+
+TEST(P2pTopology, NvLinkPcieAndTheSocketLinkAsThePlannerClassesThem) {
+  DeviceRuntime::PeerLink link;
+  auto dgx = preset("dgx-h100");
+  ASSERT_TRUE(ridge::p2p::linkFromTopology(*dgx, gpuBus(*dgx, 0), gpuBus(*dgx, 5), &link));
+  EXPECT_TRUE(link.allowed);
+  EXPECT_EQ(link.kind, DeviceRuntime::PeerLinkKind::NvLink);
+  auto pcie = preset("pcie-8gpu-2socket");
+  ASSERT_TRUE(ridge::p2p::linkFromTopology(*pcie, gpuBus(*pcie, 0), gpuBus(*pcie, 1), &link));
+  EXPECT_TRUE(link.allowed);
+  EXPECT_EQ(link.kind, DeviceRuntime::PeerLinkKind::Pcie);
+  // GPU 7 hangs off the other socket: the planner routes the pair through host memory.
+  ASSERT_TRUE(ridge::p2p::linkFromTopology(*pcie, gpuBus(*pcie, 0), gpuBus(*pcie, 7), &link));
+  EXPECT_FALSE(link.allowed);
+  EXPECT_FALSE(ridge::p2p::linkFromTopology(*pcie, gpuBus(*pcie, 0), "0000:ee:00.0", &link));
+}
+
+TEST(P2pTopology, ACommunicatorAcrossTheSocketLinkIsStaged) {
+  auto pcie = preset("pcie-8gpu-2socket");
+  ridge::p2p::setTopologyForTesting(pcie);
+  for (size_t other : {1u, 7u}) {
+    EmulatedRuntime rt(2);  // peer access allowed, link kind unknown: the topology decides
+    rt.setPciBusIds({gpuBus(*pcie, 0), gpuBus(*pcie, other)});
+    ScopedRuntimeForTesting scope(&rt);
+    withRanks(rt, 2, 2, [&](TestRank& t) {
+      runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 3000}, 31);
+      EXPECT_EQ(ridge::p2p::stats(t.comm).capable, other == 1) << "GPU0 and GPU" << other;
+    });
+  }
+  ridge::p2p::setTopologyForTesting(nullptr);
 }
 
 // ---- the mapping cache --------------------------------------------------------------------

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "core/log.h"
 #include "core/settings.h"
 #include "reduce/reduce.h"
+#include "topo/discover.h"
 
 namespace ridge::p2p {
 
@@ -403,6 +405,38 @@ Status runOperation(Context& x, ridgeComm* c, const CollArgs& a) {
   return Status::ok();
 }
 
+std::mutex gTopologyMutex;
+std::shared_ptr<const topo::Topology> gTestTopology;
+
+// This machine's topology, discovered on first use (only multi-GPU communicators ask); null
+// when discovery fails.
+std::shared_ptr<const topo::Topology> machineTopology() {
+  std::lock_guard<std::mutex> lock(gTopologyMutex);
+  if (gTestTopology) return gTestTopology;
+  static std::shared_ptr<const topo::Topology> discovered = [] {
+    auto t = std::make_shared<topo::Topology>();
+    Status s = topo::discoverThisMachine(t.get());
+    if (!s.isOk()) {
+      RIDGE_INFO("P2P: no topology of this machine (%s); links between GPUs are not classified",
+                 s.message().c_str());
+      return std::shared_ptr<const topo::Topology>();
+    }
+    return std::shared_ptr<const topo::Topology>(std::move(t));
+  }();
+  return discovered;
+}
+
+// The runtime's answer for a device pair, refined by the topology when the runtime cannot
+// tell the link (CUDA) and both devices have bus ids there.
+DeviceRuntime::PeerLink classifyPair(DeviceRuntime* rt, int a, int b) {
+  DeviceRuntime::PeerLink link = rt->peerLink(a, b);
+  if (!link.allowed || link.kind != DeviceRuntime::PeerLinkKind::Unknown) return link;
+  const std::string busA = rt->pciBusId(a), busB = rt->pciBusId(b);
+  if (busA.empty() || busB.empty()) return link;
+  if (auto t = machineTopology()) linkFromTopology(*t, busA, busB, &link);
+  return link;
+}
+
 // Decides once per communicator, from what every rank told at init, whether P2P may run.
 // Every rank computes the same answer from the same data.
 Status createContext(ridgeComm* c, DeviceRuntime* rt) {
@@ -425,11 +459,12 @@ Status createContext(ridgeComm* c, DeviceRuntime* rt) {
   for (int a = 0; a < P && why.empty(); ++a) {
     for (int b = 0; b < P && why.empty(); ++b) {
       if (a == b) continue;
-      const DeviceRuntime::PeerLink link = rt->peerLink(c->peers[a].cudaDevice, c->peers[b].cudaDevice);
+      const DeviceRuntime::PeerLink link = classifyPair(rt, c->peers[a].cudaDevice, c->peers[b].cudaDevice);
       if (!link.allowed)
         why = "device " + std::to_string(c->peers[a].cudaDevice) + " (rank " + std::to_string(a) +
               ") cannot access device " + std::to_string(c->peers[b].cudaDevice) + " (rank " +
-              std::to_string(b) + ")";
+              std::to_string(b) +
+              ") (the runtime refuses P2P, or the topology puts the socket link between them)";
       worstKind = std::max(worstKind, static_cast<int>(link.kind));
     }
   }
@@ -462,6 +497,30 @@ Status createContext(ridgeComm* c, DeviceRuntime* rt) {
 }
 
 }  // namespace
+
+bool linkFromTopology(const topo::Topology& t, const std::string& busA, const std::string& busB,
+                      DeviceRuntime::PeerLink* out) {
+  const int a = t.find(busA), b = t.find(busB);
+  if (a < 0 || b < 0 || t.node(a).kind != topo::NodeKind::Gpu || t.node(b).kind != topo::NodeKind::Gpu)
+    return false;
+  if (a == b) {
+    *out = {true, DeviceRuntime::PeerLinkKind::SameDevice};
+    return true;
+  }
+  const topo::NcclClass cls = t.path(a, b).nccl;
+  if (cls == topo::NcclClass::NVL || cls == topo::NcclClass::NVB)
+    *out = {true, DeviceRuntime::PeerLinkKind::NvLink};
+  else if (cls == topo::NcclClass::SYS)
+    *out = {false, DeviceRuntime::PeerLinkKind::Pcie};
+  else
+    *out = {true, DeviceRuntime::PeerLinkKind::Pcie};
+  return true;
+}
+
+void setTopologyForTesting(std::shared_ptr<const topo::Topology> t) {
+  std::lock_guard<std::mutex> lock(gTopologyMutex);
+  gTestTopology = std::move(t);
+}
 
 Status runBatch(ridgeComm* c, DeviceRuntime* rt, const CollArgs* ops, size_t n, bool* ran) {
   *ran = false;

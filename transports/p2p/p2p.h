@@ -14,17 +14,21 @@
 //
 // It is run by the GPU proxy (src/coll/gpu_proxy.cpp) for each batch, before staging: when
 // every rank of the communicator is on this host, every pair of their devices allows P2P
-// (DeviceRuntime::peerLink; several ranks on one device always do), no rank set
+// (DeviceRuntime::peerLink, refined by the topology as the planner classes the pair; several
+// ranks on one device always may), no rank set
 // RIDGE_P2P=off, and every rank's batch holds only collectives on device memory whose
 // buffers it could export. Otherwise the batch is staged, unchanged.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <string>
 
 #include "coll/algorithms.h"
 #include "core/status.h"
 #include "device/runtime.h"
+#include "topo/model.h"
 
 struct ridgeComm;
 
@@ -43,6 +47,16 @@ bool allowedBySettings();
 // otherwise leaves *ran false and the caller stages it. Every rank of a P2P-capable
 // communicator takes part in a small vote per batch, so all of them decide alike.
 Status runBatch(ridgeComm* comm, device::DeviceRuntime* rt, const CollArgs* ops, size_t n, bool* ran);
+
+// The planner's rule (src/plan/search.cpp, GPU-to-GPU routes) for the GPUs with PCI bus ids
+// busA and busB of `t`: NVLink on an NVL or NVB path; no P2P across the socket link (SYS:
+// the planner routes such pairs through host memory, and so does this transport); PCIe
+// otherwise. False (out untouched) when either GPU is not in `t`.
+bool linkFromTopology(const topo::Topology& t, const std::string& busA, const std::string& busB,
+                      device::DeviceRuntime::PeerLink* out);
+// Tests: classify links with `t` instead of this machine's discovered topology (null: back
+// to discovery). Set before communicators are created.
+void setTopologyForTesting(std::shared_ptr<const topo::Topology> t);
 
 // Closes every cached IPC mapping and frees the internal stream (the proxy is stopped).
 void releaseContext(ridgeComm* comm);
