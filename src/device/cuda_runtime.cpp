@@ -245,6 +245,18 @@ class CudaRuntime final : public DeviceRuntime {
     // The runtime does not say which link carries P2P; the topology (src/topo) does.
     return {can != 0, PeerLinkKind::Unknown};
   }
+  Status enablePeerAccess(int peerDevice) override {
+    int current = 0;
+    RIDGE_CUDA_TRY(cudaGetDevice(&current));
+    if (current == peerDevice) return Status::ok();
+    cudaError_t e = cudaDeviceEnablePeerAccess(peerDevice, 0);
+    if (e == cudaErrorPeerAccessAlreadyEnabled) {
+      (void)cudaGetLastError();
+      return Status::ok();
+    }
+    RIDGE_CUDA_TRY(e);
+    return Status::ok();
+  }
   Status allocationRange(const void* p, void** base, size_t* bytes) override {
     static const auto range = reinterpret_cast<AddressRangeFn>(driverEntryPoint("cuMemGetAddressRange"));
     if (!range) return makeError(ridgeUnhandledCudaError, "cuMemGetAddressRange: no driver entry point");

@@ -440,6 +440,13 @@ DeviceRuntime::PeerLink EmulatedRuntime::peerLink(int deviceA, int deviceB) {
   return {peerAccess_.load(), static_cast<PeerLinkKind>(peerKind_.load())};
 }
 
+Status EmulatedRuntime::enablePeerAccess(int peerDevice) {
+  if (!peerLink(tCurrentDevice, peerDevice).allowed)
+    return makeError(ridgeInvalidUsage, "emulated runtime: device %d cannot access device %d", tCurrentDevice,
+                     peerDevice);
+  return Status::ok();
+}
+
 Status EmulatedRuntime::allocationRange(const void* p, void** base, size_t* bytes) {
   std::lock_guard<std::mutex> lock(regionsMutex_);
   auto it = regionHolding(p);

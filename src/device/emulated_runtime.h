@@ -65,6 +65,7 @@ class EmulatedRuntime final : public DeviceRuntime {
   // P2P: emulated devices reach each other unless a test refuses it (setPeerAccess); the
   // link kind is what a test sets (default Unknown).
   PeerLink peerLink(int deviceA, int deviceB) override;
+  Status enablePeerAccess(int peerDevice) override;
   Status allocationRange(const void* p, void** base, size_t* bytes) override;
   bool ipcWithinProcess() const override { return ipcWithinProcess_.load(); }
   std::string pciBusId(int device) override;

@@ -118,6 +118,11 @@ class DeviceRuntime {
     PeerLinkKind kind = PeerLinkKind::Unknown;
   };
   virtual PeerLink peerLink(int deviceA, int deviceB) = 0;
+  // Lets kernels of the calling thread's current device read and write `peerDevice`'s memory
+  // through its own pointers (CUDA: cudaDeviceEnablePeerAccess; already enabled is fine).
+  // Needed for ranks that are threads of one process on different devices; handles opened
+  // with ipcOpen enable it themselves.
+  virtual Status enablePeerAccess(int peerDevice) = 0;
   // The allocation that holds `p` (ipcExport takes an allocation's base).
   virtual Status allocationRange(const void* p, void** base, size_t* bytes) = 0;
   // Whether ranks that are threads of one process must still exchange IPC handles (the

@@ -144,6 +144,7 @@ struct Context {
   bool capable = false;
   bool exportHandles = false;  // some peer needs IPC handles (another process, or the emulator)
   bool loggedStaged = false;
+  std::string peerAccessError;  // enabling access to a same-process peer's device failed
   ridgeStream_t stream = nullptr;
   bool haveStream = false;
   MappingCache cache;
@@ -473,6 +474,16 @@ Status createContext(ridgeComm* c, DeviceRuntime* rt) {
       why = "connector slots too small for P2P messages";
   if (P < 2 && why.empty()) why = "a single rank";
   x->capable = why.empty();
+  // Peers that are threads of this process on other devices are reached through their own
+  // pointers: this device's kernels need access to theirs. A failure here is voted on with
+  // every batch (staged everywhere), so the ranks still decide alike.
+  for (int j = 0; j < P && x->capable && x->peerAccessError.empty(); ++j) {
+    const PeerInfo& p = c->peers[j];
+    if (j == r || p.pid != getpid() || rt->ipcWithinProcess() || p.cudaDevice == c->cudaDevice) continue;
+    Status s = rt->enablePeerAccess(p.cudaDevice);
+    if (!s.isOk())
+      x->peerAccessError = "enabling access to device " + std::to_string(p.cudaDevice) + ": " + s.message();
+  }
   if (x->capable) {
     RIDGE_TRY(rt->createStream(&x->stream));
     x->haveStream = true;
@@ -540,8 +551,8 @@ Status runBatch(ridgeComm* c, DeviceRuntime* rt, const CollArgs* ops, size_t n, 
     return Status::ok();
   }
   // The vote: every rank sends its first descriptor, saying whether its whole batch can go.
-  std::string why;
-  bool eligible = true;
+  std::string why = x.peerAccessError;
+  bool eligible = why.empty();
   for (size_t i = 0; i < n && eligible; ++i) eligible = describe(x, c, ops[i], &x.mine[i], &why);
   x.mine[0].eligible = eligible ? 1 : 0;
   x.mine[0].batchOps = static_cast<uint32_t>(n);
