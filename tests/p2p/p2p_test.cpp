@@ -26,6 +26,7 @@
 #include "coll/comm.h"
 #include "collective_case.h"
 #include "device/emulated_runtime.h"
+#include "plan/plan.h"
 #include "ridge/ridge.h"
 #include "topo/presets.h"
 
@@ -321,6 +322,45 @@ TEST(P2pTopology, NvLinkPcieAndTheSocketLinkAsThePlannerClassesThem) {
   ASSERT_TRUE(ridge::p2p::linkFromTopology(*pcie, gpuBus(*pcie, 0), gpuBus(*pcie, 7), &link));
   EXPECT_FALSE(link.allowed);
   EXPECT_FALSE(ridge::p2p::linkFromTopology(*pcie, gpuBus(*pcie, 0), "0000:ee:00.0", &link));
+}
+
+TEST(P2pTopology, AgreesWithThePlannersEdgeForEveryGpuPairOfThePresets) {
+  for (const char* name : {"dgx-h100", "dgx-a100", "pcie-8gpu-2socket"}) {
+    auto t = preset(name);
+    ridge::plan::SearchOptions options;
+    options.stepBudget = 1000;  // only the routes matter here, not the channel search
+    ridge::plan::NodeTemplate tp;
+    const int k = static_cast<int>(t->gpus().size());
+    ASSERT_EQ(k, 8) << name;
+    int kinds[3] = {0, 0, 0};  // nvlink, pcie, refused pairs seen
+    Status s = ridge::plan::buildNodeTemplate(t, k, false, {}, options, &tp);
+    ASSERT_TRUE(s.isOk()) << name << ": " << s.message();
+    for (int a = 0; a < k; ++a) {
+      for (int b = 0; b < k; ++b) {
+        if (a == b) continue;
+        const ridge::plan::Route& route = tp.routes.at(static_cast<size_t>(tp.pairRoute[size_t(a * k + b)]));
+        DeviceRuntime::PeerLink link;
+        ASSERT_TRUE(ridge::p2p::linkFromTopology(*t, gpuBus(*t, size_t(a)), gpuBus(*t, size_t(b)), &link));
+        const char* what = ridge::plan::transportName(route.transport);
+        ++kinds[link.allowed ? (link.kind == DeviceRuntime::PeerLinkKind::NvLink ? 0 : 1) : 2];
+        switch (route.transport) {
+          case ridge::plan::Transport::NvLink:
+            EXPECT_TRUE(link.allowed && link.kind == DeviceRuntime::PeerLinkKind::NvLink)
+                << name << " " << a << "-" << b << " " << what;
+            break;
+          case ridge::plan::Transport::PcieP2p:
+            EXPECT_TRUE(link.allowed && link.kind == DeviceRuntime::PeerLinkKind::Pcie)
+                << name << " " << a << "-" << b << " " << what;
+            break;
+          default: EXPECT_FALSE(link.allowed) << name << " " << a << "-" << b << " " << what; break;
+        }
+      }
+    }
+    // NVLink presets: every pair over NVLink; the PCIe preset: both P2P and refused pairs.
+    const bool nv = std::string(name).rfind("dgx", 0) == 0;
+    EXPECT_EQ(kinds[0], nv ? 56 : 0) << name;
+    EXPECT_EQ(kinds[1] > 0 && kinds[2] > 0, !nv) << name;
+  }
 }
 
 TEST(P2pTopology, ACommunicatorAcrossTheSocketLinkIsStaged) {
