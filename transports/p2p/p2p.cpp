@@ -52,6 +52,8 @@ struct OpDesc {
   BufferDesc send, recv;
 };
 
+static_assert(sizeof(OpDesc) == 216, "docs/transports.md gives the descriptor's size");
+
 // The closing message: the sender finished its part (status ridgeSuccess) or failed.
 struct EndMsg {
   uint32_t magic;
