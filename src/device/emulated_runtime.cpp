@@ -387,6 +387,11 @@ Status EmulatedRuntime::ipcOpen(const IpcHandle& handle, void** devicePtr) {
   EmulatedIpcHandle h;
   std::memcpy(&h, handle.bytes, sizeof h);
   if (h.magic != kIpcMagic) return makeError(ridgeInvalidArgument, "ipcOpen: not an emulated IPC handle");
+  int failuresLeft = ipcOpenFailures_.load();
+  while (failuresLeft > 0 && !ipcOpenFailures_.compare_exchange_weak(failuresLeft, failuresLeft - 1)) {
+  }
+  if (failuresLeft > 0)
+    return makeError(ridgeSystemError, "ipcOpen: failure injected by the test (failNextIpcOpens)");
   if (h.pid != getpid())
     return makeError(ridgeInvalidUsage,
                      "ipcOpen: the emulated runtime shares memory within one process only");

@@ -90,6 +90,8 @@ class EmulatedRuntime final : public DeviceRuntime {
     peerKind_.store(static_cast<int>(kind));
   }
   void setIpcWithinProcess(bool v) { ipcWithinProcess_.store(v); }
+  // The next `n` ipcOpen calls fail (a failure on one rank, for error-path tests).
+  void failNextIpcOpens(int n) { ipcOpenFailures_.store(n); }
   // PCI bus ids the emulated devices report (by ordinal; default none), so that tests can
   // place them in a topology. Set before communicators are created.
   void setPciBusIds(std::vector<std::string> ids) {
@@ -130,6 +132,7 @@ class EmulatedRuntime final : public DeviceRuntime {
   std::atomic<int> peerKind_{static_cast<int>(PeerLinkKind::Unknown)};
   std::atomic<bool> ipcWithinProcess_{true};
   std::atomic<uint64_t> ipcOpenCount_{0};
+  std::atomic<int> ipcOpenFailures_{0};
   std::atomic<uint64_t> reduceCount_{0};
   uint64_t nextAllocationId_ = 1;    // under regionsMutex_
   std::vector<std::string> busIds_;  // under regionsMutex_

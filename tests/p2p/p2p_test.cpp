@@ -435,6 +435,48 @@ TEST(P2pMappingCache, BoundedAndNeverReadsAFreedBufferThroughItsOldMapping) {
   EXPECT_EQ(rt.ipcViewsOpen(), 0u);
 }
 
+// ---- failures -----------------------------------------------------------------------------
+
+// Runs one allreduce per rank (count per rank from `countOf`) that is expected to fail
+// asynchronously, and returns each rank's asynchronous error; the streams must be released.
+std::vector<ridgeResult_t> failingAllReduce(EmulatedRuntime& rt, int n, size_t (*countOf)(int rank)) {
+  std::vector<ridgeResult_t> errors(n, ridgeSuccess);
+  withRanks(rt, n, 1, [&](TestRank& t) {
+    const size_t cnt = countOf(t.rank);
+    DevMem send(rt, cnt * 4), recv(rt, cnt * 4);
+    const auto t0 = Clock::now();
+    ASSERT_EQ(ridgeAllReduce(send.p, recv.p, cnt, ridgeFloat32, ridgeSum, t.comm, t.stream), ridgeSuccess);
+    Status s = rt.synchronize(t.stream);
+    EXPECT_TRUE(s.isOk()) << s.message();
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 10.0)
+        << "a rank waited for a timeout";
+    ridgeCommGetAsyncError(t.comm, &errors[t.rank]);
+  });
+  return errors;
+}
+
+TEST(P2pFailures, RanksDisagreeingOnTheCountAllFailWithInvalidUsage) {
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  const auto errors = failingAllReduce(rt, 3, [](int rank) { return size_t(rank == 2 ? 1001 : 1000); });
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], ridgeInvalidUsage) << "rank " << r;
+}
+
+TEST(P2pFailures, AFailureOnOneRankReachesThePeersWithoutATimeout) {
+  EmulatedRuntime rt;
+  rt.failNextIpcOpens(1);  // the first rank to open a peer's handle fails, the others do not
+  ScopedRuntimeForTesting scope(&rt);
+  const auto errors = failingAllReduce(rt, 3, [](int) { return size_t(4096); });
+  int remote = 0, local = 0;
+  for (ridgeResult_t e : errors) {
+    remote += e == ridgeRemoteError;
+    local += e == ridgeSystemError;
+  }
+  EXPECT_EQ(local, 1) << "the rank whose ipcOpen failed";
+  EXPECT_EQ(remote, 2) << "its peers learn it from its end message";
+  EXPECT_EQ(rt.ipcViewsOpen(), 0u);
+}
+
 // ---- abort --------------------------------------------------------------------------------
 
 TEST(P2pAbort, AbortDuringAP2pCollectiveReleasesTheStream) {

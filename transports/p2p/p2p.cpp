@@ -274,7 +274,9 @@ Status addressOf(Context& x, ridgeComm* c, int j, const BufferDesc& d, char** ou
     return makeError(ridgeInternalError, "rank %d: P2P: rank %d shared no handle for a buffer it uses",
                      c->rank, j);
   char* base = nullptr;
-  RIDGE_TRY(x.cache.map(j, d, &base));
+  Status s = x.cache.map(j, d, &base);
+  if (!s.isOk())
+    return makeError(s.code(), "rank %d: P2P: mapping rank %d's buffer: %s", c->rank, j, s.message().c_str());
   *out = base + d.offset;
   return Status::ok();
 }
