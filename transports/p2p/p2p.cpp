@@ -209,8 +209,9 @@ Status exchange(ridgeComm* c, const void* mine, size_t bytes, void* theirs) {
   return ex.run();
 }
 
-// Fills `d` with how this rank's buffer `p` (`bytes` long, used by this rank) is shared.
-// False when it cannot be (not device memory, not exportable): the batch is then staged.
+// Fills `d` with how this rank's buffer `p` is shared (only when this rank `used` it: a
+// root-only buffer elsewhere is never read). False when it cannot be (not device memory,
+// not exportable): the batch is then staged.
 bool describeBuffer(Context& x, const void* p, bool used, BufferDesc* d, std::string* why) {
   std::memset(d, 0, sizeof *d);
   d->address = reinterpret_cast<uintptr_t>(p);
@@ -392,7 +393,7 @@ Status runOperation(Context& x, ridgeComm* c, const CollArgs& a) {
     if (send) s = addressOf(x, c, j, x.theirs[j].send, &x.sendOf[j]);
     if (recv && s.isOk()) s = addressOf(x, c, j, x.theirs[j].recv, &x.recvOf[j]);
   }
-  if (s.isOk()) s = queueOperation(x, c, a);
+  if (s.isOk() && a.count > 0) s = queueOperation(x, c, a);
   if (s.isOk())
     s = x.rt->synchronize(x.stream);
   else
