@@ -57,6 +57,8 @@ Status initComm(ridgeComm* c, const ridgeUniqueId& id) {
     c->cudaDevice = rt->currentDevice();
   me.cudaDevice = static_cast<int16_t>(c->cudaDevice);
   me.p2pAllowed = p2p::allowedBySettings() ? 1 : 0;
+  if (c->cudaDevice >= 0)
+    copyString(me.busId, sizeof me.busId, device::activeRuntime()->pciBusId(c->cudaDevice));
   c->peers.assign(c->nranks, PeerInfo{});
   c->peers[c->rank] = me;
   RIDGE_TRY(c->bootstrap->allGather(c->peers.data(), sizeof(PeerInfo)));

@@ -31,6 +31,7 @@ struct PeerInfo {
   int16_t numa;        // one), for the host ring order (src/plan/host_plan.h)
   int16_t cudaDevice;  // the device the communicator serves (-1: none), and whether this rank
   int16_t p2pAllowed;  // lets device collectives take the P2P path (RIDGE_P2P != off)
+  char busId[16];      // that device's PCI bus id ("" unknown): ordinals differ between processes
   char hostName[64];
   char topoSummary[200];  // one-line host summary for the planner and for logs
 };

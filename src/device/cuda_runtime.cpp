@@ -273,6 +273,14 @@ class CudaRuntime final : public DeviceRuntime {
   bool ipcWithinProcess() const override {
     return false;
   }
+  int deviceByPciBusId(const std::string& busId) override {
+    int device = -1;
+    if (busId.empty() || cudaDeviceGetByPCIBusId(&device, busId.c_str()) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return -1;
+    }
+    return device;
+  }
   std::string pciBusId(int device) override {
     char id[32] = {0};
     if (cudaDeviceGetPCIBusId(id, sizeof id, device) != cudaSuccess) {

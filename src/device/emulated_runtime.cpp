@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <cstring>
@@ -467,6 +468,19 @@ std::string EmulatedRuntime::pciBusId(int device) {
   std::lock_guard<std::mutex> lock(regionsMutex_);
   return device >= 0 && static_cast<size_t>(device) < busIds_.size() ? busIds_[static_cast<size_t>(device)]
                                                                      : "";
+}
+
+int EmulatedRuntime::deviceByPciBusId(const std::string& busId) {
+  std::lock_guard<std::mutex> lock(regionsMutex_);
+  for (size_t i = 0; i < busIds_.size(); ++i) {
+    if (busId.empty() || busIds_[i] != busId) continue;
+    auto v = visibleFrom_.find(tCurrentDevice);
+    const int device = static_cast<int>(i);
+    if (v != visibleFrom_.end() && std::find(v->second.begin(), v->second.end(), device) == v->second.end())
+      return -1;
+    return device;
+  }
+  return -1;
 }
 
 size_t EmulatedRuntime::ipcViewsOpen() {

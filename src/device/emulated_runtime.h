@@ -69,6 +69,7 @@ class EmulatedRuntime final : public DeviceRuntime {
   Status allocationRange(const void* p, void** base, size_t* bytes) override;
   bool ipcWithinProcess() const override { return ipcWithinProcess_.load(); }
   std::string pciBusId(int device) override;
+  int deviceByPciBusId(const std::string& busId) override;
 
   // ---- test helpers ----
   // Device (or managed) memory of `bytes` on `device` (-1: the current device).
@@ -97,6 +98,12 @@ class EmulatedRuntime final : public DeviceRuntime {
   void setPciBusIds(std::vector<std::string> ids) {
     std::lock_guard<std::mutex> lock(regionsMutex_);
     busIds_ = std::move(ids);
+  }
+  // What a thread bound to `device` finds with deviceByPciBusId: only `visible` (as a
+  // process with its own CUDA_VISIBLE_DEVICES list would). Default: every device.
+  void setVisibleDevices(int device, std::vector<int> visible) {
+    std::lock_guard<std::mutex> lock(regionsMutex_);
+    visibleFrom_[device] = std::move(visible);
   }
   // ipcOpen calls that succeeded, ipcOpen views still open, reductions launched (counters
   // the P2P tests read to tell which path ran and what the mapping cache did).
@@ -134,8 +141,9 @@ class EmulatedRuntime final : public DeviceRuntime {
   std::atomic<uint64_t> ipcOpenCount_{0};
   std::atomic<int> ipcOpenFailures_{0};
   std::atomic<uint64_t> reduceCount_{0};
-  uint64_t nextAllocationId_ = 1;    // under regionsMutex_
-  std::vector<std::string> busIds_;  // under regionsMutex_
+  uint64_t nextAllocationId_ = 1;                // under regionsMutex_
+  std::vector<std::string> busIds_;              // under regionsMutex_
+  std::map<int, std::vector<int>> visibleFrom_;  // under regionsMutex_
   std::mutex regionsMutex_;
   std::map<uintptr_t, Region> regions_;  // by device base address
   std::mutex queuesMutex_;

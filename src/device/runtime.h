@@ -133,6 +133,10 @@ class DeviceRuntime {
   // The device's PCI bus id in lower case ("0000:3b:00.0"), or "" when unknown: how the P2P
   // transport finds the device in the topology (src/topo) to tell NVLink from PCIe.
   virtual std::string pciBusId(int device) = 0;
+  // The ordinal under which this process sees the device with that bus id, or -1 (not
+  // visible here, e.g. another CUDA_VISIBLE_DEVICES list, or unknown). Ordinals are per
+  // process; bus ids are how ranks of one host name devices to each other.
+  virtual int deviceByPciBusId(const std::string& busId) = 0;
 
   // ---- release words (shared implementation) ----
   // A word from this runtime's pool; it keeps the value it had when last returned.

@@ -383,6 +383,26 @@ TEST(P2pTopology, ACommunicatorAcrossTheSocketLinkIsStaged) {
   ridge::p2p::setTopologyForTesting(nullptr);
 }
 
+TEST(P2pTopology, DevicesAreMatchedByBusIdAndARankThatCannotSeeAPeersDeviceStagesEveryone) {
+  // Two ranks on devices 0 and 1. The ranks find each other's devices by bus id; when the
+  // rank on device 1 cannot see device 0 (as a process with CUDA_VISIBLE_DEVICES=1 could
+  // not), only that rank knows P2P is impossible: the vote makes both stage.
+  for (bool hidden : {false, true}) {
+    EmulatedRuntime rt(2);
+    rt.setPciBusIds({"0000:17:00.0", "0000:65:00.0"});
+    if (hidden) rt.setVisibleDevices(1, {1});
+    ScopedRuntimeForTesting scope(&rt);
+    withRanks(rt, 2, 2, [&](TestRank& t) {
+      runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 3000}, 41);
+      runCall(rt, t, {Op::AllGather, ridgeInt32, ridgeSum, 700}, 42);
+      const ridge::p2p::Stats s = ridge::p2p::stats(t.comm);
+      EXPECT_EQ(s.capable, !hidden) << "rank " << t.rank;
+      EXPECT_EQ(s.p2pOps, hidden ? 0u : 2u) << "rank " << t.rank;
+      EXPECT_EQ(s.stagedBatches, hidden ? 2u : 0u) << "rank " << t.rank;
+    });
+  }
+}
+
 // ---- the mapping cache --------------------------------------------------------------------
 
 TEST(P2pMappingCache, ReusesHandlesAcrossCallsAndClosesThemAtDestroy) {

@@ -47,7 +47,7 @@ struct OpDesc {
   uint32_t eligible;
   uint32_t type, dtype, op;
   int32_t root;
-  uint32_t pad;
+  uint32_t pairsOk;  // the sender's own view allows P2P between all devices (checkPairsHere)
   uint64_t count;
   BufferDesc send, recv;
 };
@@ -143,10 +143,10 @@ class MappingCache {
 
 struct Context {
   DeviceRuntime* rt = nullptr;
-  bool capable = false;
-  bool exportHandles = false;  // some peer needs IPC handles (another process, or the emulator)
+  std::atomic<bool> capable{false};  // stats() reads it from other threads
+  bool exportHandles = false;        // some peer needs IPC handles (another process, or the emulator)
   bool loggedStaged = false;
-  std::string peerAccessError;  // enabling access to a same-process peer's device failed
+  std::string localWhy;  // why this rank cannot do P2P by its own view (checkPairsHere); "" if it can
   ridgeStream_t stream = nullptr;
   bool haveStream = false;
   MappingCache cache;
@@ -443,14 +443,58 @@ DeviceRuntime::PeerLink classifyPair(DeviceRuntime* rt, int a, int b) {
   return link;
 }
 
-// Decides once per communicator, from what every rank told at init, whether P2P may run.
-// Every rank computes the same answer from the same data.
+// This process's ordinal of rank j's device: found by bus id when the ranks know theirs
+// (ordinals differ between processes with different CUDA_VISIBLE_DEVICES lists), else the
+// ordinal rank j reported. -1: not visible to this process.
+int localDeviceOf(ridgeComm* c, DeviceRuntime* rt, int j) {
+  const PeerInfo& p = c->peers[j];
+  const std::string bus(p.busId, strnlen(p.busId, sizeof p.busId));
+  return bus.empty() ? p.cudaDevice : rt->deviceByPciBusId(bus);
+}
+
+// What this rank can judge only from its own view of the devices: that it sees every
+// rank's device, that every pair allows P2P, and that its kernels may reach the devices of
+// peers in this process. Empty when all holds. Ranks may see differently, so the answer is
+// voted on (OpDesc::pairsOk), never used alone.
+std::string checkPairsHere(Context& x, ridgeComm* c, int* worstKind) {
+  DeviceRuntime* rt = x.rt;
+  const int P = c->nranks, r = c->rank;
+  std::vector<int> local(static_cast<size_t>(P));
+  for (int j = 0; j < P; ++j) {
+    local[j] = localDeviceOf(c, rt, j);
+    if (local[j] < 0)
+      return "rank " + std::to_string(j) + "'s device (bus id " + c->peers[j].busId +
+             ") is not visible to rank " + std::to_string(r) + " (CUDA_VISIBLE_DEVICES?)";
+  }
+  for (int a = 0; a < P; ++a) {
+    for (int b = 0; b < P; ++b) {
+      if (a == b) continue;
+      const DeviceRuntime::PeerLink link = classifyPair(rt, local[a], local[b]);
+      if (!link.allowed)
+        return "device " + std::to_string(local[a]) + " (rank " + std::to_string(a) +
+               ") cannot access device " + std::to_string(local[b]) + " (rank " + std::to_string(b) +
+               ") (the runtime refuses P2P, or the topology puts the socket link between them)";
+      *worstKind = std::max(*worstKind, static_cast<int>(link.kind));
+    }
+  }
+  // Peers that are threads of this process on other devices are reached through their own
+  // pointers: this device's kernels need access to theirs.
+  for (int j = 0; j < P; ++j) {
+    if (j == r || c->peers[j].pid != getpid() || rt->ipcWithinProcess() || local[j] == local[r]) continue;
+    Status s = rt->enablePeerAccess(local[j]);
+    if (!s.isOk()) return "enabling access to device " + std::to_string(local[j]) + ": " + s.message();
+  }
+  return "";
+}
+
+// Decides once per communicator whether device collectives take part in P2P votes: from
+// what every rank told at init, so every rank computes the same answer. What each rank
+// judges from its own view (checkPairsHere) goes into the first vote.
 Status createContext(ridgeComm* c, DeviceRuntime* rt) {
   std::unique_ptr<Context, ContextDeleter> x(new Context());
   x->rt = rt;
   const int P = c->nranks, r = c->rank;
   std::string why;
-  int worstKind = static_cast<int>(DeviceRuntime::PeerLinkKind::SameDevice);
   for (int j = 0; j < P && why.empty(); ++j) {
     const PeerInfo& p = c->peers[j];
     if (p.hostHash != c->peers[r].hostHash)
@@ -462,33 +506,13 @@ Status createContext(ridgeComm* c, DeviceRuntime* rt) {
     else if (p.pid != getpid() || rt->ipcWithinProcess())
       x->exportHandles = true;
   }
-  for (int a = 0; a < P && why.empty(); ++a) {
-    for (int b = 0; b < P && why.empty(); ++b) {
-      if (a == b) continue;
-      const DeviceRuntime::PeerLink link = classifyPair(rt, c->peers[a].cudaDevice, c->peers[b].cudaDevice);
-      if (!link.allowed)
-        why = "device " + std::to_string(c->peers[a].cudaDevice) + " (rank " + std::to_string(a) +
-              ") cannot access device " + std::to_string(c->peers[b].cudaDevice) + " (rank " +
-              std::to_string(b) +
-              ") (the runtime refuses P2P, or the topology puts the socket link between them)";
-      worstKind = std::max(worstKind, static_cast<int>(link.kind));
-    }
-  }
   for (int j = 0; j < P && why.empty(); ++j)
     if (j != r && c->sendTo[j]->slotBytes() < sizeof(OpDesc))
       why = "connector slots too small for P2P messages";
   if (P < 2 && why.empty()) why = "a single rank";
   x->capable = why.empty();
-  // Peers that are threads of this process on other devices are reached through their own
-  // pointers: this device's kernels need access to theirs. A failure here is voted on with
-  // every batch (staged everywhere), so the ranks still decide alike.
-  for (int j = 0; j < P && x->capable && x->peerAccessError.empty(); ++j) {
-    const PeerInfo& p = c->peers[j];
-    if (j == r || p.pid != getpid() || rt->ipcWithinProcess() || p.cudaDevice == c->cudaDevice) continue;
-    Status s = rt->enablePeerAccess(p.cudaDevice);
-    if (!s.isOk())
-      x->peerAccessError = "enabling access to device " + std::to_string(p.cudaDevice) + ": " + s.message();
-  }
+  int worstKind = static_cast<int>(DeviceRuntime::PeerLinkKind::SameDevice);
+  if (x->capable) x->localWhy = checkPairsHere(*x, c, &worstKind);
   if (x->capable) {
     RIDGE_TRY(rt->createStream(&x->stream));
     x->haveStream = true;
@@ -500,10 +524,14 @@ Status createContext(ridgeComm* c, DeviceRuntime* rt) {
     x->sendOf.resize(P);
     x->recvOf.resize(P);
     x->srcs.resize(P);
-    RIDGE_INFO(
-        "comm %s: rank %d: device collectives take the P2P path (%d ranks on this host, links: %s, %s)",
-        c->name.c_str(), r, P, device::peerLinkKindName(worstKind),
-        x->exportHandles ? "IPC handles" : "pointers of this process");
+    if (x->localWhy.empty())
+      RIDGE_INFO(
+          "comm %s: rank %d: device collectives take the P2P path (%d ranks on this host, links: %s, %s)",
+          c->name.c_str(), r, P, device::peerLinkKindName(worstKind),
+          x->exportHandles ? "IPC handles" : "pointers of this process");
+    else
+      RIDGE_INFO("comm %s: rank %d: no P2P from here: %s; the first device batch stages everywhere",
+                 c->name.c_str(), r, x->localWhy.c_str());
   } else {
     RIDGE_INFO("comm %s: rank %d: device collectives are staged through host memory: %s", c->name.c_str(), r,
                why.c_str());
@@ -556,12 +584,23 @@ Status runBatch(ridgeComm* c, DeviceRuntime* rt, const CollArgs* ops, size_t n, 
     return Status::ok();
   }
   // The vote: every rank sends its first descriptor, saying whether its whole batch can go.
-  std::string why = x.peerAccessError;
+  std::string why = x.localWhy;
   bool eligible = why.empty();
   for (size_t i = 0; i < n && eligible; ++i) eligible = describe(x, c, ops[i], &x.mine[i], &why);
   x.mine[0].eligible = eligible ? 1 : 0;
   x.mine[0].batchOps = static_cast<uint32_t>(n);
+  x.mine[0].pairsOk = x.localWhy.empty() ? 1 : 0;
   RIDGE_TRY(exchange(c, &x.mine[0], sizeof(OpDesc), x.theirs.data()));
+  for (int j = 0; j < c->nranks; ++j) {
+    if (x.theirs[j].pairsOk) continue;
+    // Some rank cannot use P2P with every device: none on this communicator from now on
+    // (every rank saw the same vote, so all stop voting together).
+    x.capable = false;
+    x.stagedBatches.fetch_add(1, std::memory_order_relaxed);
+    RIDGE_INFO("rank %d: device collectives are staged from now on: rank %d cannot use P2P with every peer",
+               c->rank, j);
+    return Status::ok();
+  }
   for (int j = 0; j < c->nranks && eligible; ++j) {
     if (!x.theirs[j].eligible)
       why = "rank " + std::to_string(j) + "'s batch cannot go P2P";
