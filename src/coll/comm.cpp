@@ -52,6 +52,13 @@ Status initComm(ridgeComm* c, const ridgeUniqueId& id) {
   plan::thisProcessPlacement(&package, &numa);
   me.package = static_cast<int16_t>(package);
   me.numa = static_cast<int16_t>(numa);
+  // As NCCL: the communicator serves the device current on the calling thread at init.
+  if (device::DeviceRuntime* rt = device::activeRuntime(); rt && rt->deviceCount() > 0)
+    c->cudaDevice = rt->currentDevice();
+  me.cudaDevice = static_cast<int16_t>(c->cudaDevice);
+  me.p2pAllowed = p2p::allowedBySettings() ? 1 : 0;
+  if (c->cudaDevice >= 0)
+    copyString(me.busId, sizeof me.busId, device::activeRuntime()->pciBusId(c->cudaDevice));
   c->peers.assign(c->nranks, PeerInfo{});
   c->peers[c->rank] = me;
   RIDGE_TRY(c->bootstrap->allGather(c->peers.data(), sizeof(PeerInfo)));
@@ -146,9 +153,6 @@ Status initComm(ridgeComm* c, const ridgeUniqueId& id) {
   RIDGE_INFO("comm %s: %d ranks on this host, %d usable cores: %s", c->name.c_str(), localRanks, usableCpus,
              c->spinNs ? "spin, then yield, then sleep" : "oversubscribed, yield at once, then sleep");
   RIDGE_TRY(setupHostPlan(c, direct));
-  // As NCCL: the communicator serves the device current on the calling thread at init.
-  if (device::DeviceRuntime* rt = device::activeRuntime(); rt && rt->deviceCount() > 0)
-    c->cudaDevice = rt->currentDevice();
   c->asyncError.store(ridgeSuccess);
   RIDGE_INFO("comm %s: rank %d ready", c->name.c_str(), c->rank);
   return Status::ok();

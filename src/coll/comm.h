@@ -14,6 +14,7 @@
 #include "coll/gpu_proxy.h"
 #include "core/status.h"
 #include "ridge/ridge.h"
+#include "transports/p2p/p2p.h"
 #include "transports/transport.h"
 
 namespace ridge {
@@ -26,8 +27,11 @@ struct PeerInfo {
   int32_t pid;
   int32_t rank;
   uint32_t version;
-  int16_t package;  // processor package / NUMA node this rank is bound to (-1: not bound to
-  int16_t numa;     // one), for the host ring order (src/plan/host_plan.h)
+  int16_t package;     // processor package / NUMA node this rank is bound to (-1: not bound to
+  int16_t numa;        // one), for the host ring order (src/plan/host_plan.h)
+  int16_t cudaDevice;  // the device the communicator serves (-1: none), and whether this rank
+  int16_t p2pAllowed;  // lets device collectives take the P2P path (RIDGE_P2P != off)
+  char busId[16];      // that device's PCI bus id ("" unknown): ordinals differ between processes
   char hostName[64];
   char topoSummary[200];  // one-line host summary for the planner and for logs
 };
@@ -95,6 +99,9 @@ struct ridgeComm {
   int cudaDevice = -1;
   std::mutex gpuProxyMutex;
   std::unique_ptr<ridge::GpuProxy, ridge::GpuProxyDeleter> gpuProxy;
+  // The P2P path of the proxy (transports/p2p/p2p.h): IPC mapping cache, internal stream and
+  // counters; created by the proxy thread on its first batch, freed with the proxy.
+  std::unique_ptr<ridge::p2p::Context, ridge::p2p::ContextDeleter> p2p;
 };
 
 namespace ridge {

@@ -272,6 +272,13 @@ Status GpuProxy::growStaging(size_t bytes) {
 
 Status GpuProxy::runBatch(uint64_t first, size_t n) {
   RIDGE_TRY(waitForMarkers(first, n));
+  // ---- P2P transport hook (transports/p2p/p2p.h): device to device when every rank's
+  // batch allows it; otherwise the staged path below, unchanged.
+  for (size_t i = 0; i < n; ++i) hostArgs_[i] = ring_[(first + i) % kMaxDeviceBatchOps].op.args;
+  bool ranP2p = false;
+  RIDGE_TRY(p2p::runBatch(comm_, rt_, hostArgs_, n, &ranP2p));
+  if (ranP2p) return Status::ok();
+  // ---- end of the P2P hook
   // Lay the batch out in the staging buffer: each buffer on its own page (the direct
   // transports' bounce and copy paths like page-aligned memory). A send range inside the
   // receive range (in place) shares the receive range's staging.
@@ -345,6 +352,7 @@ Status drainDeviceOps(ridgeComm* comm) {
 void stopGpuProxy(ridgeComm* comm, bool abort) {
   if (comm->gpuProxy) comm->gpuProxy->stop(abort);
   comm->gpuProxy.reset();
+  p2p::releaseContext(comm);  // P2P transport: its mappings and stream, after the proxy thread
 }
 
 }  // namespace ridge

@@ -17,6 +17,7 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -31,6 +32,23 @@ namespace {
 constexpr int kFallbackWaitSeconds = 600;
 
 using WaitValue32Fn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+using AddressRangeFn = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+
+// A driver entry point by name (CUDA 12 ABI), or null.
+void* driverEntryPoint(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+#if CUDART_VERSION >= 12050
+  cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q);
+#else
+  cudaError_t e = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &q);
+#endif
+  if (e != cudaSuccess || q != cudaDriverEntryPointSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  return fn;
+}
 
 Status cudaError(const char* what, cudaError_t e) {
   (void)cudaGetLastError();  // clear the sticky-free error so later calls are not confused
@@ -214,6 +232,64 @@ class CudaRuntime final : public DeviceRuntime {
   Status ipcClose(void* devicePtr) override {
     RIDGE_CUDA_TRY(cudaIpcCloseMemHandle(devicePtr));
     return Status::ok();
+  }
+
+  PeerLink peerLink(int deviceA, int deviceB) override {
+    if (deviceA < 0 || deviceB < 0 || deviceA >= devices_ || deviceB >= devices_) return {};
+    if (deviceA == deviceB) return {true, PeerLinkKind::SameDevice};
+    int can = 0;
+    if (cudaDeviceCanAccessPeer(&can, deviceA, deviceB) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return {};
+    }
+    // The runtime does not say which link carries P2P; the topology (src/topo) does.
+    return {can != 0, PeerLinkKind::Unknown};
+  }
+  Status enablePeerAccess(int peerDevice) override {
+    int current = 0;
+    RIDGE_CUDA_TRY(cudaGetDevice(&current));
+    if (current == peerDevice) return Status::ok();
+    cudaError_t e = cudaDeviceEnablePeerAccess(peerDevice, 0);
+    if (e == cudaErrorPeerAccessAlreadyEnabled) {
+      (void)cudaGetLastError();
+      return Status::ok();
+    }
+    RIDGE_CUDA_TRY(e);
+    return Status::ok();
+  }
+  Status allocationRange(const void* p, void** base, size_t* bytes) override {
+    static const auto range = reinterpret_cast<AddressRangeFn>(driverEntryPoint("cuMemGetAddressRange"));
+    if (!range) return makeError(ridgeUnhandledCudaError, "cuMemGetAddressRange: no driver entry point");
+    CUdeviceptr b = 0;
+    size_t n = 0;
+    CUresult r = range(&b, &n, reinterpret_cast<CUdeviceptr>(p));
+    if (r != CUDA_SUCCESS)
+      return makeError(ridgeUnhandledCudaError, "cuMemGetAddressRange(%p): CUresult %d", p,
+                       static_cast<int>(r));
+    *base = reinterpret_cast<void*>(b);
+    *bytes = n;
+    return Status::ok();
+  }
+  bool ipcWithinProcess() const override {
+    return false;
+  }
+  int deviceByPciBusId(const std::string& busId) override {
+    int device = -1;
+    if (busId.empty() || cudaDeviceGetByPCIBusId(&device, busId.c_str()) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return -1;
+    }
+    return device;
+  }
+  std::string pciBusId(int device) override {
+    char id[32] = {0};
+    if (cudaDeviceGetPCIBusId(id, sizeof id, device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return "";
+    }
+    std::string s(id);
+    for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return s;
   }
 
  protected:

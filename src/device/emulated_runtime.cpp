@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <cstring>
@@ -56,6 +57,7 @@ struct EmulatedIpcHandle {
   uint64_t magic;
   int64_t pid;
   uint64_t base;
+  uint64_t id;  // the allocation's unique id (Region::id)
 };
 constexpr uint64_t kIpcMagic = 0x454d55495043ull;  // "EMUIPC"
 
@@ -156,7 +158,7 @@ Status EmulatedRuntime::allocDevice(size_t bytes, void** out, int device, bool m
   }
   std::lock_guard<std::mutex> lock(regionsMutex_);
   regions_[reinterpret_cast<uintptr_t>(view)] =
-      Region{len, device, managed, static_cast<char*>(alias), fd, 0};
+      Region{len, device, managed, static_cast<char*>(alias), fd, 0, nextAllocationId_++};
   *out = view;
   return Status::ok();
 }
@@ -361,6 +363,7 @@ Status EmulatedRuntime::launchReduce(void* dst, const void* const* srcs, int nsr
   std::array<const void*, kMaxSources> from{};
   for (int i = 0; i < nsrcs; ++i)
     if (!(from[i] = translate(srcs[i], bytes, &s))) return s;
+  reduceCount_.fetch_add(1);
   return enqueue(stream, [=] {
     reduceMany(d, from.data(), nsrcs, count, type, op, finalDivisor);
     return Status::ok();
@@ -375,7 +378,7 @@ Status EmulatedRuntime::ipcExport(void* devicePtr, IpcHandle* out) {
   if (it == regions_.end() || it->second.managed)
     return makeError(ridgeInvalidArgument, "ipcExport: %p is not the base of an emulated device allocation",
                      devicePtr);
-  EmulatedIpcHandle h{kIpcMagic, getpid(), it->first};
+  EmulatedIpcHandle h{kIpcMagic, getpid(), it->first, it->second.id};
   std::memset(out, 0, sizeof *out);
   std::memcpy(out->bytes, &h, sizeof h);
   return Status::ok();
@@ -385,12 +388,17 @@ Status EmulatedRuntime::ipcOpen(const IpcHandle& handle, void** devicePtr) {
   EmulatedIpcHandle h;
   std::memcpy(&h, handle.bytes, sizeof h);
   if (h.magic != kIpcMagic) return makeError(ridgeInvalidArgument, "ipcOpen: not an emulated IPC handle");
+  int failuresLeft = ipcOpenFailures_.load();
+  while (failuresLeft > 0 && !ipcOpenFailures_.compare_exchange_weak(failuresLeft, failuresLeft - 1)) {
+  }
+  if (failuresLeft > 0)
+    return makeError(ridgeSystemError, "ipcOpen: failure injected by the test (failNextIpcOpens)");
   if (h.pid != getpid())
     return makeError(ridgeInvalidUsage,
                      "ipcOpen: the emulated runtime shares memory within one process only");
   std::lock_guard<std::mutex> lock(regionsMutex_);
   auto it = regions_.find(h.base);
-  if (it == regions_.end())
+  if (it == regions_.end() || it->second.id != h.id)
     return makeError(ridgeInvalidArgument, "ipcOpen: the exported allocation was freed");
   Region r = it->second;
   // A second device view and alias of the same memory, as another process would map it.
@@ -405,7 +413,8 @@ Status EmulatedRuntime::ipcOpen(const IpcHandle& handle, void** devicePtr) {
     return s;
   }
   regions_[reinterpret_cast<uintptr_t>(view)] =
-      Region{r.bytes, r.device, false, static_cast<char*>(alias), fd, 1};
+      Region{r.bytes, r.device, false, static_cast<char*>(alias), fd, 1, r.id};
+  ipcOpenCount_.fetch_add(1);
   *devicePtr = view;
   return Status::ok();
 }
@@ -419,6 +428,66 @@ Status EmulatedRuntime::ipcClose(void* devicePtr) {
   }
   freeDevice(devicePtr);
   return Status::ok();
+}
+
+// ---- P2P -------------------------------------------------------------------------------
+
+std::map<uintptr_t, EmulatedRuntime::Region>::iterator EmulatedRuntime::regionHolding(const void* p) {
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  auto it = regions_.upper_bound(addr);
+  if (it == regions_.begin()) return regions_.end();
+  --it;
+  return addr < it->first + it->second.bytes ? it : regions_.end();
+}
+
+DeviceRuntime::PeerLink EmulatedRuntime::peerLink(int deviceA, int deviceB) {
+  if (deviceA < 0 || deviceB < 0 || deviceA >= devices_ || deviceB >= devices_) return {};
+  if (deviceA == deviceB) return {true, PeerLinkKind::SameDevice};
+  return {peerAccess_.load(), static_cast<PeerLinkKind>(peerKind_.load())};
+}
+
+Status EmulatedRuntime::enablePeerAccess(int peerDevice) {
+  if (!peerLink(tCurrentDevice, peerDevice).allowed)
+    return makeError(ridgeInvalidUsage, "emulated runtime: device %d cannot access device %d", tCurrentDevice,
+                     peerDevice);
+  return Status::ok();
+}
+
+Status EmulatedRuntime::allocationRange(const void* p, void** base, size_t* bytes) {
+  std::lock_guard<std::mutex> lock(regionsMutex_);
+  auto it = regionHolding(p);
+  if (it != regions_.end()) {
+    *base = reinterpret_cast<void*>(it->first);
+    *bytes = it->second.bytes;
+    return Status::ok();
+  }
+  return makeError(ridgeInvalidArgument, "allocationRange: %p is not emulated device memory", p);
+}
+
+std::string EmulatedRuntime::pciBusId(int device) {
+  std::lock_guard<std::mutex> lock(regionsMutex_);
+  return device >= 0 && static_cast<size_t>(device) < busIds_.size() ? busIds_[static_cast<size_t>(device)]
+                                                                     : "";
+}
+
+int EmulatedRuntime::deviceByPciBusId(const std::string& busId) {
+  std::lock_guard<std::mutex> lock(regionsMutex_);
+  for (size_t i = 0; i < busIds_.size(); ++i) {
+    if (busId.empty() || busIds_[i] != busId) continue;
+    auto v = visibleFrom_.find(tCurrentDevice);
+    const int device = static_cast<int>(i);
+    if (v != visibleFrom_.end() && std::find(v->second.begin(), v->second.end(), device) == v->second.end())
+      return -1;
+    return device;
+  }
+  return -1;
+}
+
+size_t EmulatedRuntime::ipcViewsOpen() {
+  std::lock_guard<std::mutex> lock(regionsMutex_);
+  size_t n = 0;
+  for (const auto& [base, r] : regions_) n += r.ipcOpens > 0 ? 1 : 0;
+  return n;
 }
 
 }  // namespace ridge::device

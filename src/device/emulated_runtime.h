@@ -62,6 +62,14 @@ class EmulatedRuntime final : public DeviceRuntime {
   Status ipcExport(void* devicePtr, IpcHandle* out) override;
   Status ipcOpen(const IpcHandle& handle, void** devicePtr) override;
   Status ipcClose(void* devicePtr) override;
+  // P2P: emulated devices reach each other unless a test refuses it (setPeerAccess); the
+  // link kind is what a test sets (default Unknown).
+  PeerLink peerLink(int deviceA, int deviceB) override;
+  Status enablePeerAccess(int peerDevice) override;
+  Status allocationRange(const void* p, void** base, size_t* bytes) override;
+  bool ipcWithinProcess() const override { return ipcWithinProcess_.load(); }
+  std::string pciBusId(int device) override;
+  int deviceByPciBusId(const std::string& busId) override;
 
   // ---- test helpers ----
   // Device (or managed) memory of `bytes` on `device` (-1: the current device).
@@ -77,6 +85,31 @@ class EmulatedRuntime final : public DeviceRuntime {
   std::chrono::milliseconds waitTimeout() const { return std::chrono::milliseconds(waitTimeoutMs_.load()); }
   // Number of release waits queued so far (tests check that the stream-ordered path used one).
   uint64_t releaseWaitsQueued() const { return releaseWaits_.load(); }
+  // ---- P2P test helpers ----
+  void setPeerAccess(bool allowed, PeerLinkKind kind = PeerLinkKind::Unknown) {
+    peerAccess_.store(allowed);
+    peerKind_.store(static_cast<int>(kind));
+  }
+  void setIpcWithinProcess(bool v) { ipcWithinProcess_.store(v); }
+  // The next `n` ipcOpen calls fail (a failure on one rank, for error-path tests).
+  void failNextIpcOpens(int n) { ipcOpenFailures_.store(n); }
+  // PCI bus ids the emulated devices report (by ordinal; default none), so that tests can
+  // place them in a topology. Set before communicators are created.
+  void setPciBusIds(std::vector<std::string> ids) {
+    std::lock_guard<std::mutex> lock(regionsMutex_);
+    busIds_ = std::move(ids);
+  }
+  // What a thread bound to `device` finds with deviceByPciBusId: only `visible` (as a
+  // process with its own CUDA_VISIBLE_DEVICES list would). Default: every device.
+  void setVisibleDevices(int device, std::vector<int> visible) {
+    std::lock_guard<std::mutex> lock(regionsMutex_);
+    visibleFrom_[device] = std::move(visible);
+  }
+  // ipcOpen calls that succeeded, ipcOpen views still open, reductions launched (counters
+  // the P2P tests read to tell which path ran and what the mapping cache did).
+  uint64_t ipcOpens() const { return ipcOpenCount_.load(); }
+  size_t ipcViewsOpen();
+  uint64_t reducesLaunched() const { return reduceCount_.load(); }
 
  protected:
   Status allocWordPage(size_t bytes, void** host, uint64_t* deviceAddress) override;
@@ -89,16 +122,28 @@ class EmulatedRuntime final : public DeviceRuntime {
     char* alias;  // the read-write view
     int fd;
     int ipcOpens;  // how many ipcOpen views exist of it
+    uint64_t id;   // unique per allocation: a handle of a freed one never opens its successor
   };
   struct Queue;
   Queue* queueOf(ridgeStream_t stream, Status* error);
   // The read-write address behind a device, managed or host pointer (host: itself).
   char* translate(const void* p, size_t bytes, Status* error);
   void workerLoop(Queue* q);
+  // The region whose device view holds `p`, or regions_.end(); regionsMutex_ held.
+  std::map<uintptr_t, Region>::iterator regionHolding(const void* p);
 
   const int devices_;
   std::atomic<int64_t> waitTimeoutMs_{10000};
   std::atomic<uint64_t> releaseWaits_{0};
+  std::atomic<bool> peerAccess_{true};
+  std::atomic<int> peerKind_{static_cast<int>(PeerLinkKind::Unknown)};
+  std::atomic<bool> ipcWithinProcess_{true};
+  std::atomic<uint64_t> ipcOpenCount_{0};
+  std::atomic<int> ipcOpenFailures_{0};
+  std::atomic<uint64_t> reduceCount_{0};
+  uint64_t nextAllocationId_ = 1;                // under regionsMutex_
+  std::vector<std::string> busIds_;              // under regionsMutex_
+  std::map<int, std::vector<int>> visibleFrom_;  // under regionsMutex_
   std::mutex regionsMutex_;
   std::map<uintptr_t, Region> regions_;  // by device base address
   std::mutex queuesMutex_;

@@ -13,6 +13,16 @@ const char* pointerKindName(PointerKind kind) {
   return "?";
 }
 
+const char* peerLinkKindName(int kind) {
+  switch (static_cast<DeviceRuntime::PeerLinkKind>(kind)) {
+    case DeviceRuntime::PeerLinkKind::SameDevice: return "same-device";
+    case DeviceRuntime::PeerLinkKind::NvLink: return "nvlink";
+    case DeviceRuntime::PeerLinkKind::Pcie: return "pcie";
+    case DeviceRuntime::PeerLinkKind::Unknown: return "p2p";
+  }
+  return "?";
+}
+
 DeviceRuntime::~DeviceRuntime() = default;
 
 Status DeviceRuntime::takeReleaseWord(ReleaseWord* out) {

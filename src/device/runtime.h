@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "core/status.h"
@@ -33,6 +34,7 @@ struct PointerInfo {
 };
 
 const char* pointerKindName(PointerKind kind);
+const char* peerLinkKindName(int kind);  // DeviceRuntime::PeerLinkKind as text
 
 // A "ready marker": recorded on a stream, completed when the stream reaches it (a CUDA
 // event). Created once (pools), recorded many times; never allocated per call.
@@ -105,6 +107,36 @@ class DeviceRuntime {
   virtual Status ipcExport(void* devicePtr, IpcHandle* out) = 0;
   virtual Status ipcOpen(const IpcHandle& handle, void** devicePtr) = 0;
   virtual Status ipcClose(void* devicePtr) = 0;
+
+  // ---- P2P (transports/p2p): what the device-direct path asks before using IPC ----
+  // How device `a` reaches device `b`'s memory. SameDevice: always allowed (several ranks
+  // on one GPU); otherwise what the runtime says (CUDA: cudaDeviceCanAccessPeer). The kind
+  // is for logs and the planner; Unknown when the runtime cannot tell NVLink from PCIe.
+  enum class PeerLinkKind { SameDevice, NvLink, Pcie, Unknown };
+  struct PeerLink {
+    bool allowed = false;
+    PeerLinkKind kind = PeerLinkKind::Unknown;
+  };
+  virtual PeerLink peerLink(int deviceA, int deviceB) = 0;
+  // Lets kernels of the calling thread's current device read and write `peerDevice`'s memory
+  // through its own pointers (CUDA: cudaDeviceEnablePeerAccess; already enabled is fine).
+  // Needed for ranks that are threads of one process on different devices; handles opened
+  // with ipcOpen enable it themselves.
+  virtual Status enablePeerAccess(int peerDevice) = 0;
+  // The allocation that holds `p` (ipcExport takes an allocation's base).
+  virtual Status allocationRange(const void* p, void** base, size_t* bytes) = 0;
+  // Whether ranks that are threads of one process must still exchange IPC handles (the
+  // emulator: yes, so tests go through ipcOpen) or use each other's pointers directly (CUDA:
+  // a process cannot open its own handles, and its device pointers are valid on every
+  // thread).
+  virtual bool ipcWithinProcess() const = 0;
+  // The device's PCI bus id in lower case ("0000:3b:00.0"), or "" when unknown: how the P2P
+  // transport finds the device in the topology (src/topo) to tell NVLink from PCIe.
+  virtual std::string pciBusId(int device) = 0;
+  // The ordinal under which this process sees the device with that bus id, or -1 (not
+  // visible here, e.g. another CUDA_VISIBLE_DEVICES list, or unknown). Ordinals are per
+  // process; bus ids are how ranks of one host name devices to each other.
+  virtual int deviceByPciBusId(const std::string& busId) = 0;
 
   // ---- release words (shared implementation) ----
   // A word from this runtime's pool; it keeps the value it had when last returned.

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../.."
 report=${1:-build-gpu/gpu-report.txt}
 jobs=$(nproc)
 cmake -S . -B build-gpu -G Ninja -DRIDGE_WITH_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
-ninja -C build-gpu -j"$jobs" test_gpu_kernels test_gpu_stream test_gpu_ll test_ll_line test_gpu_dmabuf ridge-gpu-kernel-bw ridge-gpu-ll-lat ridge_kernels >/dev/null
+ninja -C build-gpu -j"$jobs" test_gpu_kernels test_gpu_stream test_gpu_p2p test_gpu_ll test_ll_line test_gpu_dmabuf ridge-gpu-kernel-bw ridge-gpu-ll-lat ridge-bench ridge_kernels >/dev/null
 mkdir -p "$(dirname "$report")"
 {
   echo "# Ridge GPU report, $(date -u +%Y-%m-%dT%H:%MZ)"
@@ -23,33 +23,42 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
   exit 3
 fi
 status=0
-echo "## kernel tests" >>"$report"
-if ./build-gpu/tests/gpu/test_gpu_kernels --gtest_brief=1 >>"$report" 2>&1; then
-  echo "kernel tests: passed" | tee -a "$report"
+# run_tests TITLE LABEL BINARY: one GPU test binary, its output in the report.
+run_tests() {
+  echo "## $1" >>"$report"
+  if RIDGE_SOCKET_IFNAME=lo "$3" --gtest_brief=1 >>"$report" 2>&1; then
+    echo "$2 tests: passed" | tee -a "$report"
+  else
+    echo "$2 tests: FAILED" | tee -a "$report"
+    status=1
+  fi
+}
+run_tests "kernel tests" kernel ./build-gpu/tests/gpu/test_gpu_kernels
+run_tests "stream-ordered collectives" stream ./build-gpu/tests/gpu/test_gpu_stream
+run_tests "P2P transport (two processes, CUDA IPC)" p2p ./build-gpu/tests/gpu/test_gpu_p2p
+run_tests "LL protocol and channel tests" LL ./build-gpu/tests/gpu/test_gpu_ll
+run_tests "LL line format (host code)" "LL line" ./build-gpu/tests/gpu/test_ll_line
+echo "## dma-buf export" >>"$report"
+if RIDGE_DEBUG=INFO ./build-gpu/tests/gpu/test_gpu_dmabuf --gtest_brief=1 >>"$report" 2>&1; then
+  echo "dma-buf tests: passed" | tee -a "$report"
 else
-  echo "kernel tests: FAILED" | tee -a "$report"
-  status=1
-fi
-echo "## stream-ordered collectives" >>"$report"
-if RIDGE_SOCKET_IFNAME=lo ./build-gpu/tests/gpu/test_gpu_stream --gtest_brief=1 >>"$report" 2>&1; then
-  echo "stream tests: passed" | tee -a "$report"
-else
-  echo "stream tests: FAILED" | tee -a "$report"
-  status=1
-fi
-echo "## LL protocol, channel and dma-buf export tests" >>"$report"
-if ./build-gpu/tests/gpu/test_gpu_ll --gtest_brief=1 >>"$report" 2>&1 &&
-  ./build-gpu/tests/gpu/test_ll_line --gtest_brief=1 >>"$report" 2>&1 &&
-  RIDGE_DEBUG=INFO ./build-gpu/tests/gpu/test_gpu_dmabuf --gtest_brief=1 >>"$report" 2>&1; then
-  echo "LL, channel and dma-buf tests: passed" | tee -a "$report"
-else
-  echo "LL, channel and dma-buf tests: FAILED" | tee -a "$report"
+  echo "dma-buf tests: FAILED" | tee -a "$report"
   status=1
 fi
 echo "## kernel bandwidth (ridge-gpu-kernel-bw 256 20)" >>"$report"
 ./build-gpu/bench/ridge-gpu-kernel-bw 256 20 | tee -a "$report"
 echo "## LL vs bulk, one hop at small sizes (ridge-gpu-ll-lat 2000)" >>"$report"
 ./build-gpu/bench/ridge-gpu-ll-lat 2000 | tee -a "$report" || status=1
+# The issue's figure: a 4-rank allreduce on the one GPU (Ridge on device buffers, P2P
+# between the ranks' processes), and NCCL beside Ridge with as many ranks as GPUs (NCCL
+# runs one rank per GPU).
+echo "## 4 ranks on one GPU, device buffers" >>"$report"
+RIDGE_SOCKET_IFNAME=lo ./build-gpu/bench/ridge-bench allreduce -np 4 --ridge-buffers device -b 1K -e 256M -f 4 \
+  | tee -a "$report" || status=1
+gpus=$(nvidia-smi -L | wc -l)
+echo "## Ridge beside NCCL, $gpus rank(s), device buffers" >>"$report"
+RIDGE_SOCKET_IFNAME=lo ./build-gpu/bench/ridge-bench allreduce -np "$gpus" --peer nccl --ridge-buffers device \
+  -b 1K -e 256M -f 4 | tee -a "$report" || status=1
 echo "## registers and spills per kernel (sm_90)" >>"$report"
 for name in device_reduce ll_protocol; do
   obj=$(find build-gpu/kernels -name "$name.cu.o" | head -1)

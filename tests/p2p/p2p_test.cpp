@@ -1,0 +1,550 @@
+// The P2P transport (transports/p2p) on the emulated device runtime: ranks are threads of
+// this process, the emulator's IPC handles are opened as another process would (a second
+// PROT_NONE view of the same memory), so every byte moves device to device through mapped
+// peer buffers; a host dereference of any of them would kill the test.
+//
+// Checked: every collective on 2, 3 and 4 ranks (several ranks on one emulated device, and
+// four ranks on two), nine ranks (reductions in rounds of eight sources), in place; against
+// a higher-precision host reference (random inputs, poisoned outputs); that the P2P path ran
+// (its counters and the emulator's reduction launches) and that RIDGE_P2P=off, refused peer
+// access, in-place alltoall and groups with send/receive stage instead; the mapping cache
+// (handles opened once across calls, bounded, a freed and reallocated buffer never read
+// through its old mapping, every mapping closed at destroy); abort during a P2P collective.
+#include "transports/p2p/p2p.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coll/comm.h"
+#include "collective_case.h"
+#include "device/emulated_runtime.h"
+#include "plan/plan.h"
+#include "ridge/ridge.h"
+#include "topo/presets.h"
+
+namespace {
+
+using namespace ridgetest;
+using namespace p2ptest;
+using ridge::Status;
+using ridge::device::DeviceRuntime;
+using ridge::device::EmulatedRuntime;
+using ridge::device::ScopedRuntimeForTesting;
+using Clock = std::chrono::steady_clock;
+
+constexpr unsigned char kPoison = 0x5A;
+
+std::string errorText() {
+  const char* e = ridgeGetLastError(nullptr);
+  return e ? e : "";
+}
+
+// RIDGE_P2P for one test.
+struct P2pSetting {
+  explicit P2pSetting(const char* v) { setenv("RIDGE_P2P", v, 1); }
+  ~P2pSetting() { unsetenv("RIDGE_P2P"); }
+};
+
+// Emulated device memory owned by a test rank.
+struct DevMem {
+  EmulatedRuntime* rt;
+  void* p = nullptr;
+  size_t bytes;
+  DevMem(EmulatedRuntime& r, size_t n) : rt(&r), bytes(n) { EXPECT_TRUE(r.allocDevice(n, &p).isOk()); }
+  ~DevMem() { rt->freeDevice(p); }
+  char* at(size_t off) const { return static_cast<char*>(p) + off; }
+  void put(const std::vector<unsigned char>& h, size_t off = 0) const {
+    ASSERT_TRUE(rt->copyToDevice(at(off), h.data(), h.size()).isOk());
+  }
+  std::vector<unsigned char> get(size_t off, size_t n) const {
+    std::vector<unsigned char> h(n);
+    EXPECT_TRUE(rt->copyToHost(h.data(), at(off), n).isOk());
+    return h;
+  }
+};
+
+// What one test rank has: its communicator and stream, on device rank % devices.
+struct TestRank {
+  int rank, nranks;
+  ridgeComm_t comm;
+  ridgeStream_t stream;
+};
+using Body = std::function<void(TestRank&)>;
+
+// Runs `body` on `n` rank threads (thread r binds device r % devices first, so its
+// communicator serves that device), then destroys the communicators (unless `destroy` is
+// false: the body aborted them).
+void withRanks(EmulatedRuntime& rt, int n, int devices, const Body& body, bool destroy = true) {
+  ridgeUniqueId id;
+  ASSERT_EQ(ridgeGetUniqueId(&id), ridgeSuccess) << errorText();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      ASSERT_TRUE(rt.bindThread(r % devices).isOk());
+      ridgeConfig_t cfg = RIDGE_CONFIG_INITIALIZER;
+      cfg.timeoutSeconds = 30;
+      TestRank tr{r, n, nullptr, nullptr};
+      ASSERT_EQ(ridgeCommInitRankConfig(&tr.comm, n, id, r, &cfg), ridgeSuccess) << errorText();
+      ASSERT_TRUE(rt.createStream(&tr.stream).isOk());
+      body(tr);
+      if (destroy) {
+        EXPECT_EQ(ridgeCommDestroy(tr.comm), ridgeSuccess) << errorText();
+      }
+      EXPECT_TRUE(rt.synchronize(tr.stream).isOk());
+      rt.destroyStream(tr.stream);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+struct Call {
+  Op op;
+  ridgeDataType_t dt;
+  ridgeRedOp_t red;
+  size_t count;
+  bool inPlace = false;
+};
+
+// Runs one call on rank `t` with fresh inputs (seeded per call) and checks the output
+// against the host reference. `send`/`recv` (may be null: allocated here) let a test reuse
+// buffers across calls.
+void runCall(EmulatedRuntime& rt, TestRank& t, const Call& c, uint32_t seed, const DevMem* sendMem = nullptr,
+             const DevMem* recvMem = nullptr) {
+  const int n = t.nranks, r = t.rank, root = n / 2;
+  const size_t es = dtSize(c.dt), cnt = c.count;
+  const size_t inElems = inputElems(c.op, cnt, n), outElems = outputElems(c.op, cnt, n);
+  std::vector<uint32_t> keys(n);
+  for (int j = 0; j < n; ++j) keys[j] = rankKey(seed, j);
+  std::unique_ptr<DevMem> ownRecv, ownSend;
+  if (!recvMem) recvMem = (ownRecv = std::make_unique<DevMem>(rt, outElems * es)).get();
+  // In place: the input is this rank's block of the output (allgather), the whole output, or
+  // (reduce-scatter) the output is this rank's block of the input.
+  const bool rsInPlace = c.inPlace && c.op == Op::ReduceScatter;
+  if (rsInPlace) recvMem = nullptr;
+  if (!sendMem && !c.inPlace) sendMem = (ownSend = std::make_unique<DevMem>(rt, inElems * es)).get();
+  if (c.inPlace) sendMem = rsInPlace ? (ownSend = std::make_unique<DevMem>(rt, inElems * es)).get() : recvMem;
+  const size_t sendOff = c.inPlace && c.op == Op::AllGather ? size_t(r) * cnt * es : 0;
+  const size_t recvOff = rsInPlace ? size_t(r) * cnt * es : 0;
+  const DevMem* out = rsInPlace ? sendMem : recvMem;
+  // Poison the output, then write the input (in place it overlays the output).
+  out->put(std::vector<unsigned char>(out->bytes, kPoison));
+  std::vector<unsigned char> in(inElems * es);
+  fillRankInput(c.op, c.dt, c.red, in.data(), cnt, n, keys[r]);
+  sendMem->put(in, sendOff);
+  const void* s = sendMem->at(sendOff);
+  void* d = out->at(recvOff);
+  const ridgeResult_t res = issue(c.op, s, d, cnt, c.dt, c.red, root, t.comm, t.stream);
+  const std::string what = std::string(opText(c.op)) + (c.inPlace ? " in place " : " ") + dtName(c.dt) + " " +
+                           opName(c.red) + " count " + std::to_string(cnt) + " rank " + std::to_string(r) +
+                           "/" + std::to_string(n);
+  ASSERT_EQ(res, ridgeSuccess) << what << ": " << errorText();
+  Status st = rt.synchronize(t.stream);
+  ASSERT_TRUE(st.isOk()) << what << ": " << st.message();
+  ridgeResult_t async = ridgeSuccess;
+  ASSERT_EQ(ridgeCommGetAsyncError(t.comm, &async), ridgeSuccess);
+  ASSERT_EQ(async, ridgeSuccess) << what << ": " << errorText();
+  const std::vector<unsigned char> got = out->get(recvOff, outElems * es);
+  Mismatches mm;
+  checkRankOutput(c.op, c.dt, c.red, got.data(), cnt, keys, r, root, c.inPlace ? -1 : kPoison, mm);
+  EXPECT_EQ(mm.count, 0u) << what << ": " << mm.text;
+}
+
+std::vector<Call> everyCollective() {
+  const struct {
+    ridgeDataType_t dt;
+    ridgeRedOp_t red;
+  } typed[] = {{ridgeFloat32, ridgeSum},  {ridgeFloat16, ridgeAvg}, {ridgeInt32, ridgeProd},
+               {ridgeBfloat16, ridgeMax}, {ridgeFloat64, ridgeMin}, {ridgeUint8, ridgeSum}};
+  std::vector<Call> v;
+  int i = 0;
+  for (Op op : {Op::AllReduce, Op::ReduceScatter, Op::Reduce, Op::AllGather, Op::Broadcast, Op::AlltoAll}) {
+    for (const auto& t : typed) {
+      // Odd sizes: slices of unequal length, one below a page, one of several pages.
+      v.push_back({op, t.dt, t.red, ++i % 2 ? size_t(1531) : size_t(40001)});
+    }
+  }
+  v.push_back({Op::AllReduce, ridgeFloat32, ridgeSum, 0});  // empty: succeeds, output untouched
+  return v;
+}
+
+// Runs `calls` on n ranks over `devices` emulated devices and checks that all went P2P.
+void runAllP2p(int n, int devices, const std::vector<Call>& calls) {
+  EmulatedRuntime rt(devices);
+  ScopedRuntimeForTesting scope(&rt);
+  withRanks(rt, n, devices, [&](TestRank& t) {
+    uint32_t seed = 0x9e37u + static_cast<uint32_t>(n);
+    for (const Call& c : calls) {
+      runCall(rt, t, c, seed++);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    const ridge::p2p::Stats s = ridge::p2p::stats(t.comm);
+    EXPECT_TRUE(s.capable);
+    // Empty calls never reach the proxy (the API returns at once).
+    const auto nonEmpty =
+        std::count_if(calls.begin(), calls.end(), [](const Call& c) { return c.count > 0; });
+    EXPECT_EQ(s.p2pOps, uint64_t(nonEmpty)) << "rank " << t.rank;
+    EXPECT_EQ(s.stagedBatches, 0u) << "rank " << t.rank;
+    EXPECT_GT(s.ipcOpens, 0u) << "the peers' buffers were not reached through IPC handles";
+  });
+  EXPECT_GT(rt.reducesLaunched(), 0u) << "no device reduction ran: the P2P path did not reduce";
+  EXPECT_EQ(rt.ipcViewsOpen(), 0u) << "mappings left open after the communicators were destroyed";
+}
+
+TEST(P2pCollectives, EveryCollectiveTwoRanksOnOneDevice) {
+  runAllP2p(2, 1, everyCollective());
+}
+
+TEST(P2pCollectives, EveryCollectiveThreeRanksOnOneDevice) {
+  runAllP2p(3, 1, everyCollective());
+}
+
+TEST(P2pCollectives, FourRanksOnTwoDevices) {
+  runAllP2p(4, 2, everyCollective());
+}
+
+TEST(P2pCollectives, NineRanksReduceInRoundsOfEightSources) {
+  runAllP2p(9, 1,
+            {{Op::AllReduce, ridgeFloat32, ridgeSum, 1001},
+             {Op::AllReduce, ridgeFloat16, ridgeAvg, 777, true},
+             {Op::ReduceScatter, ridgeInt32, ridgeProd, 300, true},
+             {Op::Reduce, ridgeFloat64, ridgeMax, 513, true}});
+}
+
+TEST(P2pCollectives, InPlace) {
+  std::vector<Call> calls;
+  for (Op op : {Op::AllReduce, Op::ReduceScatter, Op::Reduce, Op::AllGather, Op::Broadcast})
+    calls.push_back({op, ridgeFloat32, ridgeSum, 5003, /*inPlace=*/true});
+  runAllP2p(3, 1, calls);
+}
+
+TEST(P2pCollectives, PointersOfThisProcessWithoutHandles) {
+  // As with CUDA, whose ranks in one process use each other's pointers (no handle opens).
+  EmulatedRuntime rt;
+  rt.setIpcWithinProcess(false);
+  ScopedRuntimeForTesting scope(&rt);
+  withRanks(rt, 3, 1, [&](TestRank& t) {
+    runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 9001}, 7);
+    runCall(rt, t, {Op::AlltoAll, ridgeInt32, ridgeSum, 301}, 8);
+    const ridge::p2p::Stats s = ridge::p2p::stats(t.comm);
+    EXPECT_EQ(s.p2pOps, 2u);
+    EXPECT_EQ(s.ipcOpens, 0u);
+  });
+  EXPECT_EQ(rt.ipcOpens(), 0u);
+}
+
+// ---- when it stages instead ---------------------------------------------------------------
+
+TEST(P2pChoice, OffStagesThroughHostMemory) {
+  P2pSetting off("off");
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  withRanks(rt, 2, 1, [&](TestRank& t) {
+    runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 4099}, 1);
+    runCall(rt, t, {Op::AllGather, ridgeFloat32, ridgeSum, 4099}, 2);
+    const ridge::p2p::Stats s = ridge::p2p::stats(t.comm);
+    EXPECT_FALSE(s.capable);
+    EXPECT_EQ(s.p2pOps, 0u);
+    EXPECT_EQ(s.stagedBatches, 2u);
+  });
+  EXPECT_EQ(rt.reducesLaunched(), 0u) << "the staged path reduces on the host";
+  EXPECT_EQ(rt.ipcOpens(), 0u);
+}
+
+TEST(P2pChoice, RefusedPeerAccessStagesButOneDeviceDoesNot) {
+  for (int devices : {2, 1}) {
+    EmulatedRuntime rt(devices);
+    rt.setPeerAccess(false);
+    ScopedRuntimeForTesting scope(&rt);
+    withRanks(rt, 2, devices, [&](TestRank& t) {
+      runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 2048}, 4);
+      EXPECT_EQ(ridge::p2p::stats(t.comm).capable, devices == 1) << devices << " devices";
+    });
+  }
+}
+
+TEST(P2pChoice, InPlaceAlltoAllAndSendRecvGroupsAreStaged) {
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  withRanks(rt, 2, 1, [&](TestRank& t) {
+    const size_t cnt = 1000;
+    DevMem buf(rt, 2 * cnt * 4), other(rt, cnt * 4);
+    std::vector<unsigned char> in(2 * cnt * 4);
+    fillRawAny(4, in.data(), 2 * cnt, rankKey(11, t.rank), 0);
+    buf.put(in);
+    ASSERT_EQ(ridgeAlltoAll(buf.p, buf.p, cnt, ridgeInt32, t.comm, t.stream), ridgeSuccess) << errorText();
+    // A group with a collective and a send/receive pair.
+    ridgeGroupStart();
+    ridgeAllReduce(other.p, other.p, cnt, ridgeInt32, ridgeSum, t.comm, t.stream);
+    ridgeSend(buf.p, cnt, ridgeInt32, 1 - t.rank, t.comm, t.stream);
+    ridgeRecv(buf.at(cnt * 4), cnt, ridgeInt32, 1 - t.rank, t.comm, t.stream);
+    ASSERT_EQ(ridgeGroupEnd(), ridgeSuccess) << errorText();
+    ASSERT_TRUE(rt.synchronize(t.stream).isOk());
+    const ridge::p2p::Stats s = ridge::p2p::stats(t.comm);
+    EXPECT_TRUE(s.capable);
+    EXPECT_EQ(s.p2pOps, 0u);
+    EXPECT_EQ(s.stagedBatches, 2u);
+    // After the alltoall block 0 holds rank 0's block for this rank; the group then sent it
+    // to the peer and received the peer's block 0 into block 1.
+    const std::vector<unsigned char> got = buf.get(cnt * 4, cnt * 4);
+    Mismatches mm;
+    checkRawAny(4, got.data(), cnt, rankKey(11, 0), size_t(1 - t.rank) * cnt, 0, mm);
+    EXPECT_EQ(mm.count, 0u) << mm.text;
+  });
+}
+
+// ---- link kinds from the topology, as the planner classes GPU pairs -----------------------
+
+std::shared_ptr<ridge::topo::Topology> preset(const char* name) {
+  auto t = std::make_shared<ridge::topo::Topology>();
+  Status s = ridge::topo::loadPreset(name, t.get());
+  EXPECT_TRUE(s.isOk()) << s.message();
+  return t;
+}
+std::string gpuBus(const ridge::topo::Topology& t, size_t i) {
+  return t.node(t.gpus().at(i)).busId;
+}
+
+TEST(P2pTopology, NvLinkPcieAndTheSocketLinkAsThePlannerClassesThem) {
+  DeviceRuntime::PeerLink link;
+  auto dgx = preset("dgx-h100");
+  ASSERT_TRUE(ridge::p2p::linkFromTopology(*dgx, gpuBus(*dgx, 0), gpuBus(*dgx, 5), &link));
+  EXPECT_TRUE(link.allowed);
+  EXPECT_EQ(link.kind, DeviceRuntime::PeerLinkKind::NvLink);
+  auto pcie = preset("pcie-8gpu-2socket");
+  ASSERT_TRUE(ridge::p2p::linkFromTopology(*pcie, gpuBus(*pcie, 0), gpuBus(*pcie, 1), &link));
+  EXPECT_TRUE(link.allowed);
+  EXPECT_EQ(link.kind, DeviceRuntime::PeerLinkKind::Pcie);
+  // GPU 7 hangs off the other socket: the planner routes the pair through host memory.
+  ASSERT_TRUE(ridge::p2p::linkFromTopology(*pcie, gpuBus(*pcie, 0), gpuBus(*pcie, 7), &link));
+  EXPECT_FALSE(link.allowed);
+  EXPECT_FALSE(ridge::p2p::linkFromTopology(*pcie, gpuBus(*pcie, 0), "0000:ee:00.0", &link));
+}
+
+TEST(P2pTopology, AgreesWithThePlannersEdgeForEveryGpuPairOfThePresets) {
+  for (const char* name : {"dgx-h100", "dgx-a100", "pcie-8gpu-2socket"}) {
+    auto t = preset(name);
+    ridge::plan::SearchOptions options;
+    options.stepBudget = 1000;  // only the routes matter here, not the channel search
+    ridge::plan::NodeTemplate tp;
+    const int k = static_cast<int>(t->gpus().size());
+    ASSERT_EQ(k, 8) << name;
+    int kinds[3] = {0, 0, 0};  // nvlink, pcie, refused pairs seen
+    Status s = ridge::plan::buildNodeTemplate(t, k, false, {}, options, &tp);
+    ASSERT_TRUE(s.isOk()) << name << ": " << s.message();
+    for (int a = 0; a < k; ++a) {
+      for (int b = 0; b < k; ++b) {
+        if (a == b) continue;
+        const ridge::plan::Route& route = tp.routes.at(static_cast<size_t>(tp.pairRoute[size_t(a * k + b)]));
+        DeviceRuntime::PeerLink link;
+        ASSERT_TRUE(ridge::p2p::linkFromTopology(*t, gpuBus(*t, size_t(a)), gpuBus(*t, size_t(b)), &link));
+        const char* what = ridge::plan::transportName(route.transport);
+        ++kinds[link.allowed ? (link.kind == DeviceRuntime::PeerLinkKind::NvLink ? 0 : 1) : 2];
+        switch (route.transport) {
+          case ridge::plan::Transport::NvLink:
+            EXPECT_TRUE(link.allowed && link.kind == DeviceRuntime::PeerLinkKind::NvLink)
+                << name << " " << a << "-" << b << " " << what;
+            break;
+          case ridge::plan::Transport::PcieP2p:
+            EXPECT_TRUE(link.allowed && link.kind == DeviceRuntime::PeerLinkKind::Pcie)
+                << name << " " << a << "-" << b << " " << what;
+            break;
+          default: EXPECT_FALSE(link.allowed) << name << " " << a << "-" << b << " " << what; break;
+        }
+      }
+    }
+    // NVLink presets: every pair over NVLink; the PCIe preset: both P2P and refused pairs.
+    const bool nv = std::string(name).rfind("dgx", 0) == 0;
+    EXPECT_EQ(kinds[0], nv ? 56 : 0) << name;
+    EXPECT_EQ(kinds[1] > 0 && kinds[2] > 0, !nv) << name;
+  }
+}
+
+TEST(P2pTopology, ACommunicatorAcrossTheSocketLinkIsStaged) {
+  auto pcie = preset("pcie-8gpu-2socket");
+  ridge::p2p::setTopologyForTesting(pcie);
+  for (size_t other : {1u, 7u}) {
+    EmulatedRuntime rt(2);  // peer access allowed, link kind unknown: the topology decides
+    rt.setPciBusIds({gpuBus(*pcie, 0), gpuBus(*pcie, other)});
+    ScopedRuntimeForTesting scope(&rt);
+    withRanks(rt, 2, 2, [&](TestRank& t) {
+      runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 3000}, 31);
+      EXPECT_EQ(ridge::p2p::stats(t.comm).capable, other == 1) << "GPU0 and GPU" << other;
+    });
+  }
+  ridge::p2p::setTopologyForTesting(nullptr);
+}
+
+TEST(P2pTopology, DevicesAreMatchedByBusIdAndARankThatCannotSeeAPeersDeviceStagesEveryone) {
+  // Two ranks on devices 0 and 1. The ranks find each other's devices by bus id; when the
+  // rank on device 1 cannot see device 0 (as a process with CUDA_VISIBLE_DEVICES=1 could
+  // not), only that rank knows P2P is impossible: the vote makes both stage.
+  for (bool hidden : {false, true}) {
+    EmulatedRuntime rt(2);
+    rt.setPciBusIds({"0000:17:00.0", "0000:65:00.0"});
+    if (hidden) rt.setVisibleDevices(1, {1});
+    ScopedRuntimeForTesting scope(&rt);
+    withRanks(rt, 2, 2, [&](TestRank& t) {
+      runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 3000}, 41);
+      runCall(rt, t, {Op::AllGather, ridgeInt32, ridgeSum, 700}, 42);
+      const ridge::p2p::Stats s = ridge::p2p::stats(t.comm);
+      EXPECT_EQ(s.capable, !hidden) << "rank " << t.rank;
+      EXPECT_EQ(s.p2pOps, hidden ? 0u : 2u) << "rank " << t.rank;
+      EXPECT_EQ(s.stagedBatches, hidden ? 2u : 0u) << "rank " << t.rank;
+    });
+  }
+}
+
+// ---- the mapping cache --------------------------------------------------------------------
+
+TEST(P2pMappingCache, ReusesHandlesAcrossCallsAndClosesThemAtDestroy) {
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  const int n = 3;
+  const size_t cnt = 4096;
+  withRanks(rt, n, 1, [&](TestRank& t) {
+    DevMem send(rt, cnt * 4), recv(rt, cnt * 4);
+    runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, cnt}, 20, &send, &recv);
+    const ridge::p2p::Stats first = ridge::p2p::stats(t.comm);
+    EXPECT_EQ(first.ipcOpens, 2u * (n - 1)) << "one open per peer buffer";
+    for (uint32_t i = 0; i < 5; ++i)
+      runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, cnt}, 21 + i, &send, &recv);
+    const ridge::p2p::Stats later = ridge::p2p::stats(t.comm);
+    EXPECT_EQ(later.ipcOpens, first.ipcOpens) << "the same buffers were opened again";
+    EXPECT_EQ(later.cacheHits, 5u * 2u * (n - 1));
+    EXPECT_EQ(later.mappingsOpen, 2u * (n - 1));
+    EXPECT_EQ(later.p2pOps, 6u);
+  });
+  EXPECT_EQ(rt.ipcOpens(), uint64_t(n) * 2 * (n - 1));
+  EXPECT_EQ(rt.ipcViewsOpen(), 0u) << "destroy left mappings open";
+}
+
+TEST(P2pMappingCache, BoundedAndNeverReadsAFreedBufferThroughItsOldMapping) {
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  withRanks(rt, 2, 1, [&](TestRank& t) {
+    const size_t cnt = 256;
+    // More distinct buffers than the cache holds, all alive: it must evict.
+    std::vector<std::unique_ptr<DevMem>> bufs;
+    size_t capacity = 0;
+    for (uint32_t i = 0; i < 40; ++i) {
+      bufs.push_back(std::make_unique<DevMem>(rt, cnt * 4));
+      bufs.push_back(std::make_unique<DevMem>(rt, cnt * 4));
+      runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, cnt}, 100 + i, bufs[bufs.size() - 2].get(),
+              bufs.back().get());
+      const ridge::p2p::Stats s = ridge::p2p::stats(t.comm);
+      capacity = s.cacheCapacity;
+      ASSERT_LE(s.mappingsOpen, s.cacheCapacity);
+    }
+    const ridge::p2p::Stats s = ridge::p2p::stats(t.comm);
+    EXPECT_EQ(s.ipcOpens, 80u);
+    EXPECT_EQ(s.ipcCloses, 80u - capacity);
+    // Free and reallocate (the emulator's next mapping often lands at the freed address):
+    // the new buffer's handle differs, so the stale mapping is replaced, not read.
+    for (uint32_t i = 0; i < 6; ++i) {
+      bufs.clear();
+      bufs.push_back(std::make_unique<DevMem>(rt, cnt * 4));
+      bufs.push_back(std::make_unique<DevMem>(rt, cnt * 4));
+      runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, cnt}, 200 + i, bufs[0].get(), bufs[1].get());
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  });
+  EXPECT_EQ(rt.ipcViewsOpen(), 0u);
+}
+
+// ---- failures -----------------------------------------------------------------------------
+
+// Runs one allreduce per rank (count per rank from `countOf`) that is expected to fail
+// asynchronously, and returns each rank's asynchronous error; the streams must be released.
+std::vector<ridgeResult_t> failingAllReduce(EmulatedRuntime& rt, int n, size_t (*countOf)(int rank)) {
+  std::vector<ridgeResult_t> errors(n, ridgeSuccess);
+  withRanks(rt, n, 1, [&](TestRank& t) {
+    const size_t cnt = countOf(t.rank);
+    DevMem send(rt, cnt * 4), recv(rt, cnt * 4);
+    const auto t0 = Clock::now();
+    ASSERT_EQ(ridgeAllReduce(send.p, recv.p, cnt, ridgeFloat32, ridgeSum, t.comm, t.stream), ridgeSuccess);
+    Status s = rt.synchronize(t.stream);
+    EXPECT_TRUE(s.isOk()) << s.message();
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 10.0)
+        << "a rank waited for a timeout";
+    ridgeCommGetAsyncError(t.comm, &errors[t.rank]);
+  });
+  return errors;
+}
+
+TEST(P2pFailures, RanksDisagreeingOnTheCountAllFailWithInvalidUsage) {
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  const auto errors = failingAllReduce(rt, 3, [](int rank) { return size_t(rank == 2 ? 1001 : 1000); });
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], ridgeInvalidUsage) << "rank " << r;
+}
+
+TEST(P2pFailures, AFailureOnOneRankReachesThePeersWithoutATimeout) {
+  EmulatedRuntime rt;
+  rt.failNextIpcOpens(1);  // the first rank to open a peer's handle fails, the others do not
+  ScopedRuntimeForTesting scope(&rt);
+  const auto errors = failingAllReduce(rt, 3, [](int) { return size_t(4096); });
+  int remote = 0, local = 0;
+  for (ridgeResult_t e : errors) {
+    remote += e == ridgeRemoteError;
+    local += e == ridgeSystemError;
+  }
+  EXPECT_EQ(local, 1) << "the rank whose ipcOpen failed";
+  EXPECT_EQ(remote, 2) << "its peers learn it from its end message";
+  EXPECT_EQ(rt.ipcViewsOpen(), 0u);
+}
+
+// ---- abort --------------------------------------------------------------------------------
+
+TEST(P2pAbort, AbortDuringAP2pCollectiveReleasesTheStream) {
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  std::atomic<bool> rank0Done{false};
+  withRanks(
+      rt, 2, 1,
+      [&](TestRank& t) {
+        DevMem send(rt, 4096), recv(rt, 4096);
+        if (t.rank == 1) {
+          // Calls, but its stream never reaches the collective: rank 0's proxy waits in the
+          // P2P exchange for rank 1's descriptor.
+          std::atomic<bool> open{false};
+          ASSERT_TRUE(rt.enqueue(t.stream, [&] {
+                          const auto t0 = Clock::now();
+                          while (!open.load() && Clock::now() - t0 < std::chrono::seconds(20))
+                            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                          return Status::ok();
+                        }).isOk());
+          EXPECT_EQ(ridgeAllReduce(send.p, recv.p, 1024, ridgeFloat32, ridgeSum, t.comm, t.stream),
+                    ridgeSuccess);
+          const auto t0 = Clock::now();
+          while (!rank0Done.load() && Clock::now() - t0 < std::chrono::seconds(20))
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          EXPECT_EQ(ridgeCommAbort(t.comm), ridgeSuccess);
+          open.store(true);
+          EXPECT_TRUE(rt.synchronize(t.stream).isOk());
+          return;
+        }
+        EXPECT_EQ(ridgeAllReduce(send.p, recv.p, 1024, ridgeFloat32, ridgeSum, t.comm, t.stream),
+                  ridgeSuccess);
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        EXPECT_TRUE(ridge::p2p::stats(t.comm).capable) << "the proxy is not in the P2P path";
+        const auto t0 = Clock::now();
+        EXPECT_EQ(ridgeCommAbort(t.comm), ridgeSuccess) << errorText();
+        Status s = rt.synchronize(t.stream);
+        EXPECT_TRUE(s.isOk()) << s.message();
+        EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 5.0)
+            << "abort did not release the stream";
+        rank0Done.store(true);
+      },
+      /*destroy=*/false);
+}
+
+}  // namespace

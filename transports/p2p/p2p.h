@@ -1,0 +1,77 @@
+// The P2P transport: collectives on device memory between the ranks of one host, moved
+// device to device instead of through pinned host memory.
+//
+// Every rank exports its buffers as IPC handles (DeviceRuntime::ipcExport of the
+// allocation holding them) and sends them, with the operation's arguments, to every peer
+// over the communicator's host connectors; each rank opens the peers' handles (through a
+// bounded cache, so the same buffers are not reopened per call) and then, on an internal
+// stream, reads the peers' send buffers with the device reduction (launchReduce, n
+// sources) or copy-engine copies and writes the results straight into its own and the
+// peers' receive buffers. A final exchange of one small message per peer keeps every rank
+// from returning, and its stream from reusing the buffers, while a peer still reads or
+// writes them. docs/transports.md (P2P) and docs/algorithms.md (device-direct) have the
+// protocol and the traffic.
+//
+// It is run by the GPU proxy (src/coll/gpu_proxy.cpp) for each batch, before staging: when
+// every rank of the communicator is on this host, every pair of their devices allows P2P
+// (DeviceRuntime::peerLink, refined by the topology as the planner classes the pair; several
+// ranks on one device always may), no rank set
+// RIDGE_P2P=off, and every rank's batch holds only collectives on device memory whose
+// buffers it could export. Otherwise the batch is staged, unchanged.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "coll/algorithms.h"
+#include "core/status.h"
+#include "device/runtime.h"
+#include "topo/model.h"
+
+struct ridgeComm;
+
+namespace ridge::p2p {
+
+struct Context;
+struct ContextDeleter {
+  void operator()(Context* c) const;
+};
+
+// RIDGE_P2P as this process reads it: false for off (a WARN for an unknown value, read as auto).
+bool allowedBySettings();
+
+// Called by the GPU proxy thread for each batch whose ready markers have passed. When the
+// communicator and every rank's batch allow it, runs the batch through P2P and sets *ran;
+// otherwise leaves *ran false and the caller stages it. Every rank of a P2P-capable
+// communicator takes part in a small vote per batch, so all of them decide alike.
+Status runBatch(ridgeComm* comm, device::DeviceRuntime* rt, const CollArgs* ops, size_t n, bool* ran);
+
+// The planner's rule (src/plan/search.cpp, GPU-to-GPU routes) for the GPUs with PCI bus ids
+// busA and busB of `t`: NVLink on an NVL or NVB path; no P2P across the socket link (SYS:
+// the planner routes such pairs through host memory, and so does this transport); PCIe
+// otherwise. False (out untouched) when either GPU is not in `t`.
+bool linkFromTopology(const topo::Topology& t, const std::string& busA, const std::string& busB,
+                      device::DeviceRuntime::PeerLink* out);
+// Tests: classify links with `t` instead of this machine's discovered topology (null: back
+// to discovery). Set before communicators are created.
+void setTopologyForTesting(std::shared_ptr<const topo::Topology> t);
+
+// Closes every cached IPC mapping and frees the internal stream (the proxy is stopped).
+void releaseContext(ridgeComm* comm);
+
+// What the P2P path did on a communicator (tests and logs).
+struct Stats {
+  bool capable = false;        // the communicator allows P2P (decided on the first batch)
+  uint64_t p2pOps = 0;         // collectives run device to device
+  uint64_t stagedBatches = 0;  // batches left to staging (by a vote or an incapable comm)
+  uint64_t ipcOpens = 0;       // handles opened (cache misses)
+  uint64_t cacheHits = 0;      // handles found open
+  uint64_t ipcCloses = 0;      // mappings closed (evictions and release)
+  size_t mappingsOpen = 0;     // mappings in the cache now
+  size_t cacheCapacity = 0;
+};
+Stats stats(const ridgeComm* comm);
+
+}  // namespace ridge::p2p
