@@ -386,7 +386,8 @@ Status runOperation(Context& x, ridgeComm* c, const CollArgs& a) {
                     static_cast<int>(a.dtype), static_cast<int>(a.op), a.root);
   }
   x.cache.beginOperation();
-  for (int j = 0; j < P && s.isOk(); ++j) {
+  // A zero-count call addresses no buffer: its ranks exported none (describeBuffer).
+  for (int j = 0; j < P && s.isOk() && a.count > 0; ++j) {
     bool send = false, recv = false;
     buffersNeeded(a, r, j, &send, &recv);
     x.sendOf[j] = x.recvOf[j] = nullptr;
