@@ -151,30 +151,41 @@ int allreduceUntilError(ridgeComm_t comm, int rank, Reporter& rep, int maxIters)
 
 // ---- the direct extension (sending from and receiving into user buffers) ----------------
 
+// Socket-transport settings of a direct-path test, set in the parent (for the unique id)
+// and in every rank.
+struct SocketSettings {
+  const char* chunk = "4K";
+  const char* slots = "2";
+  const char* buffer = nullptr;  // RIDGE_SOCKET_BUFFER, else the kernel's auto-tuning
+  bool large = false;            // the 64 MiB cases instead of the small ones
+};
+void setSocketEnv(const char* algo, const SocketSettings& s) {
+  setenv("RIDGE_ALGO", algo, 1);
+  setenv("RIDGE_SOCKET_CHUNK", s.chunk, 1);
+  setenv("RIDGE_SOCKET_SLOTS", s.slots, 1);
+  if (s.buffer) setenv("RIDGE_SOCKET_BUFFER", s.buffer, 1);
+}
+
 // Every ring and chain algorithm at every size, with the smallest chunk and FIFO so that
 // messages span many chunks, odd sizes end inside one, declarations wait for room, and
 // 0- and 1-element cases (int8: 1 byte) run through the direct path; in place and out of
 // place with poisoned outputs (the matrix). `directOff` ranks keep slots only: each rank
-// decides for itself, the wire must not differ.
-void runDirectMatrix(int n, const char* algo, int directOff) {
+// decides for itself, the wire must not differ. `keep` narrows the cases.
+void runDirectMatrix(int n, const char* algo, int directOff, const SocketSettings& settings = {},
+                     const std::function<bool(const Case&)>& keep = nullptr) {
   oneHostEnv();
-  setenv("RIDGE_ALGO", algo, 1);
-  setenv("RIDGE_SOCKET_CHUNK", "4K", 1);
-  setenv("RIDGE_SOCKET_SLOTS", "2", 1);
+  setSocketEnv(algo, settings);
   ridgeUniqueId id;
   const bool idOk = makeUniqueId(&id);
-  unsetenv("RIDGE_ALGO");
-  unsetenv("RIDGE_SOCKET_CHUNK");
-  unsetenv("RIDGE_SOCKET_SLOTS");
+  for (const char* name : {"RIDGE_ALGO", "RIDGE_SOCKET_CHUNK", "RIDGE_SOCKET_SLOTS", "RIDGE_SOCKET_BUFFER"})
+    unsetenv(name);
   if (!idOk) return;
   LaunchResult res = launchRanks(n, 120, [&](int rank, Reporter& rep) {
-    setenv("RIDGE_ALGO", algo, 1);
-    setenv("RIDGE_SOCKET_CHUNK", "4K", 1);
-    setenv("RIDGE_SOCKET_SLOTS", "2", 1);
+    setSocketEnv(algo, settings);
     if (rank == directOff) setenv("RIDGE_SOCKET_DIRECT", "0", 1);
     ridgeComm_t comm = initRank(n, id, rank, rep);
     if (!comm) return 2;
-    return runCases(comm, rank, n, false, rep);
+    return runCases(comm, rank, n, settings.large, rep, keep);
   });
   std::printf("socket direct n=%d %s: %.1f s\n", n, algo, res.elapsed);
   reportChildFailures(res, std::string("socket direct ") + algo);
@@ -192,6 +203,26 @@ TEST(SocketOneHost, DirectRingMatrixRanks3OneRankSlotsOnly) {
 }
 TEST(SocketOneHost, DirectTreeMatrixRanks3) {
   runDirectMatrix(3, kAllTree, -1);
+}
+
+// A ring of two ranks sends the reduce-scatter's first chunks of later rounds ahead
+// (ringAhead in src/coll/algorithms.cpp), as far as the two FIFOs hold without any kernel
+// buffering. Here the kernel buffers of a direction (2 streams x 64 KiB sent + 64 KiB
+// received, RIDGE_SOCKET_BUFFER=32K) hold a quarter of one 1 MiB chunk, so a lead beyond
+// what the FIFOs hold deadlocks (RIDGE_TIMEOUT, 30 s) instead of hiding in the socket
+// buffers: 2 slots (lead 1) and 4 (lead 2), both ranks direct and one slots only, 64 MiB
+// allreduce and reduce-scatter in float32, in place and out of place (32 and 16 rounds).
+bool ringReduceCase(const Case& c) {
+  return (c.coll == kAllReduce || c.coll == kReduceScatter) && c.dt == ridgeFloat32 && c.op == ridgeSum;
+}
+constexpr const char* kRingReduce = "allreduce:0-:ring;reducescatter:0-:ring";
+TEST(SocketOneHost, RingLeadWithinFifosTwoSlots) {
+  runDirectMatrix(2, kRingReduce, -1, {"1M", "2", "32K", true}, ringReduceCase);
+  runDirectMatrix(2, kRingReduce, 1, {"1M", "2", "32K", true}, ringReduceCase);
+}
+TEST(SocketOneHost, RingLeadWithinFifosFourSlots) {
+  runDirectMatrix(2, kRingReduce, -1, {"1M", "4", "32K", true}, ringReduceCase);
+  runDirectMatrix(2, kRingReduce, 0, {"1M", "4", "32K", true}, ringReduceCase);
 }
 
 // A receive whose sender sends one byte more or one byte less fails with
