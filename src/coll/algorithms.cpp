@@ -120,24 +120,29 @@ Task sendChunk(SendConnector* tx, bool direct, const void* src, size_t bytes, bo
 
 // ---- point to point ---------------------------------------------------------------------
 
+// Messages of at least one full chunk go straight from the caller's buffer where the
+// connector offers it, which saves copying them into slots; the call then returns once
+// the transport has handed every chunk over (SendsComplete), so the caller may reuse its
+// buffer. Shorter messages are copied into a slot: the copy costs less than waiting for
+// the transport, and the call returns as soon as the message is queued.
 Task sendMessage(ridgeComm* c, int peer, const char* src, size_t bytes) {
   SendConnector* tx = c->sendTo[peer];
   const size_t chunk = tx->slotBytes();
+  const bool direct = offersDirect(tx) && bytes >= chunk;
+  DirectWithdrawal withdrawal{direct ? tx : nullptr, nullptr};
   size_t off = 0;
   do {
-    size_t n = std::min(chunk, bytes - off);
-    void* slot = co_await AcquireSlot(tx);
-    std::memcpy(slot, src + off, n);
+    const size_t n = std::min(chunk, bytes - off);
     off += n;
-    tx->post(static_cast<uint32_t>(n), off == bytes);
+    RIDGE_CO_TRY(co_await sendChunk(tx, direct, src + off - n, n, off == bytes));
   } while (off < bytes);
+  if (direct) co_await SendsComplete(tx);
+  withdrawal.armed = false;
   co_return Status::ok();
 }
 
 // Receives land straight in `dst` where the connector offers it (a chunk of the wrong size
 // cannot: it is larger than its room, or it ends the message early, and is reported).
-// Sends keep copying into slots: a send then returns once the message is queued, as
-// before, instead of waiting until the transport has handed it over.
 Task recvMessage(ridgeComm* c, int peer, char* dst, size_t bytes) {
   RecvConnector* rx = c->recvFrom[peer];
   DirectWithdrawal withdrawal{nullptr, offersDirect(rx) ? rx : nullptr};

@@ -14,6 +14,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstring>
+
 #include "matrix_cases.h"
 #include "netns_helper.h"
 
@@ -260,6 +262,48 @@ TEST(SocketOneHost, DirectRecvSizeMismatch) {
     SCOPED_TRACE("sender sends " + std::to_string(delta) + " byte(s) more");
     expectResultLine(res.ranks[0], "RECV ", ridgeInvalidUsage, "does not match the size");
   }
+}
+
+// A send of whole chunks goes straight from the user's buffer, so ridgeSend may return
+// only once the transport has handed all of it to the kernel: the sender overwrites its
+// buffer right after the call (the last chunk first), and the receiver must still get what
+// was sent. The socket buffers (RIDGE_SOCKET_BUFFER=32K) hold a few percent of one 1 MiB
+// chunk, so a send that returned with chunks still queued would lose the last of them.
+TEST(SocketOneHost, DirectSendBufferReusableAfterReturn) {
+  oneHostEnv();
+  setenv("RIDGE_SOCKET_BUFFER", "32K", 1);
+  constexpr size_t kBytes = 16u << 20;
+  constexpr size_t kTail = 1u << 20;
+  ridgeUniqueId id;
+  const bool idOk = makeUniqueId(&id);
+  unsetenv("RIDGE_SOCKET_BUFFER");
+  if (!idOk) return;
+  LaunchResult res = launchRanks(2, 60, [&](int rank, Reporter& rep) {
+    setenv("RIDGE_SOCKET_BUFFER", "32K", 1);
+    ridgeComm_t comm = initRank(2, id, rank, rep);
+    if (!comm) return 2;
+    std::vector<uint8_t> buf(kBytes);
+    auto expected = [](size_t i) { return static_cast<uint8_t>((i * 2654435761u) >> 24); };
+    if (rank == 0) {
+      for (size_t i = 0; i < kBytes; ++i) buf[i] = expected(i);
+      ridgeResult_t r = ridgeSend(buf.data(), kBytes, ridgeInt8, 1, comm, nullptr);
+      std::memset(buf.data() + kBytes - kTail, 0xee, kTail);
+      std::memset(buf.data(), 0xee, kBytes - kTail);
+      if (r != ridgeSuccess) rep.fail("rank 0", "send failed: " + describeResult(r));
+    } else {
+      ridgeResult_t r = ridgeRecv(buf.data(), kBytes, ridgeInt8, 0, comm, nullptr);
+      if (r != ridgeSuccess) rep.fail("rank 1", "recv failed: " + describeResult(r));
+      for (size_t i = 0; i < kBytes; ++i)
+        if (buf[i] != expected(i)) {
+          rep.fail("rank 1", "byte " + std::to_string(i) + " differs from what was sent");
+          break;
+        }
+    }
+    ridgeResult_t d = ridgeCommDestroy(comm);
+    if (d != ridgeSuccess) rep.fail("rank " + std::to_string(rank), "destroy: " + describeResult(d));
+    return 0;
+  });
+  reportChildFailures(res, "direct send buffer reuse");
 }
 
 // A receive that times out (the sender is stopped before it sends) must leave the user's
