@@ -296,9 +296,6 @@ inline int ringPrev(const ridgeComm* c) {
   return c->ringOrder[(c->ringPos[static_cast<size_t>(c->rank)] + c->nranks - 1) % c->nranks];
 }
 
-// Where the chunks of a ring reduce-scatter / allreduce are: blocks are balanced
-// (AllReduce) or a.count each (ReduceScatter); a chunk round starting at element `base`
-// of every block covers at most chunkElems elements of each.
 // Chunk rounds by which a ring of two ranks runs its reduce-scatter sends ahead. Two ranks
 // would otherwise take turns once per round: each sends its step-0 chunk, waits for the
 // peer's, reduces it and sends the result, and its next step-0 chunk leaves only after the
@@ -317,6 +314,9 @@ inline size_t ringAhead(int P, const SendConnector* tx) {
   return P == 2 && inFlight >= 4 ? std::min<size_t>(2, (inFlight - 2) / 2) : 0;
 }
 
+// Where the chunks of a ring reduce-scatter / allreduce are: blocks are balanced
+// (AllReduce) or a.count each (ReduceScatter); a chunk round starting at element `base`
+// of every block covers at most chunkElems elements of each.
 struct RingLayout {
   const int* order;
   int P, p;
