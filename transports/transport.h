@@ -174,7 +174,10 @@ class Transport {
 
 // A transport type, registered once. Tables start with their size and version so that
 // out-of-tree transports built against an older header can be recognised and refused.
-constexpr uint32_t kTransportTableVersion = 1;
+// 2: the connector and transport classes gained virtual functions
+// (SendConnector::chunksInFlight, Transport::progressThreads), so an older build's vtables
+// no longer match.
+constexpr uint32_t kTransportTableVersion = 2;
 struct TransportTable {
   uint32_t size;     // sizeof(TransportTable) the transport was built with
   uint32_t version;  // kTransportTableVersion the transport was built with
