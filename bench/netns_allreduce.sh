@@ -7,14 +7,21 @@
 #      transport;
 #   2. ridge-bench allreduce, one rank per namespace, with --peer gloo (ratio column);
 #   3. ridge-socket-stream between the same namespaces, both directions at once, before
-#      and after the benchmark: the ceiling for a 2-rank allreduce's busbw;
+#      the benchmark and after each round: the ceiling for a 2-rank allreduce's busbw, and
+#      each round is compared with the streams right before and after it. Twice each time:
+#      from and into one cached 1 MiB buffer per thread (as iperf3), and walking through
+#      STREAM_WALK bytes per thread (default 32M: the 2 x 2 threads of a side then touch
+#      2 x 64 MiB, what a rank of a 64 MiB allreduce touches), so that the kernel copies
+#      from and into memory that is not cached, as they must for a large collective;
 #   4. everything is removed on exit, also after a failure or Ctrl-C; namespaces left by
 #      an earlier run that was killed are swept first.
 #
 #   bench/netns_allreduce.sh [build-dir] [ridge-bench options...]
 # Default options: -b 1K -e 64M -f 4 -n 20 -w 5. Environment: RIDGE_* settings pass through
-# (e.g. RIDGE_SOCKET_STREAMS=4); STREAM_SECONDS (default 3) for the socket stream; ROUNDS
-# (default 1) repeats the benchmark and adds a table of per-size medians.
+# (e.g. RIDGE_SOCKET_STREAMS=4); STREAM_SECONDS (default 3) for the socket stream,
+# STREAM_WALK (default 32M) for its uncached variant; ROUNDS (default 1) repeats the
+# benchmark and adds a table of per-size medians and, from 16 MiB up, their share of the
+# mean of each stream.
 # Needs root (CAP_NET_ADMIN) and iproute2.
 set -euo pipefail
 build=${1:-build}
@@ -79,17 +86,28 @@ run_in() {  # run_in <namespace index> <command...>: in that netns and a fresh I
 }
 
 secs=${STREAM_SECONDS:-3}
+walk=${STREAM_WALK:-32M}
+case "$walk" in
+  *K) walk=$((${walk%K} << 10)) ;;
+  *M) walk=$((${walk%M} << 20)) ;;
+  *G) walk=$((${walk%G} << 30)) ;;
+esac
 streams=${RIDGE_SOCKET_STREAMS:-2}
 run_stream() {  # the ceiling; run before and after the benchmark to bracket its drift
-  echo "# plain socket stream ($1), both directions at once, $streams streams, ${secs} s:"
-  run_in 1 timeout 120 "$stream" server "${addr[1]}:29600" -s "$streams" -t "$secs" >/dev/null &
-  local srv=$!
-  run_in 0 timeout 120 "$stream" client "${addr[1]}:29600" -s "$streams" -t "$secs" | sed 's/^/#   /'
-  wait "$srv"
+  local w line
+  for w in 0 "$walk"; do
+    echo "# plain socket stream ($1), both directions at once, $streams streams, ${secs} s, $([ "$w" = 0 ] && echo "cached buffers" || echo "walking $w bytes per thread"):"
+    run_in 1 timeout 120 "$stream" server "${addr[1]}:29600" -s "$streams" -t "$secs" -w "$w" >/dev/null &
+    local srv=$!
+    line=$(run_in 0 timeout 120 "$stream" client "${addr[1]}:29600" -s "$streams" -t "$secs" -w "$w")
+    wait "$srv"
+    echo "#   $line"
+    echo "${line##*= }" | awk -v w="$w" -v i="$2" '{print i, (w == 0 ? "hot" : "cold"), $1}' >>"$csvdir/stream"
+  done
 }
 
 echo "# netns_allreduce: 2 ranks in namespaces ${ns[0]} (${addr[0]}) and ${ns[1]} (${addr[1]}), $(nproc) cores"
-run_stream before
+run_stream before 0
 echo "# command: RIDGE_SOCKET_IFNAME==rdg0 $bench allreduce ${opts[*]} --peer gloo (one rank per namespace)"
 export RIDGE_SOCKET_IFNAME==rdg0 RIDGE_WORLD_SIZE=2 RIDGE_ROOT_ADDR="${addr[0]}:29500"
 export RIDGE_BENCH_GLOO_IFACE=rdg0
@@ -103,13 +121,19 @@ for ((round = 0; round < rounds; round++)); do
   RIDGE_RANK=0 run_in 0 timeout 900 "$bench" allreduce "${opts[@]}" --peer gloo --csv "$csvdir/$round.csv" |
     { if [ "$round" = 0 ]; then cat; else cat >/dev/null; fi; }
   wait "$peer"
+  # Between rounds too, so that each round's share is taken against the streams measured
+  # right before and after it (the load of a shared machine drifts within a run).
+  run_stream "after round $((round + 1))" $((round + 1)) | { if [ "$round" = $((rounds - 1)) ]; then cat; else cat >/dev/null; fi; }
 done
-run_stream after
 if [ "$rounds" -gt 1 ]; then
   # Medians over the rounds; each round already interleaves Ridge and Gloo per size.
   python3 - "$csvdir" "$rounds" <<'PY'
 import csv, statistics, sys
 d, n = sys.argv[1], int(sys.argv[2])
+streams = {}  # (kind, index) -> GB/s; stream i ran before round i, i + 1 after it
+with open(f"{d}/stream") as f:
+    for idx, kind, rate in (l.split() for l in f if l.strip()):
+        streams[(kind, int(idx))] = float(rate)
 rows = {}
 for i in range(n):
     with open(f"{d}/{i}.csv") as f:
@@ -121,5 +145,13 @@ for size in sorted(rows):
     m = lambda k: statistics.median(float(r[k]) for r in rows[size])
     print("%10d %12.3f %12.3f %12.3f %12.3f %8.2f" % (size, m("busbw"), m("ip_busbw"), m("gloo_busbw"),
                                                     m("gloo_ip_busbw"), m("ratio")))
+bracket = lambda kind, i: (streams[(kind, i)] + streams[(kind, i + 1)]) / 2
+print("# streams per round (mean of the ones before and after it), GB/s, cached / uncached: " +
+      "  ".join("%.2f/%.2f" % (bracket("hot", i), bracket("cold", i)) for i in range(n)))
+print("# Ridge out-of-place busbw per round from 16 MiB up, as % of that round's cached / uncached stream:")
+for size in sorted(s for s in rows if s >= 16 << 20):
+    v = [float(r["busbw"]) for r in rows[size]]
+    print("%10d  " % size + "  ".join("%3.0f/%3.0f %%" % (x / bracket("hot", i) * 100, x / bracket("cold", i) * 100)
+                                     for i, x in enumerate(v)))
 PY
 fi

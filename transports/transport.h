@@ -53,6 +53,12 @@ class SendConnector {
   virtual void* tryAcquire() = 0;
   // Publishes the acquired slot with `bytes` (<= slotBytes()) of payload.
   virtual void post(uint32_t bytes, bool lastOfMessage) = 0;
+  // How many chunks this rank can post to the peer before the peer has released any,
+  // counting the transport's own queues at both ends but never kernel or NIC buffers, the
+  // same at both ends of a connection. An algorithm that posts ahead of its receives keeps
+  // within this and so cannot deadlock where nothing else buffers. 0: not stated (post
+  // nothing ahead).
+  virtual uint32_t chunksInFlight() const { return 0; }
 
   // ---- direct-transfer extension (only when directVersion() >= kDirectTransferVersion) ----
   virtual uint32_t directVersion() const { return 0; }
@@ -159,11 +165,19 @@ class Transport {
   // known to be gone (process exited, connection closed). Only peers that a waiting
   // operation depends on are checked: a peer that finished and left is no error.
   virtual Status checkPeer(int peer) = 0;
+  // Threads of its own that this transport keeps busy while a collective moves bytes (the
+  // socket transport's progress threads): the executor counts them with the ranks of the
+  // host when it decides whether a waiting rank may spin, since a spinning rank takes the
+  // core that one of them needs.
+  virtual int progressThreads() const { return 0; }
 };
 
 // A transport type, registered once. Tables start with their size and version so that
 // out-of-tree transports built against an older header can be recognised and refused.
-constexpr uint32_t kTransportTableVersion = 1;
+// 2: the connector and transport classes gained virtual functions
+// (SendConnector::chunksInFlight, Transport::progressThreads), so an older build's vtables
+// no longer match.
+constexpr uint32_t kTransportTableVersion = 2;
 struct TransportTable {
   uint32_t size;     // sizeof(TransportTable) the transport was built with
   uint32_t version;  // kTransportTableVersion the transport was built with

@@ -3,11 +3,15 @@
 // rank sends S bytes and receives S bytes), and each end prints the bytes per second it
 // received. A 2-rank allreduce's busbw can at best equal that per-direction rate.
 //
-//   ridge-socket-stream server ADDR:PORT [-s streams] [-t seconds] [-m message bytes]
+//   ridge-socket-stream server ADDR:PORT [-s streams] [-t seconds] [-m message bytes] [-w bytes]
 //   ridge-socket-stream client ADDR:PORT [same options]
 //
 // Blocking sockets, one sender and one receiver thread per connection, TCP_NODELAY, the
-// kernel's buffer auto-tuning: the plain way to move bytes, with no protocol on top.
+// kernel's buffer auto-tuning: the plain way to move bytes, with no protocol on top. By
+// default every send and receive reuses one message-sized buffer per thread, which stays in
+// the cache (as iperf3 does); -w BYTES makes each thread walk through a buffer of that size
+// instead, message by message, so that the kernel copies from and into memory that is not
+// cached, as a collective on large user buffers does.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -58,15 +62,19 @@ int main(int argc, char** argv) {
   int streams = 2;
   double seconds = 3.0;
   size_t message = 1 << 20;
+  size_t walk = 0;  // -w: bytes each thread walks through; 0 = one message-sized buffer
   for (int i = 3; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "-s")) streams = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "-t")) seconds = std::atof(argv[i + 1]);
     if (!std::strcmp(argv[i], "-m")) message = static_cast<size_t>(std::atoll(argv[i + 1]));
+    if (!std::strcmp(argv[i], "-w")) walk = static_cast<size_t>(std::atoll(argv[i + 1]));
   }
-  if (streams < 1 || streams > 64 || seconds <= 0 || seconds > 600 || message < 1) {
-    std::fprintf(stderr, "ridge-socket-stream: -s 1..64, -t 0..600, -m >= 1\n");
+  if (streams < 1 || streams > 64 || seconds <= 0 || seconds > 600 || message < 1 ||
+      (walk && (walk < message || walk > (size_t{4} << 30)))) {
+    std::fprintf(stderr, "ridge-socket-stream: -s 1..64, -t 0..600, -m >= 1, -w 0 or -m..4G\n");
     return 2;
   }
+  const size_t span = walk ? walk / message * message : message;
 
   std::vector<int> fds;
   if (server) {
@@ -110,20 +118,25 @@ int main(int argc, char** argv) {
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> received{0};
   std::vector<std::thread> threads;
+  // Buffers are written before the clock starts, so their pages exist: one to send from and
+  // one to receive into per connection.
+  std::vector<std::vector<char>> sendBufs(fds.size(), std::vector<char>(span, 1));
+  std::vector<std::vector<char>> recvBufs(fds.size(), std::vector<char>(span, 1));
   const auto t0 = std::chrono::steady_clock::now();
   std::atomic<int64_t> lastByteNs{0};
-  for (int fd : fds) {
-    threads.emplace_back([&, fd] {
-      std::vector<char> buf(message, 1);
-      while (!stop.load(std::memory_order_relaxed)) {
-        if (send(fd, buf.data(), buf.size(), MSG_NOSIGNAL) < 0) break;
+  for (size_t i = 0; i < fds.size(); ++i) {
+    const int fd = fds[i];
+    threads.emplace_back([&, fd, i] {
+      std::vector<char>& buf = sendBufs[i];
+      for (size_t off = 0; !stop.load(std::memory_order_relaxed); off = (off + message) % span) {
+        if (send(fd, buf.data() + off, message, MSG_NOSIGNAL) < 0) break;
       }
       shutdown(fd, SHUT_WR);
     });
-    threads.emplace_back([&, fd] {
-      std::vector<char> buf(message);
-      for (;;) {
-        ssize_t n = recv(fd, buf.data(), buf.size(), 0);
+    threads.emplace_back([&, fd, i] {
+      std::vector<char>& buf = recvBufs[i];
+      for (size_t off = 0;; off = (off + message) % span) {
+        ssize_t n = recv(fd, buf.data() + off, message, 0);
         if (n <= 0) break;
         received.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
         lastByteNs.store(
@@ -139,8 +152,9 @@ int main(int argc, char** argv) {
   for (int fd : fds) close(fd);
   const double elapsed = static_cast<double>(lastByteNs.load()) * 1e-9;
   std::printf(
-      "%s: %d streams, %zu-byte sends, both directions at once: received %.3f GB in %.2f s = %.3f GB/s\n",
-      server ? "server" : "client", streams, message, static_cast<double>(received.load()) * 1e-9, elapsed,
-      static_cast<double>(received.load()) / elapsed * 1e-9);
+      "%s: %d streams, %zu-byte sends from and receives into %zu bytes per thread, both directions at once: "
+      "received %.3f GB in %.2f s = %.3f GB/s\n",
+      server ? "server" : "client", streams, message, span, static_cast<double>(received.load()) * 1e-9,
+      elapsed, static_cast<double>(received.load()) / elapsed * 1e-9);
   return 0;
 }

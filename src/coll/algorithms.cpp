@@ -121,24 +121,29 @@ Task sendChunk(SendConnector* tx, bool direct, const void* src, size_t bytes, bo
 
 // ---- point to point ---------------------------------------------------------------------
 
+// Messages of at least one full chunk go straight from the caller's buffer where the
+// connector offers it, which saves copying them into slots; the call then returns once
+// the transport has handed every chunk over (SendsComplete), so the caller may reuse its
+// buffer. Shorter messages are copied into a slot: the copy costs less than waiting for
+// the transport, and the call returns as soon as the message is queued.
 Task sendMessage(ridgeComm* c, int peer, const char* src, size_t bytes) {
   SendConnector* tx = c->sendTo[peer];
   const size_t chunk = tx->slotBytes();
+  const bool direct = offersDirect(tx) && bytes >= chunk;
+  DirectWithdrawal withdrawal{direct ? tx : nullptr, nullptr};
   size_t off = 0;
   do {
-    size_t n = std::min(chunk, bytes - off);
-    void* slot = co_await AcquireSlot(tx);
-    std::memcpy(slot, src + off, n);
+    const size_t n = std::min(chunk, bytes - off);
     off += n;
-    tx->post(static_cast<uint32_t>(n), off == bytes);
+    RIDGE_CO_TRY(co_await sendChunk(tx, direct, src + off - n, n, off == bytes));
   } while (off < bytes);
+  if (direct) co_await SendsComplete(tx);
+  withdrawal.armed = false;
   co_return Status::ok();
 }
 
 // Receives land straight in `dst` where the connector offers it (a chunk of the wrong size
 // cannot: it is larger than its room, or it ends the message early, and is reported).
-// Sends keep copying into slots: a send then returns once the message is queued, as
-// before, instead of waiting until the transport has handed it over.
 Task recvMessage(ridgeComm* c, int peer, char* dst, size_t bytes) {
   RecvConnector* rx = c->recvFrom[peer];
   DirectWithdrawal withdrawal{nullptr, offersDirect(rx) ? rx : nullptr};
@@ -292,6 +297,24 @@ inline int ringPrev(const ridgeComm* c) {
   return c->ringOrder[(c->ringPos[static_cast<size_t>(c->rank)] + c->nranks - 1) % c->nranks];
 }
 
+// Chunk rounds by which a ring of two ranks runs its reduce-scatter sends ahead. Two ranks
+// would otherwise take turns once per round: each sends its step-0 chunk, waits for the
+// peer's, reduces it and sends the result, and its next step-0 chunk leaves only after the
+// peer's result has arrived, so the reductions and the transfers alternate instead of
+// overlapping, and every wait is a wake-up on the critical path. Sending step 0 of later
+// rounds first gives the peer its next chunks to reduce while the results cross. With a
+// lead of `d` rounds a rank has at most 2d + 2 chunks posted that the peer has not
+// released (d + 1 step-0 chunks and d + 1 results), so the lead stays within what the
+// connector can hold without any kernel buffering (chunksInFlight; 0 = no lead), and
+// within 2: more measured no faster (docs/performance.md, issue 5). With more ranks every
+// step but the first depends on a receive, and the ring's P-1 chunks in flight already
+// overlap them. Both ranks derive the same lead (the connectors' FIFO sizes must match),
+// so each receives in the order its peer sends.
+inline size_t ringAhead(int P, const SendConnector* tx) {
+  const uint32_t inFlight = tx->chunksInFlight();
+  return P == 2 && inFlight >= 4 ? std::min<size_t>(2, (inFlight - 2) / 2) : 0;
+}
+
 // Where the chunks of a ring reduce-scatter / allreduce are: blocks are balanced
 // (AllReduce) or a.count each (ReduceScatter); a chunk round starting at element `base`
 // of every block covers at most chunkElems elements of each.
@@ -311,6 +334,12 @@ struct RingLayout {
   }
   // The block received at step k (1..P-1) of the reduce-scatter or the all-gather half.
   int recvBlock(bool reduceScatter, int k) const { return order[mod(reduceScatter ? p - 1 - k : p - k, P)]; }
+  size_t rounds() const { return (maxBlock() + chunkElems - 1) / chunkElems; }
+  // Chunk rounds by which the reduce-scatter's step-0 sends run ahead of the rest (0 or
+  // more, see ringAhead). The all-gather of the last `ahead` rounds runs in iterations of
+  // their own.
+  size_t ahead;
+  size_t iterations() const { return rounds() + (allGather ? ahead : 0); }
 };
 
 // AllReduce = reduce-scatter then all-gather around the ring (withAllGather = true);
@@ -319,6 +348,7 @@ struct RingLayout {
 //   input and forwards it (fused: the reduction writes straight into the next slot);
 //   at step P-1 the block is r, complete, and goes to the output (and, for AllReduce,
 //   starts around the ring again). AG step k receives block r-k, stores and forwards it.
+//   With two ranks, step 0 of later rounds is sent ahead of the rest (ringAhead).
 // Positions are on the plan's ring (the identity unless ranks span sockets or a plan file
 // says otherwise): position q owns block order[q], so the rank at position p ends with
 // the complete block order[p] = r, its own, as ReduceScatter requires.
@@ -344,9 +374,14 @@ Task ringReduce(ridgeComm* c, CollArgs a, bool withAllGather) {
   RecvConnector* rx = c->recvFrom[prev];
   const bool txDirect = offersDirect(tx), rxDirect = offersDirect(rx);
   const size_t es = dataTypeSize(a.dtype);
-  const RingLayout L{
-      c->ringOrder.data(), P, p, a.count, withAllGather ? a.count : a.count * P, tx->slotBytes() / es,
-      withAllGather};
+  const RingLayout L{c->ringOrder.data(),
+                     P,
+                     p,
+                     a.count,
+                     withAllGather ? a.count : a.count * P,
+                     tx->slotBytes() / es,
+                     withAllGather,
+                     ringAhead(P, tx)};
   const CollType type = withAllGather ? CollType::AllReduce : CollType::ReduceScatter;
   const int r = L.order[p];
   // Where block r's final result goes: in place in the AllReduce output, or at the start
@@ -358,17 +393,25 @@ Task ringReduce(ridgeComm* c, CollArgs a, bool withAllGather) {
   // In place, the output lines were just read as input and are in cache: plain stores.
   const bool stream = L.total * es >= c->streamMin && a.send != a.recv;
   DirectWithdrawal withdrawal{txDirect ? tx : nullptr, rxDirect ? rx : nullptr};
-  // Receives in arrival order: per chunk round the reduce-scatter steps (into slots: they
-  // are reduced with the input), then the all-gather steps (straight into the output).
-  size_t planBase = 0;
+  // Chunk rounds in iterations (see RingLayout::iterations): iteration t sends the
+  // reduce-scatter's step-0 chunk of round t + ahead (iteration 0 also those of rounds 0 to
+  // ahead - 1), handles the reduce-scatter receives of round t, then the all-gather
+  // receives of round t - ahead. Every rank runs the same schedule, so each receives in
+  // the order its predecessor sends.
+  const size_t ahead = L.ahead, rounds = L.rounds();
+  // Receives in arrival order: reduce-scatter chunks into slots (they are reduced with the
+  // input), all-gather chunks straight into the output.
+  size_t planIter = 0;
   int planStep = 0;
   ExpectAhead expect(rx, [&, steps = withAllGather ? 2 * (P - 1) : P - 1](char** dst, size_t* bytes) {
-    for (; planBase < L.maxBlock(); planBase += L.chunkElems, planStep = 0) {
+    for (; planIter < L.iterations(); ++planIter, planStep = 0) {
       while (planStep < steps) {
         const int s = planStep++;
         const bool rs = s < P - 1;
+        if (rs ? planIter >= rounds : planIter < ahead || planIter - ahead >= rounds) continue;
+        const size_t base = (rs ? planIter : planIter - ahead) * L.chunkElems;
         size_t off;
-        const size_t n = L.chunk(L.recvBlock(rs, rs ? s + 1 : s - P + 2), planBase, &off);
+        const size_t n = L.chunk(L.recvBlock(rs, rs ? s + 1 : s - P + 2), base, &off);
         if (!n) continue;
         *dst = rs ? nullptr : out + off * es;
         *bytes = n * es;
@@ -378,12 +421,14 @@ Task ringReduce(ridgeComm* c, CollArgs a, bool withAllGather) {
     return false;
   });
 
-  for (size_t base = 0; base < L.maxBlock(); base += L.chunkElems) {
-    size_t off;
-    size_t n = L.chunk(L.order[mod(p - 1, P)], base, &off);
-    if (n) RIDGE_CO_TRY(co_await sendChunk(tx, txDirect, in + off * es, n * es, false));
-    for (int k = 1; k < P; ++k) {
-      n = L.chunk(L.recvBlock(true, k), base, &off);
+  for (size_t t = 0; t < L.iterations(); ++t) {
+    size_t off, n;
+    for (size_t round = t == 0 ? 0 : t + ahead; round <= t + ahead && round < rounds; ++round) {
+      n = L.chunk(L.order[mod(p - 1, P)], round * L.chunkElems, &off);
+      if (n) RIDGE_CO_TRY(co_await sendChunk(tx, txDirect, in + off * es, n * es, false));
+    }
+    for (int k = 1; k < P && t < rounds; ++k) {
+      n = L.chunk(L.recvBlock(true, k), t * L.chunkElems, &off);
       if (!n) continue;
       PeekSlot pk(rx);
       const void* recvd = co_await pk;
@@ -405,7 +450,8 @@ Task ringReduce(ridgeComm* c, CollArgs a, bool withAllGather) {
         expect.release(rx);
       }
     }
-    if (!withAllGather) continue;
+    if (!withAllGather || t < ahead || t - ahead >= rounds) continue;
+    const size_t base = (t - ahead) * L.chunkElems;
     for (int k = 1; k < P; ++k) {
       n = L.chunk(L.recvBlock(false, k), base, &off);
       if (!n) continue;

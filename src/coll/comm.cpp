@@ -136,13 +136,17 @@ Status initComm(ridgeComm* c, const ridgeUniqueId& id) {
     c->peerDesc.assign(c->nranks, {});
   }
   c->streamMin = static_cast<size_t>(settingSize(Setting::STREAM_MIN));
-  // Spinning only pays when every rank of the host has a core of its own; otherwise the
-  // spinner burns the time slice of the very rank it waits for.
+  // Spinning only pays when every rank of the host, and every progress thread of its
+  // transports, has a core of its own; otherwise the spinner burns the time slice of the
+  // very thread it waits for (on 2 cores, ranks over TCP with two progress threads each
+  // took 3x longer for a 1 KiB allreduce when they spun: docs/performance.md, issue 5).
   int localRanks = 0;
   for (const PeerInfo& p : c->peers) localRanks += p.hostHash == me.hostHash ? 1 : 0;
+  int threadsPerRank = 1;
+  for (const auto& t : c->transports) threadsPerRank += t->progressThreads();
   cpu_set_t cpus;
   int usableCpus = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  const bool oversubscribed = localRanks > usableCpus;
+  const bool oversubscribed = localRanks * threadsPerRank > usableCpus;
   c->spinNs = settingIsSet(Setting::SPIN_US) || !oversubscribed ? settingInt(Setting::SPIN_US) * 1000 : 0;
   // A wait on a network transport lasts tens of microseconds at least, and its bytes are
   // moved by another thread (a progress thread, or the NIC's) that needs a core: after the
@@ -150,7 +154,8 @@ Status initComm(ridgeComm* c, const ridgeUniqueId& id) {
   bool network = false;
   for (const auto& t : c->transports) network = network || std::strcmp(t->name(), "shm") != 0;
   c->yieldNs = network ? 0 : 1000000;
-  RIDGE_INFO("comm %s: %d ranks on this host, %d usable cores: %s", c->name.c_str(), localRanks, usableCpus,
+  RIDGE_INFO("comm %s: %d ranks on this host with %d busy threads each, %d usable cores: %s", c->name.c_str(),
+             localRanks, threadsPerRank, usableCpus,
              c->spinNs ? "spin, then yield, then sleep" : "oversubscribed, yield at once, then sleep");
   RIDGE_TRY(setupHostPlan(c, direct));
   c->asyncError.store(ridgeSuccess);

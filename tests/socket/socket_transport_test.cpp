@@ -14,6 +14,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstring>
+
 #include "matrix_cases.h"
 #include "netns_helper.h"
 
@@ -151,30 +153,41 @@ int allreduceUntilError(ridgeComm_t comm, int rank, Reporter& rep, int maxIters)
 
 // ---- the direct extension (sending from and receiving into user buffers) ----------------
 
+// Socket-transport settings of a direct-path test, set in the parent (for the unique id)
+// and in every rank.
+struct SocketSettings {
+  const char* chunk = "4K";
+  const char* slots = "2";
+  const char* buffer = nullptr;  // RIDGE_SOCKET_BUFFER, else the kernel's auto-tuning
+  bool large = false;            // the 64 MiB cases instead of the small ones
+};
+void setSocketEnv(const char* algo, const SocketSettings& s) {
+  setenv("RIDGE_ALGO", algo, 1);
+  setenv("RIDGE_SOCKET_CHUNK", s.chunk, 1);
+  setenv("RIDGE_SOCKET_SLOTS", s.slots, 1);
+  if (s.buffer) setenv("RIDGE_SOCKET_BUFFER", s.buffer, 1);
+}
+
 // Every ring and chain algorithm at every size, with the smallest chunk and FIFO so that
 // messages span many chunks, odd sizes end inside one, declarations wait for room, and
 // 0- and 1-element cases (int8: 1 byte) run through the direct path; in place and out of
 // place with poisoned outputs (the matrix). `directOff` ranks keep slots only: each rank
-// decides for itself, the wire must not differ.
-void runDirectMatrix(int n, const char* algo, int directOff) {
+// decides for itself, the wire must not differ. `keep` narrows the cases.
+void runDirectMatrix(int n, const char* algo, int directOff, const SocketSettings& settings = {},
+                     const std::function<bool(const Case&)>& keep = nullptr) {
   oneHostEnv();
-  setenv("RIDGE_ALGO", algo, 1);
-  setenv("RIDGE_SOCKET_CHUNK", "4K", 1);
-  setenv("RIDGE_SOCKET_SLOTS", "2", 1);
+  setSocketEnv(algo, settings);
   ridgeUniqueId id;
   const bool idOk = makeUniqueId(&id);
-  unsetenv("RIDGE_ALGO");
-  unsetenv("RIDGE_SOCKET_CHUNK");
-  unsetenv("RIDGE_SOCKET_SLOTS");
+  for (const char* name : {"RIDGE_ALGO", "RIDGE_SOCKET_CHUNK", "RIDGE_SOCKET_SLOTS", "RIDGE_SOCKET_BUFFER"})
+    unsetenv(name);
   if (!idOk) return;
   LaunchResult res = launchRanks(n, 120, [&](int rank, Reporter& rep) {
-    setenv("RIDGE_ALGO", algo, 1);
-    setenv("RIDGE_SOCKET_CHUNK", "4K", 1);
-    setenv("RIDGE_SOCKET_SLOTS", "2", 1);
+    setSocketEnv(algo, settings);
     if (rank == directOff) setenv("RIDGE_SOCKET_DIRECT", "0", 1);
     ridgeComm_t comm = initRank(n, id, rank, rep);
     if (!comm) return 2;
-    return runCases(comm, rank, n, false, rep);
+    return runCases(comm, rank, n, settings.large, rep, keep);
   });
   std::printf("socket direct n=%d %s: %.1f s\n", n, algo, res.elapsed);
   reportChildFailures(res, std::string("socket direct ") + algo);
@@ -192,6 +205,26 @@ TEST(SocketOneHost, DirectRingMatrixRanks3OneRankSlotsOnly) {
 }
 TEST(SocketOneHost, DirectTreeMatrixRanks3) {
   runDirectMatrix(3, kAllTree, -1);
+}
+
+// A ring of two ranks sends the reduce-scatter's first chunks of later rounds ahead
+// (ringAhead in src/coll/algorithms.cpp), as far as the two FIFOs hold without any kernel
+// buffering. Here the kernel buffers of a direction (2 streams x 64 KiB sent + 64 KiB
+// received, RIDGE_SOCKET_BUFFER=32K) hold a quarter of one 1 MiB chunk, so a lead beyond
+// what the FIFOs hold deadlocks (RIDGE_TIMEOUT, 30 s) instead of hiding in the socket
+// buffers: 2 slots (lead 1) and 4 (lead 2), both ranks direct and one slots only, 64 MiB
+// allreduce and reduce-scatter in float32, in place and out of place (32 and 16 rounds).
+bool ringReduceCase(const Case& c) {
+  return (c.coll == kAllReduce || c.coll == kReduceScatter) && c.dt == ridgeFloat32 && c.op == ridgeSum;
+}
+constexpr const char* kRingReduce = "allreduce:0-:ring;reducescatter:0-:ring";
+TEST(SocketOneHost, RingLeadWithinFifosTwoSlots) {
+  runDirectMatrix(2, kRingReduce, -1, {"1M", "2", "32K", true}, ringReduceCase);
+  runDirectMatrix(2, kRingReduce, 1, {"1M", "2", "32K", true}, ringReduceCase);
+}
+TEST(SocketOneHost, RingLeadWithinFifosFourSlots) {
+  runDirectMatrix(2, kRingReduce, -1, {"1M", "4", "32K", true}, ringReduceCase);
+  runDirectMatrix(2, kRingReduce, 0, {"1M", "4", "32K", true}, ringReduceCase);
 }
 
 // A receive whose sender sends one byte more or one byte less fails with
@@ -229,6 +262,48 @@ TEST(SocketOneHost, DirectRecvSizeMismatch) {
     SCOPED_TRACE("sender sends " + std::to_string(delta) + " byte(s) more");
     expectResultLine(res.ranks[0], "RECV ", ridgeInvalidUsage, "does not match the size");
   }
+}
+
+// A send of whole chunks goes straight from the user's buffer, so ridgeSend may return
+// only once the transport has handed all of it to the kernel: the sender overwrites its
+// buffer right after the call (the last chunk first), and the receiver must still get what
+// was sent. The socket buffers (RIDGE_SOCKET_BUFFER=32K) hold a few percent of one 1 MiB
+// chunk, so a send that returned with chunks still queued would lose the last of them.
+TEST(SocketOneHost, DirectSendBufferReusableAfterReturn) {
+  oneHostEnv();
+  setenv("RIDGE_SOCKET_BUFFER", "32K", 1);
+  constexpr size_t kBytes = 16u << 20;
+  constexpr size_t kTail = 1u << 20;
+  ridgeUniqueId id;
+  const bool idOk = makeUniqueId(&id);
+  unsetenv("RIDGE_SOCKET_BUFFER");
+  if (!idOk) return;
+  LaunchResult res = launchRanks(2, 60, [&](int rank, Reporter& rep) {
+    setenv("RIDGE_SOCKET_BUFFER", "32K", 1);
+    ridgeComm_t comm = initRank(2, id, rank, rep);
+    if (!comm) return 2;
+    std::vector<uint8_t> buf(kBytes);
+    auto expected = [](size_t i) { return static_cast<uint8_t>((i * 2654435761u) >> 24); };
+    if (rank == 0) {
+      for (size_t i = 0; i < kBytes; ++i) buf[i] = expected(i);
+      ridgeResult_t r = ridgeSend(buf.data(), kBytes, ridgeInt8, 1, comm, nullptr);
+      std::memset(buf.data() + kBytes - kTail, 0xee, kTail);
+      std::memset(buf.data(), 0xee, kBytes - kTail);
+      if (r != ridgeSuccess) rep.fail("rank 0", "send failed: " + describeResult(r));
+    } else {
+      ridgeResult_t r = ridgeRecv(buf.data(), kBytes, ridgeInt8, 0, comm, nullptr);
+      if (r != ridgeSuccess) rep.fail("rank 1", "recv failed: " + describeResult(r));
+      for (size_t i = 0; i < kBytes; ++i)
+        if (buf[i] != expected(i)) {
+          rep.fail("rank 1", "byte " + std::to_string(i) + " differs from what was sent");
+          break;
+        }
+    }
+    ridgeResult_t d = ridgeCommDestroy(comm);
+    if (d != ridgeSuccess) rep.fail("rank " + std::to_string(rank), "destroy: " + describeResult(d));
+    return 0;
+  });
+  reportChildFailures(res, "direct send buffer reuse");
 }
 
 // A receive that times out (the sender is stopped before it sends) must leave the user's

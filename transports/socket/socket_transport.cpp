@@ -165,6 +165,9 @@ class SockSend final : public SendConnector {
     fifo_->src[head_ % nslots_] = nullptr;
     publish(bytes, last);
   }
+  // The send FIFO, then as many positions as the receiver declares ahead (its FIFO's
+  // size); RIDGE_SOCKET_SLOTS is the same on every rank.
+  uint32_t chunksInFlight() const override { return 2 * nslots_; }
   uint32_t directVersion() const override { return direct_ ? kDirectTransferVersion : 0; }
   bool tryPostDirect(const void* src, uint32_t bytes, bool last) override {
     if (!hasRoom()) return false;
@@ -339,6 +342,8 @@ class SocketTransport final : public Transport {
     }
     algoSleeping_.store(0, std::memory_order_relaxed);
   }
+
+  int progressThreads() const override { return 2; }  // the send and receive lanes
 
   Status checkPeer(int peer) override {
     if (peer < 0 || peer >= static_cast<int>(peers_.size()) || !peers_[peer] || !peers_[peer]->connected)
