@@ -57,7 +57,11 @@ Algo fixedChoice(const AlgoDefaults& d, CollType type, size_t bytes) {
   // Copy collectives gain from the single copy at every size; reductions only up to
   // directMax, beyond which the ring's streaming output stores win.
   const bool copyOnly = type == CollType::AllGather || type == CollType::Broadcast;
-  if (d.directAvailable && bytes >= d.directMin && (copyOnly || bytes <= d.directMax)) return Algo::Direct;
+  // Reduce-scatter: direct measured no faster than the ring at any size and 1.5-2x slower
+  // from 1 MiB (2 ranks, docs/performance.md "Reduce-scatter: direct against ring").
+  const bool directHelps = type != CollType::ReduceScatter;
+  if (d.directAvailable && directHelps && bytes >= d.directMin && (copyOnly || bytes <= d.directMax))
+    return Algo::Direct;
   return bytes <= d.allPairsMax ? Algo::AllPairs : Algo::Ring;
 }
 

@@ -106,6 +106,18 @@ TEST(HostCostModel, ChoicesAreContiguousInSizeMonotoneInTimeAndDeterministic) {
     }
 }
 
+// Measured on 2 ranks (docs/performance.md, "Reduce-scatter: direct against ring"): direct
+// reduce-scatter is never faster than the ring, and 1.5-2x slower from 1 MiB; neither the
+// model nor the fixed crossovers may pick it.
+TEST(HostCostModel, TwoRankReduceScatterNeverPicksDirect) {
+  for (bool fixed : {false, true}) {
+    const AlgoSelector s = selector(2, true, fixed);
+    for (size_t bytes = 1; bytes <= (size_t{1} << 28); bytes *= 2)
+      EXPECT_NE(s.defaultChoice(CollType::ReduceScatter, bytes), Algo::Direct)
+          << bytes << (fixed ? " fixed crossovers" : " model");
+  }
+}
+
 // The table is indexed by size class: every size between two powers of two gets the choice
 // of the lower one, and RIDGE_ALGO's rules still come first.
 TEST(HostCostModel, SelectorLooksUpSizeClassesAndRulesWin) {
