@@ -100,7 +100,8 @@ struct ridgeComm {
   std::mutex gpuProxyMutex;
   std::unique_ptr<ridge::GpuProxy, ridge::GpuProxyDeleter> gpuProxy;
   // The P2P path of the proxy (transports/p2p/p2p.h): IPC mapping cache, internal stream and
-  // counters; created by the proxy thread on its first batch, freed with the proxy.
+  // counters; created by the proxy thread's setup (before any stream waits on it), freed
+  // with the proxy.
   std::unique_ptr<ridge::p2p::Context, ridge::p2p::ContextDeleter> p2p;
 };
 

@@ -15,6 +15,10 @@
 
 namespace ridge {
 
+// Staging allocated by the proxy's setup (docs/gpu.md: batches up to this size never wait in
+// the call for earlier ones).
+constexpr size_t kInitialStagingBytes = size_t(4) << 20;
+
 using device::DeviceRuntime;
 using device::Marker;
 using device::ReleaseWord;
@@ -22,12 +26,13 @@ using device::ReleaseWord;
 class GpuProxy {
  public:
   GpuProxy(ridgeComm* comm, DeviceRuntime* rt) : comm_(comm), rt_(rt) {}
-  ~GpuProxy() { stop(/*abort=*/true); }
+  ~GpuProxy() { (void)stop(/*abort=*/true); }
 
   Status start();
   Status submit(const DeviceOp* ops, size_t n);
   Status drain();
-  void stop(bool abort);
+  // abort == false: the status of letting the queued batches finish (bounded by the timeout).
+  Status stop(bool abort);
   DeviceRuntime* runtime() const { return rt_; }
 
  private:
@@ -44,18 +49,40 @@ class GpuProxy {
     size_t sendOff = 0, recvOff = 0;  // byte offsets into staging_
   };
 
-  Status setupOnThread();  // device binding, markers, copy stream
+  Status setupOnThread();  // device binding, markers, copy stream, P2P context
   void loop();
   Status runBatch(uint64_t first, size_t n);
   Status waitForMarkers(uint64_t first, size_t n);
-  Status growStaging(size_t bytes);
-  void release(uint32_t seq) { __atomic_store_n(word_.host, seq, __ATOMIC_RELEASE); }
+  // Lays out the batch of `n` operations at `ops` in the staging buffer (into out[0..n));
+  // returns the bytes it needs.
+  size_t layOutStaging(const DeviceOp* ops, size_t n, Staged* out) const;
+  // Waits, mutex_ held through `lock`, until the proxy has released every queued batch;
+  // bounded by the timeout and by ridgeCommAbort.
+  Status waitIdle(std::unique_lock<std::mutex>& lock);
+  // Called by submit with mutex_ held, before anything of the batch is queued on a stream.
+  Status ensureStaging(const DeviceOp* ops, size_t n, std::unique_lock<std::mutex>& lock);
+  // Replaces the staging buffer by one of `bytes` (nothing may be using it).
+  Status allocStaging(size_t bytes);
+  // Moves the word forward to seq, never back: stop() (abort) and the proxy thread may both
+  // release, in either order.
+  void release(uint32_t seq) {
+    uint32_t cur = __atomic_load_n(word_.host, __ATOMIC_ACQUIRE);
+    while (!device::sequenceReached(cur, seq) &&
+           !__atomic_compare_exchange_n(word_.host, &cur, seq, false, __ATOMIC_RELEASE, __ATOMIC_ACQUIRE)) {
+    }
+  }
   Status timedOut(const char* what) const;
+  // A failure becomes the communicator's asynchronous error unless one is set already, and
+  // its last error text when it is the first or `ranBatch` (the batch started with no error
+  // set: the transports' waits may have set the code without a text meanwhile).
+  void recordAsyncError(const Status& s, bool ranBatch);
 
   ridgeComm* comm_;
   DeviceRuntime* rt_;
   Slot ring_[kMaxDeviceBatchOps];
-  Staged staged_[kMaxDeviceBatchOps];
+  Staged staged_[kMaxDeviceBatchOps];        // the running batch's layout (proxy thread)
+  Staged sizing_[kMaxDeviceBatchOps];        // the submitted batch's layout (submit, mutex_ held)
+  DeviceOp opsScratch_[kMaxDeviceBatchOps];  // the running batch's operations, contiguous
   CollArgs hostArgs_[kMaxDeviceBatchOps];
   size_t markersMade_ = 0;
   ReleaseWord word_{};
@@ -64,6 +91,11 @@ class GpuProxy {
   bool haveCopyStream_ = false;
   char* staging_ = nullptr;
   size_t stagingBytes_ = 0;
+
+  // set by the proxy thread once setupOnThread is done; a member, so that it outlives the
+  // thread's set_value (start() may return while set_value is still unwinding)
+  std::promise<Status> setupDone_;
+  Status drainStatus_;  // why stop() gave up on queued batches (mutex_)
 
   std::mutex mutex_;
   std::condition_variable changed_;  // head_, tail_ or stop_ moved
@@ -91,12 +123,13 @@ Status GpuProxy::start() {
   issued_ = __atomic_load_n(word_.host, __ATOMIC_ACQUIRE);
   // The markers and the copy stream belong to the communicator's device, which need not be
   // the caller's current one: the proxy thread binds to it and creates them there.
-  std::promise<Status> ready;
-  std::future<Status> setup = ready.get_future();
-  thread_ = std::thread([this, &ready] {
+  // Everything that may synchronize the device implicitly (stream creation, peer access)
+  // happens here, before submit queues the first wait on a user's stream.
+  std::future<Status> setup = setupDone_.get_future();
+  thread_ = std::thread([this] {
     Status s = setupOnThread();
     const bool ok = s.isOk();
-    ready.set_value(std::move(s));
+    setupDone_.set_value(std::move(s));
     if (ok) loop();
   });
   Status s = setup.get();
@@ -110,6 +143,70 @@ Status GpuProxy::setupOnThread() {
     RIDGE_TRY(rt_->createMarker(&ring_[markersMade_].marker));
   RIDGE_TRY(rt_->createStream(&copyStream_));
   haveCopyStream_ = true;
+  // A first staging buffer, so that ordinary sizes never make submit wait for earlier
+  // batches to grow it (ensureStaging).
+  RIDGE_TRY(allocStaging(kInitialStagingBytes));
+  return p2p::prepareContext(comm_, rt_);
+}
+
+void GpuProxy::recordAsyncError(const Status& s, bool ranBatch) {
+  int expected = ridgeSuccess;
+  if (comm_->asyncError.compare_exchange_strong(expected, s.code()) || ranBatch) {
+    std::lock_guard<std::mutex> errLock(comm_->lastErrorMutex);
+    comm_->lastError = s.message();
+  }
+  RIDGE_WARN("rank %d: device collective failed: %s", comm_->rank, s.message().c_str());
+}
+
+size_t GpuProxy::layOutStaging(const DeviceOp* ops, size_t n, Staged* staged) const {
+  // Each buffer on its own page (the direct transports' bounce and copy paths like
+  // page-aligned memory). A send range inside the receive range (in place) shares the
+  // receive range's staging.
+  constexpr size_t kAlign = 4096;
+  auto roundUp = [](size_t b) { return (b + kAlign - 1) / kAlign * kAlign; };
+  size_t total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const CollArgs& a = ops[i].args;
+    Staged& st = staged[i];
+    st.use = bufferUse(a, comm_->rank, comm_->nranks);
+    const size_t es = dataTypeSize(a.dtype);
+    st.recvOff = total;
+    if (st.use.writesRecv) total += roundUp(st.use.recvCount * es);
+    const auto sendAddr = reinterpret_cast<uintptr_t>(a.send), recvAddr = reinterpret_cast<uintptr_t>(a.recv);
+    const bool inside = st.use.writesRecv && st.use.readsSend && sendAddr >= recvAddr &&
+                        sendAddr + st.use.sendCount * es <= recvAddr + st.use.recvCount * es;
+    if (inside) {
+      st.sendOff = st.recvOff + (sendAddr - recvAddr);
+    } else {
+      st.sendOff = total;
+      if (st.use.readsSend) total += roundUp(st.use.sendCount * es);
+    }
+  }
+  return total;
+}
+
+Status GpuProxy::ensureStaging(const DeviceOp* ops, size_t n, std::unique_lock<std::mutex>& lock) {
+  const size_t bytes = layOutStaging(ops, n, sizing_);
+  if (bytes <= stagingBytes_) return Status::ok();
+  // Pinned allocation and free may synchronize the device implicitly (CUDA Programming
+  // Guide, "Implicit Synchronization"); a user's stream parked on this proxy's release word
+  // would then never move. So the buffer grows only here, on the caller's thread, once every
+  // batch queued before has been released (no stream waits on this communicator) and before
+  // this batch's wait is queued. The proxy thread is idle meanwhile (head_ == tail_, and
+  // mutex_ stays held), so the buffer is not in use.
+  RIDGE_TRY(waitIdle(lock));
+  // At least doubled, so that a workload of growing sizes waits here only a few times.
+  return allocStaging(std::max(bytes, 2 * stagingBytes_));
+}
+
+Status GpuProxy::allocStaging(size_t bytes) {
+  if (staging_) rt_->freePinned(staging_);
+  staging_ = nullptr;
+  stagingBytes_ = 0;
+  void* p = nullptr;
+  RIDGE_TRY(rt_->allocPinned(bytes, &p));
+  staging_ = static_cast<char*>(p);
+  stagingBytes_ = bytes;
   return Status::ok();
 }
 
@@ -134,6 +231,9 @@ Status GpuProxy::submit(const DeviceOp* ops, size_t n) {
       return timedOut("the device operation queue stayed full");
     changed_.wait_for(lock, std::chrono::milliseconds(10));
   }
+  // Staging for this batch, even if it goes P2P: the proxy must never allocate once the
+  // batch's wait is queued, and only the proxy's vote decides whether it is staged.
+  RIDGE_TRY(ensureStaging(ops, n, lock));
   const uint32_t seq = issued_ + 1;
   Status failure;
   size_t waited = 0;  // streams told to wait for seq
@@ -166,6 +266,10 @@ Status GpuProxy::submit(const DeviceOp* ops, size_t n) {
 
 Status GpuProxy::drain() {
   std::unique_lock<std::mutex> lock(mutex_);
+  return waitIdle(lock);
+}
+
+Status GpuProxy::waitIdle(std::unique_lock<std::mutex>& lock) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(comm_->timeoutSec);
   while (tail_ != head_) {
     if (comm_->aborted.load())
@@ -178,11 +282,15 @@ Status GpuProxy::drain() {
   return Status::ok();
 }
 
-void GpuProxy::stop(bool abort) {
-  if (!abort) (void)drain();
+Status GpuProxy::stop(bool abort) {
+  const Status drained = abort ? Status::ok() : drain();
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (!drained.isOk() && drainStatus_.isOk()) drainStatus_ = drained;
     stop_ = true;
+    // Abort frees every stream now, before the join: the proxy may be stuck inside a runtime
+    // call that itself waits for a parked stream, and would then never return.
+    if (abort && haveWord_) release(issued_);
   }
   changed_.notify_all();
   if (thread_.joinable()) thread_.join();
@@ -201,6 +309,7 @@ void GpuProxy::stop(bool abort) {
   if (staging_) rt_->freePinned(staging_);
   staging_ = nullptr;
   stagingBytes_ = 0;
+  return drained;
 }
 
 void GpuProxy::loop() {
@@ -215,21 +324,27 @@ void GpuProxy::loop() {
     const Slot& last = ring_[(first + n - 1) % kMaxDeviceBatchOps];
     const uint32_t seq = last.seq;
     const bool skip = last.skip || stop_;
+    // A batch dropped by shutdown never wrote its outputs: that is the communicator's error.
+    Status dropped;
+    if (stop_ && !last.skip && !comm_->aborted.load())
+      dropped = makeError(drainStatus_.isOk() ? ridgeTimeout : drainStatus_.code(),
+                          "rank %d: the communicator was shut down before a queued device collective ran "
+                          "(its outputs are not written): %s",
+                          comm_->rank, drainStatus_.isOk() ? "shutdown" : drainStatus_.message().c_str());
     lock.unlock();
+    if (!dropped.isOk()) recordAsyncError(dropped, /*ranBatch=*/false);
     // After an abort, an earlier failure or during shutdown, batches are only released.
     if (!skip && !comm_->aborted.load() && comm_->asyncError.load() == ridgeSuccess) {
       Status s = runBatch(first, n);
-      if (!s.isOk()) {
-        int expected = ridgeSuccess;
-        comm_->asyncError.compare_exchange_strong(expected, s.code());
-        std::lock_guard<std::mutex> errLock(comm_->lastErrorMutex);
-        comm_->lastError = s.message();  // the first asynchronous failure (checked above)
-        RIDGE_WARN("rank %d: device collective failed: %s", comm_->rank, s.message().c_str());
-      }
+      if (!s.isOk()) recordAsyncError(s, /*ranBatch=*/true);
     }
     release(seq);
     lock.lock();
     tail_ = first + n;
+    // Nothing queued after this batch: no stream waits on this communicator, so closing
+    // peers' IPC mappings (which may synchronize the device) is safe now. mutex_ keeps
+    // submit from queueing a wait meanwhile.
+    if (head_ == tail_) p2p::closeDeferred(comm_);
     changed_.notify_all();
   }
 }
@@ -257,19 +372,6 @@ Status GpuProxy::waitForMarkers(uint64_t first, size_t n) {
   }
 }
 
-Status GpuProxy::growStaging(size_t bytes) {
-  if (bytes <= stagingBytes_) return Status::ok();
-  // Grown to the largest batch seen, never per call.
-  if (staging_) rt_->freePinned(staging_);
-  staging_ = nullptr;
-  stagingBytes_ = 0;
-  void* p = nullptr;
-  RIDGE_TRY(rt_->allocPinned(bytes, &p));
-  staging_ = static_cast<char*>(p);
-  stagingBytes_ = bytes;
-  return Status::ok();
-}
-
 Status GpuProxy::runBatch(uint64_t first, size_t n) {
   RIDGE_TRY(waitForMarkers(first, n));
   // ---- P2P transport hook (transports/p2p/p2p.h): device to device when every rank's
@@ -279,30 +381,13 @@ Status GpuProxy::runBatch(uint64_t first, size_t n) {
   RIDGE_TRY(p2p::runBatch(comm_, rt_, hostArgs_, n, &ranP2p));
   if (ranP2p) return Status::ok();
   // ---- end of the P2P hook
-  // Lay the batch out in the staging buffer: each buffer on its own page (the direct
-  // transports' bounce and copy paths like page-aligned memory). A send range inside the
-  // receive range (in place) shares the receive range's staging.
-  constexpr size_t kAlign = 4096;
-  auto roundUp = [](size_t b) { return (b + kAlign - 1) / kAlign * kAlign; };
-  size_t total = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const CollArgs& a = ring_[(first + i) % kMaxDeviceBatchOps].op.args;
-    Staged& st = staged_[i];
-    st.use = bufferUse(a, comm_->rank, comm_->nranks);
-    const size_t es = dataTypeSize(a.dtype);
-    st.recvOff = total;
-    if (st.use.writesRecv) total += roundUp(st.use.recvCount * es);
-    const auto sendAddr = reinterpret_cast<uintptr_t>(a.send), recvAddr = reinterpret_cast<uintptr_t>(a.recv);
-    const bool inside = st.use.writesRecv && st.use.readsSend && sendAddr >= recvAddr &&
-                        sendAddr + st.use.sendCount * es <= recvAddr + st.use.recvCount * es;
-    if (inside) {
-      st.sendOff = st.recvOff + (sendAddr - recvAddr);
-    } else {
-      st.sendOff = total;
-      if (st.use.readsSend) total += roundUp(st.use.sendCount * es);
-    }
-  }
-  RIDGE_TRY(growStaging(total));
+  // Staged: the layout submit sized the buffer with (ensureStaging grew it then).
+  DeviceOp* batch = opsScratch_;
+  for (size_t i = 0; i < n; ++i) batch[i] = ring_[(first + i) % kMaxDeviceBatchOps].op;
+  const size_t total = layOutStaging(batch, n, staged_);
+  if (total > stagingBytes_)
+    return makeError(ridgeInternalError, "rank %d: staging holds %zu bytes, the batch needs %zu", comm_->rank,
+                     stagingBytes_, total);
   for (size_t i = 0; i < n; ++i) {
     const CollArgs& a = ring_[(first + i) % kMaxDeviceBatchOps].op.args;
     const Staged& st = staged_[i];
@@ -349,10 +434,21 @@ Status drainDeviceOps(ridgeComm* comm) {
   return comm->gpuProxy ? comm->gpuProxy->drain() : Status::ok();
 }
 
-void stopGpuProxy(ridgeComm* comm, bool abort) {
-  if (comm->gpuProxy) comm->gpuProxy->stop(abort);
+Status finishGpuProxy(ridgeComm* comm) {
+  Status s = comm->gpuProxy ? comm->gpuProxy->stop(/*abort=*/false) : Status::ok();
   comm->gpuProxy.reset();
   p2p::releaseContext(comm);  // P2P transport: its mappings and stream, after the proxy thread
+  return s;
+}
+
+void stopGpuProxy(ridgeComm* comm, bool abort) {
+  if (!abort) {
+    (void)finishGpuProxy(comm);  // a batch it had to drop is the communicator's async error
+    return;
+  }
+  if (comm->gpuProxy) (void)comm->gpuProxy->stop(/*abort=*/true);
+  comm->gpuProxy.reset();
+  p2p::releaseContext(comm);
 }
 
 }  // namespace ridge

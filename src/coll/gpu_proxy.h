@@ -35,16 +35,23 @@ constexpr size_t kMaxDeviceBatchOps = 256;
 
 // Enqueues `n` operations of `comm` as one batch (starting the proxy on first use) and
 // returns without waiting for them. Waits, bounded by the communicator's timeout and by
-// ridgeCommAbort, only while the ring is full.
+// ridgeCommAbort, while the ring is full, and when the staging buffer must grow for this
+// batch: it grows on the calling thread, only once every earlier batch has been released.
 Status submitDeviceBatch(ridgeComm* comm, device::DeviceRuntime* rt, const DeviceOp* ops, size_t n);
 
 // Waits until the proxy has finished every queued batch (no-op without a proxy). Host-memory
 // collectives call it first, so they never run on the connectors concurrently with the proxy.
 Status drainDeviceOps(ridgeComm* comm);
 
-// Stops the proxy (no-op without one). abort == false: lets queued batches finish first,
-// bounded by the timeout. Either way every issued sequence number is released before the
-// thread is joined, so no user stream waits forever.
+// Stops the proxy (no-op without one). abort == false: as finishGpuProxy, its status
+// dropped (a batch it could not run is still the communicator's asynchronous error).
+// abort == true: releases every issued sequence number first, then joins the proxy thread,
+// so no user stream waits forever even when the proxy is stuck inside a runtime call.
 void stopGpuProxy(ridgeComm* comm, bool abort);
+
+// Lets the queued batches finish (bounded by the timeout), then stops the proxy. Not ok when
+// they did not all finish: the batches left were released without running, and each set the
+// communicator's asynchronous error and last error text (finalize reports it).
+Status finishGpuProxy(ridgeComm* comm);
 
 }  // namespace ridge

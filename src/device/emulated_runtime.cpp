@@ -69,7 +69,8 @@ struct EmulatedRuntime::Queue {
   std::deque<std::function<Status()>> items;
   bool busy = false;
   bool stop = false;
-  Status error;  // the first failure since the last synchronize
+  int device = 0;  // the device current on the thread that created the stream
+  Status error;    // the first failure since the last synchronize
   std::thread worker;
 };
 
@@ -192,7 +193,9 @@ Status EmulatedRuntime::copyToHost(void* dst, const void* src, size_t bytes) {
 // ---- streams ---------------------------------------------------------------------------
 
 Status EmulatedRuntime::createStream(ridgeStream_t* out) {
+  noteSynchronizingCall();
   auto* q = new Queue();
+  q->device = tCurrentDevice;
   q->worker = std::thread([this, q] { workerLoop(q); });
   std::lock_guard<std::mutex> lock(queuesMutex_);
   queues_.insert(q);
@@ -308,14 +311,45 @@ Status EmulatedRuntime::queryMarker(Marker* m, bool* done) {
 }
 
 Status EmulatedRuntime::waitWord(ridgeStream_t stream, const ReleaseWord& word, uint32_t value) {
+  Status s;
+  Queue* q = queueOf(stream, &s);
+  if (!q) return s;
   releaseWaits_.fetch_add(1);
   volatile uint32_t* w = word.host;
-  return enqueue(stream, [this, w, value] {
+  uint64_t id = 0;
+  {
+    std::lock_guard<std::mutex> lock(pendingMutex_);
+    id = nextPendingId_++;
+    pending_[id] = PendingWait{q->device, w, value};
+  }
+  s = enqueue(stream, [this, w, value, id] {
     auto reached = [w, value] { return sequenceReached(__atomic_load_n(w, __ATOMIC_ACQUIRE), value); };
-    if (boundedWait(reached, waitTimeout())) return Status::ok();
+    const bool ok = boundedWait(reached, waitTimeout());
+    {
+      std::lock_guard<std::mutex> lock(pendingMutex_);
+      pending_.erase(id);
+    }
+    if (ok) return Status::ok();
     return makeError(ridgeTimeout, "emulated stream: release word stayed at %u, below %u, for %lld ms", *w,
                      value, static_cast<long long>(waitTimeout().count()));
   });
+  if (!s.isOk()) {
+    std::lock_guard<std::mutex> lock(pendingMutex_);
+    pending_.erase(id);
+  }
+  return s;
+}
+
+bool EmulatedRuntime::releaseWaitPending(int device) {
+  std::lock_guard<std::mutex> lock(pendingMutex_);
+  for (const auto& [id, p] : pending_)
+    if (p.device == device && !sequenceReached(__atomic_load_n(p.word, __ATOMIC_ACQUIRE), p.value))
+      return true;
+  return false;
+}
+
+void EmulatedRuntime::noteSynchronizingCall() {
+  if (releaseWaitPending(tCurrentDevice)) allocationsWhileStreamsWait_.fetch_add(1);
 }
 
 Status EmulatedRuntime::allocWordPage(size_t bytes, void** host, uint64_t* deviceAddress) {
@@ -330,6 +364,10 @@ Status EmulatedRuntime::allocWordPage(size_t bytes, void** host, uint64_t* devic
 // ---- data movement ---------------------------------------------------------------------
 
 Status EmulatedRuntime::copy(void* dst, const void* src, size_t bytes, ridgeStream_t stream) {
+  if (copiesWaitForReleases_.load()) {
+    const int device = tCurrentDevice;
+    (void)boundedWait([this, device] { return !releaseWaitPending(device); }, waitTimeout());
+  }
   Status s;
   char* d = translate(dst, bytes, &s);
   const char* from = d ? translate(src, bytes, &s) : nullptr;
@@ -341,12 +379,14 @@ Status EmulatedRuntime::copy(void* dst, const void* src, size_t bytes, ridgeStre
 }
 
 Status EmulatedRuntime::allocPinned(size_t bytes, void** out) {
+  noteSynchronizingCall();
   *out = std::aligned_alloc(kPageBytes, roundToPage(bytes ? bytes : 1));
   if (!*out) return makeError(ridgeSystemError, "emulated runtime: no memory for %zu pinned bytes", bytes);
   return Status::ok();
 }
 
 void EmulatedRuntime::freePinned(void* p) {
+  noteSynchronizingCall();
   std::free(p);
 }
 
@@ -420,6 +460,7 @@ Status EmulatedRuntime::ipcOpen(const IpcHandle& handle, void** devicePtr) {
 }
 
 Status EmulatedRuntime::ipcClose(void* devicePtr) {
+  noteSynchronizingCall();
   {
     std::lock_guard<std::mutex> lock(regionsMutex_);
     auto it = regions_.find(reinterpret_cast<uintptr_t>(devicePtr));
@@ -447,6 +488,7 @@ DeviceRuntime::PeerLink EmulatedRuntime::peerLink(int deviceA, int deviceB) {
 }
 
 Status EmulatedRuntime::enablePeerAccess(int peerDevice) {
+  noteSynchronizingCall();
   if (!peerLink(tCurrentDevice, peerDevice).allowed)
     return makeError(ridgeInvalidUsage, "emulated runtime: device %d cannot access device %d", tCurrentDevice,
                      peerDevice);

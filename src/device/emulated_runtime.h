@@ -85,6 +85,17 @@ class EmulatedRuntime final : public DeviceRuntime {
   std::chrono::milliseconds waitTimeout() const { return std::chrono::milliseconds(waitTimeoutMs_.load()); }
   // Number of release waits queued so far (tests check that the stream-ordered path used one).
   uint64_t releaseWaitsQueued() const { return releaseWaits_.load(); }
+  // Calls that CUDA may turn into an implicit device synchronization (allocPinned,
+  // freePinned, createStream, enablePeerAccess, ipcClose) made while a release wait queued on
+  // a stream of the caller's current device had not been released yet. Each such call could
+  // deadlock on a GPU: the driver waits for the parked stream, which waits for Ridge's proxy
+  // (docs/gpu.md). Streams belong to the device current when they were created (the default
+  // stream to device 0).
+  uint64_t allocationsWhileStreamsWait() const { return allocationsWhileStreamsWait_.load(); }
+  // While on, copy() first waits (bounded by waitTimeout()) until no release wait of the
+  // caller's device is pending: a runtime call stuck the way an implicitly synchronizing CUDA
+  // call would be, for tests that abort a communicator whose proxy is blocked inside it.
+  void setCopiesWaitForReleases(bool on) { copiesWaitForReleases_.store(on); }
   // ---- P2P test helpers ----
   void setPeerAccess(bool allowed, PeerLinkKind kind = PeerLinkKind::Unknown) {
     peerAccess_.store(allowed);
@@ -125,6 +136,16 @@ class EmulatedRuntime final : public DeviceRuntime {
     uint64_t id;   // unique per allocation: a handle of a freed one never opens its successor
   };
   struct Queue;
+  // A release wait queued and not finished: on which device, for which word and value.
+  struct PendingWait {
+    int device;
+    volatile uint32_t* word;
+    uint32_t value;
+  };
+  // Whether a pending wait on `device` still waits for its word (the word not yet reached).
+  bool releaseWaitPending(int device);
+  // Counts a call in allocationsWhileStreamsWait() if one is pending on the caller's device.
+  void noteSynchronizingCall();
   Queue* queueOf(ridgeStream_t stream, Status* error);
   // The read-write address behind a device, managed or host pointer (host: itself).
   char* translate(const void* p, size_t bytes, Status* error);
@@ -135,6 +156,11 @@ class EmulatedRuntime final : public DeviceRuntime {
   const int devices_;
   std::atomic<int64_t> waitTimeoutMs_{10000};
   std::atomic<uint64_t> releaseWaits_{0};
+  std::atomic<uint64_t> allocationsWhileStreamsWait_{0};
+  std::atomic<bool> copiesWaitForReleases_{false};
+  std::mutex pendingMutex_;
+  std::map<uint64_t, PendingWait> pending_;  // by a serial number; under pendingMutex_
+  uint64_t nextPendingId_ = 0;               // under pendingMutex_
   std::atomic<bool> peerAccess_{true};
   std::atomic<int> peerKind_{static_cast<int>(PeerLinkKind::Unknown)};
   std::atomic<bool> ipcWithinProcess_{true};

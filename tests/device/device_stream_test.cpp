@@ -14,6 +14,8 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <iterator>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -814,3 +816,123 @@ TEST_F(DeviceStreams, FinalizeCompletesQueuedDeviceOperations) {
   });
 }
 }  // namespace
+
+// ---- no implicitly synchronizing runtime call while a stream is parked (review H1) -------
+
+namespace {
+// Allreduces of growing sizes queued back to back on one rank's stream (so earlier calls'
+// release waits are still pending when a later call needs more staging), checked against the
+// reference; the sizes pass the initial staging buffer, so it must grow.
+void runGrowingAllReduces(EmulatedRuntime& rt, ridgeComm_t comm, ridgeStream_t stream) {
+  const TypedOps& ops = typedOps(ridgeFloat32, ridgeSum);
+  const size_t counts[] = {1000, 70001, 600000, 1500000, 3000000};
+  std::vector<std::unique_ptr<DeviceBuffer>> sends, recvs;
+  for (size_t i = 0; i < std::size(counts); ++i) {
+    sends.push_back(std::make_unique<DeviceBuffer>(rt, counts[i] * 4));
+    recvs.push_back(std::make_unique<DeviceBuffer>(rt, counts[i] * 4));
+    sends.back()->fillReduceInput(ops, counts[i], rankKey(71 + static_cast<uint32_t>(i), 0));
+    recvs.back()->poison();
+  }
+  for (size_t i = 0; i < std::size(counts); ++i)
+    ASSERT_EQ(
+        ridgeAllReduce(sends[i]->get(), recvs[i]->get(), counts[i], ridgeFloat32, ridgeSum, comm, stream),
+        ridgeSuccess)
+        << lastError();
+  Status s = rt.synchronize(stream);
+  ASSERT_TRUE(s.isOk()) << s.message();
+  for (size_t i = 0; i < std::size(counts); ++i) {
+    const uint32_t key = rankKey(71 + static_cast<uint32_t>(i), 0);
+    Mismatches mm;
+    ops.checkRed(recvs[i]->download().data(), counts[i], &key, 1, 0, 0, mm);
+    EXPECT_EQ(mm.count, 0u) << "count " << counts[i] << ": " << mm.text;
+  }
+}
+}  // namespace
+
+// One rank, so every release wait on the (only) emulated device is this communicator's: the
+// staging buffer grows on the calling thread between batches, never while one is parked.
+TEST_F(DeviceStreams, StagingGrowsOnlyWhileNoStreamWaits) {
+  runRanks(rt, 1, [&](int, ridgeComm_t comm, ridgeStream_t stream) {
+    runGrowingAllReduces(rt, comm, stream);
+    return true;
+  });
+  EXPECT_GT(rt.releaseWaitsQueued(), 0u);
+  EXPECT_EQ(rt.allocationsWhileStreamsWait(), 0u);
+}
+
+// The proxy blocked inside a runtime call that waits for the parked stream (as a CUDA call
+// that synchronizes the device implicitly would): abort must release the stream first, or
+// the join never returns (here: not before the emulator's wait timeout).
+TEST_F(DeviceStreams, AbortReleasesTheStreamWhileTheProxyIsStuckInARuntimeCall) {
+  rt.setWaitTimeout(std::chrono::seconds(10));
+  rt.setCopiesWaitForReleases(true);
+  runRanks(
+      rt, 1,
+      [&](int, ridgeComm_t comm, ridgeStream_t stream) {
+        DeviceBuffer buf(rt, 4096);
+        buf.poison();
+        EXPECT_EQ(ridgeAllReduce(buf.get(), buf.get(), 1024, ridgeFloat32, ridgeSum, comm, stream),
+                  ridgeSuccess)
+            << lastError();
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the proxy is in copy() now
+        const auto t0 = Clock::now();
+        EXPECT_EQ(ridgeCommAbort(comm), ridgeSuccess) << lastError();
+        EXPECT_LT(secondsSince(t0), 5.0) << "abort waited for the stuck proxy before releasing";
+        Status s = rt.synchronize(stream);
+        EXPECT_TRUE(s.isOk()) << s.message();  // released, not timed out
+        EXPECT_LT(secondsSince(t0), 5.0);
+        return false;  // aborted
+      },
+      60);
+  rt.setCopiesWaitForReleases(false);
+}
+
+// ---- finalize that gives up on queued batches (review M2) ----------------------------------
+
+// Finalize's drain times out (timeout 3 s) while the proxy still waits for the stream; the
+// batch the proxy then reaches is dropped: it must become the communicator's asynchronous
+// error, with a text, and its output stays unwritten.
+TEST_F(DeviceStreams, FinalizeThatDropsAQueuedBatchReportsIt) {
+  runRanks(
+      rt, 1,
+      [&](int, ridgeComm_t comm, ridgeStream_t stream) {
+        const TypedOps& ops = typedOps(ridgeFloat32, ridgeSum);
+        const uint32_t key = rankKey(83, 0);
+        DeviceBuffer a(rt, 4096), bIn(rt, 4096), b(rt, 4096), cIn(rt, 4096), c(rt, 4096);
+        a.poison();
+        bIn.fillReduceInput(ops, 1024, key);
+        cIn.fillReduceInput(ops, 1024, key);
+        b.poison();
+        c.poison();
+        Gate first, second;
+        EXPECT_TRUE(first.enqueue(rt, stream).isOk());
+        EXPECT_EQ(ridgeAllReduce(a.get(), a.get(), 1024, ridgeFloat32, ridgeSum, comm, stream), ridgeSuccess);
+        EXPECT_TRUE(second.enqueue(rt, stream).isOk());
+        EXPECT_EQ(ridgeAllReduce(bIn.get(), b.get(), 1024, ridgeFloat32, ridgeSum, comm, stream),
+                  ridgeSuccess);
+        EXPECT_EQ(ridgeAllReduce(cIn.get(), c.get(), 1024, ridgeFloat32, ridgeSum, comm, stream),
+                  ridgeSuccess);
+        // first opens before the proxy's own 3 s wait for it ends (so b's wait starts at ~2 s);
+        // finalize gives up at ~3 s; second opens at ~4 s, inside b's wait: b runs, c is dropped.
+        std::thread opener([&] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+          first.open.store(true);
+          std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+          second.open.store(true);
+        });
+        (void)ridgeCommFinalize(comm);  // its result: see docs/gpu.md (finalizeComm passes it on)
+        opener.join();
+        EXPECT_TRUE(rt.synchronize(stream).isOk());
+        ridgeResult_t async = ridgeSuccess;
+        EXPECT_EQ(ridgeCommGetAsyncError(comm, &async), ridgeSuccess);
+        EXPECT_EQ(async, ridgeTimeout);
+        EXPECT_NE(lastError().find("shut down before a queued device collective ran"), std::string::npos)
+            << lastError();
+        EXPECT_EQ(c.bytesNotPoison(), 0u) << "the dropped batch wrote its output";
+        Mismatches mm;
+        ops.checkRed(b.download().data(), 1024, &key, 1, 0, 0, mm);
+        EXPECT_EQ(mm.count, 0u) << "the batch running when finalize gave up: " << mm.text;
+        return true;
+      },
+      /*timeoutSec=*/3);
+}

@@ -62,14 +62,18 @@ struct EndMsg {
 
 // Opened IPC mappings of peers' allocations, keyed by (peer, allocation base, handle), so
 // that collectives on the same buffers open each handle once. Bounded: the least recently
-// used entry not needed by the running operation is closed to make room; an entry whose
-// (peer, base) comes back with another handle maps a freed allocation and is closed at once.
+// used entry not needed by the running operation makes room; an entry whose (peer, base)
+// comes back with another handle maps a freed allocation and is replaced at once. A replaced
+// mapping is not closed then (the user's stream is parked on the running batch, and closing
+// may synchronize the device): it is set aside, and closeDeferred closes it when the proxy
+// is idle. At most `capacity` wait so; past that, one is closed at once (logged).
 class MappingCache {
  public:
   void init(DeviceRuntime* rt, size_t capacity) {
     rt_ = rt;
     capacity_ = capacity;
     entries_.reserve(capacity);
+    deferred_.reserve(capacity);
   }
   void beginOperation() { ++epoch_; }
 
@@ -97,7 +101,7 @@ class MappingCache {
     RIDGE_TRY(rt_->ipcOpen(d.handle, &mapped));
     opens.fetch_add(1, std::memory_order_relaxed);
     if (victim) {
-      close(*victim);
+      deferClose(*victim);
     } else {
       entries_.push_back({});
       victim = &entries_.back();
@@ -108,7 +112,14 @@ class MappingCache {
     return Status::ok();
   }
 
+  void closeDeferred() {
+    for (Entry& e : deferred_) close(e);
+    deferred_.clear();
+    deferredCount.store(0, std::memory_order_relaxed);
+  }
+
   void closeAll() {
+    closeDeferred();
     for (Entry& e : entries_) close(e);
     entries_.clear();
     size.store(0, std::memory_order_relaxed);
@@ -117,6 +128,7 @@ class MappingCache {
   size_t capacity() const { return capacity_; }
   std::atomic<uint64_t> opens{0}, hits{0}, closes{0};
   std::atomic<size_t> size{0};
+  std::atomic<size_t> deferredCount{0};
 
  private:
   struct Entry {
@@ -126,6 +138,15 @@ class MappingCache {
     void* mapped;
     uint64_t lastUse;
   };
+  void deferClose(const Entry& e) {
+    if (deferred_.size() == capacity_) {
+      RIDGE_WARN("P2P: %zu evicted mappings wait for the proxy to go idle; closing one mid-batch", capacity_);
+      close(deferred_.front());
+      deferred_.erase(deferred_.begin());
+    }
+    deferred_.push_back(e);
+    deferredCount.store(deferred_.size(), std::memory_order_relaxed);
+  }
   void close(Entry& e) {
     Status s = rt_->ipcClose(e.mapped);
     if (!s.isOk())
@@ -137,6 +158,7 @@ class MappingCache {
   size_t capacity_ = 0;
   uint64_t epoch_ = 0;
   std::vector<Entry> entries_;
+  std::vector<Entry> deferred_;  // evicted, to close when no stream waits (capacity_ reserved)
 };
 
 }  // namespace
@@ -492,6 +514,7 @@ std::string checkPairsHere(Context& x, ridgeComm* c, int* worstKind) {
 // what every rank told at init, so every rank computes the same answer. What each rank
 // judges from its own view (checkPairsHere) goes into the first vote.
 Status createContext(ridgeComm* c, DeviceRuntime* rt) {
+  if (c->p2p) return Status::ok();
   std::unique_ptr<Context, ContextDeleter> x(new Context());
   x->rt = rt;
   const int P = c->nranks, r = c->rank;
@@ -569,7 +592,8 @@ void setTopologyForTesting(std::shared_ptr<const topo::Topology> t) {
 
 Status runBatch(ridgeComm* c, DeviceRuntime* rt, const CollArgs* ops, size_t n, bool* ran) {
   *ran = false;
-  if (!c->p2p) RIDGE_TRY(createContext(c, rt));
+  if (!c->p2p)
+    return makeError(ridgeInternalError, "rank %d: P2P: the proxy's setup prepared no context", c->rank);
   Context& x = *c->p2p;
   if (!x.capable || n == 0 || n > kMaxDeviceBatchOps) {
     x.stagedBatches.fetch_add(1, std::memory_order_relaxed);
@@ -626,6 +650,14 @@ Status runBatch(ridgeComm* c, DeviceRuntime* rt, const CollArgs* ops, size_t n, 
   return Status::ok();
 }
 
+Status prepareContext(ridgeComm* c, DeviceRuntime* rt) {
+  return createContext(c, rt);
+}
+
+void closeDeferred(ridgeComm* c) {
+  if (c->p2p) c->p2p->cache.closeDeferred();
+}
+
 void releaseContext(ridgeComm* c) {
   if (!c->p2p) return;
   Context& x = *c->p2p;
@@ -647,6 +679,7 @@ Stats stats(const ridgeComm* c) {
   s.ipcOpens = x.cache.opens.load();
   s.cacheHits = x.cache.hits.load();
   s.ipcCloses = x.cache.closes.load();
+  s.closesDeferred = x.cache.deferredCount.load();
   s.mappingsOpen = x.cache.size.load();
   s.cacheCapacity = x.cache.capacity();
   return s;

@@ -58,6 +58,16 @@ bool linkFromTopology(const topo::Topology& t, const std::string& busA, const st
 // to discovery). Set before communicators are created.
 void setTopologyForTesting(std::shared_ptr<const topo::Topology> t);
 
+// Decides whether the communicator can use P2P and creates the context (internal stream,
+// peer access). Called by the proxy thread's setup, which completes before the first
+// release wait is queued on a user's stream: stream creation and enabling peer access may
+// synchronize the device implicitly and must not run while a stream is parked on the proxy.
+Status prepareContext(ridgeComm* comm, device::DeviceRuntime* rt);
+
+// Closes the IPC mappings the cache evicted (eviction only sets them aside: closing may
+// synchronize the device implicitly). The proxy calls it when no stream waits on it.
+void closeDeferred(ridgeComm* comm);
+
 // Closes every cached IPC mapping and frees the internal stream (the proxy is stopped).
 void releaseContext(ridgeComm* comm);
 
@@ -69,6 +79,7 @@ struct Stats {
   uint64_t ipcOpens = 0;       // handles opened (cache misses)
   uint64_t cacheHits = 0;      // handles found open
   uint64_t ipcCloses = 0;      // mappings closed (evictions and release)
+  size_t closesDeferred = 0;   // evicted mappings waiting for the proxy to go idle
   size_t mappingsOpen = 0;     // mappings in the cache now
   size_t cacheCapacity = 0;
 };
