@@ -464,6 +464,54 @@ TEST(P2pMappingCache, BoundedAndNeverReadsAFreedBufferThroughItsOldMapping) {
   EXPECT_EQ(rt.ipcViewsOpen(), 0u);
 }
 
+// ---- no implicitly synchronizing runtime call while a stream waits (review H1) ------------
+
+// Calls queued back to back (earlier release waits still pending) on two ranks on two
+// emulated devices: the first creates the P2P context (a stream), later ones evict cached
+// mappings (more distinct buffers than the cache holds) and need more staging than the
+// initial buffer. None of it may create a stream, enable peer access, close a mapping or
+// allocate or free pinned memory while a stream of that device waits on the proxy.
+TEST(P2pMappingCache, NoSynchronizingCallWhileAStreamWaits) {
+  EmulatedRuntime rt(2);
+  ScopedRuntimeForTesting scope(&rt);
+  withRanks(rt, 2, 2, [&](TestRank& t) {
+    std::vector<size_t> counts(40, 256);
+    counts.insert(counts.end(), {300000, 700000, 1500000});
+    std::vector<std::unique_ptr<DevMem>> sends, recvs;
+    std::vector<std::vector<uint32_t>> keys;
+    for (size_t i = 0; i < counts.size(); ++i) {
+      const uint32_t seed = 300 + static_cast<uint32_t>(i);
+      keys.push_back({rankKey(seed, 0), rankKey(seed, 1)});
+      sends.push_back(std::make_unique<DevMem>(rt, counts[i] * 4));
+      recvs.push_back(std::make_unique<DevMem>(rt, counts[i] * 4));
+      std::vector<unsigned char> in(counts[i] * 4);
+      fillRankInput(Op::AllReduce, ridgeFloat32, ridgeSum, in.data(), counts[i], 2, keys[i][t.rank]);
+      sends.back()->put(in);
+      recvs.back()->put(std::vector<unsigned char>(counts[i] * 4, kPoison));
+    }
+    for (size_t i = 0; i < counts.size(); ++i)
+      ASSERT_EQ(issue(Op::AllReduce, sends[i]->p, recvs[i]->p, counts[i], ridgeFloat32, ridgeSum, 0, t.comm,
+                      t.stream),
+                ridgeSuccess)
+          << errorText();
+    Status st = rt.synchronize(t.stream);
+    ASSERT_TRUE(st.isOk()) << st.message();
+    for (size_t i = 0; i < counts.size(); ++i) {
+      Mismatches mm;
+      checkRankOutput(Op::AllReduce, ridgeFloat32, ridgeSum, recvs[i]->get(0, counts[i] * 4).data(),
+                      counts[i], keys[i], t.rank, 0, kPoison, mm);
+      EXPECT_EQ(mm.count, 0u) << "call " << i << " rank " << t.rank << ": " << mm.text;
+    }
+    ridge::p2p::Stats s = ridge::p2p::stats(t.comm);
+    for (const auto t0 = Clock::now(); s.closesDeferred > 0 && Clock::now() - t0 < std::chrono::seconds(5);
+         s = ridge::p2p::stats(t.comm))
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_EQ(s.p2pOps, counts.size());
+    EXPECT_GT(s.ipcCloses, 0u) << "no mapping was evicted: the test does not reach the eviction path";
+  });
+  EXPECT_EQ(rt.allocationsWhileStreamsWait(), 0u);
+}
+
 // ---- failures -----------------------------------------------------------------------------
 
 // Runs one allreduce per rank (count per rank from `countOf`) that is expected to fail
