@@ -24,6 +24,9 @@ class Bootstrap;
 // bootstrap all-gather).
 struct PeerInfo {
   uint64_t hostHash;
+  // Random per process, never 0 (p2p::processNonce()); 0 when the sender did not set it. With
+  // pid it tells whether a peer is this process: pids alone collide across pid namespaces.
+  uint64_t processNonce;
   int32_t pid;
   int32_t rank;
   uint32_t version;

@@ -13,6 +13,7 @@
 #include "transports/p2p/p2p.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -510,6 +511,27 @@ TEST(P2pMappingCache, NoSynchronizingCallWhileAStreamWaits) {
     EXPECT_GT(s.ipcCloses, 0u) << "no mapping was evicted: the test does not reach the eviction path";
   });
   EXPECT_EQ(rt.allocationsWhileStreamsWait(), 0u);
+}
+
+// ---- same process: pid and nonce (review L2) ----------------------------------------------
+
+// A peer in another pid namespace of this host can have this process's pid: only the nonce
+// tells them apart. A peer that sent no nonce (0) is judged by pid alone.
+TEST(P2pProcess, ThisProcessNeedsThePidAndTheNonce) {
+  const uint64_t nonce = ridge::p2p::processNonce();
+  EXPECT_NE(nonce, 0u);
+  EXPECT_EQ(ridge::p2p::processNonce(), nonce) << "the nonce must be fixed for the process";
+  ridge::PeerInfo peer{};
+  peer.pid = static_cast<int32_t>(getpid());
+  peer.processNonce = nonce;
+  EXPECT_TRUE(ridge::p2p::isThisProcess(peer));
+  peer.processNonce = nonce ^ 0x5a5a5a5a5a5a5a5aull;  // same pid, another process
+  EXPECT_FALSE(ridge::p2p::isThisProcess(peer));
+  peer.processNonce = 0;
+  EXPECT_TRUE(ridge::p2p::isThisProcess(peer));
+  peer.pid = static_cast<int32_t>(getpid()) + 1;
+  peer.processNonce = nonce;
+  EXPECT_FALSE(ridge::p2p::isThisProcess(peer));
 }
 
 // ---- failures -----------------------------------------------------------------------------

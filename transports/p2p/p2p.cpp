@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -185,6 +186,20 @@ void ContextDeleter::operator()(Context* c) const {
   delete c;
 }
 
+uint64_t processNonce() {
+  static const uint64_t nonce = [] {
+    std::random_device rd;
+    uint64_t v = 0;
+    while (v == 0) v = (uint64_t(rd()) << 32) ^ rd() ^ uint64_t(getpid());
+    return v;
+  }();
+  return nonce;
+}
+
+bool isThisProcess(const PeerInfo& peer) {
+  return peer.pid == getpid() && (peer.processNonce == 0 || peer.processNonce == processNonce());
+}
+
 bool allowedBySettings() {
   const std::string v = settingString(Setting::P2P);
   if (v == "off") return false;
@@ -289,7 +304,7 @@ bool describe(Context& x, ridgeComm* c, const CollArgs& a, OpDesc* d, std::strin
 // How this rank addresses rank j's buffer `d`: its own pointer, a peer's pointer as is (same
 // process, when the runtime allows it), or the mapping of the peer's handle.
 Status addressOf(Context& x, ridgeComm* c, int j, const BufferDesc& d, char** out) {
-  if (j == c->rank || (!x.exportHandles || (!x.rt->ipcWithinProcess() && c->peers[j].pid == getpid()))) {
+  if (j == c->rank || (!x.exportHandles || (!x.rt->ipcWithinProcess() && isThisProcess(c->peers[j])))) {
     *out = reinterpret_cast<char*>(d.address);
     return Status::ok();
   }
@@ -503,7 +518,7 @@ std::string checkPairsHere(Context& x, ridgeComm* c, int* worstKind) {
   // Peers that are threads of this process on other devices are reached through their own
   // pointers: this device's kernels need access to theirs.
   for (int j = 0; j < P; ++j) {
-    if (j == r || c->peers[j].pid != getpid() || rt->ipcWithinProcess() || local[j] == local[r]) continue;
+    if (j == r || !isThisProcess(c->peers[j]) || rt->ipcWithinProcess() || local[j] == local[r]) continue;
     Status s = rt->enablePeerAccess(local[j]);
     if (!s.isOk()) return "enabling access to device " + std::to_string(local[j]) + ": " + s.message();
   }
@@ -527,7 +542,7 @@ Status createContext(ridgeComm* c, DeviceRuntime* rt) {
       why = "rank " + std::to_string(j) + " set RIDGE_P2P=off";
     else if (p.cudaDevice < 0)
       why = "rank " + std::to_string(j) + " serves no device";
-    else if (p.pid != getpid() || rt->ipcWithinProcess())
+    else if (!isThisProcess(p) || rt->ipcWithinProcess())
       x->exportHandles = true;
   }
   for (int j = 0; j < P && why.empty(); ++j)

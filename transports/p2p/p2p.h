@@ -32,6 +32,10 @@
 
 struct ridgeComm;
 
+namespace ridge {
+struct PeerInfo;
+}
+
 namespace ridge::p2p {
 
 struct Context;
@@ -57,6 +61,12 @@ bool linkFromTopology(const topo::Topology& t, const std::string& busA, const st
 // Tests: classify links with `t` instead of this machine's discovered topology (null: back
 // to discovery). Set before communicators are created.
 void setTopologyForTesting(std::shared_ptr<const topo::Topology> t);
+
+// This process's random nonce (never 0), for PeerInfo::processNonce.
+uint64_t processNonce();
+// Whether `peer` is this process: same pid and, when the peer sent one, same nonce (pid
+// namespaces on one host can give two processes the same pid; the host hash matches then).
+bool isThisProcess(const PeerInfo& peer);
 
 // Decides whether the communicator can use P2P and creates the context (internal stream,
 // peer access). Called by the proxy thread's setup, which completes before the first
