@@ -83,7 +83,7 @@ void releaseContext(ridgeComm* comm);
 
 // What the P2P path did on a communicator (tests and logs).
 struct Stats {
-  bool capable = false;        // the communicator allows P2P (decided on the first batch)
+  bool capable = false;        // the communicator allows P2P (decided by the proxy's setup)
   uint64_t p2pOps = 0;         // collectives run device to device
   uint64_t stagedBatches = 0;  // batches left to staging (by a vote or an incapable comm)
   uint64_t ipcOpens = 0;       // handles opened (cache misses)
