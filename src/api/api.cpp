@@ -299,6 +299,11 @@ static ridgeResult_t initRank(const char* fn, ridgeComm_t* out, int nranks, cons
   comm->nranks = nranks;
   comm->timeoutSec = defaultTimeout();
   comm->name = "comm";
+  // As NCCL: the communicator serves the device current on the calling thread. Read here,
+  // on that thread: a non-blocking init runs initComm on a thread of its own, whose current
+  // device is the runtime's default (CUDA: device 0), not the caller's.
+  if (device::DeviceRuntime* rt = device::activeRuntime(); rt && rt->deviceCount() > 0)
+    comm->cudaDevice = rt->currentDevice();
   if (config) {
     if (config->blocking != RIDGE_CONFIG_UNDEF_INT) blocking = config->blocking != 0;
     if (config->timeoutSeconds != RIDGE_CONFIG_UNDEF_INT) comm->timeoutSec = config->timeoutSeconds;

@@ -625,6 +625,55 @@ TEST(DeviceRejections, ClearErrorsForWhatCannotWork) {
   });
 }
 
+// Regression (review H2): a non-blocking init connects on a thread of its own, whose current
+// device is the default (0); the communicator must still serve the caller's device.
+TEST(DeviceInit, NonBlockingInitServesTheCallersDevice) {
+  EmulatedRuntime rt(/*devices=*/2);
+  ScopedRuntimeForTesting scope(&rt);
+  ridgeUniqueId id;
+  ASSERT_EQ(ridgeGetUniqueId(&id), ridgeSuccess) << lastError();
+  std::thread caller([&] {
+    ASSERT_TRUE(rt.bindThread(1).isOk());
+    ridgeConfig_t cfg = RIDGE_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ridgeComm_t comm = nullptr;
+    ASSERT_EQ(ridgeCommInitRankConfig(&comm, 1, id, 0, &cfg), ridgeInProgress) << lastError();
+    ridgeResult_t async = ridgeInProgress;
+    const auto t0 = Clock::now();
+    while (async == ridgeInProgress && secondsSince(t0) < 30) {
+      ASSERT_EQ(ridgeCommGetAsyncError(comm, &async), ridgeSuccess);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_EQ(async, ridgeSuccess) << lastError();
+    int dev = -2;
+    EXPECT_EQ(ridgeCommCuDevice(comm, &dev), ridgeSuccess);
+    EXPECT_EQ(dev, 1);
+    ridgeStream_t stream = nullptr;
+    ASSERT_TRUE(rt.createStream(&stream).isOk());
+    {
+      const size_t count = 3001;
+      const uint32_t key = rankKey(77, 0);
+      const TypedOps& ops = typedOps(ridgeFloat32, ridgeSum);
+      DeviceBuffer send(rt, count * 4), recv(rt, count * 4);  // on device 1, the current one
+      ASSERT_EQ(rt.classify(send.get()).device, 1);
+      send.fillReduceInput(ops, count, key);
+      recv.poison();
+      EXPECT_EQ(ridgeAllReduce(send.get(), recv.get(), count, ridgeFloat32, ridgeSum, comm, stream),
+                ridgeSuccess)
+          << lastError();
+      Status s = rt.synchronize(stream);
+      EXPECT_TRUE(s.isOk()) << s.message();
+      Mismatches mm;
+      std::vector<unsigned char> out = recv.download();
+      ops.checkRed(out.data(), count, &key, 1, 0, 0, mm);
+      EXPECT_EQ(mm.count, 0u) << mm.text;
+    }
+    EXPECT_EQ(ridgeCommDestroy(comm), ridgeSuccess) << lastError();
+    rt.destroyStream(stream);
+  });
+  caller.join();
+}
+
 }  // namespace
 
 namespace {
