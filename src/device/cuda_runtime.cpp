@@ -153,6 +153,22 @@ class CudaRuntime final : public DeviceRuntime {
     RIDGE_CUDA_TRY(cudaStreamSynchronize(asCuda(stream)));
     return Status::ok();
   }
+  Status isCapturing(ridgeStream_t stream, bool* capturing) override {
+    *capturing = false;
+    if (devices_ == 0) return Status::ok();
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    cudaError_t e = cudaStreamIsCapturing(asCuda(stream), &status);
+    if (e == cudaErrorStreamCaptureImplicit) {
+      // The legacy default stream while a blocking stream of the device captures: it is
+      // unusable until that capture ends (using it would join the capture), so it counts.
+      (void)cudaGetLastError();
+      *capturing = true;
+      return Status::ok();
+    }
+    RIDGE_CUDA_TRY(e);
+    *capturing = status != cudaStreamCaptureStatusNone;
+    return Status::ok();
+  }
 
   Status createMarker(Marker** out) override {
     cudaEvent_t ev = nullptr;

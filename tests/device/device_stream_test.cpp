@@ -625,6 +625,51 @@ TEST(DeviceRejections, ClearErrorsForWhatCannotWork) {
   });
 }
 
+// Review M1: a stream being captured into a CUDA graph is refused before anything is queued
+// (a captured marker and release wait would never run, so the collective would not either).
+TEST_F(DeviceStreams, CapturingStreamIsRefusedAndNothingIsQueued) {
+  runRanks(rt, 1, [&](int, ridgeComm_t comm, ridgeStream_t stream) {
+    ridgeStream_t other = nullptr;
+    EXPECT_TRUE(rt.createStream(&other).isOk());
+    const size_t count = 1024;
+    DeviceBuffer d(rt, count * 4), e(rt, count * 4);
+    d.fillRawInput(4, count, rankKey(91, 0));
+    e.poison();
+    const std::vector<unsigned char> before = d.download();
+    std::vector<float> host(count, 1.0f);
+    EXPECT_TRUE(rt.setCapturing(stream, true).isOk());
+    const uint64_t waitsBefore = rt.releaseWaitsQueued();
+    const std::string refusal = "stream capture (CUDA graphs) is not supported yet";
+    // One call.
+    EXPECT_EQ(ridgeAllReduce(d.get(), e.get(), count, ridgeFloat32, ridgeSum, comm, stream),
+              ridgeInvalidUsage);
+    EXPECT_NE(lastError().find(refusal), std::string::npos) << lastError();
+    // A group whose other stream is not capturing: none of it is queued.
+    ridgeGroupStart();
+    ridgeBroadcast(e.get(), e.get(), count, ridgeFloat32, 0, comm, other);
+    ridgeAllReduce(d.get(), d.get(), count, ridgeFloat32, ridgeSum, comm, stream);
+    EXPECT_EQ(ridgeGroupEnd(), ridgeInvalidUsage);
+    EXPECT_NE(lastError().find(refusal), std::string::npos) << lastError();
+    // A host-memory call with the stream (it would synchronize a capturing stream).
+    EXPECT_EQ(ridgeAllReduce(host.data(), host.data(), count, ridgeFloat32, ridgeSum, comm, stream),
+              ridgeInvalidUsage);
+    EXPECT_NE(lastError().find(refusal), std::string::npos) << lastError();
+    EXPECT_EQ(rt.releaseWaitsQueued(), waitsBefore) << "a refused call queued a release wait";
+    EXPECT_TRUE(rt.synchronize(stream).isOk());
+    EXPECT_TRUE(rt.synchronize(other).isOk());
+    EXPECT_EQ(e.bytesNotPoison(), 0u) << "a refused call wrote its output";
+    // Capture over: the same call runs (one rank: the sum is the input).
+    EXPECT_TRUE(rt.setCapturing(stream, false).isOk());
+    EXPECT_EQ(ridgeAllReduce(d.get(), e.get(), count, ridgeFloat32, ridgeSum, comm, stream), ridgeSuccess)
+        << lastError();
+    EXPECT_TRUE(rt.synchronize(stream).isOk());
+    EXPECT_EQ(e.download(), before);
+    EXPECT_GT(rt.releaseWaitsQueued(), waitsBefore);
+    rt.destroyStream(other);
+    return true;
+  });
+}
+
 // Regression (review H2): a non-blocking init connects on a thread of its own, whose current
 // device is the default (0); the communicator must still serve the caller's device.
 TEST(DeviceInit, NonBlockingInitServesTheCallersDevice) {
