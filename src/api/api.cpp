@@ -93,12 +93,29 @@ Status checkBuffer(const char* fn, const char* name, const void* p, size_t count
   return Status::ok();
 }
 
+// A stream being captured into a CUDA graph is refused: the capture would record the ready
+// marker and the release wait into the graph instead of running them, so the collective
+// would never run (DeviceRuntime::isCapturing). Checked before anything is queued.
+Status refuseCapturingStream(const char* fn, device::DeviceRuntime* rt, ridgeStream_t stream) {
+  bool capturing = false;
+  Status s = rt->isCapturing(stream, &capturing);
+  if (!s.isOk()) return Status(s.code(), std::string(fn) + ": " + s.message());
+  if (capturing)
+    return makeError(ridgeInvalidUsage,
+                     "%s: stream %p is being captured into a CUDA graph; stream capture (CUDA graphs) is not "
+                     "supported yet: call Ridge outside the capture",
+                     fn, static_cast<void*>(stream));
+  return Status::ok();
+}
+
 // Host-memory collectives run on the calling thread: with a stream, order them after the
 // work already queued on it, as a stream-ordered call would be.
 Status syncStreamForHostCall(const char* fn, ridgeStream_t stream) {
   if (!stream) return Status::ok();
   device::DeviceRuntime* rt = device::activeRuntime();
   if (!rt) return makeError(ridgeInvalidArgument, "%s: stream must be NULL in a build without CUDA", fn);
+  // Synchronizing a capturing stream is illegal in CUDA (and would end the capture).
+  RIDGE_TRY(refuseCapturingStream(fn, rt, stream));
   Status s = rt->synchronize(stream);
   if (!s.isOk()) return Status(s.code(), std::string(fn) + ": synchronizing the stream: " + s.message());
   return Status::ok();
@@ -259,6 +276,8 @@ ridgeResult_t collective(const char* fn, CollType type, const void* send, void* 
   if (!onDevice && !device::activeRuntime() && stream)
     return fail(comm, makeError(ridgeInvalidArgument, "%s: stream must be NULL in a build without CUDA", fn));
   if (!onDevice && tGroup.depth == 0) RIDGE_CHECK(comm, syncStreamForHostCall(fn, stream));
+  if (onDevice && tGroup.depth == 0)
+    RIDGE_CHECK(comm, refuseCapturingStream(fn, device::activeRuntime(), stream));
   return submit(comm, args, stream, onDevice);
 }
 
@@ -299,6 +318,11 @@ static ridgeResult_t initRank(const char* fn, ridgeComm_t* out, int nranks, cons
   comm->nranks = nranks;
   comm->timeoutSec = defaultTimeout();
   comm->name = "comm";
+  // As NCCL: the communicator serves the device current on the calling thread. Read here,
+  // on that thread: a non-blocking init runs initComm on a thread of its own, whose current
+  // device is the runtime's default (CUDA: device 0), not the caller's.
+  if (device::DeviceRuntime* rt = device::activeRuntime(); rt && rt->deviceCount() > 0)
+    comm->cudaDevice = rt->currentDevice();
   if (config) {
     if (config->blocking != RIDGE_CONFIG_UNDEF_INT) blocking = config->blocking != 0;
     if (config->timeoutSeconds != RIDGE_CONFIG_UNDEF_INT) comm->timeoutSec = config->timeoutSeconds;
@@ -558,6 +582,12 @@ RIDGE_API ridgeResult_t ridgeGroupEnd(void) {
                                       fn));
     }
     (q.device ? deviceOps : hostOps).push_back(q);
+  }
+  // No device batch is queued while one of its streams is captured (checked for every
+  // communicator first, so that none of the group is queued).
+  for (const QueuedOp& q : deviceOps) {
+    Status s = refuseCapturingStream(fn, device::activeRuntime(), q.stream);
+    if (!s.isOk()) return fail(q.comm, s);
   }
   // Host calls with a stream are ordered after the stream's earlier work, as outside a group.
   for (const QueuedOp& q : hostOps) {

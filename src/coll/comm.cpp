@@ -52,9 +52,8 @@ Status initComm(ridgeComm* c, const ridgeUniqueId& id) {
   plan::thisProcessPlacement(&package, &numa);
   me.package = static_cast<int16_t>(package);
   me.numa = static_cast<int16_t>(numa);
-  // As NCCL: the communicator serves the device current on the calling thread at init.
-  if (device::DeviceRuntime* rt = device::activeRuntime(); rt && rt->deviceCount() > 0)
-    c->cudaDevice = rt->currentDevice();
+  // c->cudaDevice was set by the API on the caller's thread (initRank): this may be the
+  // thread of a non-blocking init, whose current device is not the caller's.
   me.cudaDevice = static_cast<int16_t>(c->cudaDevice);
   me.p2pAllowed = p2p::allowedBySettings() ? 1 : 0;
   if (c->cudaDevice >= 0)

@@ -8,19 +8,17 @@
 // CAN_USE_STREAM_MEM_OPS attribute exists only as a deprecated _V1 for the old API), so
 // support is decided by the entry point being there and by the first call's result.
 //
-// Fallback when the entry point is missing or the call answers CUDA_ERROR_NOT_SUPPORTED:
-// cudaLaunchHostFunc with a function that polls the word (bounded by kFallbackWaitSeconds).
-// Its cost: the function occupies CUDA's single host-callback thread for the whole wait, so
-// host functions of every stream in the process queue behind it, and the stream resumes
-// only after a callback round trip (tens of microseconds) once the word is written.
+// Without it (entry point missing, or the call answers CUDA_ERROR_NOT_SUPPORTED) collectives
+// on device memory are refused with an error. There is deliberately no cudaLaunchHostFunc
+// fallback: CUDA forbids a host function to wait on outstanding CUDA work (the proxy's
+// copies are such work), and a bounded poll there would release the stream before the
+// collective finished if the bound ran out first.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <atomic>
 #include <cctype>
-#include <chrono>
 #include <cstring>
-#include <thread>
 
 #include "core/log.h"
 #include "device/runtime.h"
@@ -28,8 +26,6 @@
 
 namespace ridge::device {
 namespace {
-
-constexpr int kFallbackWaitSeconds = 600;
 
 using WaitValue32Fn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 using AddressRangeFn = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
@@ -66,18 +62,13 @@ cudaStream_t asCuda(ridgeStream_t s) {
   return reinterpret_cast<cudaStream_t>(s);
 }
 
-struct FallbackWait {
-  volatile uint32_t* word;
-  uint32_t value;
-};
-
-void CUDART_CB pollWordHostFunc(void* arg) {
-  auto* w = static_cast<FallbackWait*>(arg);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kFallbackWaitSeconds);
-  while (!sequenceReached(__atomic_load_n(w->word, __ATOMIC_ACQUIRE), w->value) &&
-         std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
-  delete w;
+// The refusal of every stream-ordered collective where streams cannot wait on a word.
+Status streamWaitUnavailable(const char* why) {
+  return makeError(ridgeInvalidUsage,
+                   "collectives on device memory need cuStreamWaitValue32, and %s; Ridge has no other way to "
+                   "make the stream wait (docs/gpu.md): use host buffers, or a driver and device that "
+                   "support stream memory operations",
+                   why);
 }
 
 class CudaRuntime final : public DeviceRuntime {
@@ -102,7 +93,8 @@ class CudaRuntime final : public DeviceRuntime {
       waitValue32_ = reinterpret_cast<WaitValue32Fn>(fn);
     } else {
       (void)cudaGetLastError();
-      RIDGE_INFO("cuStreamWaitValue32 unavailable: release waits use cudaLaunchHostFunc (see docs/gpu.md)");
+      RIDGE_INFO(
+          "cuStreamWaitValue32 unavailable: collectives on device memory will be refused (docs/gpu.md)");
     }
   }
 
@@ -115,10 +107,10 @@ class CudaRuntime final : public DeviceRuntime {
 
   int currentDevice() override {
     if (devices_ == 0) return -1;
-    int d = 0;
+    int d = -1;
     if (cudaGetDevice(&d) != cudaSuccess) {
       (void)cudaGetLastError();
-      return 0;
+      return -1;  // unknown: the communicator serves no device rather than a guessed one
     }
     return d;
   }
@@ -153,6 +145,22 @@ class CudaRuntime final : public DeviceRuntime {
     RIDGE_CUDA_TRY(cudaStreamSynchronize(asCuda(stream)));
     return Status::ok();
   }
+  Status isCapturing(ridgeStream_t stream, bool* capturing) override {
+    *capturing = false;
+    if (devices_ == 0) return Status::ok();
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    cudaError_t e = cudaStreamIsCapturing(asCuda(stream), &status);
+    if (e == cudaErrorStreamCaptureImplicit) {
+      // The legacy default stream while a blocking stream of the device captures: it is
+      // unusable until that capture ends (using it would join the capture), so it counts.
+      (void)cudaGetLastError();
+      *capturing = true;
+      return Status::ok();
+    }
+    RIDGE_CUDA_TRY(e);
+    *capturing = status != cudaStreamCaptureStatusNone;
+    return Status::ok();
+  }
 
   Status createMarker(Marker** out) override {
     cudaEvent_t ev = nullptr;
@@ -180,23 +188,19 @@ class CudaRuntime final : public DeviceRuntime {
   }
 
   Status waitWord(ridgeStream_t stream, const ReleaseWord& word, uint32_t value) override {
-    if (waitValue32_) {
-      CUresult r =
-          waitValue32_(reinterpret_cast<CUstream>(stream), static_cast<CUdeviceptr>(word.deviceAddress),
-                       value, CU_STREAM_WAIT_VALUE_GEQ);
-      if (r == CUDA_SUCCESS) return Status::ok();
-      if (r != CUDA_ERROR_NOT_SUPPORTED)
-        return makeError(ridgeUnhandledCudaError, "cuStreamWaitValue32: CUresult %d", static_cast<int>(r));
-      RIDGE_INFO("cuStreamWaitValue32 not supported here: release waits use cudaLaunchHostFunc");
-      waitValue32_ = nullptr;
+    if (waitNotSupported_.load(std::memory_order_relaxed))
+      return streamWaitUnavailable("the driver answered CUDA_ERROR_NOT_SUPPORTED for it");
+    const WaitValue32Fn waitValue32 = waitValue32_;
+    if (!waitValue32) return streamWaitUnavailable("the driver does not provide it");
+    CUresult r = waitValue32(reinterpret_cast<CUstream>(stream), static_cast<CUdeviceptr>(word.deviceAddress),
+                             value, CU_STREAM_WAIT_VALUE_GEQ);
+    if (r == CUDA_SUCCESS) return Status::ok();
+    if (r == CUDA_ERROR_NOT_SUPPORTED) {
+      waitNotSupported_.store(true, std::memory_order_relaxed);
+      RIDGE_WARN("cuStreamWaitValue32 is not supported here: collectives on device memory are refused");
+      return streamWaitUnavailable("the driver answered CUDA_ERROR_NOT_SUPPORTED for it");
     }
-    auto* arg = new FallbackWait{word.host, value};
-    cudaError_t e = cudaLaunchHostFunc(asCuda(stream), pollWordHostFunc, arg);
-    if (e != cudaSuccess) {
-      delete arg;
-      return cudaError("cudaLaunchHostFunc", e);
-    }
-    return Status::ok();
+    return makeError(ridgeUnhandledCudaError, "cuStreamWaitValue32: CUresult %d", static_cast<int>(r));
   }
 
   Status copy(void* dst, const void* src, size_t bytes, ridgeStream_t stream) override {
@@ -305,7 +309,8 @@ class CudaRuntime final : public DeviceRuntime {
 
  private:
   int devices_ = 0;
-  std::atomic<WaitValue32Fn> waitValue32_{nullptr};  // null: the host-function fallback
+  WaitValue32Fn waitValue32_ = nullptr;        // set once by the constructor; null: not provided
+  std::atomic<bool> waitNotSupported_{false};  // the first call answered CUDA_ERROR_NOT_SUPPORTED
 };
 
 }  // namespace

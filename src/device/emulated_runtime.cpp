@@ -72,6 +72,7 @@ struct EmulatedRuntime::Queue {
   int device = 0;  // the device current on the thread that created the stream
   Status error;    // the first failure since the last synchronize
   std::thread worker;
+  std::atomic<bool> capturing{false};  // what a test set with setCapturing
 };
 
 EmulatedRuntime::EmulatedRuntime(int devices) : devices_(devices) {}
@@ -282,6 +283,22 @@ Status EmulatedRuntime::synchronize(ridgeStream_t stream) {
   Status error = std::move(q->error);
   q->error = Status();
   return error;
+}
+
+Status EmulatedRuntime::isCapturing(ridgeStream_t stream, bool* capturing) {
+  Status s;
+  Queue* q = queueOf(stream, &s);
+  if (!q) return s;
+  *capturing = q->capturing.load();
+  return Status::ok();
+}
+
+Status EmulatedRuntime::setCapturing(ridgeStream_t stream, bool capturing) {
+  Status s;
+  Queue* q = queueOf(stream, &s);
+  if (!q) return s;
+  q->capturing.store(capturing);
+  return Status::ok();
 }
 
 // ---- markers and release words ---------------------------------------------------------

@@ -46,6 +46,7 @@ class EmulatedRuntime final : public DeviceRuntime {
   Status createStream(ridgeStream_t* out) override;
   void destroyStream(ridgeStream_t stream) override;
   Status synchronize(ridgeStream_t stream) override;
+  Status isCapturing(ridgeStream_t stream, bool* capturing) override;
 
   Status createMarker(Marker** out) override;
   void destroyMarker(Marker* m) override;
@@ -83,6 +84,9 @@ class EmulatedRuntime final : public DeviceRuntime {
   // How long a queued wait (release word, test gate) may block before it fails the stream.
   void setWaitTimeout(std::chrono::milliseconds t) { waitTimeoutMs_.store(t.count()); }
   std::chrono::milliseconds waitTimeout() const { return std::chrono::milliseconds(waitTimeoutMs_.load()); }
+  // Marks `stream` as being captured into a graph (true) or not (false): what isCapturing
+  // then reports. Nothing else changes: the emulator has no graphs.
+  Status setCapturing(ridgeStream_t stream, bool capturing);
   // Number of release waits queued so far (tests check that the stream-ordered path used one).
   uint64_t releaseWaitsQueued() const { return releaseWaits_.load(); }
   // Calls that CUDA may turn into an implicit device synchronization (allocPinned,

@@ -76,6 +76,12 @@ class DeviceRuntime {
   // Waits until every operation queued on `stream` has completed (NULL: the legacy default
   // stream). Used for host-memory collectives called with a stream, and for internal copies.
   virtual Status synchronize(ridgeStream_t stream) = 0;
+  // *capturing: `stream` is being captured into a graph (CUDA: cudaStreamBeginCapture, also
+  // a capture already invalidated). A captured collective would not run: the ready marker
+  // and the release wait are recorded into the graph, not queued, so the proxy never sees
+  // the stream reach them and a replay would wait for a batch number issued only once. The
+  // API refuses such calls (docs/gpu.md).
+  virtual Status isCapturing(ridgeStream_t stream, bool* capturing) = 0;
 
   // ---- ordering primitives on the user's stream ----
   virtual Status createMarker(Marker** out) = 0;

@@ -629,6 +629,100 @@ TEST(DeviceRejections, ClearErrorsForWhatCannotWork) {
   });
 }
 
+// Review M1: a stream being captured into a CUDA graph is refused before anything is queued
+// (a captured marker and release wait would never run, so the collective would not either).
+TEST_F(DeviceStreams, CapturingStreamIsRefusedAndNothingIsQueued) {
+  runRanks(rt, 1, [&](int, ridgeComm_t comm, ridgeStream_t stream) {
+    ridgeStream_t other = nullptr;
+    EXPECT_TRUE(rt.createStream(&other).isOk());
+    const size_t count = 1024;
+    DeviceBuffer d(rt, count * 4), e(rt, count * 4);
+    d.fillRawInput(4, count, rankKey(91, 0));
+    e.poison();
+    const std::vector<unsigned char> before = d.download();
+    std::vector<float> host(count, 1.0f);
+    EXPECT_TRUE(rt.setCapturing(stream, true).isOk());
+    const uint64_t waitsBefore = rt.releaseWaitsQueued();
+    const std::string refusal = "stream capture (CUDA graphs) is not supported yet";
+    // One call.
+    EXPECT_EQ(ridgeAllReduce(d.get(), e.get(), count, ridgeFloat32, ridgeSum, comm, stream),
+              ridgeInvalidUsage);
+    EXPECT_NE(lastError().find(refusal), std::string::npos) << lastError();
+    // A group whose other stream is not capturing: none of it is queued.
+    ridgeGroupStart();
+    ridgeBroadcast(e.get(), e.get(), count, ridgeFloat32, 0, comm, other);
+    ridgeAllReduce(d.get(), d.get(), count, ridgeFloat32, ridgeSum, comm, stream);
+    EXPECT_EQ(ridgeGroupEnd(), ridgeInvalidUsage);
+    EXPECT_NE(lastError().find(refusal), std::string::npos) << lastError();
+    // A host-memory call with the stream (it would synchronize a capturing stream).
+    EXPECT_EQ(ridgeAllReduce(host.data(), host.data(), count, ridgeFloat32, ridgeSum, comm, stream),
+              ridgeInvalidUsage);
+    EXPECT_NE(lastError().find(refusal), std::string::npos) << lastError();
+    EXPECT_EQ(rt.releaseWaitsQueued(), waitsBefore) << "a refused call queued a release wait";
+    EXPECT_TRUE(rt.synchronize(stream).isOk());
+    EXPECT_TRUE(rt.synchronize(other).isOk());
+    EXPECT_EQ(e.bytesNotPoison(), 0u) << "a refused call wrote its output";
+    // Capture over: the same call runs (one rank: the sum is the input).
+    EXPECT_TRUE(rt.setCapturing(stream, false).isOk());
+    EXPECT_EQ(ridgeAllReduce(d.get(), e.get(), count, ridgeFloat32, ridgeSum, comm, stream), ridgeSuccess)
+        << lastError();
+    EXPECT_TRUE(rt.synchronize(stream).isOk());
+    EXPECT_EQ(e.download(), before);
+    EXPECT_GT(rt.releaseWaitsQueued(), waitsBefore);
+    rt.destroyStream(other);
+    return true;
+  });
+}
+
+// Regression (review H2): a non-blocking init connects on a thread of its own, whose current
+// device is the default (0); the communicator must still serve the caller's device.
+TEST(DeviceInit, NonBlockingInitServesTheCallersDevice) {
+  EmulatedRuntime rt(/*devices=*/2);
+  ScopedRuntimeForTesting scope(&rt);
+  ridgeUniqueId id;
+  ASSERT_EQ(ridgeGetUniqueId(&id), ridgeSuccess) << lastError();
+  std::thread caller([&] {
+    ASSERT_TRUE(rt.bindThread(1).isOk());
+    ridgeConfig_t cfg = RIDGE_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ridgeComm_t comm = nullptr;
+    ASSERT_EQ(ridgeCommInitRankConfig(&comm, 1, id, 0, &cfg), ridgeInProgress) << lastError();
+    ridgeResult_t async = ridgeInProgress;
+    const auto t0 = Clock::now();
+    while (async == ridgeInProgress && secondsSince(t0) < 30) {
+      ASSERT_EQ(ridgeCommGetAsyncError(comm, &async), ridgeSuccess);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_EQ(async, ridgeSuccess) << lastError();
+    int dev = -2;
+    EXPECT_EQ(ridgeCommCuDevice(comm, &dev), ridgeSuccess);
+    EXPECT_EQ(dev, 1);
+    ridgeStream_t stream = nullptr;
+    ASSERT_TRUE(rt.createStream(&stream).isOk());
+    {
+      const size_t count = 3001;
+      const uint32_t key = rankKey(77, 0);
+      const TypedOps& ops = typedOps(ridgeFloat32, ridgeSum);
+      DeviceBuffer send(rt, count * 4), recv(rt, count * 4);  // on device 1, the current one
+      ASSERT_EQ(rt.classify(send.get()).device, 1);
+      send.fillReduceInput(ops, count, key);
+      recv.poison();
+      EXPECT_EQ(ridgeAllReduce(send.get(), recv.get(), count, ridgeFloat32, ridgeSum, comm, stream),
+                ridgeSuccess)
+          << lastError();
+      Status s = rt.synchronize(stream);
+      EXPECT_TRUE(s.isOk()) << s.message();
+      Mismatches mm;
+      std::vector<unsigned char> out = recv.download();
+      ops.checkRed(out.data(), count, &key, 1, 0, 0, mm);
+      EXPECT_EQ(mm.count, 0u) << mm.text;
+    }
+    EXPECT_EQ(ridgeCommDestroy(comm), ridgeSuccess) << lastError();
+    rt.destroyStream(stream);
+  });
+  caller.join();
+}
+
 }  // namespace
 
 namespace {

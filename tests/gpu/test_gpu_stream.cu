@@ -65,13 +65,22 @@ TEST(GpuStream, AllReduceIsStreamOrdered) {
   SKIP_WITHOUT_GPU();
   const size_t count = (1 << 20) + 7;
   runTwoRanks([&](int rank, ridgeComm_t comm, cudaStream_t stream) {
-    std::vector<float> in(count), out(count, -1.0f), after(count, -2.0f);
+    std::vector<float> in(count);
     for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((i * 7 + rank * 13) % 1024) * 0.25f;
+    // Where work queued after the allreduce copies the result: pinned, so that the
+    // cudaMemcpyAsync below is queued and returns (into pageable memory it would wait for
+    // the copy, i.e. for the closed gate, and the gate check could not work).
+    float* after = nullptr;
+    ASSERT_EQ(cudaMallocHost(&after, count * 4), cudaSuccess);
+    for (size_t i = 0; i < count; ++i) after[i] = -2.0f;
     float *send = nullptr, *recv = nullptr;
     ASSERT_EQ(cudaMalloc(&send, count * 4), cudaSuccess);
     ASSERT_EQ(cudaMalloc(&recv, count * 4), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(send, in.data(), count * 4, cudaMemcpyHostToDevice), cudaSuccess);
-    ASSERT_EQ(cudaMemset(recv, 0xA5, count * 4), cudaSuccess);
+    // On `stream`, not the legacy default stream: a non-blocking stream does not wait for
+    // the legacy stream, and cudaMemcpy from pageable memory / cudaMemset may return before
+    // the device memory is written.
+    ASSERT_EQ(cudaMemcpyAsync(send, in.data(), count * 4, cudaMemcpyHostToDevice, stream), cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(recv, 0xA5, count * 4, stream), cudaSuccess);
     int* flag = nullptr;
     ASSERT_EQ(cudaHostAlloc(&flag, sizeof(int), cudaHostAllocMapped), cudaSuccess);
     *flag = 0;
@@ -82,9 +91,16 @@ TEST(GpuStream, AllReduceIsStreamOrdered) {
     ASSERT_EQ(ridgeAllReduce(send, recv, count, ridgeFloat32, ridgeSum, comm, stream), ridgeSuccess)
         << lastError();
     EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
-    ASSERT_EQ(cudaMemcpyAsync(after.data(), recv, count * 4, cudaMemcpyDeviceToHost, stream), cudaSuccess);
+    const auto t1 = std::chrono::steady_clock::now();
+    ASSERT_EQ(cudaMemcpyAsync(after, recv, count * 4, cudaMemcpyDeviceToHost, stream), cudaSuccess);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count(), 2.0)
+        << "the copy into pinned memory waited for the stream";
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     EXPECT_EQ(cudaStreamQuery(stream), cudaErrorNotReady) << "the stream ran past a closed gate";
+    size_t early = 0;
+    const volatile float* seen = after;  // the copy engine may write it at any time
+    for (size_t i = 0; i < count; ++i) early += seen[i] != -2.0f;
+    EXPECT_EQ(early, 0u) << "the result was copied out before the stream reached the allreduce";
     __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     ridgeResult_t async = ridgeSuccess;
@@ -99,6 +115,7 @@ TEST(GpuStream, AllReduceIsStreamOrdered) {
     EXPECT_EQ(bad, 0u) << "wrong elements seen by work queued after the allreduce";
     cudaFree(send);
     cudaFree(recv);
+    cudaFreeHost(after);
     cudaFreeHost(flag);
   });
 }
@@ -112,6 +129,25 @@ TEST(GpuStream, MixedHostAndDeviceBuffersAreRefused) {
     EXPECT_EQ(ridgeAllReduce(d, h.data(), 1024, ridgeFloat32, ridgeSum, comm, stream), ridgeInvalidUsage);
     EXPECT_NE(lastError().find("sendbuff is device memory but recvbuff is host memory"), std::string::npos)
         << lastError();
+    cudaFree(d);
+  });
+}
+
+// Stream capture (CUDA graphs) is refused with a clear error, and asking does not break the
+// capture: it ends normally afterwards. Relaxed mode, so that the other rank's thread may go
+// on making CUDA calls meanwhile.
+TEST(GpuStream, CapturingStreamIsRefused) {
+  SKIP_WITHOUT_GPU();
+  runTwoRanks([&](int, ridgeComm_t comm, cudaStream_t stream) {
+    float* d = nullptr;
+    ASSERT_EQ(cudaMalloc(&d, 4096), cudaSuccess);
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), cudaSuccess);
+    EXPECT_EQ(ridgeAllReduce(d, d, 1024, ridgeFloat32, ridgeSum, comm, stream), ridgeInvalidUsage);
+    EXPECT_NE(lastError().find("stream capture (CUDA graphs) is not supported yet"), std::string::npos)
+        << lastError();
+    cudaGraph_t graph = nullptr;
+    EXPECT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    if (graph) cudaGraphDestroy(graph);
     cudaFree(d);
   });
 }
