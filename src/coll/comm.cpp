@@ -13,6 +13,7 @@
 #include "device/runtime.h"
 #include "plan/host_plan.h"
 #include "topo/summary.h"
+#include "transports/p2p/p2p.h"
 
 namespace ridge {
 
@@ -42,6 +43,7 @@ Status initComm(ridgeComm* c, const ridgeUniqueId& id) {
   PeerInfo me{};
   me.hostHash = hostHash();
   me.pid = getpid();
+  me.processNonce = p2p::processNonce();
   me.rank = c->rank;
   me.version = RIDGE_VERSION_CODE;
   char host[64] = {0};
@@ -163,9 +165,9 @@ Status initComm(ridgeComm* c, const ridgeUniqueId& id) {
 }
 
 Status finalizeComm(ridgeComm* c) {
-  stopGpuProxy(c, /*abort=*/false);  // completes the queued device operations first
-  Status s;
-  if (c->bootstrap && c->asyncError.load() == ridgeSuccess) s = c->bootstrap->barrier();
+  // Completes the queued device operations first; a batch it had to drop is finalize's error.
+  Status s = finishGpuProxy(c);
+  if (s.isOk() && c->bootstrap && c->asyncError.load() == ridgeSuccess) s = c->bootstrap->barrier();
   if (c->bootstrap) c->bootstrap->close();
   c->finalized = true;
   return s;
