@@ -50,4 +50,20 @@ TEST(SocketPieces, SlotCountsArePowersOfTwo) {
   unsetenv("RIDGE_SOCKET_SLOTS");
 }
 
+// RIDGE_SOCKET_STREAMS=0: one stream on small machines (measured, docs/performance.md),
+// two on larger ones, and every rank takes the smallest proposal so both ends agree.
+TEST(SocketPieces, AutoStreamCountFromCoresAndTheSmallestProposalWins) {
+  EXPECT_EQ(ridge::autoSocketStreams(1), 1u);
+  EXPECT_EQ(ridge::autoSocketStreams(2), 1u);
+  EXPECT_EQ(ridge::autoSocketStreams(4), 1u);
+  EXPECT_EQ(ridge::autoSocketStreams(5), 2u);
+  EXPECT_EQ(ridge::autoSocketStreams(192), 2u);
+  const uint32_t mixed[] = {2, 2, 1, 2};
+  EXPECT_EQ(ridge::agreedSocketStreams(mixed, 4), 1u);
+  const uint32_t same[] = {2, 2, 2};
+  EXPECT_EQ(ridge::agreedSocketStreams(same, 3), 2u);
+  const uint32_t firstSmallest[] = {1, 2};
+  EXPECT_EQ(ridge::agreedSocketStreams(firstSmallest, 2), 1u);
+}
+
 }  // namespace

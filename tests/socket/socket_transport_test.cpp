@@ -502,6 +502,24 @@ TEST(SocketOneHost, MismatchedSettingsFailInit) {
     expectResultLine(rr, "INIT ", ridgeInvalidUsage, "RIDGE_SOCKET_STREAMS");
 }
 
+// One rank leaving the count to Ridge (0) and one naming the count it would pick: still
+// refused, since an auto rank could have agreed on another count with further ranks.
+TEST(SocketOneHost, AutoAndExplicitStreamCountsFailInit) {
+  ridgeUniqueId id;
+  if (!faultTestId(&id)) return;
+  LaunchResult res = launchRanks(2, 30, [&](int rank, Reporter& rep) {
+    setenv("RIDGE_SOCKET_STREAMS", rank == 0 ? "0" : "1", 1);
+    ridgeComm_t comm = nullptr;
+    ridgeResult_t r = ridgeCommInitRank(&comm, 2, id, rank);
+    rep.line("INIT " + std::to_string(r) + " " + ridgeGetLastError(nullptr));
+    if (r == ridgeSuccess) ridgeCommDestroy(comm);
+    return 0;
+  });
+  reportChildFailures(res, "auto and explicit stream counts");
+  for (const RankResult& rr : res.ranks)
+    expectResultLine(rr, "INIT ", ridgeInvalidUsage, "RIDGE_SOCKET_STREAMS");
+}
+
 // A peer that stops (SIGSTOP: alive, connections open, nothing moves) is caught by
 // RIDGE_TIMEOUT: ridgeTimeout, not a hang.
 TEST(SocketOneHost, StoppedPeerTimesOut) {

@@ -20,4 +20,22 @@ inline uint32_t pieceOnStream(uint32_t stream, uint32_t seq, uint32_t streams) {
   return (stream + streams - seq % streams) % streams;
 }
 
+// RIDGE_SOCKET_STREAMS=0 (auto): what a rank proposes from the cores it may run on. Each
+// stream has a progress thread on both ends; on a small machine the extra thread competes for
+// the cores the rank's reduction and the kernel's TCP copies need (2-vCPU VM, two namespaces,
+// six interleaved runs: 16 MiB allreduce median 78% of the plain two-way stream with 1 stream
+// against 72% with 2, 64 MiB 76% against 74%; docs/performance.md), while a larger host needs
+// several streams to fill a fast NIC.
+inline uint32_t autoSocketStreams(int usableCpus) {
+  return usableCpus <= 4 ? 1u : 2u;
+}
+
+// Ranks on hosts of different sizes propose different counts; both ends of a connection must
+// use the same one, so every rank takes the smallest proposal (all ranks see all of them).
+inline uint32_t agreedSocketStreams(const uint32_t* proposals, int n) {
+  uint32_t v = proposals[0];
+  for (int i = 1; i < n; ++i) v = proposals[i] < v ? proposals[i] : v;
+  return v;
+}
+
 }  // namespace ridge

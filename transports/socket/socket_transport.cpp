@@ -38,6 +38,7 @@
 #include <linux/futex.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -112,7 +113,7 @@ struct Endpoint {
   uint64_t token;
   uint64_t slotBytes;
   uint32_t nslots;
-  uint32_t pad;
+  uint32_t streamsAuto;  // 1: `streams` is this rank's RIDGE_SOCKET_STREAMS=0 proposal
 };
 
 uint32_t piecesFor(uint32_t bytes, int streams) {
@@ -851,8 +852,14 @@ Status SocketTransport::connect(const TransportSetup& setup) {
     activePeers_.push_back(peer);
   }
   int64_t streams = settingInt(Setting::SOCKET_STREAMS);
-  if (streams < 1 || streams > kMaxStreams) {
-    RIDGE_WARN("RIDGE_SOCKET_STREAMS=%lld is outside 1..%d; using 2", static_cast<long long>(streams),
+  const bool streamsAuto = streams == 0;
+  if (streamsAuto) {
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    const int usable = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    streams = autoSocketStreams(usable);
+  } else if (streams < 1 || streams > kMaxStreams) {
+    RIDGE_WARN("RIDGE_SOCKET_STREAMS=%lld is outside 0..%d; using 2", static_cast<long long>(streams),
                kMaxStreams);
     streams = 2;
   }
@@ -883,13 +890,25 @@ Status SocketTransport::connect(const TransportSetup& setup) {
   me.token = randomNonce();
   me.slotBytes = slotBytes_;
   me.nslots = nslots_;
+  me.streamsAuto = streamsAuto ? 1 : 0;
   RIDGE_TRY(setup.bootstrap->allGather(eps.data(), sizeof(Endpoint)));
+  bool allAuto = true;
+  for (int r = 0; r < P; ++r) allAuto = allAuto && eps[r].streamsAuto == 1;
+  if (allAuto) {
+    // Every rank left the count to Ridge: all take the smallest proposal.
+    std::vector<uint32_t> proposals(P);
+    for (int r = 0; r < P; ++r) proposals[r] = eps[r].streams;
+    nstreams_ = static_cast<int>(agreedSocketStreams(proposals.data(), P));
+    for (int r = 0; r < P; ++r) eps[r].streams = static_cast<uint32_t>(nstreams_);
+    me.streams = static_cast<uint32_t>(nstreams_);
+  }
   for (int r = 0; r < P; ++r) {
-    if (eps[r].streams != me.streams || eps[r].slotBytes != me.slotBytes || eps[r].nslots != me.nslots)
+    if (eps[r].streams != me.streams || eps[r].slotBytes != me.slotBytes || eps[r].nslots != me.nslots ||
+        eps[r].streamsAuto != me.streamsAuto)
       return makeError(ridgeInvalidUsage,
                        "socket: rank %d uses %u streams, %llu-byte chunks, %u slots but rank %d uses %u, "
-                       "%llu, %u: RIDGE_SOCKET_STREAMS, RIDGE_SOCKET_CHUNK and RIDGE_SOCKET_SLOTS must be "
-                       "the same on every rank",
+                       "%llu, %u: RIDGE_SOCKET_STREAMS (0 or unset on every rank, or the same count), "
+                       "RIDGE_SOCKET_CHUNK and RIDGE_SOCKET_SLOTS must be the same on every rank",
                        rank_, me.streams, static_cast<unsigned long long>(me.slotBytes), me.nslots, r,
                        eps[r].streams, static_cast<unsigned long long>(eps[r].slotBytes), eps[r].nslots);
   }
