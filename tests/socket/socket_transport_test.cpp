@@ -484,40 +484,32 @@ TEST(SocketOneHost, OnePieceChunksBetweenStripedOnes) {
   reportChildFailures(res, "one-piece chunks between striped ones");
 }
 
-// Ranks that disagree on the stream count fail init on every rank with a message naming
-// the settings, instead of misreading each other's streams later.
-TEST(SocketOneHost, MismatchedSettingsFailInit) {
+// Two ranks whose RIDGE_SOCKET_STREAMS are `rank0` and `rank1` fail init on every rank with
+// a message naming the setting, instead of misreading each other's streams later.
+void expectStreamSettingsRefused(const char* rank0, const char* rank1, const char* what) {
   ridgeUniqueId id;
   if (!faultTestId(&id)) return;
   LaunchResult res = launchRanks(2, 30, [&](int rank, Reporter& rep) {
-    setenv("RIDGE_SOCKET_STREAMS", rank == 0 ? "2" : "3", 1);
+    setenv("RIDGE_SOCKET_STREAMS", rank == 0 ? rank0 : rank1, 1);
     ridgeComm_t comm = nullptr;
     ridgeResult_t r = ridgeCommInitRank(&comm, 2, id, rank);
     rep.line("INIT " + std::to_string(r) + " " + ridgeGetLastError(nullptr));
     if (r == ridgeSuccess) ridgeCommDestroy(comm);
     return 0;
   });
-  reportChildFailures(res, "mismatched settings");
+  reportChildFailures(res, what);
   for (const RankResult& rr : res.ranks)
     expectResultLine(rr, "INIT ", ridgeInvalidUsage, "RIDGE_SOCKET_STREAMS");
+}
+
+TEST(SocketOneHost, MismatchedSettingsFailInit) {
+  expectStreamSettingsRefused("2", "3", "mismatched settings");
 }
 
 // One rank leaving the count to Ridge (0) and one naming the count it would pick: still
 // refused, since an auto rank could have agreed on another count with further ranks.
 TEST(SocketOneHost, AutoAndExplicitStreamCountsFailInit) {
-  ridgeUniqueId id;
-  if (!faultTestId(&id)) return;
-  LaunchResult res = launchRanks(2, 30, [&](int rank, Reporter& rep) {
-    setenv("RIDGE_SOCKET_STREAMS", rank == 0 ? "0" : "1", 1);
-    ridgeComm_t comm = nullptr;
-    ridgeResult_t r = ridgeCommInitRank(&comm, 2, id, rank);
-    rep.line("INIT " + std::to_string(r) + " " + ridgeGetLastError(nullptr));
-    if (r == ridgeSuccess) ridgeCommDestroy(comm);
-    return 0;
-  });
-  reportChildFailures(res, "auto and explicit stream counts");
-  for (const RankResult& rr : res.ranks)
-    expectResultLine(rr, "INIT ", ridgeInvalidUsage, "RIDGE_SOCKET_STREAMS");
+  expectStreamSettingsRefused("0", "1", "auto and explicit stream counts");
 }
 
 // A peer that stops (SIGSTOP: alive, connections open, nothing moves) is caught by
