@@ -49,14 +49,14 @@
 #include <ctime>
 #include <vector>
 
+#include "bench/micro/two_process.h"
 #include "reduce/reduce.h"
 #include "reduce/stream_copy.h"
 
 namespace {
 
 struct Shared {
-  std::atomic<uint64_t> arrived{0};
-  std::atomic<uint64_t> generation{0};
+  ridge::bench::TwoProcessBarrier sync;
   uint64_t in[2], out[2], ip[2];
   pid_t pid[2];
   uint64_t ring[2];                   // slice-pp: each rank's ring of result chunks
@@ -69,14 +69,7 @@ struct Shared {
 Shared* gShared;
 
 void barrier() {
-  uint64_t gen = gShared->generation.load(std::memory_order_acquire);
-  if (gShared->arrived.fetch_add(1, std::memory_order_acq_rel) == 1) {
-    gShared->arrived.store(0, std::memory_order_relaxed);
-    gShared->generation.store(gen + 1, std::memory_order_release);
-    return;
-  }
-  for (int spins = 0; gShared->generation.load(std::memory_order_acquire) == gen; ++spins)
-    if (spins > 1000) sched_yield();
+  gShared->sync.wait();
 }
 
 void cma(pid_t pid, void* local, uint64_t remote, size_t bytes, bool write) {
@@ -100,9 +93,7 @@ void sumStream(float* dst, const float* a, const float* b, size_t n) {
 }
 
 double cpuUs() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+  return ridge::bench::threadCpuUs();
 }
 
 const char* kNames[] = {"slice",  "slice-pull", "full",     "full-nt",

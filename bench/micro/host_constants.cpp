@@ -50,6 +50,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/micro/two_process.h"
 #include "reduce/reduce.h"
 #include "ridge/ridge.h"
 
@@ -61,13 +62,10 @@ double nowUs() {
   return std::chrono::duration<double, std::micro>(Clock::now().time_since_epoch()).count();
 }
 
-// CPU time of the calling thread (user + system), µs. Rates and syscall costs are timed on
-// it so that other processes sharing the cores (time slices lost to them) do not count;
-// hand-offs between the two processes cannot be, they are wall time.
+// Rates and syscall costs are timed on the thread's CPU time so that other processes sharing
+// the cores do not count; hand-offs between the two processes cannot be, they are wall time.
 double cpuUs() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
+  return ridge::bench::threadCpuUs();
 }
 
 void pin(int cpu) {
@@ -80,8 +78,7 @@ void pin(int cpu) {
 // Shared between the two processes: a barrier, the ping-pong flag, each side's buffer
 // address (for CMA) and each side's result.
 struct Shared {
-  std::atomic<int> arrived{0};
-  std::atomic<int> generation{0};
+  ridge::bench::TwoProcessBarrier sync;
   std::atomic<int64_t> flag{0};
   uint64_t bufferAddress[2] = {0, 0};
   pid_t pid[2] = {0, 0};
@@ -91,14 +88,7 @@ struct Shared {
 };
 
 void barrier(Shared* s) {
-  const int gen = s->generation.load();
-  if (s->arrived.fetch_add(1) == 1) {
-    s->arrived.store(0);
-    s->generation.fetch_add(1);
-  } else {
-    while (s->generation.load() == gen) {
-    }
-  }
+  s->sync.wait();
 }
 
 constexpr size_t kCacheBytes = 256 << 10;  // one shm slot (RIDGE_SHM_SLOT_BYTES)
