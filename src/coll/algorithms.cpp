@@ -479,8 +479,8 @@ Task ringAllGather(ridgeComm* c, CollArgs a) {
   const int P = c->nranks, r = c->rank;
   const int* order = c->ringOrder.data();
   const int p = c->ringPos[static_cast<size_t>(r)];
-  const int prev = order[(p + P - 1) % P];
-  SendConnector* tx = c->sendTo[order[(p + 1) % P]];
+  const int prev = ringPrev(c);
+  SendConnector* tx = c->sendTo[ringNext(c)];
   RecvConnector* rx = c->recvFrom[prev];
   const size_t es = dataTypeSize(a.dtype);
   const size_t chunkElems = tx->slotBytes() / es;
@@ -528,10 +528,9 @@ Task ringAllGather(ridgeComm* c, CollArgs a) {
 // adds its input to the partial result from its predecessor and passes it on.
 Task chainReduce(ridgeComm* c, CollArgs a) {
   const int P = c->nranks, r = c->rank;
-  const int* order = c->ringOrder.data();
   const int p = c->ringPos[static_cast<size_t>(r)];
   const int pos = mod(p - c->ringPos[static_cast<size_t>(a.root)] - 1, P);
-  const int next = order[(p + 1) % P], prev = order[(p + P - 1) % P];
+  const int next = ringNext(c), prev = ringPrev(c);
   SendConnector* tx = pos < P - 1 ? c->sendTo[next] : nullptr;
   RecvConnector* rx = pos > 0 ? c->recvFrom[prev] : nullptr;
   const size_t es = dataTypeSize(a.dtype);

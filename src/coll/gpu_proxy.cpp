@@ -439,21 +439,23 @@ Status drainDeviceOps(ridgeComm* comm) {
   return comm->gpuProxy ? comm->gpuProxy->drain() : Status::ok();
 }
 
-Status finishGpuProxy(ridgeComm* comm) {
-  Status s = comm->gpuProxy ? comm->gpuProxy->stop(/*abort=*/false) : Status::ok();
+namespace {
+// Stops the proxy (draining queued batches first unless `abort`), then the P2P context: its
+// mappings and stream outlive the proxy thread that used them.
+Status endProxy(ridgeComm* comm, bool abort) {
+  Status s = comm->gpuProxy ? comm->gpuProxy->stop(abort) : Status::ok();
   comm->gpuProxy.reset();
-  p2p::releaseContext(comm);  // P2P transport: its mappings and stream, after the proxy thread
+  p2p::releaseContext(comm);
   return s;
+}
+}  // namespace
+
+Status finishGpuProxy(ridgeComm* comm) {
+  return endProxy(comm, /*abort=*/false);
 }
 
 void stopGpuProxy(ridgeComm* comm, bool abort) {
-  if (!abort) {
-    (void)finishGpuProxy(comm);  // a batch it had to drop is the communicator's async error
-    return;
-  }
-  if (comm->gpuProxy) (void)comm->gpuProxy->stop(/*abort=*/true);
-  comm->gpuProxy.reset();
-  p2p::releaseContext(comm);
+  (void)endProxy(comm, abort);  // a batch it had to drop is the communicator's async error
 }
 
 }  // namespace ridge
