@@ -165,8 +165,13 @@ TEST(CostModelGdr, CrossRcNetworkSendsAreGdrWriteAtTheAdvisorsFigure) {
     EXPECT_EQ(e.sendMode, NetMode::GdrWrite) << "cross-rc sends go GPU-written (NODE placement)";
   }
   EXPECT_EQ(netEdges, 2);
+  int readNet = 0;
   for (const Edge& e : read->rings.front().edges)
-    if (e.transport == Transport::Net) EXPECT_EQ(e.sendMode, NetMode::GdrRead) << "forced mode";
+    if (e.transport == Transport::Net) {
+      ++readNet;
+      EXPECT_EQ(e.sendMode, NetMode::GdrRead) << "forced mode";
+    }
+  EXPECT_EQ(readNet, 2) << "the forced plan must cross the network too";
 
   // Large messages: the send pipeline of the mode is the bottleneck, so busbw scales with
   // the advisor's figure for that mode (gdr-write 47.9 GB/s against gdr-read's 29.2).
@@ -208,19 +213,32 @@ TEST(CostModelGdr, DgxH100NetworkSendsAreGdrRead) {
     EXPECT_EQ(a.chosen, topo::GdrOption::GdrRead);
     EXPECT_DOUBLE_EQ(m.bandwidthGBs, a.estimate(topo::GdrOption::GdrRead).largeBandwidthGBs);
   }
+  ASSERT_FALSE(t.channels.empty());
+  int ringNet = 0, railEdges = 0, firstRingNet = 0;
   for (const Channel& ring : p->rings)
     for (const Edge& e : ring.edges)
-      if (e.transport == Transport::Net)
+      if (e.transport == Transport::Net) {
+        ++ringNet;
         EXPECT_TRUE(e.sendMode == NetMode::GdrRead || e.sendMode == NetMode::Pxn) << netModeName(e.sendMode);
+      }
   for (const Channel& rail : p->rails)
-    for (const Edge& e : rail.edges) EXPECT_EQ(e.sendMode, NetMode::GdrRead);
+    for (const Edge& e : rail.edges) {
+      ++railEdges;
+      EXPECT_EQ(e.sendMode, NetMode::GdrRead);
+    }
+  EXPECT_GT(ringNet, 0) << "two nodes: the rings must cross the network";
+  EXPECT_GT(railEdges, 0) << "two nodes: the rails must have edges";
   // Relayed exits (PXN) carry the latency of the relaying GPU's gdr-read, like direct ones.
-  for (const Edge& e : p->rings.front().edges)
-    if (e.transport == Transport::Net)
-      EXPECT_DOUBLE_EQ(t.routes[static_cast<size_t>(e.route)].modeLatencyNs,
-                       t.nicModes[static_cast<size_t>(t.channels.front().order.front()) * t.nics.size() +
-                                  t.channels.front().nic]
-                           .latencyNs);
+  const double channelLatencyNs =
+      t.nicModes[static_cast<size_t>(t.channels.front().order.front()) * t.nics.size() +
+                 t.channels.front().nic]
+          .latencyNs;
+  for (const Edge& e : p->rings.front().edges) {
+    if (e.transport != Transport::Net) continue;
+    ++firstRingNet;
+    EXPECT_DOUBLE_EQ(t.routes[static_cast<size_t>(e.route)].modeLatencyNs, channelLatencyNs);
+  }
+  EXPECT_GT(firstRingNet, 0);
 }
 
 // The planner and the gdr transport read RIDGE_GDR_MODE through one parser: each value is
@@ -310,9 +328,14 @@ TEST(CostModelGdr, RidgeGdrModeForcesOrLeavesItToTheAdvisor) {
   }
   // Forced host staging on DGX H100: no GPUDirect send anywhere, so no PXN relay either.
   auto p = gdrPlan("dgx-h100", 2, 8, topo::GdrOption::HostStaged);
+  int stagedNet = 0;
   for (const Channel& ring : p->rings)
     for (const Edge& e : ring.edges)
-      if (e.transport == Transport::Net) EXPECT_EQ(e.sendMode, NetMode::HostStaged);
+      if (e.transport == Transport::Net) {
+        ++stagedNet;
+        EXPECT_EQ(e.sendMode, NetMode::HostStaged);
+      }
+  EXPECT_GT(stagedNet, 0) << "two nodes: the rings must cross the network";
 }
 
 // ---- hierarchical and tree forms beyond allreduce ---------------------------------------

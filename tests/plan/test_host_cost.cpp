@@ -106,6 +106,41 @@ TEST(HostCostModel, ChoicesAreContiguousInSizeMonotoneInTimeAndDeterministic) {
     }
 }
 
+// docs/planner.md: with any single host constant scaled by x0.8 or x1.25 the selector's
+// 2-rank allreduce choices (1 KiB-64 MiB, with and without CMA) do not move: the margin
+// absorbs the constants' spread.
+TEST(HostCostModel, SelectorChoicesSurviveAnySingleConstantAtPointEightOrOnePointTwoFive) {
+  const HostConstants base;
+  std::vector<double*> (*fields)(HostConstants&) = [](HostConstants& k) {
+    std::vector<double*> v = {&k.stepUs, &k.cmaCallUs, &k.callUs, &k.cacheBytes};
+    for (HostRates* r : {&k.cache, &k.memory})
+      for (double* f : {&r->copyGBs, &r->reduceGBs, &r->crossNsPerB, &r->cmaReadGBs, &r->cmaWriteGBs})
+        v.push_back(f);
+    return v;
+  };
+  HostConstants probe = base;
+  const size_t nFields = fields(probe).size();
+  for (bool direct : {false, true}) {
+    AlgoDefaults d;
+    d.directAvailable = direct;
+    d.constants = base;
+    AlgoSelector ref;
+    ASSERT_TRUE(ref.configure("", d).isOk());
+    for (size_t f = 0; f < nFields; ++f)
+      for (double scale : {0.8, 1.25}) {
+        d.constants = base;
+        *fields(d.constants)[f] *= scale;
+        AlgoSelector s;
+        ASSERT_TRUE(s.configure("", d).isOk());
+        for (size_t bytes = 1024; bytes <= (size_t{64} << 20); bytes *= 4)
+          EXPECT_EQ(s.defaultChoice(CollType::AllReduce, bytes),
+                    ref.defaultChoice(CollType::AllReduce, bytes))
+              << "allreduce " << bytes << " B, constant " << f << " x" << scale
+              << (direct ? " with CMA" : " without CMA");
+      }
+  }
+}
+
 // Measured on 2 ranks (docs/performance.md, "Reduce-scatter: direct against ring"): direct
 // reduce-scatter is never faster than the ring, and 1.5-2x slower from 1 MiB; neither the
 // model nor the fixed crossovers may pick it.
