@@ -559,7 +559,7 @@ void Bench::printColumns() {
   if (hasPeer()) {
     group(placement(kMpiOop, "out-of-place").c_str());
     group(placement(kMpiIp, "in-place").c_str());
-    single("ratio", info_.glooPeer ? "R/Gloo" : info_.ncclPeer ? "R/NCCL" : "R/MPI");
+    single("ratio", (std::string("R/") + peerName()).c_str());
   }
   std::fprintf(out_, "%s\n%s\n%s\n", l1.c_str(), l2.c_str(), l3.c_str());
 }

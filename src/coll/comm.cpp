@@ -1,6 +1,5 @@
 #include "coll/comm.h"
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -8,6 +7,7 @@
 #include <mutex>
 
 #include "bootstrap/bootstrap.h"
+#include "core/cpus.h"
 #include "core/log.h"
 #include "core/settings.h"
 #include "device/runtime.h"
@@ -145,9 +145,8 @@ Status initComm(ridgeComm* c, const ridgeUniqueId& id) {
   for (const PeerInfo& p : c->peers) localRanks += p.hostHash == me.hostHash ? 1 : 0;
   int threadsPerRank = 1;
   for (const auto& t : c->transports) threadsPerRank += t->progressThreads();
-  cpu_set_t cpus;
-  int usableCpus = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  const bool oversubscribed = localRanks * threadsPerRank > usableCpus;
+  const int cpus = usableCpus();
+  const bool oversubscribed = localRanks * threadsPerRank > cpus;
   c->spinNs = settingIsSet(Setting::SPIN_US) || !oversubscribed ? settingInt(Setting::SPIN_US) * 1000 : 0;
   // A wait on a network transport lasts tens of microseconds at least, and its bytes are
   // moved by another thread (a progress thread, or the NIC's) that needs a core: after the
@@ -156,7 +155,7 @@ Status initComm(ridgeComm* c, const ridgeUniqueId& id) {
   for (const auto& t : c->transports) network = network || std::strcmp(t->name(), "shm") != 0;
   c->yieldNs = network ? 0 : 1000000;
   RIDGE_INFO("comm %s: %d ranks on this host with %d busy threads each, %d usable cores: %s", c->name.c_str(),
-             localRanks, threadsPerRank, usableCpus,
+             localRanks, threadsPerRank, cpus,
              c->spinNs ? "spin, then yield, then sleep" : "oversubscribed, yield at once, then sleep");
   RIDGE_TRY(setupHostPlan(c, direct));
   c->asyncError.store(ridgeSuccess);

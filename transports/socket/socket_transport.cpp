@@ -58,6 +58,7 @@
 
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/socket.h"
+#include "core/cpus.h"
 #include "core/log.h"
 #include "core/settings.h"
 #include "transports/socket/socket_pieces.h"
@@ -854,10 +855,7 @@ Status SocketTransport::connect(const TransportSetup& setup) {
   int64_t streams = settingInt(Setting::SOCKET_STREAMS);
   const bool streamsAuto = streams == 0;
   if (streamsAuto) {
-    cpu_set_t cpus;
-    CPU_ZERO(&cpus);
-    const int usable = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-    streams = autoSocketStreams(usable);
+    streams = autoSocketStreams(usableCpus());
   } else if (streams < 1 || streams > kMaxStreams) {
     RIDGE_WARN("RIDGE_SOCKET_STREAMS=%lld is outside 0..%d; using 2", static_cast<long long>(streams),
                kMaxStreams);
