@@ -44,11 +44,8 @@ const char* channelKindName(ChannelKind k) {
 }
 
 Status gdrModeFromSettings(std::optional<topo::GdrOption>* out) {
-  const std::string text = settingString(Setting::GDR_MODE);
   topo::GdrModeSetting m;
-  if (!topo::parseGdrModeSetting(text, &m))
-    return makeError(ridgeInvalidArgument, "RIDGE_GDR_MODE='%s': expected read, write, staged, auto or off",
-                     text.c_str());
+  RIDGE_TRY(topo::readGdrModeSetting(&m));
   out->reset();
   if (m.kind == topo::GdrModeSetting::Kind::Forced) *out = m.forced;
   return Status::ok();

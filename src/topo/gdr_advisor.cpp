@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/json.h"
+#include "core/settings.h"
 
 namespace ridge::topo {
 
@@ -411,6 +412,14 @@ bool parseGdrModeSetting(const std::string& text, GdrModeSetting* out) {
   }
   *out = m;
   return true;
+}
+
+Status readGdrModeSetting(GdrModeSetting* out) {
+  const std::string text = settingString(Setting::GDR_MODE);
+  if (!parseGdrModeSetting(text, out))
+    return makeError(ridgeInvalidArgument, "RIDGE_GDR_MODE='%s': expected read, write, staged, auto or off",
+                     text.c_str());
+  return Status::ok();
 }
 
 const char* placementClassName(PlacementClass c) {

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "topo/pcie_model.h"
 
 namespace ridge::topo {
@@ -44,6 +45,10 @@ struct GdrModeSetting {
 /// decides), "read"/"gdr-read", "write"/"gdr-write", "staged"/"host-staged" (forced).
 /// False for anything else (`out` untouched).
 bool parseGdrModeSetting(const std::string& text, GdrModeSetting* out);
+
+/// RIDGE_GDR_MODE read and parsed as above; ridgeInvalidArgument naming the accepted values
+/// for anything else. The one reader of the setting for planner and transports.
+Status readGdrModeSetting(GdrModeSetting* out);
 
 /// Where the GPU-NIC route goes, in nvidia-smi's words (NODE: through several host bridges of
 /// one NUMA node; SYS: across the socket link).

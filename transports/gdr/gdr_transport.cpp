@@ -557,11 +557,8 @@ void GdrTransport::returnCredit(Link* l) {
 }
 
 Status GdrTransport::chooseMode(Mode* mode, std::string* why) {
-  const std::string text = settingString(Setting::GDR_MODE);
   topo::GdrModeSetting setting;
-  if (!topo::parseGdrModeSetting(text, &setting))
-    return makeError(ridgeInvalidArgument, "RIDGE_GDR_MODE='%s': expected read, write, staged, auto or off",
-                     text.c_str());
+  RIDGE_TRY(topo::readGdrModeSetting(&setting));
   if (setting.kind == topo::GdrModeSetting::Kind::Forced) {
     *mode = fromGdrOption(setting.forced);
     *why = "forced by RIDGE_GDR_MODE";
