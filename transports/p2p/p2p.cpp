@@ -407,9 +407,8 @@ void buffersNeeded(const CollArgs& a, int r, int j, bool* send, bool* recv) {
 
 // One operation whose descriptors every rank has: check they agree, map, run, and close with
 // the end exchange (always reached, so a failing rank does not leave its peers waiting).
-Status runOperation(Context& x, ridgeComm* c, const CollArgs& a) {
+Status runOperation(Context& x, ridgeComm* c, const CollArgs& a, const OpDesc& me) {
   const int P = c->nranks, r = c->rank;
-  const OpDesc& me = x.mine[0];  // filled for this operation by the caller
   Status s;
   for (int j = 0; j < P && s.isOk(); ++j) {
     const OpDesc& d = x.theirs[j];
@@ -656,11 +655,9 @@ Status runBatch(ridgeComm* c, DeviceRuntime* rt, const CollArgs* ops, size_t n, 
   }
   *ran = true;
   for (size_t i = 0; i < n; ++i) {
-    if (i > 0) {
-      x.mine[0] = x.mine[i];  // runOperation compares against x.mine[0]
-      RIDGE_TRY(exchange(c, &x.mine[0], sizeof(OpDesc), x.theirs.data()));
-    }
-    RIDGE_TRY(runOperation(x, c, ops[i]));
+    // The first descriptors travelled with the vote.
+    if (i > 0) RIDGE_TRY(exchange(c, &x.mine[i], sizeof(OpDesc), x.theirs.data()));
+    RIDGE_TRY(runOperation(x, c, ops[i], x.mine[i]));
   }
   return Status::ok();
 }
