@@ -73,9 +73,7 @@ void barrier() {
 }
 
 void cma(pid_t pid, void* local, uint64_t remote, size_t bytes, bool write) {
-  iovec l{local, bytes}, r{reinterpret_cast<void*>(remote), bytes};
-  ssize_t n = write ? process_vm_writev(pid, &l, 1, &r, 1, 0) : process_vm_readv(pid, &l, 1, &r, 1, 0);
-  if (n != static_cast<ssize_t>(bytes)) {
+  if (!ridge::bench::cmaCopy(pid, local, remote, bytes, write)) {
     std::perror("cma");
     std::exit(1);
   }
@@ -115,10 +113,7 @@ int main(int argc, char** argv) {
       new (mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0)) Shared;
   pid_t child = fork();
   const int r = child == 0 ? 1 : 0, p = 1 - r;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(r, &set);
-  sched_setaffinity(0, sizeof set, &set);
+  ridge::bench::pinToCpu(r);
   const size_t count = bytes / 4;
   float* in = static_cast<float*>(std::aligned_alloc(4096, bytes));
   float* out = static_cast<float*>(std::aligned_alloc(4096, bytes));

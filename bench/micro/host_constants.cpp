@@ -69,10 +69,7 @@ double cpuUs() {
 }
 
 void pin(int cpu) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu % static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))), &set);
-  sched_setaffinity(0, sizeof set, &set);
+  ridge::bench::pinToCpu(cpu);
 }
 
 // Shared between the two processes: a barrier, the ping-pong flag, each side's buffer
@@ -205,20 +202,14 @@ double measure(const std::string& what, int me, Shared* s, int tcpFd) {
   } else if (what == "cma call") {
     constexpr int kCalls = 20000;
     const double t0 = cpuUs();
-    for (int i = 0; i < kCalls; ++i) {
-      iovec local{bounce.data(), 8}, rem{reinterpret_cast<void*>(remote), 8};
-      if (process_vm_readv(other, &local, 1, &rem, 1, 0) != 8) return -1;
-    }
+    for (int i = 0; i < kCalls; ++i)
+      if (!ridge::bench::cmaCopy(other, bounce.data(), remote, 8, /*write=*/false)) return -1;
     r = (cpuUs() - t0) / kCalls;
   } else if (what.rfind("cma read", 0) == 0 || what.rfind("cma write", 0) == 0) {
     const bool write = what.rfind("cma write", 0) == 0;
     r = rate(bytes, [&] {
-      for (size_t off = 0; off < bytes; off += kCmaChunk) {
-        iovec local{bounce.data(), kCmaChunk}, rem{reinterpret_cast<char*>(remote) + off, kCmaChunk};
-        const ssize_t n = write ? process_vm_writev(other, &local, 1, &rem, 1, 0)
-                                : process_vm_readv(other, &local, 1, &rem, 1, 0);
-        if (n != static_cast<ssize_t>(kCmaChunk)) std::abort();
-      }
+      for (size_t off = 0; off < bytes; off += kCmaChunk)
+        if (!ridge::bench::cmaCopy(other, bounce.data(), remote + off, kCmaChunk, write)) std::abort();
     });
   }
   // The peer's buffer must stay alive until both sides are done with each other's.

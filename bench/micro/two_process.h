@@ -3,7 +3,9 @@
 #pragma once
 
 #include <sched.h>
+#include <sys/uio.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
@@ -34,6 +36,23 @@ inline double threadCpuUs() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
+}
+
+// Moves `bytes` between this process's `local` and `remote` in process `pid` with one
+// process_vm_readv/writev call (a CMA call, as the shm transport's direct algorithms make).
+inline bool cmaCopy(pid_t pid, void* local, uint64_t remote, size_t bytes, bool write) {
+  iovec l{local, bytes}, r{reinterpret_cast<void*>(remote), bytes};
+  const ssize_t n = write ? process_vm_writev(pid, &l, 1, &r, 1, 0) : process_vm_readv(pid, &l, 1, &r, 1, 0);
+  return n == static_cast<ssize_t>(bytes);
+}
+
+// Pins the calling thread to CPU `cpu` (modulo the CPUs online).
+inline void pinToCpu(int cpu) {
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu % static_cast<int>(online > 0 ? online : 1), &set);
+  sched_setaffinity(0, sizeof set, &set);
 }
 
 }  // namespace ridge::bench
