@@ -380,6 +380,18 @@ Status EmulatedRuntime::allocWordPage(size_t bytes, void** host, uint64_t* devic
 
 // ---- data movement ---------------------------------------------------------------------
 
+void EmulatedRuntime::setWorkDelay(int device, std::chrono::microseconds delay) {
+  if (device >= 0 && static_cast<size_t>(device) < workDelayUs_.size())
+    workDelayUs_[device].store(delay.count());
+}
+
+int64_t EmulatedRuntime::workDelayOf(ridgeStream_t stream) {
+  Status ignored;
+  Queue* q = queueOf(stream, &ignored);
+  if (!q || q->device < 0 || static_cast<size_t>(q->device) >= workDelayUs_.size()) return 0;
+  return workDelayUs_[q->device].load();
+}
+
 Status EmulatedRuntime::copy(void* dst, const void* src, size_t bytes, ridgeStream_t stream) {
   if (copiesWaitForReleases_.load()) {
     const int device = tCurrentDevice;
@@ -389,7 +401,9 @@ Status EmulatedRuntime::copy(void* dst, const void* src, size_t bytes, ridgeStre
   char* d = translate(dst, bytes, &s);
   const char* from = d ? translate(src, bytes, &s) : nullptr;
   if (!from) return s;
-  return enqueue(stream, [d, from, bytes] {
+  const int64_t delayUs = workDelayOf(stream);
+  return enqueue(stream, [d, from, bytes, delayUs] {
+    if (delayUs) std::this_thread::sleep_for(std::chrono::microseconds(delayUs));
     std::memmove(d, from, bytes);
     return Status::ok();
   });
@@ -421,7 +435,9 @@ Status EmulatedRuntime::launchReduce(void* dst, const void* const* srcs, int nsr
   for (int i = 0; i < nsrcs; ++i)
     if (!(from[i] = translate(srcs[i], bytes, &s))) return s;
   reduceCount_.fetch_add(1);
+  const int64_t delayUs = workDelayOf(stream);
   return enqueue(stream, [=] {
+    if (delayUs) std::this_thread::sleep_for(std::chrono::microseconds(delayUs));
     reduceMany(d, from.data(), nsrcs, count, type, op, finalDivisor);
     return Status::ok();
   });

@@ -15,6 +15,7 @@
 // the emulated legacy default stream, created on first use.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -100,6 +101,10 @@ class EmulatedRuntime final : public DeviceRuntime {
   // caller's device is pending: a runtime call stuck the way an implicitly synchronizing CUDA
   // call would be, for tests that abort a communicator whose proxy is blocked inside it.
   void setCopiesWaitForReleases(bool on) { copiesWaitForReleases_.store(on); }
+  // Every copy and reduction queued on a stream of `device` from now on first sleeps `delay`
+  // on the stream's worker (0: no delay): a slow device, so that tests can show that work
+  // of another rank never runs ahead of what it depends on.
+  void setWorkDelay(int device, std::chrono::microseconds delay);
   // ---- P2P test helpers ----
   void setPeerAccess(bool allowed, PeerLinkKind kind = PeerLinkKind::Unknown) {
     peerAccess_.store(allowed);
@@ -151,6 +156,8 @@ class EmulatedRuntime final : public DeviceRuntime {
   // Counts a call in allocationsWhileStreamsWait() if one is pending on the caller's device.
   void noteSynchronizingCall();
   Queue* queueOf(ridgeStream_t stream, Status* error);
+  // setWorkDelay's delay for the device of `stream` (0 when none or not a stream).
+  int64_t workDelayOf(ridgeStream_t stream);
   // The read-write address behind a device, managed or host pointer (host: itself).
   char* translate(const void* p, size_t bytes, Status* error);
   void workerLoop(Queue* q);
@@ -171,9 +178,10 @@ class EmulatedRuntime final : public DeviceRuntime {
   std::atomic<uint64_t> ipcOpenCount_{0};
   std::atomic<int> ipcOpenFailures_{0};
   std::atomic<uint64_t> reduceCount_{0};
-  uint64_t nextAllocationId_ = 1;                // under regionsMutex_
-  std::vector<std::string> busIds_;              // under regionsMutex_
-  std::map<int, std::vector<int>> visibleFrom_;  // under regionsMutex_
+  std::array<std::atomic<int64_t>, 16> workDelayUs_{};  // by device (setWorkDelay)
+  uint64_t nextAllocationId_ = 1;                       // under regionsMutex_
+  std::vector<std::string> busIds_;                     // under regionsMutex_
+  std::map<int, std::vector<int>> visibleFrom_;         // under regionsMutex_
   std::mutex regionsMutex_;
   std::map<uintptr_t, Region> regions_;  // by device base address
   std::mutex queuesMutex_;

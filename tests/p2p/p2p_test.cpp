@@ -9,7 +9,9 @@
 // (its counters and the emulator's reduction launches) and that RIDGE_P2P=off, refused peer
 // access, in-place alltoall and groups with send/receive stage instead; the mapping cache
 // (handles opened once across calls, bounded, a freed and reallocated buffer never read
-// through its old mapping, every mapping closed at destroy); abort during a P2P collective.
+// through its old mapping, every mapping closed at destroy); abort during a P2P collective;
+// groups: independent operations share one barrier, a dependent one waits for its
+// predecessor on every rank (a slow emulated device would expose it otherwise).
 #include "transports/p2p/p2p.h"
 
 #include <gtest/gtest.h>
@@ -19,6 +21,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -511,6 +514,137 @@ TEST(P2pMappingCache, NoSynchronizingCallWhileAStreamWaits) {
     EXPECT_GT(s.ipcCloses, 0u) << "no mapping was evicted: the test does not reach the eviction path";
   });
   EXPECT_EQ(rt.allocationsWhileStreamsWait(), 0u);
+}
+
+// ---- batches: operations queued back to back, barriers where one depends on another -------
+
+// Random int32 inputs per (rank, buffer); exact sums, so results compare bit for bit.
+std::vector<int32_t> intInput(uint32_t seed, int rank, size_t count) {
+  std::vector<int32_t> v(count);
+  uint32_t x = rankKey(seed, rank) | 1u;
+  for (auto& e : v) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    e = static_cast<int32_t>(x % 2001u) - 1000;
+  }
+  return v;
+}
+
+std::vector<int32_t> readInts(const DevMem& m, size_t count) {
+  const std::vector<unsigned char> raw = m.get(0, count * 4);
+  std::vector<int32_t> v(count);
+  std::memcpy(v.data(), raw.data(), raw.size());
+  return v;
+}
+
+void putInts(const DevMem& m, const std::vector<int32_t>& v) {
+  std::vector<unsigned char> raw(v.size() * 4);
+  std::memcpy(raw.data(), v.data(), raw.size());
+  m.put(raw);
+}
+
+// A group of independent allreduces (distinct buffers) is queued as one segment: one stream
+// synchronization and one end exchange for the whole batch. 40 of them are cut every 16
+// operations; with 4 KiB connector slots their descriptors travel 18 to a message.
+TEST(P2pBatches, IndependentOperationsShareABarrierPerSixteen) {
+  for (size_t ops : {size_t(6), size_t(40)}) {
+    EmulatedRuntime rt;
+    ScopedRuntimeForTesting scope(&rt);
+    setenv("RIDGE_SHM_SLOT_BYTES", "4096", 1);
+    const int n = 3;
+    const size_t cnt = 777;
+    withRanks(rt, n, 1, [&](TestRank& t) {
+      std::vector<std::unique_ptr<DevMem>> in, out;
+      for (size_t i = 0; i < ops; ++i) {
+        in.push_back(std::make_unique<DevMem>(rt, cnt * 4));
+        out.push_back(std::make_unique<DevMem>(rt, cnt * 4));
+        putInts(*in.back(), intInput(uint32_t(i), t.rank, cnt));
+        out.back()->put(std::vector<unsigned char>(cnt * 4, kPoison));
+      }
+      ASSERT_EQ(ridgeGroupStart(), ridgeSuccess);
+      for (size_t i = 0; i < ops; ++i)
+        ASSERT_EQ(ridgeAllReduce(in[i]->p, out[i]->p, cnt, ridgeInt32, ridgeSum, t.comm, t.stream),
+                  ridgeSuccess)
+            << errorText();
+      ASSERT_EQ(ridgeGroupEnd(), ridgeSuccess) << errorText();
+      ASSERT_TRUE(rt.synchronize(t.stream).isOk());
+      ridgeResult_t async = ridgeSuccess;
+      ASSERT_EQ(ridgeCommGetAsyncError(t.comm, &async), ridgeSuccess);
+      ASSERT_EQ(async, ridgeSuccess) << errorText();
+      for (size_t i = 0; i < ops; ++i) {
+        std::vector<int64_t> want(cnt, 0);
+        for (int j = 0; j < n; ++j) {
+          const std::vector<int32_t> v = intInput(uint32_t(i), j, cnt);
+          for (size_t e = 0; e < cnt; ++e) want[e] += v[e];
+        }
+        const std::vector<int32_t> got = readInts(*out[i], cnt);
+        size_t bad = 0;
+        for (size_t e = 0; e < cnt; ++e) bad += got[e] != want[e];
+        EXPECT_EQ(bad, 0u) << "allreduce " << i << " of " << ops << ", rank " << t.rank;
+      }
+      const ridge::p2p::Stats s = ridge::p2p::stats(t.comm);
+      EXPECT_EQ(s.p2pOps, ops);
+      EXPECT_EQ(s.barriers, (ops + 15) / 16) << ops << " independent operations";
+    });
+    unsetenv("RIDGE_SHM_SLOT_BYTES");
+  }
+}
+
+// Operations of one group that depend on each other across ranks: the second reads (or
+// overwrites) what the first writes on other ranks, so a barrier must separate them. Rank 1
+// serves a slow emulated device (every copy and reduction waits 15 ms), so without that
+// barrier ranks 0 and 2 would read rank 1's buffer before rank 1 has written its part.
+TEST(P2pBatches, AnOperationThatDependsOnAnotherWaitsForItOnEveryRank) {
+  const int n = 3;
+  const size_t cnt = 3001;
+  auto sums = [&](uint32_t seed) {
+    std::vector<int64_t> want(cnt, 0);
+    for (int j = 0; j < n; ++j) {
+      const std::vector<int32_t> v = intInput(seed, j, cnt);
+      for (size_t e = 0; e < cnt; ++e) want[e] += v[e];
+    }
+    return want;
+  };
+  EmulatedRuntime rt(2);
+  ScopedRuntimeForTesting scope(&rt);
+  rt.setWorkDelay(1, std::chrono::milliseconds(15));
+  withRanks(rt, n, 2, [&](TestRank& t) {
+    // Read after write: allreduce into B, then broadcast rank 1's B into C.
+    DevMem a(rt, cnt * 4), b(rt, cnt * 4), c(rt, cnt * 4);
+    putInts(a, intInput(7, t.rank, cnt));
+    b.put(std::vector<unsigned char>(cnt * 4, kPoison));
+    c.put(std::vector<unsigned char>(cnt * 4, kPoison));
+    ASSERT_EQ(ridgeGroupStart(), ridgeSuccess);
+    ASSERT_EQ(ridgeAllReduce(a.p, b.p, cnt, ridgeInt32, ridgeSum, t.comm, t.stream), ridgeSuccess);
+    ASSERT_EQ(ridgeBroadcast(b.p, c.p, cnt, ridgeInt32, 1, t.comm, t.stream), ridgeSuccess);
+    ASSERT_EQ(ridgeGroupEnd(), ridgeSuccess) << errorText();
+    // Write after write and after read: two in-place allreduces of one buffer (a new input
+    // once the first group has read the old one).
+    ASSERT_TRUE(rt.synchronize(t.stream).isOk());
+    putInts(a, intInput(8, t.rank, cnt));
+    ASSERT_EQ(ridgeGroupStart(), ridgeSuccess);
+    ASSERT_EQ(ridgeAllReduce(a.p, a.p, cnt, ridgeInt32, ridgeSum, t.comm, t.stream), ridgeSuccess);
+    ASSERT_EQ(ridgeAllReduce(a.p, a.p, cnt, ridgeInt32, ridgeSum, t.comm, t.stream), ridgeSuccess);
+    ASSERT_EQ(ridgeGroupEnd(), ridgeSuccess) << errorText();
+    ASSERT_TRUE(rt.synchronize(t.stream).isOk());
+    ridgeResult_t async = ridgeSuccess;
+    ASSERT_EQ(ridgeCommGetAsyncError(t.comm, &async), ridgeSuccess);
+    ASSERT_EQ(async, ridgeSuccess) << errorText();
+    const std::vector<int64_t> first = sums(7), second = sums(8);
+    const std::vector<int32_t> gotC = readInts(c, cnt), gotA = readInts(a, cnt);
+    size_t badC = 0, badA = 0;
+    for (size_t e = 0; e < cnt; ++e) {
+      badC += gotC[e] != first[e];
+      badA += gotA[e] != second[e] * n;
+    }
+    EXPECT_EQ(badC, 0u) << "rank " << t.rank
+                        << ": the broadcast read rank 1's output before the allreduce wrote it";
+    EXPECT_EQ(badA, 0u) << "rank " << t.rank << ": the second in-place allreduce overlapped the first";
+    const ridge::p2p::Stats s = ridge::p2p::stats(t.comm);
+    EXPECT_EQ(s.p2pOps, 4u);
+    EXPECT_EQ(s.barriers, 4u) << "each dependent operation needs its own segment";
+  });
 }
 
 // ---- same process: pid and nonce (review L2) ----------------------------------------------

@@ -29,6 +29,11 @@ constexpr uint32_t kDescMagic = 0x31503250u;  // "P2P1"
 constexpr uint32_t kEndMagic = 0x44503250u;   // "P2PD"
 // Sources one launchReduce takes (kernels/device_reduce.h); more are reduced in rounds.
 constexpr int kMaxReduceSources = 8;
+// Most operations of a batch queued between two barriers (a barrier: the internal stream
+// synchronized and the end messages exchanged). Bounds the mappings one segment may hold
+// in the cache (each operation maps at most two buffers per peer) and the cost of the
+// hazard check.
+constexpr size_t kMaxSegmentOps = 16;
 
 // One buffer as its owner shares it: the IPC handle of the allocation holding it, where
 // that allocation and the buffer sit in the owner's address space.
@@ -173,10 +178,12 @@ struct Context {
   ridgeStream_t stream = nullptr;
   bool haveStream = false;
   MappingCache cache;
-  std::atomic<uint64_t> p2pOps{0}, stagedBatches{0};
+  std::atomic<uint64_t> p2pOps{0}, stagedBatches{0}, barriers{0};
   // Sized at creation: the hot path allocates nothing.
   std::vector<OpDesc> mine;    // this rank's descriptor per operation of the batch
-  std::vector<OpDesc> theirs;  // every rank's descriptor of the running operation
+  std::vector<OpDesc> theirs;  // every rank's descriptors of one exchange (up to descsPerMessage each)
+  std::vector<OpDesc> table;   // every rank's descriptor of every operation: table[op * P + rank]
+  size_t descsPerMessage = 1;  // descriptors that fit one connector slot
   std::vector<EndMsg> ends;
   std::vector<char*> sendOf, recvOf;  // every rank's buffers as this rank addresses them
   std::vector<const void*> srcs;
@@ -405,47 +412,144 @@ void buffersNeeded(const CollArgs& a, int r, int j, bool* send, bool* recv) {
   if (j == r) *send = *recv = true;  // own pointers cost nothing
 }
 
-// One operation whose descriptors every rank has: check they agree, map, run, and close with
-// the end exchange (always reached, so a failing rank does not leave its peers waiting).
-Status runOperation(Context& x, ridgeComm* c, const CollArgs& a, const OpDesc& me) {
+// Ops 1..n-1's descriptors (op 0's came with the vote) to every peer, as many per message
+// as a slot holds, into x.table.
+Status exchangeDescriptors(Context& x, ridgeComm* c, size_t n) {
+  const int P = c->nranks;
+  for (int j = 0; j < P; ++j) x.table[size_t(j)] = x.theirs[size_t(j)];
+  for (size_t first = 1; first < n; first += x.descsPerMessage) {
+    const size_t g = std::min(x.descsPerMessage, n - first);
+    RIDGE_TRY(exchange(c, &x.mine[first], g * sizeof(OpDesc), x.theirs.data()));
+    for (int j = 0; j < P; ++j)
+      for (size_t i = 0; i < g; ++i)
+        x.table[(first + i) * size_t(P) + size_t(j)] = x.theirs[size_t(j) * g + i];
+  }
+  return Status::ok();
+}
+
+// The byte ranges rank j's part of operation `d` reads and writes in rank j's address space.
+struct Ranges {
+  uint64_t readLo = 0, readHi = 0, writeLo = 0, writeHi = 0;  // empty when lo == hi
+};
+Ranges rangesOf(const OpDesc& d, int j, int P) {
+  CollArgs a{};
+  a.type = static_cast<CollType>(d.type);
+  a.count = d.count;
+  a.dtype = static_cast<ridgeDataType_t>(d.dtype);
+  a.op = static_cast<ridgeRedOp_t>(d.op);
+  a.root = d.root;
+  const BufferUse u = bufferUse(a, j, P);
+  const size_t es = dataTypeSize(a.dtype);
+  Ranges r;
+  if (u.readsSend && u.sendCount > 0) {
+    r.readLo = d.send.address;
+    r.readHi = d.send.address + u.sendCount * es;
+  }
+  if (u.writesRecv && u.recvCount > 0) {
+    r.writeLo = d.recv.address;
+    r.writeHi = d.recv.address + u.recvCount * es;
+  }
+  return r;
+}
+bool intersect(uint64_t aLo, uint64_t aHi, uint64_t bLo, uint64_t bHi) {
+  return aLo < aHi && bLo < bHi && aLo < bHi && bLo < aHi;
+}
+
+// Whether operation i may touch, on some rank, memory that an operation of [first, i) writes,
+// or write memory that one of them reads. Within one rank the internal stream keeps the
+// order; across ranks only a barrier does, so such an operation starts a new segment. Every
+// range of every rank is compared with every other rank's too: ranks that are threads of one
+// process share an address space, and a false alarm costs only a barrier. Computed from
+// x.table alone, so every rank puts its barriers at the same operations.
+bool dependsOnSegment(const Context& x, int P, size_t first, size_t i) {
+  for (int j = 0; j < P; ++j) {
+    const Ranges now = rangesOf(x.table[i * size_t(P) + size_t(j)], j, P);
+    for (size_t k = first; k < i; ++k) {
+      for (int m = 0; m < P; ++m) {
+        const Ranges before = rangesOf(x.table[k * size_t(P) + size_t(m)], m, P);
+        if (intersect(before.writeLo, before.writeHi, now.readLo, now.readHi) ||
+            intersect(before.writeLo, before.writeHi, now.writeLo, now.writeHi) ||
+            intersect(before.readLo, before.readHi, now.writeLo, now.writeHi))
+          return true;
+      }
+    }
+  }
+  return false;
+}
+
+// Operation i of the batch, whose descriptors every rank has: check that they agree, map the
+// peer buffers it touches and queue its device work on the internal stream.
+Status queueChecked(Context& x, ridgeComm* c, const CollArgs& a, size_t i) {
   const int P = c->nranks, r = c->rank;
-  Status s;
-  for (int j = 0; j < P && s.isOk(); ++j) {
-    const OpDesc& d = x.theirs[j];
+  const OpDesc* theirs = &x.table[i * size_t(P)];
+  const OpDesc& me = x.mine[i];
+  for (int j = 0; j < P; ++j) {
+    const OpDesc& d = theirs[j];
     if (d.magic != kDescMagic || d.type != me.type || d.count != me.count || d.dtype != me.dtype ||
         d.op != me.op || d.root != me.root)
-      s = makeError(ridgeInvalidUsage,
-                    "rank %d: %s: rank %d called %s with count %llu type %u op %u root %d, this rank with "
-                    "count %zu type %d op %d root %d",
-                    r, collTypeName(a.type), j, collTypeName(static_cast<CollType>(d.type)),
-                    static_cast<unsigned long long>(d.count), d.dtype, d.op, d.root, a.count,
-                    static_cast<int>(a.dtype), static_cast<int>(a.op), a.root);
+      return makeError(ridgeInvalidUsage,
+                       "rank %d: %s: rank %d called %s with count %llu type %u op %u root %d, this rank with "
+                       "count %zu type %d op %d root %d",
+                       r, collTypeName(a.type), j, collTypeName(static_cast<CollType>(d.type)),
+                       static_cast<unsigned long long>(d.count), d.dtype, d.op, d.root, a.count,
+                       static_cast<int>(a.dtype), static_cast<int>(a.op), a.root);
   }
-  x.cache.beginOperation();
-  // A zero-count call addresses no buffer: its ranks exported none (describeBuffer).
-  for (int j = 0; j < P && s.isOk() && a.count > 0; ++j) {
+  if (a.count == 0) return Status::ok();  // addresses no buffer: its ranks exported none
+  for (int j = 0; j < P; ++j) {
     bool send = false, recv = false;
     buffersNeeded(a, r, j, &send, &recv);
     x.sendOf[j] = x.recvOf[j] = nullptr;
-    if (send) s = addressOf(x, c, j, x.theirs[j].send, &x.sendOf[j]);
-    if (recv && s.isOk()) s = addressOf(x, c, j, x.theirs[j].recv, &x.recvOf[j]);
+    if (send) RIDGE_TRY(addressOf(x, c, j, theirs[j].send, &x.sendOf[j]));
+    if (recv) RIDGE_TRY(addressOf(x, c, j, theirs[j].recv, &x.recvOf[j]));
   }
-  if (s.isOk() && a.count > 0) s = queueOperation(x, c, a);
+  return queueOperation(x, c, a);
+}
+
+// Closes a segment of `ops` operations: waits for this rank's device work, then one 8-byte
+// message to and from every peer with each one's status (always reached, so a failing rank
+// does not leave its peers waiting). Nobody goes on (and at the batch's end, releases its
+// stream, which may then reuse the buffers) while a peer still reads or writes them.
+Status barrier(Context& x, ridgeComm* c, Status s, size_t ops, CollType failedType) {
+  const int P = c->nranks, r = c->rank;
   if (s.isOk())
     s = x.rt->synchronize(x.stream);
   else
-    (void)x.rt->synchronize(x.stream);  // nothing of this operation may run after we return
+    (void)x.rt->synchronize(x.stream);  // nothing of this segment may run after we return
   const EndMsg end{kEndMagic, static_cast<int32_t>(s.isOk() ? ridgeSuccess : s.code())};
   Status e = exchange(c, &end, sizeof end, x.ends.data());
+  x.barriers.fetch_add(1, std::memory_order_relaxed);
   if (!s.isOk()) return s;
   RIDGE_TRY(e);
   for (int j = 0; j < P; ++j)
     if (x.ends[j].magic != kEndMagic || x.ends[j].status != ridgeSuccess)
       return makeError(ridgeRemoteError, "rank %d: P2P %s failed on rank %d (its error: %s)", r,
-                       collTypeName(a.type), j,
+                       collTypeName(failedType), j,
                        ridgeGetErrorString(static_cast<ridgeResult_t>(x.ends[j].status)));
-  x.p2pOps.fetch_add(1, std::memory_order_relaxed);
+  x.p2pOps.fetch_add(ops, std::memory_order_relaxed);
   return Status::ok();
+}
+
+// Runs the batch's operations in segments: each segment's operations are queued back to back
+// on the internal stream and closed by one barrier. A segment ends before an operation that
+// depends on one of it (dependsOnSegment) and after kMaxSegmentOps.
+Status runOperations(Context& x, ridgeComm* c, const CollArgs* ops, size_t n) {
+  const int P = c->nranks;
+  size_t first = 0;
+  Status s;
+  CollType failedType = ops[0].type;  // the operation a failure is reported for
+  x.cache.beginOperation();
+  for (size_t i = 0; i < n; ++i) {
+    if (i > first && (i - first == kMaxSegmentOps || dependsOnSegment(x, P, first, i))) {
+      RIDGE_TRY(barrier(x, c, s, i - first, failedType));
+      first = i;
+      x.cache.beginOperation();
+    }
+    if (s.isOk()) {
+      s = queueChecked(x, c, ops[i], i);
+      if (!s.isOk()) failedType = ops[i].type;
+    }
+  }
+  return barrier(x, c, s, n - first, s.isOk() ? ops[n - 1].type : failedType);
 }
 
 std::mutex gTopologyMutex;
@@ -554,10 +658,16 @@ Status createContext(ridgeComm* c, DeviceRuntime* rt) {
   if (x->capable) {
     RIDGE_TRY(rt->createStream(&x->stream));
     x->haveStream = true;
-    // Every operation opens at most two buffers per peer; room for a few operations' worth.
-    x->cache.init(rt, std::max<size_t>(64, 4 * size_t(P)));
+    // Every operation opens at most two buffers per peer, and a segment's mappings stay in
+    // use until its barrier: room for a whole segment.
+    x->cache.init(rt, std::max<size_t>(64, 2 * kMaxSegmentOps * size_t(P)));
+    size_t slot = SIZE_MAX;
+    for (int j = 0; j < P; ++j)
+      if (j != r) slot = std::min({slot, c->sendTo[j]->slotBytes(), c->recvFrom[j]->slotBytes()});
+    x->descsPerMessage = std::clamp<size_t>(slot / sizeof(OpDesc), 1, kMaxDeviceBatchOps);
     x->mine.resize(kMaxDeviceBatchOps);
-    x->theirs.resize(P);
+    x->theirs.resize(size_t(P) * x->descsPerMessage);
+    x->table.resize(size_t(P) * kMaxDeviceBatchOps);
     x->ends.resize(P);
     x->sendOf.resize(P);
     x->recvOf.resize(P);
@@ -654,12 +764,8 @@ Status runBatch(ridgeComm* c, DeviceRuntime* rt, const CollArgs* ops, size_t n, 
     return Status::ok();
   }
   *ran = true;
-  for (size_t i = 0; i < n; ++i) {
-    // The first descriptors travelled with the vote.
-    if (i > 0) RIDGE_TRY(exchange(c, &x.mine[i], sizeof(OpDesc), x.theirs.data()));
-    RIDGE_TRY(runOperation(x, c, ops[i], x.mine[i]));
-  }
-  return Status::ok();
+  RIDGE_TRY(exchangeDescriptors(x, c, n));
+  return runOperations(x, c, ops, n);
 }
 
 Status prepareContext(ridgeComm* c, DeviceRuntime* rt) {
@@ -688,6 +794,7 @@ Stats stats(const ridgeComm* c) {
   s.capable = x.capable;
   s.p2pOps = x.p2pOps.load();
   s.stagedBatches = x.stagedBatches.load();
+  s.barriers = x.barriers.load();
   s.ipcOpens = x.cache.opens.load();
   s.cacheHits = x.cache.hits.load();
   s.ipcCloses = x.cache.closes.load();

@@ -7,9 +7,10 @@
 // bounded cache, so the same buffers are not reopened per call) and then, on an internal
 // stream, reads the peers' send buffers with the device reduction (launchReduce, n
 // sources) or copy-engine copies and writes the results straight into its own and the
-// peers' receive buffers. A final exchange of one small message per peer keeps every rank
-// from returning, and its stream from reusing the buffers, while a peer still reads or
-// writes them. docs/transports.md (P2P) and docs/algorithms.md (device-direct) have the
+// peers' receive buffers. The operations of a batch are queued in segments; an exchange of
+// one small message per peer closes each segment (a barrier), so no rank starts work that
+// depends on a peer's earlier operation, returns, or lets its stream reuse the buffers while
+// a peer still reads or writes them. docs/transports.md (P2P) and docs/algorithms.md (device-direct) have the
 // protocol and the traffic.
 //
 // It is run by the GPU proxy (src/coll/gpu_proxy.cpp) for each batch, before staging: when
@@ -86,6 +87,7 @@ struct Stats {
   bool capable = false;        // the communicator allows P2P (decided by the proxy's setup)
   uint64_t p2pOps = 0;         // collectives run device to device
   uint64_t stagedBatches = 0;  // batches left to staging (by a vote or an incapable comm)
+  uint64_t barriers = 0;       // segments closed: stream synchronized and end messages exchanged
   uint64_t ipcOpens = 0;       // handles opened (cache misses)
   uint64_t cacheHits = 0;      // handles found open
   uint64_t ipcCloses = 0;      // mappings closed (evictions and release)
