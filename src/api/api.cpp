@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
@@ -122,21 +123,26 @@ Status syncStreamForHostCall(const char* fn, ridgeStream_t stream) {
 }
 
 // Where the buffers a call touches live. Host: the call runs on this thread as before.
-// Device or managed: the stream-ordered path (coll/gpu_proxy.h). A mix is refused.
+// Device or managed: the stream-ordered path (coll/gpu_proxy.h). A mix is refused. The kinds
+// found (Host for a buffer the call does not use) travel with the operation (DeviceOp).
 Status classifyBuffers(const char* fn, ridgeComm* comm, const void* send, bool readsSend, const void* recv,
-                       bool writesRecv, bool* onDevice) {
+                       bool writesRecv, bool* onDevice, device::PointerKind* sendKind,
+                       device::PointerKind* recvKind) {
   *onDevice = false;
+  *sendKind = *recvKind = device::PointerKind::Host;
   device::DeviceRuntime* rt = device::activeRuntime();
   if (!rt || rt->deviceCount() == 0) return Status::ok();  // no device: everything is host memory
   struct Use {
     const char* name;
     device::PointerInfo info;
+    device::PointerKind* kind;
   };
   Use uses[2];
   int n = 0;
-  if (readsSend && send) uses[n++] = {"sendbuff", rt->classify(send)};
-  if (writesRecv && recv) uses[n++] = {"recvbuff", rt->classify(recv)};
+  if (readsSend && send) uses[n++] = {"sendbuff", rt->classify(send), sendKind};
+  if (writesRecv && recv) uses[n++] = {"recvbuff", rt->classify(recv), recvKind};
   for (int i = 0; i < n; ++i) {
+    *uses[i].kind = uses[i].info.kind;
     const bool dev = uses[i].info.kind != device::PointerKind::Host;
     if (i > 0 && dev != *onDevice)
       return makeError(ridgeInvalidUsage,
@@ -165,8 +171,7 @@ Status checkRoot(const char* fn, const char* name, int root, ridgeComm* comm) {
 
 struct QueuedOp {
   ridgeComm* comm;
-  CollArgs args;
-  ridgeStream_t stream;
+  DeviceOp op;  // the arguments, the stream and where the buffers live
   bool device;  // buffers in device memory: the stream-ordered path
 };
 
@@ -204,7 +209,7 @@ Status runGroup(const std::vector<QueuedOp>& ops, std::vector<ridgeComm*>& comms
     // Device operations queued earlier on this communicator use the same connectors.
     RIDGE_TRY(drainDeviceOps(c));
     args.clear();
-    for (const QueuedOp& o : mine) args.push_back(o.args);
+    for (const QueuedOp& o : mine) args.push_back(o.op.args);
     spawnBatch(ex, c, args.data(), args.size());
     return Status::ok();
   }));
@@ -217,28 +222,27 @@ Status submitDeviceGroup(const std::vector<QueuedOp>& ops, std::vector<ridgeComm
   std::vector<DeviceOp> batch;
   return forEachComm(ops, comms, [&](ridgeComm* c, const std::vector<QueuedOp>& mine) {
     batch.clear();
-    for (const QueuedOp& o : mine) batch.push_back({o.args, o.stream});
+    for (const QueuedOp& o : mine) batch.push_back(o.op);
     return submitDeviceBatch(c, rt, batch.data(), batch.size());
   });
 }
 
 // Queues the operation inside a group; otherwise runs it now (host memory) or hands it to
 // the communicator's proxy (device memory).
-ridgeResult_t submit(ridgeComm* comm, const CollArgs& args, ridgeStream_t stream, bool device) {
+ridgeResult_t submit(ridgeComm* comm, const DeviceOp& op, bool device) {
   if (tGroup.depth > 0) {
-    tGroup.ops.push_back({comm, args, stream, device});
+    tGroup.ops.push_back({comm, op, device});
     return ridgeSuccess;
   }
   comm->callsInFlight.fetch_add(1);
   Status s;
   if (device) {
-    DeviceOp op{args, stream};
     s = submitDeviceBatch(comm, device::activeRuntime(), &op, 1);
   } else {
     s = drainDeviceOps(comm);
     if (s.isOk()) {
       Executor& ex = Executor::forThisThread();
-      ex.spawn(comm, runCollective(comm, args));
+      ex.spawn(comm, runCollective(comm, op.args));
       s = ex.run();
     }
   }
@@ -270,15 +274,17 @@ ridgeResult_t collective(const char* fn, CollType type, const void* send, void* 
   if (use.readsSend) RIDGE_CHECK(comm, checkBuffer(fn, "sendbuff", send, use.sendCount));
   if (use.writesRecv) RIDGE_CHECK(comm, checkBuffer(fn, "recvbuff", recv, use.recvCount));
   bool onDevice = false;
+  DeviceOp call{args, stream};
   // Classified even for zero elements: a zero-count call on device buffers is then a
   // stream-ordered no-op instead of a synchronization of the caller's stream.
-  RIDGE_CHECK(comm, classifyBuffers(fn, comm, send, use.readsSend, recv, use.writesRecv, &onDevice));
+  RIDGE_CHECK(comm, classifyBuffers(fn, comm, send, use.readsSend, recv, use.writesRecv, &onDevice,
+                                    &call.sendKind, &call.recvKind));
   if (!onDevice && !device::activeRuntime() && stream)
     return fail(comm, makeError(ridgeInvalidArgument, "%s: stream must be NULL in a build without CUDA", fn));
   if (!onDevice && tGroup.depth == 0) RIDGE_CHECK(comm, syncStreamForHostCall(fn, stream));
   if (onDevice && tGroup.depth == 0)
     RIDGE_CHECK(comm, refuseCapturingStream(fn, device::activeRuntime(), stream));
-  return submit(comm, args, stream, onDevice);
+  return submit(comm, call, onDevice);
 }
 
 }  // namespace
@@ -572,26 +578,27 @@ RIDGE_API ridgeResult_t ridgeGroupEnd(void) {
   // A communicator's operations in one group run together: all on the caller's thread
   // (host memory) or all as one batch of its proxy (device memory); a mix could deadlock
   // (a device send waiting for a host receive on the other side, or the reverse).
+  // One pass: the first operation of each communicator says which kind it is.
   std::vector<QueuedOp> hostOps, deviceOps;
+  std::unordered_map<ridgeComm*, bool> deviceOfComm;
   for (const QueuedOp& q : ops) {
-    for (const QueuedOp& o : ops) {
-      if (o.comm == q.comm && o.device != q.device)
-        return fail(q.comm, makeError(ridgeInvalidUsage,
-                                      "%s: a group mixes host-memory and device-memory operations on one "
-                                      "communicator; put them in separate groups",
-                                      fn));
-    }
+    const auto [first, inserted] = deviceOfComm.emplace(q.comm, q.device);
+    if (!inserted && first->second != q.device)
+      return fail(q.comm, makeError(ridgeInvalidUsage,
+                                    "%s: a group mixes host-memory and device-memory operations on one "
+                                    "communicator; put them in separate groups",
+                                    fn));
     (q.device ? deviceOps : hostOps).push_back(q);
   }
   // No device batch is queued while one of its streams is captured (checked for every
   // communicator first, so that none of the group is queued).
   for (const QueuedOp& q : deviceOps) {
-    Status s = refuseCapturingStream(fn, device::activeRuntime(), q.stream);
+    Status s = refuseCapturingStream(fn, device::activeRuntime(), q.op.stream);
     if (!s.isOk()) return fail(q.comm, s);
   }
   // Host calls with a stream are ordered after the stream's earlier work, as outside a group.
   for (const QueuedOp& q : hostOps) {
-    Status s = syncStreamForHostCall(fn, q.stream);
+    Status s = syncStreamForHostCall(fn, q.op.stream);
     if (!s.isOk()) return fail(q.comm, s);
   }
   std::vector<ridgeComm*> deviceComms, hostComms;

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -58,6 +59,11 @@ Status initComm(ridgeComm* c, const ridgeUniqueId& id) {
   // thread of a non-blocking init, whose current device is not the caller's.
   me.cudaDevice = static_cast<int16_t>(c->cudaDevice);
   me.p2pAllowed = p2p::allowedBySettings() ? 1 : 0;
+  // Checked after the exchange, so that every rank fails alike instead of waiting for one
+  // that left.
+  size_t stagingBytes = 0;
+  const Status stagingValid = readStagingBytes(&stagingBytes);
+  me.stagingBytes = stagingValid.isOk() ? stagingBytes : 0;
   if (c->cudaDevice >= 0)
     copyString(me.busId, sizeof me.busId, device::activeRuntime()->pciBusId(c->cudaDevice));
   c->peers.assign(c->nranks, PeerInfo{});
@@ -67,6 +73,16 @@ Status initComm(ridgeComm* c, const ridgeUniqueId& id) {
     if (p.version != me.version)
       return makeError(ridgeInvalidUsage, "rank %d runs Ridge %u but rank %d runs %u; use one build", c->rank,
                        me.version, p.rank, p.version);
+  }
+  if (!stagingValid.isOk())
+    return Status(stagingValid.code(), "rank " + std::to_string(c->rank) + ": " + stagingValid.message());
+  c->stagingBytes = stagingBytes;
+  for (const PeerInfo& p : c->peers) {
+    if (p.stagingBytes == 0)
+      return makeError(ridgeInvalidArgument,
+                       "rank %d's RIDGE_STAGING_BYTES is not a size from 64K to 1G (its error says which)",
+                       p.rank);
+    c->stagingBytes = std::min(c->stagingBytes, static_cast<size_t>(p.stagingBytes));
   }
   RIDGE_INFO("comm %s: rank %d of %d on %s (%s)", c->name.c_str(), c->rank, c->nranks, me.hostName,
              me.topoSummary);

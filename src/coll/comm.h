@@ -27,6 +27,8 @@ struct PeerInfo {
   // Random per process, never 0 (p2p::processNonce()); 0 when the sender did not set it. With
   // pid it tells whether a peer is this process: pids alone collide across pid namespaces.
   uint64_t processNonce;
+  // This rank's RIDGE_STAGING_BYTES (0: not valid there); the communicator uses the smallest.
+  uint64_t stagingBytes;
   int32_t pid;
   int32_t rank;
   uint32_t version;
@@ -100,6 +102,9 @@ struct ridgeComm {
   // stream-ordered collectives on device memory (src/coll/gpu_proxy.h), started on the
   // first such call.
   int cudaDevice = -1;
+  // Pinned staging bytes of the proxy: the smallest RIDGE_STAGING_BYTES of the ranks (set at
+  // init), so that every rank cuts staged batches into the same chunks.
+  size_t stagingBytes = 0;
   std::mutex gpuProxyMutex;
   std::unique_ptr<ridge::GpuProxy, ridge::GpuProxyDeleter> gpuProxy;
   // The P2P path of the proxy (transports/p2p/p2p.h): IPC mapping cache, internal stream and

@@ -11,21 +11,65 @@
 #include "coll/comm.h"
 #include "coll/executor.h"
 #include "core/log.h"
+#include "core/settings.h"
 #include "reduce/reduce.h"
 
 namespace ridge {
-
-// Staging allocated by the proxy's setup (docs/gpu.md: batches up to this size never wait in
-// the call for earlier ones).
-constexpr size_t kInitialStagingBytes = size_t(4) << 20;
 
 using device::DeviceRuntime;
 using device::Marker;
 using device::ReleaseWord;
 
+namespace {
+
+// Alignment of each buffer inside a staging piece: a page for the one operation of a
+// collective step (the direct transports' bounce and copy paths like page-aligned memory), a
+// cache line for the many small buffers a send/receive step may hold.
+constexpr size_t kCollectiveAlign = 4096;
+constexpr size_t kExchangeAlign = 64;
+
+size_t roundUp(size_t bytes, size_t align) {
+  return (bytes + align - 1) / align * align;
+}
+
+bool isExchange(CollType t) {
+  return t == CollType::Send || t == CollType::Recv;
+}
+
+// Blocks of `count` elements an operation reads from its send buffer and writes to its
+// receive buffer: a chunk takes the same element range [lo, lo + n) of every block.
+size_t sendBlocks(CollType t, int nranks) {
+  return t == CollType::ReduceScatter || t == CollType::AlltoAll ? static_cast<size_t>(nranks) : 1;
+}
+size_t recvBlocks(CollType t, int nranks) {
+  return t == CollType::AllGather || t == CollType::AlltoAll ? static_cast<size_t>(nranks) : 1;
+}
+
+bool rangesOverlap(const void* a, size_t an, const void* b, size_t bn) {
+  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return an > 0 && bn > 0 && x < y + bn && y < x + an;
+}
+
+}  // namespace
+
+Status readStagingBytes(size_t* out) {
+  const std::string text = settingString(Setting::STAGING_BYTES);
+  int64_t v = 0;
+  if (!parseSize(text, &v) || v < static_cast<int64_t>(kMinStagingBytes) ||
+      v > static_cast<int64_t>(kMaxStagingBytes))
+    return makeError(ridgeInvalidArgument, "RIDGE_STAGING_BYTES=%s: expected a size from 64K to 1G",
+                     text.c_str());
+  *out = static_cast<size_t>(v);
+  return Status::ok();
+}
+
 class GpuProxy {
  public:
-  GpuProxy(ridgeComm* comm, DeviceRuntime* rt) : comm_(comm), rt_(rt) {}
+  GpuProxy(ridgeComm* comm, DeviceRuntime* rt)
+      : comm_(comm),
+        rt_(rt),
+        // Two pieces: one is copied while the host collective runs on the other.
+        pieceBytes_(comm->stagingBytes / 2 / kCollectiveAlign * kCollectiveAlign) {}
   ~GpuProxy() { (void)stop(/*abort=*/true); }
 
   Status start();
@@ -38,31 +82,59 @@ class GpuProxy {
  private:
   struct Slot {
     DeviceOp op{};
+    size_t chunkElems = 0;     // elements of each block per staged chunk (planChunks)
     Marker* marker = nullptr;  // created once at start, recorded on every use
     uint32_t seq = 0;          // the batch's sequence number
     bool lastOfBatch = false;
     bool skip = false;  // submission failed half-way: release without running
   };
-  // Where one operation's bytes sit in the staging buffer.
-  struct Staged {
-    BufferUse use;
-    size_t sendOff = 0, recvOff = 0;  // byte offsets into staging_
+  // One operation's share of a staged step: elements [lo, lo + n) of each of its blocks,
+  // at byte offsets sendOff/recvOff of the step's piece.
+  struct StepPart {
+    size_t op = 0;  // index in the running batch
+    size_t lo = 0, n = 0;
+    size_t sendOff = 0, recvOff = 0;
+  };
+  // What runs on one staging piece: one chunk of one collective, or chunk k of every
+  // send/receive of the batch (they must run together, as a group does).
+  struct Step {
+    size_t parts = 0;
+    StepPart part[kMaxDeviceBatchOps];
+    CollArgs args[kMaxDeviceBatchOps];  // the host operations, on the piece
+  };
+  // Where the staged walk through a batch stands: the collectives one by one, chunk by chunk
+  // (in call order, as a host group runs them), then the sends and receives.
+  struct StepCursor {
+    size_t op = 0, chunk = 0;
+    bool exchanges = false;
+    size_t exchangeChunks = 0;
   };
 
-  Status setupOnThread();  // device binding, markers, copy stream, P2P context
+  Status setupOnThread();  // device binding, markers, copy stream, staging, P2P context
   void loop();
   Status runBatch(uint64_t first, size_t n);
+  Status runStaged(size_t n);
+  Status runStagedSteps(size_t n);
+  // Fills `step` (laid out on `piece`) with the next step of the running batch; false when
+  // none is left.
+  bool nextStep(StepCursor& cur, size_t n, Step& step, char* piece);
+  void addPart(Step& step, char* piece, size_t op, size_t lo, size_t count, size_t align, size_t* used);
+  // Queues the copies of a step's inputs (device to its piece) or outputs (back).
+  Status copyStep(const Step& step, bool inputs);
+  // Whether `next` reads device memory that `cur` writes (a group whose later collective
+  // consumes an earlier one's output): its inputs must then be copied in after cur's outputs.
+  bool readsWhatItWrites(const Step& next, const Step& cur) const;
   Status waitForMarkers(uint64_t first, size_t n);
-  // Lays out the batch of `n` operations at `ops` in the staging buffer (into out[0..n));
-  // returns the bytes it needs.
-  size_t layOutStaging(const DeviceOp* ops, size_t n, Staged* out) const;
+  // Polls `done` (spin, then every 50 us), bounded by the timeout and by ridgeCommAbort.
+  template <class Done>
+  Status pollUntil(Done done, const char* abortedWhile, const char* timedOutWhat);
+  // Elements of each block per chunk, for every operation of a batch, from what every rank
+  // knows alike (the staging bound, the counts, types and ranks), so that all ranks cut it
+  // into the same sequence of smaller collectives and matching sends and receives.
+  Status planChunks(const DeviceOp* ops, size_t n, size_t* chunkElems) const;
   // Waits, mutex_ held through `lock`, until the proxy has released every queued batch;
   // bounded by the timeout and by ridgeCommAbort.
   Status waitIdle(std::unique_lock<std::mutex>& lock);
-  // Called by submit with mutex_ held, before anything of the batch is queued on a stream.
-  Status ensureStaging(const DeviceOp* ops, size_t n, std::unique_lock<std::mutex>& lock);
-  // Replaces the staging buffer by one of `bytes` (nothing may be using it).
-  Status allocStaging(size_t bytes);
   // Moves the word forward to seq, never back: stop() (abort) and the proxy thread may both
   // release, in either order.
   void release(uint32_t seq) {
@@ -79,18 +151,19 @@ class GpuProxy {
 
   ridgeComm* comm_;
   DeviceRuntime* rt_;
+  const size_t pieceBytes_;
   Slot ring_[kMaxDeviceBatchOps];
-  Staged staged_[kMaxDeviceBatchOps];        // the running batch's layout (proxy thread)
-  Staged sizing_[kMaxDeviceBatchOps];        // the submitted batch's layout (submit, mutex_ held)
-  DeviceOp opsScratch_[kMaxDeviceBatchOps];  // the running batch's operations, contiguous
-  CollArgs hostArgs_[kMaxDeviceBatchOps];
+  // The running batch (proxy thread): its operations contiguous, their chunking and use.
+  DeviceOp batch_[kMaxDeviceBatchOps];
+  size_t chunkOf_[kMaxDeviceBatchOps];
+  BufferUse useOf_[kMaxDeviceBatchOps];
+  size_t planScratch_[kMaxDeviceBatchOps];    // submit's plan (mutex_ held)
+  Step steps_[2];                             // by staging piece
+  Marker* copiedIn_[2] = {nullptr, nullptr};  // recorded after each piece's input copies
   size_t markersMade_ = 0;
-  ReleaseWord word_{};
-  bool haveWord_ = false;
-  ridgeStream_t copyStream_ = nullptr;
-  bool haveCopyStream_ = false;
-  char* staging_ = nullptr;
-  size_t stagingBytes_ = 0;
+  ReleaseWord word_{};                  // word_.host: null until taken
+  ridgeStream_t copyStream_ = nullptr;  // an internal stream, never the legacy default (null)
+  char* staging_ = nullptr;             // 2 * pieceBytes_, pinned
 
   // set by the proxy thread once setupOnThread is done; a member, so that it outlives the
   // thread's set_value (start() may return while set_value is still unwinding)
@@ -118,14 +191,14 @@ Status GpuProxy::timedOut(const char* what) const {
 
 Status GpuProxy::start() {
   RIDGE_TRY(rt_->takeReleaseWord(&word_));
-  haveWord_ = true;
   // Sequence numbers continue from the word's value: words are recycled and must never
   // appear to go backwards to a stream still waiting on an old value.
   issued_ = __atomic_load_n(word_.host, __ATOMIC_ACQUIRE);
   // The markers and the copy stream belong to the communicator's device, which need not be
   // the caller's current one: the proxy thread binds to it and creates them there.
-  // Everything that may synchronize the device implicitly (stream creation, peer access)
-  // happens here, before submit queues the first wait on a user's stream.
+  // Everything that may synchronize the device implicitly (stream creation, pinned
+  // allocation, peer access) happens here, before submit queues the first wait on a user's
+  // stream; nothing of the kind happens later.
   std::future<Status> setup = setupDone_.get_future();
   thread_ = std::thread([this] {
     Status s = setupOnThread();
@@ -142,11 +215,13 @@ Status GpuProxy::setupOnThread() {
   if (comm_->cudaDevice >= 0) RIDGE_TRY(rt_->bindThread(comm_->cudaDevice));
   for (; markersMade_ < kMaxDeviceBatchOps; ++markersMade_)
     RIDGE_TRY(rt_->createMarker(&ring_[markersMade_].marker));
+  for (Marker*& m : copiedIn_) RIDGE_TRY(rt_->createMarker(&m));
   RIDGE_TRY(rt_->createStream(&copyStream_));
-  haveCopyStream_ = true;
-  // A first staging buffer, so that ordinary sizes never make submit wait for earlier
-  // batches to grow it (ensureStaging).
-  RIDGE_TRY(allocStaging(kInitialStagingBytes));
+  // The whole staging buffer, once: it never grows (a batch larger than a piece runs in
+  // chunks), so no pinned allocation can meet a parked stream.
+  void* p = nullptr;
+  RIDGE_TRY(rt_->allocPinned(2 * pieceBytes_, &p));
+  staging_ = static_cast<char*>(p);
   return p2p::prepareContext(comm_, rt_);
 }
 
@@ -159,55 +234,37 @@ void GpuProxy::recordAsyncError(const Status& s, bool ranBatch) {
   RIDGE_WARN("rank %d: device collective failed: %s", comm_->rank, s.message().c_str());
 }
 
-size_t GpuProxy::layOutStaging(const DeviceOp* ops, size_t n, Staged* staged) const {
-  // Each buffer on its own page (the direct transports' bounce and copy paths like
-  // page-aligned memory). A send range inside the receive range (in place) shares the
-  // receive range's staging.
-  constexpr size_t kAlign = 4096;
-  auto roundUp = [](size_t b) { return (b + kAlign - 1) / kAlign * kAlign; };
-  size_t total = 0;
+Status GpuProxy::planChunks(const DeviceOp* ops, size_t n, size_t* chunkElems) const {
+  const size_t P = static_cast<size_t>(comm_->nranks);
   for (size_t i = 0; i < n; ++i) {
     const CollArgs& a = ops[i].args;
-    Staged& st = staged[i];
-    st.use = bufferUse(a, comm_->rank, comm_->nranks);
     const size_t es = dataTypeSize(a.dtype);
-    st.recvOff = total;
-    if (st.use.writesRecv) total += roundUp(st.use.recvCount * es);
-    const auto sendAddr = reinterpret_cast<uintptr_t>(a.send), recvAddr = reinterpret_cast<uintptr_t>(a.recv);
-    const bool inside = st.use.writesRecv && st.use.readsSend && sendAddr >= recvAddr &&
-                        sendAddr + st.use.sendCount * es <= recvAddr + st.use.recvCount * es;
-    if (inside) {
-      st.sendOff = st.recvOff + (sendAddr - recvAddr);
+    size_t elems = 0;
+    if (isExchange(a.type)) {
+      // The sends and receives of a batch run as one step per chunk index, so a step holds
+      // chunk k of each of them. Each of the 2(P-1) chains (peer and direction) gets an
+      // equal share of a piece, split among its operations: both ends of a chain know its
+      // length, so both cut its operations alike, and the shares never add up past a piece.
+      size_t chain = 0;
+      for (size_t j = 0; j < n; ++j) chain += ops[j].args.type == a.type && ops[j].args.root == a.root;
+      const size_t share = pieceBytes_ / (2 * (P - 1)) / chain;
+      elems = share > kExchangeAlign ? (share - kExchangeAlign) / es : 0;
     } else {
-      st.sendOff = total;
-      if (st.use.readsSend) total += roundUp(st.use.sendCount * es);
+      // One collective per step: its send and receive blocks, each rounded up to the
+      // alignment. Counted as if every rank read and wrote both (the root-only ones and in
+      // place too), so that the chunk is the same on every rank.
+      const size_t perElement = (sendBlocks(a.type, comm_->nranks) + recvBlocks(a.type, comm_->nranks)) * es;
+      elems = pieceBytes_ > 2 * kCollectiveAlign ? (pieceBytes_ - 2 * kCollectiveAlign) / perElement : 0;
     }
+    if (elems == 0 && a.count > 0)
+      return makeError(ridgeInvalidUsage,
+                       "rank %d: %s of %zu-byte elements on %d ranks%s: RIDGE_STAGING_BYTES=%zu (the "
+                       "smallest of the ranks') leaves no room for one element per chunk; raise it",
+                       comm_->rank, collTypeName(a.type), es, comm_->nranks,
+                       isExchange(a.type) ? " in a group with more sends/receives per peer" : "",
+                       comm_->stagingBytes);
+    chunkElems[i] = std::min(elems, a.count);
   }
-  return total;
-}
-
-Status GpuProxy::ensureStaging(const DeviceOp* ops, size_t n, std::unique_lock<std::mutex>& lock) {
-  const size_t bytes = layOutStaging(ops, n, sizing_);
-  if (bytes <= stagingBytes_) return Status::ok();
-  // Pinned allocation and free may synchronize the device implicitly (CUDA Programming
-  // Guide, "Implicit Synchronization"); a user's stream parked on this proxy's release word
-  // would then never move. So the buffer grows only here, on the caller's thread, once every
-  // batch queued before has been released (no stream waits on this communicator) and before
-  // this batch's wait is queued. The proxy thread is idle meanwhile (head_ == tail_, and
-  // mutex_ stays held), so the buffer is not in use.
-  RIDGE_TRY(waitIdle(lock));
-  // At least doubled, so that a workload of growing sizes waits here only a few times.
-  return allocStaging(std::max(bytes, 2 * stagingBytes_));
-}
-
-Status GpuProxy::allocStaging(size_t bytes) {
-  if (staging_) rt_->freePinned(staging_);
-  staging_ = nullptr;
-  stagingBytes_ = 0;
-  void* p = nullptr;
-  RIDGE_TRY(rt_->allocPinned(bytes, &p));
-  staging_ = static_cast<char*>(p);
-  stagingBytes_ = bytes;
   return Status::ok();
 }
 
@@ -219,6 +276,8 @@ Status GpuProxy::submit(const DeviceOp* ops, size_t n) {
                      kMaxDeviceBatchOps);
   std::unique_lock<std::mutex> lock(mutex_);
   if (stop_) return makeError(ridgeInvalidUsage, "rank %d: the communicator is shutting down", comm_->rank);
+  // The chunking, once per batch: the proxy runs it as planned here (P2P ignores it).
+  RIDGE_TRY(planChunks(ops, n, planScratch_));
   // Wait for room, in short slices so that ridgeCommAbort is noticed.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(comm_->timeoutSec);
   for (;;) {
@@ -232,15 +291,13 @@ Status GpuProxy::submit(const DeviceOp* ops, size_t n) {
       return timedOut("the device operation queue stayed full");
     changed_.wait_for(lock, std::chrono::milliseconds(10));
   }
-  // Staging for this batch, even if it goes P2P: the proxy must never allocate once the
-  // batch's wait is queued, and only the proxy's vote decides whether it is staged.
-  RIDGE_TRY(ensureStaging(ops, n, lock));
   const uint32_t seq = issued_ + 1;
   Status failure;
   size_t waited = 0;  // streams told to wait for seq
   for (size_t i = 0; i < n; ++i) {
     Slot& s = ring_[(head_ + i) % kMaxDeviceBatchOps];
     s.op = ops[i];
+    s.chunkElems = planScratch_[i];
     s.seq = seq;
     s.lastOfBatch = i + 1 == n;
     s.skip = false;
@@ -291,25 +348,28 @@ Status GpuProxy::stop(bool abort) {
     stop_ = true;
     // Abort frees every stream now, before the join: the proxy may be stuck inside a runtime
     // call that itself waits for a parked stream, and would then never return.
-    if (abort && haveWord_) release(issued_);
+    if (abort && word_.host) release(issued_);
   }
   changed_.notify_all();
   if (thread_.joinable()) thread_.join();
-  if (haveWord_) {
+  if (word_.host) {
     release(issued_);  // whatever is still queued: no stream may wait forever
     rt_->returnReleaseWord(word_);
-    haveWord_ = false;
+    word_ = ReleaseWord{};
   }
   for (size_t i = 0; i < markersMade_; ++i) rt_->destroyMarker(ring_[i].marker);
   markersMade_ = 0;
-  if (haveCopyStream_) {
+  for (Marker*& m : copiedIn_) {
+    if (m) rt_->destroyMarker(m);
+    m = nullptr;
+  }
+  if (copyStream_) {
     (void)rt_->synchronize(copyStream_);
     rt_->destroyStream(copyStream_);
-    haveCopyStream_ = false;
+    copyStream_ = nullptr;
   }
   if (staging_) rt_->freePinned(staging_);
   staging_ = nullptr;
-  stagingBytes_ = 0;
   // The drain gave up, but the batches it waited for may all have run meanwhile (the join
   // waited for them): only a dropped one is a failure.
   std::lock_guard<std::mutex> lock(mutex_);
@@ -354,22 +414,17 @@ void GpuProxy::loop() {
   }
 }
 
-Status GpuProxy::waitForMarkers(uint64_t first, size_t n) {
+template <class Done>
+Status GpuProxy::pollUntil(Done done, const char* abortedWhile, const char* timedOutWhat) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(comm_->timeoutSec);
   for (int polls = 0;; ++polls) {
-    bool all = true;
-    for (size_t i = 0; i < n && all; ++i) {
-      bool done = false;
-      RIDGE_TRY(rt_->queryMarker(ring_[(first + i) % kMaxDeviceBatchOps].marker, &done));
-      all = done;
-    }
-    if (all) return Status::ok();
+    bool ok = false;
+    RIDGE_TRY(done(&ok));
+    if (ok) return Status::ok();
     if (comm_->aborted.load())
-      return makeError(ridgeAborted, "rank %d: communicator aborted while waiting for the user's stream",
-                       comm_->rank);
-    if (std::chrono::steady_clock::now() > deadline)
-      return timedOut("the user's stream did not reach the collective");
-    // The stream's earlier work may take long: spin briefly, then poll every 50 us.
+      return makeError(ridgeAborted, "rank %d: communicator aborted while %s", comm_->rank, abortedWhile);
+    if (std::chrono::steady_clock::now() > deadline) return timedOut(timedOutWhat);
+    // The awaited work may take long: spin briefly, then poll every 50 us.
     if (polls < 200)
       std::this_thread::yield();
     else
@@ -377,43 +432,165 @@ Status GpuProxy::waitForMarkers(uint64_t first, size_t n) {
   }
 }
 
+Status GpuProxy::waitForMarkers(uint64_t first, size_t n) {
+  return pollUntil(
+      [&](bool* all) {
+        *all = true;
+        for (size_t i = 0; i < n && *all; ++i)
+          RIDGE_TRY(rt_->queryMarker(ring_[(first + i) % kMaxDeviceBatchOps].marker, all));
+        return Status::ok();
+      },
+      "waiting for the user's stream", "the user's stream did not reach the collective");
+}
+
 Status GpuProxy::runBatch(uint64_t first, size_t n) {
   RIDGE_TRY(waitForMarkers(first, n));
+  for (size_t i = 0; i < n; ++i) {
+    const Slot& s = ring_[(first + i) % kMaxDeviceBatchOps];
+    batch_[i] = s.op;
+    chunkOf_[i] = s.chunkElems;
+  }
   // ---- P2P transport hook (transports/p2p/p2p.h): device to device when every rank's
   // batch allows it; otherwise the staged path below, unchanged.
-  for (size_t i = 0; i < n; ++i) hostArgs_[i] = ring_[(first + i) % kMaxDeviceBatchOps].op.args;
   bool ranP2p = false;
-  RIDGE_TRY(p2p::runBatch(comm_, rt_, hostArgs_, n, &ranP2p));
+  RIDGE_TRY(p2p::runBatch(comm_, rt_, batch_, n, &ranP2p));
   if (ranP2p) return Status::ok();
   // ---- end of the P2P hook
-  // Staged: the layout submit sized the buffer with (ensureStaging grew it then).
-  DeviceOp* batch = opsScratch_;
-  for (size_t i = 0; i < n; ++i) batch[i] = ring_[(first + i) % kMaxDeviceBatchOps].op;
-  const size_t total = layOutStaging(batch, n, staged_);
-  if (total > stagingBytes_)
-    return makeError(ridgeInternalError, "rank %d: staging holds %zu bytes, the batch needs %zu", comm_->rank,
-                     stagingBytes_, total);
-  for (size_t i = 0; i < n; ++i) {
-    const CollArgs& a = ring_[(first + i) % kMaxDeviceBatchOps].op.args;
-    const Staged& st = staged_[i];
-    const size_t es = dataTypeSize(a.dtype);
-    if (st.use.readsSend && st.use.sendCount)
-      RIDGE_TRY(rt_->copy(staging_ + st.sendOff, a.send, st.use.sendCount * es, copyStream_));
-    hostArgs_[i] = a;
-    hostArgs_[i].send = st.use.readsSend ? staging_ + st.sendOff : nullptr;
-    hostArgs_[i].recv = st.use.writesRecv ? staging_ + st.recvOff : nullptr;
+  return runStaged(n);
+}
+
+Status GpuProxy::runStaged(size_t n) {
+  for (size_t i = 0; i < n; ++i) useOf_[i] = bufferUse(batch_[i].args, comm_->rank, comm_->nranks);
+  Status s = runStagedSteps(n);
+  // Copies queued on the pieces must be over before the next batch reuses them.
+  if (!s.isOk()) (void)rt_->synchronize(copyStream_);
+  return s;
+}
+
+void GpuProxy::addPart(Step& step, char* piece, size_t op, size_t lo, size_t count, size_t align,
+                       size_t* used) {
+  const CollArgs& a = batch_[op].args;
+  const BufferUse& u = useOf_[op];
+  const size_t es = dataTypeSize(a.dtype);
+  StepPart& part = step.part[step.parts];
+  part.op = op;
+  part.lo = lo;
+  part.n = count;
+  part.sendOff = *used;
+  if (u.readsSend) *used += roundUp(sendBlocks(a.type, comm_->nranks) * count * es, align);
+  part.recvOff = *used;
+  if (u.writesRecv) *used += roundUp(recvBlocks(a.type, comm_->nranks) * count * es, align);
+  CollArgs& h = step.args[step.parts];
+  h = a;
+  h.count = count;
+  h.send = u.readsSend ? piece + part.sendOff : nullptr;
+  h.recv = u.writesRecv ? piece + part.recvOff : nullptr;
+  ++step.parts;
+}
+
+bool GpuProxy::nextStep(StepCursor& cur, size_t n, Step& step, char* piece) {
+  step.parts = 0;
+  size_t used = 0;
+  if (!cur.exchanges) {
+    while (cur.op < n && (isExchange(batch_[cur.op].args.type) || batch_[cur.op].args.count == 0)) ++cur.op;
+    if (cur.op < n) {
+      const size_t count = batch_[cur.op].args.count, lo = cur.chunk * chunkOf_[cur.op];
+      addPart(step, piece, cur.op, lo, std::min(chunkOf_[cur.op], count - lo), kCollectiveAlign, &used);
+      if (lo + chunkOf_[cur.op] >= count) {
+        ++cur.op;
+        cur.chunk = 0;
+      } else {
+        ++cur.chunk;
+      }
+      return true;
+    }
+    cur.exchanges = true;
+    cur.chunk = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const CollArgs& a = batch_[i].args;
+      if (isExchange(a.type) && a.count > 0)
+        cur.exchangeChunks = std::max(cur.exchangeChunks, (a.count + chunkOf_[i] - 1) / chunkOf_[i]);
+    }
   }
-  RIDGE_TRY(rt_->synchronize(copyStream_));
-  // The host algorithms and transports, unchanged, on this thread's executor.
-  Executor& ex = Executor::forThisThread();
-  spawnBatch(ex, comm_, hostArgs_, n);
-  RIDGE_TRY(ex.run());
+  if (cur.chunk >= cur.exchangeChunks) return false;
   for (size_t i = 0; i < n; ++i) {
-    const CollArgs& a = ring_[(first + i) % kMaxDeviceBatchOps].op.args;
-    const Staged& st = staged_[i];
-    if (st.use.writesRecv && st.use.recvCount)
-      RIDGE_TRY(
-          rt_->copy(a.recv, staging_ + st.recvOff, st.use.recvCount * dataTypeSize(a.dtype), copyStream_));
+    const CollArgs& a = batch_[i].args;
+    const size_t lo = cur.chunk * chunkOf_[i];
+    if (isExchange(a.type) && lo < a.count)
+      addPart(step, piece, i, lo, std::min(chunkOf_[i], a.count - lo), kExchangeAlign, &used);
+  }
+  ++cur.chunk;
+  return true;
+}
+
+Status GpuProxy::copyStep(const Step& step, bool inputs) {
+  for (size_t p = 0; p < step.parts; ++p) {
+    const StepPart& part = step.part[p];
+    const CollArgs& a = batch_[part.op].args;
+    if (!(inputs ? useOf_[part.op].readsSend : useOf_[part.op].writesRecv)) continue;
+    const size_t es = dataTypeSize(a.dtype), bytes = part.n * es;
+    // Block b of the chunk: elements [lo, lo + n) of the device buffer's block b, and the
+    // b-th run of n elements on the piece.
+    char* device = static_cast<char*>(const_cast<void*>(inputs ? a.send : a.recv)) + part.lo * es;
+    char* staged = static_cast<char*>(const_cast<void*>(inputs ? step.args[p].send : step.args[p].recv));
+    const size_t blocks = inputs ? sendBlocks(a.type, comm_->nranks) : recvBlocks(a.type, comm_->nranks);
+    for (size_t b = 0; b < blocks; ++b) {
+      char* d = device + b * a.count * es;
+      char* h = staged + b * bytes;
+      RIDGE_TRY(inputs ? rt_->copy(h, d, bytes, copyStream_) : rt_->copy(d, h, bytes, copyStream_));
+    }
+  }
+  return Status::ok();
+}
+
+bool GpuProxy::readsWhatItWrites(const Step& next, const Step& cur) const {
+  for (size_t i = 0; i < next.parts; ++i) {
+    const size_t in = next.part[i].op;
+    if (!useOf_[in].readsSend) continue;
+    const CollArgs& r = batch_[in].args;
+    for (size_t j = 0; j < cur.parts; ++j) {
+      const size_t out = cur.part[j].op;
+      // Chunks of one operation touch disjoint ranges (in place too).
+      if (out == in || !useOf_[out].writesRecv) continue;
+      const CollArgs& w = batch_[out].args;
+      if (rangesOverlap(r.send, useOf_[in].sendCount * dataTypeSize(r.dtype), w.recv,
+                        useOf_[out].recvCount * dataTypeSize(w.dtype)))
+        return true;
+    }
+  }
+  return false;
+}
+
+Status GpuProxy::runStagedSteps(size_t n) {
+  // Two pieces, one copy stream (in order). While the host collective of step k runs on one
+  // piece, the stream copies step k+1's inputs into the other, behind step k-1's outputs
+  // out of it (stream order keeps a piece's outputs leaving before new inputs land on it);
+  // a marker after each piece's inputs tells when step k+1 may start.
+  StepCursor cursor;
+  char* piece[2] = {staging_, staging_ + pieceBytes_};
+  if (!nextStep(cursor, n, steps_[0], piece[0])) return Status::ok();  // nothing to move
+  RIDGE_TRY(copyStep(steps_[0], true));
+  RIDGE_TRY(rt_->recordMarker(copiedIn_[0], copyStream_));
+  Executor& ex = Executor::forThisThread();
+  for (size_t k = 0;; ++k) {
+    const size_t now = k % 2, next = 1 - now;
+    RIDGE_TRY(pollUntil([&](bool* done) { return rt_->queryMarker(copiedIn_[now], done); },
+                        "copying a chunk to host staging", "a copy to host staging did not finish"));
+    const bool more = nextStep(cursor, n, steps_[next], piece[next]);
+    const bool early = more && !readsWhatItWrites(steps_[next], steps_[now]);
+    if (early) {
+      RIDGE_TRY(copyStep(steps_[next], true));
+      RIDGE_TRY(rt_->recordMarker(copiedIn_[next], copyStream_));
+    }
+    // The host algorithms and transports, unchanged, on this thread's executor.
+    spawnBatch(ex, comm_, steps_[now].args, steps_[now].parts);
+    RIDGE_TRY(ex.run());
+    RIDGE_TRY(copyStep(steps_[now], false));
+    if (!more) break;
+    if (!early) {
+      RIDGE_TRY(copyStep(steps_[next], true));
+      RIDGE_TRY(rt_->recordMarker(copiedIn_[next], copyStream_));
+    }
   }
   return rt_->synchronize(copyStream_);
 }

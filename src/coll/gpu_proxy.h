@@ -4,9 +4,11 @@
 // communicator, as one batch) in the communicator's ring, records a ready marker on the
 // user's stream, makes that stream wait until the communicator's release word reaches the
 // batch's sequence number, and returns. The proxy thread (one per communicator, started on
-// the first device operation) waits for the markers, copies the device inputs to pinned
-// host memory on an internal stream, runs the host collectives through its own Executor,
-// copies the results back and writes the release word. docs/gpu.md has the whole story.
+// the first device operation) waits for the markers, then runs the batch through P2P or
+// host-staged: in chunks through a bounded pinned staging buffer (RIDGE_STAGING_BYTES, two
+// pieces), copying chunk k+1 in on an internal stream while the host collective of chunk k
+// runs through its own Executor, and chunk k back out while chunk k+1 runs; then it writes
+// the release word. docs/gpu.md has the whole story.
 #pragma once
 
 #include <cstddef>
@@ -24,19 +26,33 @@ struct GpuProxyDeleter {
   void operator()(GpuProxy* p) const;
 };
 
-// One operation on device (or managed) memory, arguments already validated.
+// One operation on device (or managed) memory, arguments already validated. The kinds are
+// what the API's classification found for the buffers the operation uses (Host for a buffer
+// it does not use), passed on so that no later stage asks the runtime again.
 struct DeviceOp {
   CollArgs args;
   ridgeStream_t stream;
+  device::PointerKind sendKind = device::PointerKind::Host;
+  device::PointerKind recvKind = device::PointerKind::Host;
 };
+
+// RIDGE_STAGING_BYTES: pinned host memory per communicator for host-staged device
+// collectives, in [kMinStagingBytes, kMaxStagingBytes]. Every rank of a communicator uses the
+// smallest value among them (exchanged at init), since all must cut batches into the same
+// chunks.
+constexpr size_t kMinStagingBytes = size_t(64) << 10;
+constexpr size_t kMaxStagingBytes = size_t(1) << 30;
+// This process's RIDGE_STAGING_BYTES; an error naming the variable when it is not a size in
+// range (garbage is an error here, not the default).
+Status readStagingBytes(size_t* out);
 
 // Most operations one batch (a group on one communicator) may hold; the ring holds this many.
 constexpr size_t kMaxDeviceBatchOps = 256;
 
 // Enqueues `n` operations of `comm` as one batch (starting the proxy on first use) and
 // returns without waiting for them. Waits, bounded by the communicator's timeout and by
-// ridgeCommAbort, while the ring is full, and when the staging buffer must grow for this
-// batch: it grows on the calling thread, only once every earlier batch has been released.
+// ridgeCommAbort, while the ring is full. Refuses (nothing queued) a batch that the staging
+// bound cannot hold even one element of per chunk.
 Status submitDeviceBatch(ridgeComm* comm, device::DeviceRuntime* rt, const DeviceOp* ops, size_t n);
 
 // Waits until the proxy has finished every queued batch (no-op without a proxy). Host-memory

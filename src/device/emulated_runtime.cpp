@@ -106,6 +106,7 @@ Status EmulatedRuntime::bindThread(int device) {
 }
 
 PointerInfo EmulatedRuntime::classify(const void* p) {
+  classifyCount_.fetch_add(1);
   const auto addr = reinterpret_cast<uintptr_t>(p);
   std::lock_guard<std::mutex> lock(regionsMutex_);
   auto it = regions_.upper_bound(addr);
@@ -402,23 +403,72 @@ Status EmulatedRuntime::copy(void* dst, const void* src, size_t bytes, ridgeStre
   const char* from = d ? translate(src, bytes, &s) : nullptr;
   if (!from) return s;
   const int64_t delayUs = workDelayOf(stream);
-  return enqueue(stream, [d, from, bytes, delayUs] {
+  size_t index = SIZE_MAX;  // this copy's record in the log; SIZE_MAX: not recorded
+  if (recordCopies_.load()) {
+    std::lock_guard<std::mutex> lock(copyLogMutex_);
+    index = copyLog_.size();
+    copyLog_.push_back(CopyRecord{++eventCount_, 0, dst, src, bytes});
+  }
+  return enqueue(stream, [this, d, from, bytes, index, delayUs] {
     if (delayUs) std::this_thread::sleep_for(std::chrono::microseconds(delayUs));
     std::memmove(d, from, bytes);
+    if (index != SIZE_MAX) {
+      std::lock_guard<std::mutex> lock(copyLogMutex_);
+      if (index < copyLog_.size()) copyLog_[index].ran = ++eventCount_;
+    }
     return Status::ok();
   });
+}
+
+void EmulatedRuntime::setRecordCopies(bool on) {
+  std::lock_guard<std::mutex> lock(copyLogMutex_);
+  if (on) copyLog_.clear();
+  recordCopies_.store(on);
+}
+
+std::vector<EmulatedRuntime::CopyRecord> EmulatedRuntime::copyLog() {
+  std::lock_guard<std::mutex> lock(copyLogMutex_);
+  return std::vector<CopyRecord>(copyLog_.begin(), copyLog_.end());
 }
 
 Status EmulatedRuntime::allocPinned(size_t bytes, void** out) {
   noteSynchronizingCall();
   *out = std::aligned_alloc(kPageBytes, roundToPage(bytes ? bytes : 1));
   if (!*out) return makeError(ridgeSystemError, "emulated runtime: no memory for %zu pinned bytes", bytes);
+  std::lock_guard<std::mutex> lock(pinnedMutex_);
+  pinned_[*out] = bytes;
+  pinnedNow_ += bytes;
+  pinnedPeak_ = std::max(pinnedPeak_, pinnedNow_);
+  pinnedLargest_ = std::max(pinnedLargest_, bytes);
   return Status::ok();
 }
 
 void EmulatedRuntime::freePinned(void* p) {
   noteSynchronizingCall();
+  {
+    std::lock_guard<std::mutex> lock(pinnedMutex_);
+    auto it = pinned_.find(p);
+    if (it != pinned_.end()) {
+      pinnedNow_ -= it->second;
+      pinned_.erase(it);
+    }
+  }
   std::free(p);
+}
+
+size_t EmulatedRuntime::largestPinnedAllocation() {
+  std::lock_guard<std::mutex> lock(pinnedMutex_);
+  return pinnedLargest_;
+}
+
+size_t EmulatedRuntime::pinnedBytesPeak() {
+  std::lock_guard<std::mutex> lock(pinnedMutex_);
+  return pinnedPeak_;
+}
+
+size_t EmulatedRuntime::pinnedBytesNow() {
+  std::lock_guard<std::mutex> lock(pinnedMutex_);
+  return pinnedNow_;
 }
 
 Status EmulatedRuntime::launchReduce(void* dst, const void* const* srcs, int nsrcs, size_t count,

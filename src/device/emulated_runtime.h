@@ -130,6 +130,25 @@ class EmulatedRuntime final : public DeviceRuntime {
   uint64_t ipcOpens() const { return ipcOpenCount_.load(); }
   size_t ipcViewsOpen();
   uint64_t reducesLaunched() const { return reduceCount_.load(); }
+  // classify() calls so far (tests check that a buffer is classified once per call).
+  uint64_t classifyCalls() const { return classifyCount_.load(); }
+  // Pinned host memory: the largest single allocation, the most held at once, and what is
+  // held now (tests check the staging bound).
+  size_t largestPinnedAllocation();
+  size_t pinnedBytesPeak();
+  size_t pinnedBytesNow();
+  // ---- copy ordering evidence ----
+  // One copy(): its order among all recorded events when it was issued and when the stream
+  // ran it (one counter for both, so "issued before that one ran" is a comparison).
+  struct CopyRecord {
+    uint64_t issued = 0, ran = 0;  // ran: 0 until the stream ran it
+    const void* dst = nullptr;
+    const void* src = nullptr;
+    size_t bytes = 0;
+  };
+  // While on, every copy() is recorded (clears the log when turned on).
+  void setRecordCopies(bool on);
+  std::vector<CopyRecord> copyLog();
 
  protected:
   Status allocWordPage(size_t bytes, void** host, uint64_t* deviceAddress) override;
@@ -179,9 +198,17 @@ class EmulatedRuntime final : public DeviceRuntime {
   std::atomic<int> ipcOpenFailures_{0};
   std::atomic<uint64_t> reduceCount_{0};
   std::array<std::atomic<int64_t>, 16> workDelayUs_{};  // by device (setWorkDelay)
-  uint64_t nextAllocationId_ = 1;                       // under regionsMutex_
-  std::vector<std::string> busIds_;                     // under regionsMutex_
-  std::map<int, std::vector<int>> visibleFrom_;         // under regionsMutex_
+  std::atomic<uint64_t> classifyCount_{0};
+  std::mutex pinnedMutex_;
+  std::map<void*, size_t> pinned_;  // under pinnedMutex_, as the next three
+  size_t pinnedNow_ = 0, pinnedPeak_ = 0, pinnedLargest_ = 0;
+  std::atomic<bool> recordCopies_{false};
+  std::mutex copyLogMutex_;
+  std::deque<CopyRecord> copyLog_;  // under copyLogMutex_, as eventCount_
+  uint64_t eventCount_ = 0;
+  uint64_t nextAllocationId_ = 1;                // under regionsMutex_
+  std::vector<std::string> busIds_;              // under regionsMutex_
+  std::map<int, std::vector<int>> visibleFrom_;  // under regionsMutex_
   std::mutex regionsMutex_;
   std::map<uintptr_t, Region> regions_;  // by device base address
   std::mutex queuesMutex_;

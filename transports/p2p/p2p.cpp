@@ -175,8 +175,7 @@ struct Context {
   bool exportHandles = false;        // some peer needs IPC handles (another process, or the emulator)
   bool loggedStaged = false;
   std::string localWhy;  // why this rank cannot do P2P by its own view (checkPairsHere); "" if it can
-  ridgeStream_t stream = nullptr;
-  bool haveStream = false;
+  ridgeStream_t stream = nullptr;  // internal; never the legacy default stream (null)
   MappingCache cache;
   std::atomic<uint64_t> p2pOps{0}, stagedBatches{0}, barriers{0};
   // Sized at creation: the hot path allocates nothing.
@@ -253,17 +252,16 @@ Status exchange(ridgeComm* c, const void* mine, size_t bytes, void* theirs) {
   return ex.run();
 }
 
-// Fills `d` with how this rank's buffer `p` is shared (only when this rank `used` it: a
-// root-only buffer elsewhere is never read). False when it cannot be (not device memory,
-// not exportable): the batch is then staged.
-bool describeBuffer(Context& x, const void* p, bool used, BufferDesc* d, std::string* why) {
+// Fills `d` with how this rank's buffer `p` (of `kind`, as the API classified it) is shared
+// (only when this rank `used` it: a root-only buffer elsewhere is never read). False when it
+// cannot be (not device memory, not exportable): the batch is then staged.
+bool describeBuffer(Context& x, const void* p, device::PointerKind kind, bool used, BufferDesc* d,
+                    std::string* why) {
   std::memset(d, 0, sizeof *d);
   d->address = reinterpret_cast<uintptr_t>(p);
   if (!used) return true;
-  const device::PointerInfo info = x.rt->classify(p);
-  if (info.kind != device::PointerKind::Device) {
-    *why = std::string("a buffer is ") + device::pointerKindName(info.kind) +
-           " memory (IPC needs device memory)";
+  if (kind != device::PointerKind::Device) {
+    *why = std::string("a buffer is ") + device::pointerKindName(kind) + " memory (IPC needs device memory)";
     return false;
   }
   if (!x.exportHandles) return true;
@@ -285,7 +283,8 @@ bool overlaps(const void* a, size_t an, const void* b, size_t bn) {
   return x < y + bn && y < x + an;
 }
 
-bool describe(Context& x, ridgeComm* c, const CollArgs& a, OpDesc* d, std::string* why) {
+bool describe(Context& x, ridgeComm* c, const DeviceOp& op, OpDesc* d, std::string* why) {
+  const CollArgs& a = op.args;
   std::memset(d, 0, sizeof *d);
   d->magic = kDescMagic;
   d->type = static_cast<uint32_t>(a.type);
@@ -304,8 +303,8 @@ bool describe(Context& x, ridgeComm* c, const CollArgs& a, OpDesc* d, std::strin
     *why = "an alltoall in place";
     return false;
   }
-  return describeBuffer(x, a.send, u.readsSend && u.sendCount > 0, &d->send, why) &&
-         describeBuffer(x, a.recv, u.writesRecv && u.recvCount > 0, &d->recv, why);
+  return describeBuffer(x, a.send, op.sendKind, u.readsSend && u.sendCount > 0, &d->send, why) &&
+         describeBuffer(x, a.recv, op.recvKind, u.writesRecv && u.recvCount > 0, &d->recv, why);
 }
 
 // How this rank addresses rank j's buffer `d`: its own pointer, a peer's pointer as is (same
@@ -532,11 +531,11 @@ Status barrier(Context& x, ridgeComm* c, Status s, size_t ops, CollType failedTy
 // Runs the batch's operations in segments: each segment's operations are queued back to back
 // on the internal stream and closed by one barrier. A segment ends before an operation that
 // depends on one of it (dependsOnSegment) and after kMaxSegmentOps.
-Status runOperations(Context& x, ridgeComm* c, const CollArgs* ops, size_t n) {
+Status runOperations(Context& x, ridgeComm* c, const DeviceOp* ops, size_t n) {
   const int P = c->nranks;
   size_t first = 0;
   Status s;
-  CollType failedType = ops[0].type;  // the operation a failure is reported for
+  CollType failedType = ops[0].args.type;  // the operation a failure is reported for
   x.cache.beginOperation();
   for (size_t i = 0; i < n; ++i) {
     if (i > first && (i - first == kMaxSegmentOps || dependsOnSegment(x, P, first, i))) {
@@ -545,11 +544,11 @@ Status runOperations(Context& x, ridgeComm* c, const CollArgs* ops, size_t n) {
       x.cache.beginOperation();
     }
     if (s.isOk()) {
-      s = queueChecked(x, c, ops[i], i);
-      if (!s.isOk()) failedType = ops[i].type;
+      s = queueChecked(x, c, ops[i].args, i);
+      if (!s.isOk()) failedType = ops[i].args.type;
     }
   }
-  return barrier(x, c, s, n - first, s.isOk() ? ops[n - 1].type : failedType);
+  return barrier(x, c, s, n - first, s.isOk() ? ops[n - 1].args.type : failedType);
 }
 
 std::mutex gTopologyMutex;
@@ -657,7 +656,6 @@ Status createContext(ridgeComm* c, DeviceRuntime* rt) {
   if (x->capable) x->localWhy = checkPairsHere(*x, c, &worstKind);
   if (x->capable) {
     RIDGE_TRY(rt->createStream(&x->stream));
-    x->haveStream = true;
     // Every operation opens at most two buffers per peer, and a segment's mappings stay in
     // use until its barrier: room for a whole segment.
     x->cache.init(rt, std::max<size_t>(64, 2 * kMaxSegmentOps * size_t(P)));
@@ -714,7 +712,7 @@ void setTopologyForTesting(std::shared_ptr<const topo::Topology> t) {
   gTestTopology = std::move(t);
 }
 
-Status runBatch(ridgeComm* c, DeviceRuntime* rt, const CollArgs* ops, size_t n, bool* ran) {
+Status runBatch(ridgeComm* c, DeviceRuntime* rt, const DeviceOp* ops, size_t n, bool* ran) {
   *ran = false;
   if (!c->p2p)
     return makeError(ridgeInternalError, "rank %d: P2P: the proxy's setup prepared no context", c->rank);
@@ -727,7 +725,8 @@ Status runBatch(ridgeComm* c, DeviceRuntime* rt, const CollArgs* ops, size_t n, 
   // send/receive-only batches involve some ranks only (staged without a word to anyone).
   bool anyCollective = false;
   for (size_t i = 0; i < n; ++i)
-    anyCollective = anyCollective || (ops[i].type != CollType::Send && ops[i].type != CollType::Recv);
+    anyCollective =
+        anyCollective || (ops[i].args.type != CollType::Send && ops[i].args.type != CollType::Recv);
   if (!anyCollective) {
     x.stagedBatches.fetch_add(1, std::memory_order_relaxed);
     return Status::ok();
@@ -779,10 +778,10 @@ void closeDeferred(ridgeComm* c) {
 void releaseContext(ridgeComm* c) {
   if (!c->p2p) return;
   Context& x = *c->p2p;
-  if (x.haveStream) {
+  if (x.stream) {
     (void)x.rt->synchronize(x.stream);
     x.rt->destroyStream(x.stream);
-    x.haveStream = false;
+    x.stream = nullptr;
   }
   x.cache.closeAll();
 }

@@ -35,7 +35,8 @@ struct ridgeComm;
 
 namespace ridge {
 struct PeerInfo;
-}
+struct DeviceOp;
+}  // namespace ridge
 
 namespace ridge::p2p {
 
@@ -50,8 +51,10 @@ bool allowedBySettings();
 // Called by the GPU proxy thread for each batch whose ready markers have passed. When the
 // communicator and every rank's batch allow it, runs the batch through P2P and sets *ran;
 // otherwise leaves *ran false and the caller stages it. Every rank of a P2P-capable
-// communicator takes part in a small vote per batch, so all of them decide alike.
-Status runBatch(ridgeComm* comm, device::DeviceRuntime* rt, const CollArgs* ops, size_t n, bool* ran);
+// communicator takes part in a small vote per batch, so all of them decide alike. The
+// operations carry the API's classification of their buffers (DeviceOp::sendKind/recvKind):
+// the runtime is not asked again.
+Status runBatch(ridgeComm* comm, device::DeviceRuntime* rt, const DeviceOp* ops, size_t n, bool* ran);
 
 // The planner's rule (src/plan/search.cpp, GPU-to-GPU routes) for the GPUs with PCI bus ids
 // busA and busB of `t`: NVLink on an NVL or NVB path; no P2P across the socket link (SYS:
