@@ -113,6 +113,7 @@ int main(int argc, char** argv) {
       new (mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0)) Shared;
   pid_t child = fork();
   const int r = child == 0 ? 1 : 0, p = 1 - r;
+  ridge::bench::allowCmaFromPeers();  // every variant reads or writes the peer with CMA
   ridge::bench::pinToCpu(r);
   const size_t count = bytes / 4;
   float* in = static_cast<float*>(std::aligned_alloc(4096, bytes));

@@ -34,7 +34,6 @@
 #include <netinet/tcp.h>
 #include <sched.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -269,9 +268,7 @@ int main(int argc, char** argv) {
   const int me = child == 0 ? 1 : 0;
   if (me == 1) s->pid[1] = getpid();
   pin(me);
-  // Either side reads the other with process_vm_readv; under Yama's ptrace scope 1 a
-  // process must allow it, as Ridge's shared-memory transport does for its peers.
-  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+  ridge::bench::allowCmaFromPeers();  // either side reads the other with process_vm_readv
   const int tcpFd = tcpPair(me, s, listenFd, port);
   if (me == 0) {
     // A second connection, both ends kept by side 0 (for the kernel path alone).

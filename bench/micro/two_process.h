@@ -1,8 +1,10 @@
 // Pieces the two-process micro-benchmarks (ridge-cma-variants, ridge-host-constants) share:
-// a barrier in memory both processes map, and the calling thread's CPU time.
+// a barrier in memory both processes map, the calling thread's CPU time, the CMA copy, the
+// ptrace permission CMA needs, and CPU pinning.
 #pragma once
 
 #include <sched.h>
+#include <sys/prctl.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -44,6 +46,13 @@ inline bool cmaCopy(pid_t pid, void* local, uint64_t remote, size_t bytes, bool 
   iovec l{local, bytes}, r{reinterpret_cast<void*>(remote), bytes};
   const ssize_t n = write ? process_vm_writev(pid, &l, 1, &r, 1, 0) : process_vm_readv(pid, &l, 1, &r, 1, 0);
   return n == static_cast<ssize_t>(bytes);
+}
+
+// Lets any process read and write this one with process_vm_readv/writev: under Yama's
+// ptrace scope 1 a process must allow it (as Ridge's shared-memory transport does for its
+// peers), or the other side's CMA calls fail with EPERM. Each side calls it after the fork.
+inline void allowCmaFromPeers() {
+  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
 }
 
 // Pins the calling thread to CPU `cpu` (modulo the CPUs online).

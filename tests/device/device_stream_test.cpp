@@ -10,8 +10,11 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <iterator>
@@ -263,17 +266,22 @@ void runCaseOnRank(EmulatedRuntime& rt, const Case& c, int rank, int n, ridgeCom
   EXPECT_EQ(mm.count, 0u) << what << ": " << mm.text;
 }
 
-void runMatrix(int n, const std::vector<Case>& cases) {
-  EmulatedRuntime rt;
-  ScopedRuntimeForTesting scope(&rt);
+// Runs `cases` one after the other on n ranks of `rt` (installed by the caller).
+void runCases(EmulatedRuntime& rt, int n, const std::vector<Case>& cases, uint32_t firstSeed) {
   runRanks(rt, n, [&](int rank, ridgeComm_t comm, ridgeStream_t stream) {
-    uint32_t seed = 0x1234u + static_cast<uint32_t>(n);
+    uint32_t seed = firstSeed;
     for (const Case& c : cases) {
       runCaseOnRank(rt, c, rank, n, comm, stream, seed++);
       if (::testing::Test::HasFatalFailure()) break;
     }
     return true;
   });
+}
+
+void runMatrix(int n, const std::vector<Case>& cases) {
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  runCases(rt, n, cases, 0x1234u + static_cast<uint32_t>(n));
 }
 
 std::vector<Case> matrixCases() {
@@ -1075,4 +1083,299 @@ TEST_F(DeviceStreams, FinalizeThatDropsAQueuedBatchReportsIt) {
 // once `second` opens (3.75 s): nothing was dropped, so stopping reports success.
 TEST_F(DeviceStreams, FinalizeWhoseDrainGaveUpButNothingWasDroppedSucceeds) {
   runFinishWhileGated(rt, 1500, 2250, /*thirdBatch=*/false);
+}
+
+// ---- bounded, chunked, pipelined staging (RIDGE_STAGING_BYTES) ----------------------------
+
+namespace {
+
+// An environment variable for one test, restored afterwards.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      setenv(name_, old_.c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string old_;
+};
+
+// The smallest bound: pieces of 32 KiB, so that modest counts take many chunks.
+constexpr const char* kSmallStaging = "64K";
+constexpr size_t kSmallStagingBytes = size_t(64) << 10;
+
+// Runs `cases` on n ranks through the staged path (P2P off) with RIDGE_STAGING_BYTES=bound,
+// and checks that no pinned allocation passed the bound and that the ranks together never
+// held more than n bounds.
+void runStagedMatrix(int n, const std::vector<Case>& cases, const char* bound, size_t boundBytes) {
+  ScopedEnv p2p("RIDGE_P2P", "off"), staging("RIDGE_STAGING_BYTES", bound);
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  runCases(rt, n, cases, 0x5151u + static_cast<uint32_t>(n));
+  EXPECT_GT(rt.largestPinnedAllocation(), 0u) << "nothing was staged";
+  EXPECT_LE(rt.largestPinnedAllocation(), boundBytes);
+  EXPECT_LE(rt.pinnedBytesPeak(), size_t(n) * boundBytes);
+  EXPECT_EQ(rt.pinnedBytesNow(), 0u) << "staging left allocated after destroy";
+}
+
+// Counts chosen against 32 KiB pieces: every collective takes several chunks with a short
+// last one (the chunk is (32K - 8K) / (blocks x element size) elements).
+std::vector<Case> chunkedCases() {
+  return {{Coll::AllReduce, ridgeFloat32, ridgeSum, 20011, false},
+          {Coll::AllReduce, ridgeFloat16, ridgeAvg, 33333, false},
+          {Coll::Reduce, ridgeInt64, ridgeMin, 9001, false},
+          {Coll::Broadcast, ridgeUint8, ridgeSum, 100003, false},
+          {Coll::AllGather, ridgeFloat64, ridgeSum, 5003, false},
+          {Coll::ReduceScatter, ridgeBfloat16, ridgeMax, 17001, false},
+          {Coll::ReduceScatter, ridgeInt32, ridgeProd, 7777, false},
+          {Coll::AlltoAll, ridgeInt32, ridgeSum, 6007, false},
+          {Coll::SendRecv, ridgeFloat64, ridgeSum, 12345, false},
+          {Coll::AllReduce, ridgeFloat32, ridgeMax, 15000, /*managed=*/true}};
+}
+
+}  // namespace
+
+TEST(DeviceStagedChunks, EveryCollectiveInManyChunksTwoRanks) {
+  runStagedMatrix(2, chunkedCases(), kSmallStaging, kSmallStagingBytes);
+}
+
+TEST(DeviceStagedChunks, EveryCollectiveInManyChunksThreeRanks) {
+  runStagedMatrix(3, chunkedCases(), kSmallStaging, kSmallStagingBytes);
+}
+
+TEST(DeviceStagedChunks, FourRanks) {
+  runStagedMatrix(4,
+                  {{Coll::AllReduce, ridgeFloat64, ridgeSum, 10007, false},
+                   {Coll::AllGather, ridgeInt8, ridgeSum, 20001, false},
+                   {Coll::AlltoAll, ridgeFloat16, ridgeSum, 3001, false},
+                   {Coll::SendRecv, ridgeInt32, ridgeSum, 9999, false}},
+                  kSmallStaging, kSmallStagingBytes);
+}
+
+// The default bound (4 MiB) against a batch of 24 MiB: the staging no longer grows to the
+// batch (before: one buffer of send + receive bytes, doubled).
+TEST(DeviceStagedChunks, StagingNeverExceedsTheDefaultBound) {
+  runStagedMatrix(2, {{Coll::AllReduce, ridgeFloat32, ridgeSum, 3000000, false}}, "4M", size_t(4) << 20);
+}
+
+// A group mixing collectives and several sends/receives per peer, on 3 ranks with 32 KiB
+// pieces: every rank must cut each operation alike (chains of unequal length, counts not a
+// multiple of any chunk). The broadcast reads the first allreduce's output: a group's
+// collectives run in call order, so it must see the reduced values (its inputs are copied in
+// only after the allreduce's outputs are out).
+TEST(DeviceStagedChunks, GroupMixingOperations) {
+  ScopedEnv p2p("RIDGE_P2P", "off"), staging("RIDGE_STAGING_BYTES", kSmallStaging);
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  const int n = 3;
+  const size_t arCount = 3001, agCount = 4099, sendA = 21001, sendB = 777, sendC = 9000;
+  runRanks(rt, n, [&](int rank, ridgeComm_t comm, ridgeStream_t stream) {
+    std::vector<uint32_t> keys(n);
+    for (int r = 0; r < n; ++r) keys[r] = rankKey(97, r);
+    const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    const TypedOps& sum = typedOps(ridgeFloat32, ridgeSum);
+    DeviceBuffer arIn(rt, arCount * 4), arOut(rt, arCount * 4), bcOut(rt, arCount * 4);
+    DeviceBuffer agIn(rt, agCount * 8), agOut(rt, agCount * 8 * n);
+    DeviceBuffer sA(rt, sendA * 4), sB(rt, sendB * 4), sC(rt, sendC * 4);
+    DeviceBuffer rA(rt, sendA * 4), rB(rt, sendB * 4), rC(rt, sendC * 4);
+    arIn.fillReduceInput(sum, arCount, keys[rank]);
+    agIn.fillRawInput(8, agCount, keys[rank]);
+    sA.fillRawInput(4, sendA, keys[rank] + 1);
+    sB.fillRawInput(4, sendB, keys[rank] + 2);
+    sC.fillRawInput(4, sendC, keys[rank] + 3);
+    for (DeviceBuffer* b : {&arOut, &bcOut, &agOut, &rA, &rB, &rC}) b->poison();
+    Gate gate;  // the whole group is queued before any of it runs
+    EXPECT_TRUE(gate.enqueue(rt, stream).isOk());
+    ridgeGroupStart();
+    ridgeAllReduce(arIn.get(), arOut.get(), arCount, ridgeFloat32, ridgeSum, comm, stream);
+    ridgeSend(sA.get(), sendA, ridgeFloat32, next, comm, stream);  // two sends to next: a chain of 2
+    ridgeRecv(rC.get(), sendC, ridgeFloat32, next, comm, stream);  // and one receive from it
+    ridgeBroadcast(arOut.get(), bcOut.get(), arCount, ridgeFloat32, 0, comm, stream);
+    ridgeSend(sB.get(), sendB, ridgeFloat32, next, comm, stream);
+    ridgeRecv(rA.get(), sendA, ridgeFloat32, prev, comm, stream);
+    ridgeRecv(rB.get(), sendB, ridgeFloat32, prev, comm, stream);
+    ridgeSend(sC.get(), sendC, ridgeFloat32, prev, comm, stream);
+    ridgeAllGather(agIn.get(), agOut.get(), agCount, ridgeFloat64, comm, stream);
+    EXPECT_EQ(ridgeGroupEnd(), ridgeSuccess) << lastError();
+    gate.open.store(true);
+    Status s = rt.synchronize(stream);
+    EXPECT_TRUE(s.isOk()) << s.message();
+    ridgeResult_t async = ridgeSuccess;
+    EXPECT_EQ(ridgeCommGetAsyncError(comm, &async), ridgeSuccess);
+    EXPECT_EQ(async, ridgeSuccess) << lastError();
+    Mismatches mm;
+    sum.checkRed(arOut.download().data(), arCount, keys.data(), n, 0, 0, mm);
+    sum.checkRed(bcOut.download().data(), arCount, keys.data(), n, 0, 0, mm);
+    const std::vector<unsigned char> ag = agOut.download();
+    for (int j = 0; j < n; ++j) checkRawAny(8, ag.data() + j * agCount * 8, agCount, keys[j], 0, 0, mm);
+    checkRawAny(4, rA.download().data(), sendA, keys[prev] + 1, 0, 0, mm);
+    checkRawAny(4, rB.download().data(), sendB, keys[prev] + 2, 0, 0, mm);
+    checkRawAny(4, rC.download().data(), sendC, keys[next] + 3, 0, 0, mm);
+    EXPECT_EQ(mm.count, 0u) << "rank " << rank << ": " << mm.text;
+    return true;
+  });
+  EXPECT_LE(rt.largestPinnedAllocation(), kSmallStagingBytes);
+}
+
+// Ordering evidence from the emulator's copy log: the input copy of chunk k+1 is issued
+// before the output copy of chunk k (which can only be issued once chunk k's host
+// collective has finished), and at least one such copy ran before chunk k's collective
+// finished. Without pipelining, each chunk's inputs would follow the previous chunk's
+// outputs.
+TEST(DeviceStagedChunks, NextChunkIsCopiedInWhileTheCollectiveRuns) {
+  ScopedEnv p2p("RIDGE_P2P", "off"), staging("RIDGE_STAGING_BYTES", kSmallStaging);
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  const int n = 2;
+  const size_t count = 100000;  // 3072 floats per chunk: 33 chunks
+  std::vector<std::pair<uintptr_t, uintptr_t>> sendRange(n), recvRange(n);
+  rt.setRecordCopies(true);
+  runRanks(rt, n, [&](int rank, ridgeComm_t comm, ridgeStream_t stream) {
+    const TypedOps& ops = typedOps(ridgeFloat32, ridgeSum);
+    uint32_t keys[n] = {rankKey(13, 0), rankKey(13, 1)};
+    DeviceBuffer send(rt, count * 4), recv(rt, count * 4);
+    send.fillReduceInput(ops, count, keys[rank]);
+    recv.poison();
+    sendRange[rank] = {reinterpret_cast<uintptr_t>(send.get()),
+                       reinterpret_cast<uintptr_t>(send.get()) + count * 4};
+    recvRange[rank] = {reinterpret_cast<uintptr_t>(recv.get()),
+                       reinterpret_cast<uintptr_t>(recv.get()) + count * 4};
+    EXPECT_EQ(ridgeAllReduce(send.get(), recv.get(), count, ridgeFloat32, ridgeSum, comm, stream),
+              ridgeSuccess)
+        << lastError();
+    EXPECT_TRUE(rt.synchronize(stream).isOk());
+    Mismatches mm;
+    ops.checkRed(recv.download().data(), count, keys, n, 0, 0, mm);
+    EXPECT_EQ(mm.count, 0u) << mm.text;
+    return true;
+  });
+  rt.setRecordCopies(false);
+  const std::vector<EmulatedRuntime::CopyRecord> log = rt.copyLog();
+  for (int r = 0; r < n; ++r) {
+    auto within = [](const void* p, const std::pair<uintptr_t, uintptr_t>& range) {
+      const auto a = reinterpret_cast<uintptr_t>(p);
+      return a >= range.first && a < range.second;
+    };
+    std::vector<EmulatedRuntime::CopyRecord> in, out;  // in device-offset order = chunk order
+    for (const auto& c : log) {
+      if (within(c.src, sendRange[r])) in.push_back(c);
+      if (within(c.dst, recvRange[r])) out.push_back(c);
+    }
+    auto byOffset = [](bool src) {
+      return [src](const EmulatedRuntime::CopyRecord& a, const EmulatedRuntime::CopyRecord& b) {
+        return (src ? a.src : a.dst) < (src ? b.src : b.dst);
+      };
+    };
+    std::sort(in.begin(), in.end(), byOffset(true));
+    std::sort(out.begin(), out.end(), byOffset(false));
+    ASSERT_EQ(in.size(), out.size()) << "rank " << r;
+    ASSERT_GE(in.size(), 30u) << "rank " << r << ": the allreduce was not cut into chunks";
+    size_t ranDuringCollective = 0;
+    for (size_t k = 0; k + 1 < in.size(); ++k) {
+      EXPECT_LT(in[k + 1].issued, out[k].issued)
+          << "rank " << r << ": chunk " << k + 1 << "'s input copied only after chunk " << k
+          << "'s collective";
+      ranDuringCollective += in[k + 1].ran != 0 && in[k + 1].ran < out[k].issued;
+    }
+    EXPECT_GT(ranDuringCollective, 0u) << "rank " << r << ": no input copy ran while a collective ran";
+    std::printf(
+        "rank %d: %zu chunks; %zu next-chunk input copies ran before the previous chunk's collective ended\n",
+        r, in.size(), ranDuringCollective);
+  }
+}
+
+// RIDGE_STAGING_BYTES is checked at init: out of range or not a size fails every rank with
+// the variable named; the ends of the range are accepted.
+TEST(DeviceStagedChunks, TheBoundSettingIsValidated) {
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  for (const char* bad : {"1K", "65535", "2G", "lots", "-4M", ""}) {
+    ScopedEnv staging("RIDGE_STAGING_BYTES", bad);
+    const bool emptyIsUnset = *bad == 0;  // empty counts as unset: the default
+    ridgeUniqueId id;
+    ASSERT_EQ(ridgeGetUniqueId(&id), ridgeSuccess);
+    ridgeComm_t comm = nullptr;
+    const ridgeResult_t res = ridgeCommInitRank(&comm, 1, id, 0);
+    if (emptyIsUnset) {
+      EXPECT_EQ(res, ridgeSuccess) << lastError();
+      if (res == ridgeSuccess) {
+        EXPECT_EQ(comm->stagingBytes, size_t(4) << 20);
+      }
+    } else {
+      EXPECT_EQ(res, ridgeInvalidArgument) << "RIDGE_STAGING_BYTES=" << bad;
+      EXPECT_NE(
+          lastError().find(std::string("RIDGE_STAGING_BYTES=") + bad + ": expected a size from 64K to 1G"),
+          std::string::npos)
+          << lastError();
+    }
+    if (comm) {
+      EXPECT_EQ(ridgeCommDestroy(comm), ridgeSuccess);
+    }
+  }
+  for (const char* good : {"64K", "1G", "65536"}) {
+    ScopedEnv staging("RIDGE_STAGING_BYTES", good);
+    ridgeUniqueId id;
+    ASSERT_EQ(ridgeGetUniqueId(&id), ridgeSuccess);
+    ridgeComm_t comm = nullptr;
+    ASSERT_EQ(ridgeCommInitRank(&comm, 1, id, 0), ridgeSuccess) << good << ": " << lastError();
+    EXPECT_EQ(ridgeCommDestroy(comm), ridgeSuccess);
+  }
+}
+
+// A group whose sends to one peer are so many that their share of a 32 KiB piece holds no
+// element is refused before anything is queued (the chunks must fit the bound).
+TEST(DeviceStagedChunks, GroupTooLargeForTheBoundIsRefused) {
+  ScopedEnv p2p("RIDGE_P2P", "off"), staging("RIDGE_STAGING_BYTES", kSmallStaging);
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  runRanks(rt, 2, [&](int rank, ridgeComm_t comm, ridgeStream_t stream) {
+    if (rank == 1) return true;
+    DeviceBuffer buf(rt, 4096);
+    const uint64_t waitsBefore = rt.releaseWaitsQueued();
+    ridgeGroupStart();
+    for (int i = 0; i < 256; ++i) ridgeSend(buf.get(), 1, ridgeFloat64, 1, comm, stream);
+    EXPECT_EQ(ridgeGroupEnd(), ridgeInvalidUsage);
+    EXPECT_NE(lastError().find("leaves no room for one element per chunk"), std::string::npos) << lastError();
+    EXPECT_EQ(rt.releaseWaitsQueued(), waitsBefore) << "a refused batch queued a release wait";
+    return true;
+  });
+}
+
+// ridgeGroupEnd finds a host/device mix on one communicator however far apart the two
+// operations are, and whatever other communicator's operations lie between (one pass over
+// the group, review item).
+TEST_F(DeviceStreams, GroupMixFoundAcrossALongGroup) {
+  runRanks(rt, 1, [&](int, ridgeComm_t comm, ridgeStream_t stream) {
+    DeviceBuffer d(rt, 4096);
+    std::vector<float> host(16, 2.0f);
+    const std::vector<float> before = host;
+    for (bool deviceFirst : {false, true}) {
+      ridgeGroupStart();
+      if (deviceFirst) ridgeAllReduce(d.get(), d.get(), 16, ridgeFloat32, ridgeSum, comm, stream);
+      for (int i = 0; i < 2000; ++i)
+        ridgeAllReduce(host.data(), host.data(), 16, ridgeFloat32, ridgeSum, comm, nullptr);
+      if (!deviceFirst) ridgeAllReduce(d.get(), d.get(), 16, ridgeFloat32, ridgeSum, comm, stream);
+      EXPECT_EQ(ridgeGroupEnd(), ridgeInvalidUsage);
+      EXPECT_NE(lastError().find("mixes host-memory and device-memory"), std::string::npos) << lastError();
+    }
+    EXPECT_EQ(host, before);
+    // A group of host operations only still runs.
+    ridgeGroupStart();
+    for (int i = 0; i < 100; ++i)
+      ridgeAllReduce(host.data(), host.data(), 16, ridgeFloat32, ridgeSum, comm, nullptr);
+    EXPECT_EQ(ridgeGroupEnd(), ridgeSuccess) << lastError();
+    EXPECT_EQ(host, before);  // one rank: the sum is the input
+    return true;
+  });
 }

@@ -756,3 +756,45 @@ TEST(P2pAbort, AbortDuringAP2pCollectiveReleasesTheStream) {
 }
 
 }  // namespace
+
+// ---- the API's classification reaches P2P (review item) ---------------------------------------
+
+// Each buffer of a call is classified once, by the API; the P2P path takes the kinds from
+// the operation instead of asking the runtime again (before: 2 more per rank and call).
+TEST(P2pClassification, EachBufferIsClassifiedOncePerCall) {
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  const int n = 2, calls = 3;
+  const uint64_t before = rt.classifyCalls();
+  withRanks(rt, n, 1, [&](TestRank& t) {
+    for (uint32_t i = 0; i < calls; ++i)
+      runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 4099}, 40 + i);
+    EXPECT_EQ(ridge::p2p::stats(t.comm).p2pOps, uint64_t(calls)) << "rank " << t.rank << ": not P2P";
+  });
+  EXPECT_EQ(rt.classifyCalls() - before, uint64_t(n) * calls * 2) << "send and receive buffer, once each";
+}
+
+// A managed buffer still keeps a batch off P2P when its kind comes from the API.
+TEST(P2pClassification, ManagedBufferKindStillStages) {
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  const size_t cnt = 1024;
+  withRanks(rt, 2, 1, [&](TestRank& t) {
+    void* managed = nullptr;
+    ASSERT_TRUE(rt.allocDevice(cnt * 4, &managed, -1, /*managed=*/true).isOk());
+    DevMem recv(rt, cnt * 4);
+    std::vector<float> ones(cnt, 1.0f);
+    std::memcpy(managed, ones.data(), cnt * 4);  // managed memory: the host may write it
+    EXPECT_EQ(ridgeAllReduce(managed, recv.p, cnt, ridgeFloat32, ridgeSum, t.comm, t.stream), ridgeSuccess)
+        << errorText();
+    EXPECT_TRUE(rt.synchronize(t.stream).isOk());
+    std::vector<unsigned char> got = recv.get(0, cnt * 4);
+    float v = 0;
+    std::memcpy(&v, got.data() + 4 * (cnt - 1), 4);
+    EXPECT_EQ(v, 2.0f);
+    const ridge::p2p::Stats s = ridge::p2p::stats(t.comm);
+    EXPECT_EQ(s.p2pOps, 0u);
+    EXPECT_EQ(s.stagedBatches, 1u);
+    rt.freeDevice(managed);
+  });
+}
