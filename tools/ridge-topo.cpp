@@ -189,7 +189,7 @@ const Command kCommands[] = {
      "  ridge-topo paths --preset cross-rc GPU0 NIC0\n"
      "  ridge-topo paths GPU0",
      runPaths},
-    {"gdr", "gdr [WHICH] [GPU NIC] [--all] [--constants FILE] [--json]",
+    {"gdr", "gdr [WHICH] [GPU NIC] [--all] [--constants FILE] [--json | --dot | --svg FILE | --png FILE]",
      "The GDR advisor: how a GPU's data should reach a NIC (gdr-read: the NIC reads GPU\n"
      "memory; gdr-write: the GPU writes into staging memory next to the NIC; host-staged:\n"
      "a copy to host memory and a CPU proxy), with the PCIe model's latency and bandwidth\n"
@@ -209,13 +209,23 @@ const Command kCommands[] = {
      "  ridge-topo draw --preset dgx-h100 --svg dgx-h100.svg\n"
      "  ridge-topo draw | dot -Tpdf -o machine.pdf",
      runDraw},
-    {"plan", "plan [WHICH] -n RANKS [OPTIONS]",
-     "Builds Ridge's collective plan for the machine (see 'ridge-topo plan --help' when the\n"
-     "planner is built). Network sends take the GDR advisor's mode for each GPU-NIC pair;\n"
-     "RIDGE_GDR_MODE=read, write or staged forces one on every pair.",
+    {"plan",
+     "plan [WHICH] -n RANKS [--nodes N] [--ranks-per-node K] [--network SPEC] [--max-channels C] [--full] "
+     "[--json | --dot [FILE]]",
+     "Builds Ridge's collective plan (rings, trees, a transport per hop) for N nodes of the\n"
+     "machine. --network: comma-separated rails=R, nic=400G, tiers=NAME:RADIX:SPEED[:OVERSUB][:LAT]\n"
+     "(repeated, leaf first), latency=1us, transport=rdma|tcp (docs/planner.md, \"Simulator\").\n"
+     "Network sends take the GDR advisor's mode for each GPU-NIC pair; RIDGE_GDR_MODE=read,\n"
+     "write or staged forces one on every pair.\n\n"
+     "  ridge-topo --preset dgx-h100 plan -n 16 --nodes 2 --network rails=8,nic=400G",
      runPlan},
-    {"simulate", "simulate [WHICH] [OPTIONS]",
-     "Predicts time, algbw and busbw per collective and size for the machine's plan.", runSimulate},
+    {"simulate",
+     "simulate [WHICH] [plan options] [--collective LIST] [-b MIN] [-e MAX] [-f FACTOR] [--algo RULES] "
+     "[--links N] [--compare] [--json]",
+     "Predicts time, algbw and busbw per collective and size for the machine's plan (the\n"
+     "plan options as for 'plan'), then the busiest resources at the largest size.\n\n"
+     "  ridge-topo --preset dgx-h100 simulate --nodes 4 --ranks-per-node 8 -b 8 -e 1G",
+     runSimulate},
     {"presets", "presets", "Lists the built-in machines that --preset accepts.", runPresets},
     {"summary", "summary [--xml FILE] [--compact]",
      "Counts packages, NUMA nodes, cores, hardware threads (PUs), GPUs and NICs, and lists\n"

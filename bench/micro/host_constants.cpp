@@ -239,8 +239,19 @@ int tcpPair(int me, Shared* s, int listenFd, uint16_t port) {
 
 int main(int argc, char** argv) {
   int rounds = 5;
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::string(argv[i]) == "--rounds") rounds = std::max(1, std::atoi(argv[i + 1]));
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--rounds" && i + 1 < argc) {
+      rounds = std::max(1, std::atoi(argv[++i]));
+    } else {
+      // Anything else (--help included) prints the usage instead of starting a measurement.
+      std::fprintf(a == "--help" || a == "-h" ? stdout : stderr,
+                   "usage: ridge-host-constants [--rounds R]   (median of R rounds, default 5; the\n"
+                   "figures and what each feeds: the comment at the top of bench/micro/host_constants.cpp,\n"
+                   "docs/planner.md)\n");
+      return a == "--help" || a == "-h" ? 0 : 2;
+    }
+  }
   auto* s = static_cast<Shared*>(
       mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   new (s) Shared();

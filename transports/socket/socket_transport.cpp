@@ -105,6 +105,7 @@ struct Hello {
   uint32_t streams;
   uint64_t token;  // the accepting rank's token: proves the connection belongs to this communicator
 };
+static_assert(sizeof(Hello) == 24, "docs/transports.md gives the hello's size");
 
 // What every rank publishes through the bootstrap at set-up.
 struct Endpoint {
