@@ -1,6 +1,7 @@
 // The verbs subset Ridge drives: just what an RDMA-write data path needs (device, protection
 // domain, memory registration, on-NIC device memory, RC queue pairs, RDMA WRITE / WRITE
-// WITH IMMEDIATE / SEND / RECV, completion queues), as an abstract interface with two
+// WITH IMMEDIATE / SEND / RECV, completion queues), plus RDMA READ (the receive-side GPU
+// flush reads a few bytes back through a loopback QP), as an abstract interface with two
 // providers: "verbs" (rdma-core's libibverbs, built when RIDGE_WITH_VERBS is on) and
 // "softnic" (a NIC emulated in user space, always built).
 //
