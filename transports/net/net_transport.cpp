@@ -14,6 +14,14 @@
 // busy). A send slot is reused only after the local send completion of its write, which
 // on both providers comes after the target acknowledged it.
 //
+// Receive rings in GPU memory (NetRingAllocator, net_transport.h) are registered for
+// GPUDirect RDMA. The NIC's completion of a write into GPU memory does not by itself make
+// the bytes visible to the GPU in order on every platform, so, unless RIDGE_GDR_FLUSH says
+// otherwise, each arrived chunk is flushed before tryPeek hands it out: an 8-byte RDMA READ
+// of its slot through a loopback queue pair (this NIC's QP connected to itself, created at
+// connect), whose completion means the NIC's earlier writes to that memory are done. A
+// chunk is visible once its flush completed (`ready`); a flush that fails fails the peer.
+//
 // Every operation of the connectors is non-blocking: each first drains the shared CQ
 // (one owner-byte load when it is empty) and dispatches completions to the peers by QP
 // number. No allocation, lock or system call on this path beyond what the provider's
@@ -32,7 +40,9 @@
 #include "bootstrap/bootstrap.h"
 #include "core/log.h"
 #include "core/settings.h"
+#include "device/runtime.h"
 #include "topo/gdr_advisor.h"
+#include "transports/net/device_registration.h"
 #include "transports/net/reg_cache.h"
 #include "transports/transport.h"
 #include "transports/verbs/verbs.h"
@@ -51,7 +61,13 @@ constexpr uint32_t kImmLast = 1u << 31;
 constexpr uint32_t kImmCredit = 1u << 30;
 constexpr uint32_t kImmCountMask = kImmCredit - 1;
 constexpr uint32_t kMaxSlots = 64;
-enum WrKind : uint64_t { kWrData = 1, kWrCredit = 2, kWrRecv = 3 };
+enum WrKind : uint64_t { kWrData = 1, kWrCredit = 2, kWrRecv = 3, kWrFlush = 4 };
+constexpr uint32_t kFlushBytes = 8;
+// A remote key no registration has (softnic keys are index << 8 | generation, generation
+// never 0), for netBreakFlushReadsForTesting.
+constexpr uint32_t kRefusedRkey = 0;
+
+NetRingAllocator* gRingAllocator = nullptr;
 
 inline uint64_t wrId(int peer, WrKind kind) {
   return (static_cast<uint64_t>(peer) << 8) | kind;
@@ -75,7 +91,8 @@ struct NetPeer {
   uint32_t creditsIn = 0;  // slots the receiver released
   // Receive direction.
   char* recvSlots = nullptr;
-  uint32_t arrived = 0;
+  uint32_t arrived = 0;  // write completions seen
+  uint32_t ready = 0;    // of those, visible to tryPeek (flushed where flushing)
   uint32_t consumed = 0;
   uint32_t meta[kMaxSlots] = {};
   uint32_t creditsOwed = 0;  // released but not yet returned
@@ -126,12 +143,17 @@ class NetTransport final : public Transport {
     recv_.clear();
     // QPs before the CQ, regions before the PD, the PD before the device.
     for (auto& p : peers_) p->qp.reset();
+    loopQp_.reset();
+    flushSinkMr_.reset();
     cache_.reset();
     cq_.reset();
     pd_.reset();
     device_.reset();
     if (sendBase_) munmap(sendBase_, areaBytes_);
-    if (recvBase_) munmap(recvBase_, areaBytes_);
+    if (recvBase_ && ringAllocator_)
+      ringAllocator_->release(recvBase_, areaBytes_);
+    else if (recvBase_)
+      munmap(recvBase_, areaBytes_);
   }
   const char* name() const override { return name_.c_str(); }
   SendConnector* sendTo(int peer) override {
@@ -147,8 +169,9 @@ class NetTransport final : public Transport {
     NetPeer* p = peer >= 0 && peer < static_cast<int>(byRank_.size()) ? byRank_[peer] : nullptr;
     if (!p) return Status::ok();
     // Data that already landed can still be consumed: the peer may have closed after its
-    // last write was acknowledged, which is how a finished peer leaves.
-    if (p->arrived != p->consumed) return Status::ok();
+    // last write was acknowledged, which is how a finished peer leaves. A chunk whose flush
+    // has not completed is not consumable yet: a failed flush is the peer's failure.
+    if (p->ready != p->consumed) return Status::ok();
     if (!p->failure.isOk()) return p->failure;
     if (p->qp->state() == QpState::Error)
       return makeError(ridgeRemoteError, "%s: the connection to rank %d failed (queue pair in error state)",
@@ -222,8 +245,69 @@ class NetTransport final : public Transport {
     if (p->failure.isOk()) p->failure = s;
   }
 
+  NetTransportStats stats() const {
+    NetTransportStats s = stats_;
+    s.recvRingsOnDevice = ringsOnDevice_;
+    s.flushing = loopQp_ != nullptr;
+    s.loopbackQps = loopQp_ ? 1 : 0;
+    return s;
+  }
+  void breakFlushReads() { flushRkey_ = kRefusedRkey; }
+
  private:
+  // A chunk arrived in peer p's ring slot `idx`: visible now, or after its flush.
+  void chunkArrived(NetPeer* p, uint32_t idx) {
+    ++stats_.chunksArrived;
+    if (!loopQp_) {
+      ++p->ready;
+      return;
+    }
+    Wqe w{};
+    w.opcode = kWqeRdmaRead;
+    w.flags = kWqeSignaled;
+    w.length = kFlushBytes;
+    w.localAddr = reinterpret_cast<uint64_t>(flushSink_);
+    w.lkey = flushSinkMr_->lkey();
+    w.remoteAddr = reinterpret_cast<uint64_t>(p->recvSlots + static_cast<size_t>(idx) * p->slotBytes);
+    w.rkey = flushRkey_;
+    w.wrId = wrId(p->peer, kWrFlush);
+    // The loopback send queue has room for every slot of every peer, and a peer has at most
+    // nslots chunks arrived and not consumed, so this fails only when the QP broke.
+    Status s = loopQp_->postSend(w);
+    if (!s.isOk()) {
+      ++stats_.flushErrors;
+      fail(p, makeError(ridgeRemoteError,
+                        "%s: the GPUDirect RDMA flush of a chunk from rank %d could not be posted: %s",
+                        name_.c_str(), p->peer, s.message().c_str()));
+      return;
+    }
+    ++stats_.flushesIssued;
+  }
+
+  // Flush READs complete in posting order on the loopback QP, and each peer's were posted in
+  // the order its chunks arrived: a completion makes that peer's oldest unflushed chunk ready.
+  void flushDone(const Cqe& c) {
+    const int peer = static_cast<int>(c.wrId >> 8);
+    NetPeer* p = peer >= 0 && peer < static_cast<int>(byRank_.size()) ? byRank_[peer] : nullptr;
+    if (!p) return;
+    if (c.status == kCqeOk) {
+      ++stats_.flushesCompleted;
+      ++p->ready;
+      return;
+    }
+    ++stats_.flushErrors;
+    fail(p,
+         makeError(ridgeRemoteError,
+                   "%s: the GPUDirect RDMA flush (RDMA READ through the loopback queue pair) of a chunk from "
+                   "rank %d failed: %s; the chunk is not handed on",
+                   name_.c_str(), p->peer, cqeStatusName(c.status)));
+  }
+
   void dispatch(const Cqe& c) {
+    if (loopQp_ && c.qpn == loopQpn_) {
+      flushDone(c);
+      return;
+    }
     auto it = byQpn_.find(c.qpn);
     if (it == byQpn_.end()) return;
     NetPeer* p = it->second;
@@ -243,13 +327,16 @@ class NetTransport final : public Transport {
     switch (kind) {
       case kWrData: ++p->sendDone; break;
       case kWrCredit: --p->creditSendsInFlight; break;
+      case kWrFlush: break;  // loopback QP completions go to flushDone
       case kWrRecv: {
         --p->recvPosted;
         if (c.immData & kImmCredit) {
           p->creditsIn += c.immData & kImmCountMask;
         } else {
-          p->meta[p->arrived % p->nslots] = c.immData;
+          const uint32_t idx = p->arrived % p->nslots;
+          p->meta[idx] = c.immData;
           ++p->arrived;
+          chunkArrived(p, idx);
         }
         RecvWqe r{wrId(p->peer, kWrRecv), 0, 0, 0, 0};
         Status s = p->qp->postRecv(r);
@@ -268,6 +355,15 @@ class NetTransport final : public Transport {
   std::unique_ptr<ProtectionDomain> pd_;
   std::unique_ptr<CompletionQueue> cq_;
   std::unique_ptr<RegistrationCache> cache_;
+  // Receive-side flush (only when the rings are device memory that needs it).
+  NetRingAllocator* ringAllocator_ = nullptr;
+  bool ringsOnDevice_ = false;
+  std::unique_ptr<QueuePair> loopQp_;
+  uint32_t loopQpn_ = 0;
+  uint32_t flushRkey_ = 0;
+  std::unique_ptr<MemoryRegion> flushSinkMr_;
+  alignas(64) char flushSink_[64] = {};
+  NetTransportStats stats_;
   std::vector<std::unique_ptr<NetPeer>> peers_;
   std::vector<NetPeer*> byRank_;
   std::unordered_map<uint32_t, NetPeer*> byQpn_;
@@ -312,7 +408,7 @@ void NetSend::post(uint32_t bytes, bool lastOfMessage) {
 const void* NetRecv::tryPeek(SlotInfo* info) {
   t_->progress();
   NetPeer* p = p_;
-  if (p->consumed == p->arrived) return nullptr;
+  if (p->consumed == p->ready) return nullptr;
   const uint32_t idx = p->consumed % p->nslots;
   const uint32_t imm = p->meta[idx];
   info->bytes = imm & ~(kImmLast | kImmCredit);
@@ -346,6 +442,11 @@ Status NetTransport::connect(const TransportSetup& setup, const std::string& pro
   slotBytes = (slotBytes + 4095) / 4096 * 4096;
   slotBytes = slotBytesBesideShm(&kNetTransportTable, setup, slotBytes);
   const uint32_t nslots = static_cast<uint32_t>(slots);
+  GdrFlushMode flushMode;
+  const std::string flushText = settingString(Setting::GDR_FLUSH);
+  if (!parseGdrFlush(flushText, &flushMode))
+    return makeError(ridgeInvalidArgument, "RIDGE_GDR_FLUSH='%s': expected auto, read or off",
+                     flushText.c_str());
 
   // Peers this transport serves: those the table's canConnect gives us (same rule on
   // every rank, so both ends of a pair agree).
@@ -370,26 +471,66 @@ Status NetTransport::connect(const TransportSetup& setup, const std::string& pro
   cache_ = std::make_unique<RegistrationCache>(pd_.get(), 64);
   // GPU buffers that reach this cache are registered as GPU memory (dma-buf, else peer
   // memory); without a CUDA driver every buffer is host memory and nothing changes.
+  // Receive rings from an installed allocator are registered through its registrar.
+  ringAllocator_ = gRingAllocator;
   std::string noDriver;
-  if (DeviceMemoryRegistrar* r = cudaDriverRegistrar(&noDriver)) cache_->setDeviceRegistrar(r);
+  if (ringAllocator_)
+    cache_->setDeviceRegistrar(ringAllocator_->registrar());
+  else if (DeviceMemoryRegistrar* r = cudaDriverRegistrar(&noDriver))
+    cache_->setDeviceRegistrar(r);
 
   const uint32_t sqDepth = 2 * nslots + 4;
   const uint32_t rqDepth = 2 * nslots + 8;
-  const uint32_t cqEntries =
-      roundUpPow2(static_cast<uint32_t>(std::max<size_t>(peerRanks.size(), 1)) * (sqDepth + rqDepth) + 64);
+  // The loopback QP's send queue: one flush per ring slot of every peer.
+  const uint32_t loopDepth = static_cast<uint32_t>(std::max<size_t>(peerRanks.size(), 1)) * nslots + 4;
+  const uint32_t cqEntries = roundUpPow2(
+      static_cast<uint32_t>(std::max<size_t>(peerRanks.size(), 1)) * (sqDepth + rqDepth) + loopDepth + 64);
   RIDGE_TRY(pd_->createCq(cqEntries, &cq_));
 
   const size_t perPeer = static_cast<size_t>(nslots) * static_cast<size_t>(slotBytes);
   areaBytes_ = std::max<size_t>(perPeer * peerRanks.size(), 4096);
-  for (char** base : {&sendBase_, &recvBase_}) {
-    void* m = mmap(nullptr, areaBytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) return systemError("net: mmap of the slot rings");
-    *base = static_cast<char*>(m);
+  void* m = mmap(nullptr, areaBytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return systemError("net: mmap of the send slots");
+  sendBase_ = static_cast<char*>(m);
+  if (ringAllocator_) {
+    void* r = nullptr;
+    RIDGE_TRY(ringAllocator_->allocate(areaBytes_, &r));
+    recvBase_ = static_cast<char*>(r);
+  } else {
+    m = mmap(nullptr, areaBytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return systemError("net: mmap of the receive rings");
+    recvBase_ = static_cast<char*>(m);
   }
+  uintptr_t allocBase = 0;
+  size_t allocBytes = 0;
+  ringsOnDevice_ =
+      ringAllocator_ && ringAllocator_->registrar()->deviceAllocation(recvBase_, &allocBase, &allocBytes);
+  const bool flush = ringsOnDevice_ && gdrFlushNeeded(flushMode, ringAllocator_->device());
   MemoryRegion* sendMr = nullptr;
   MemoryRegion* recvMr = nullptr;
   RIDGE_TRY(cache_->get(sendBase_, areaBytes_, kAccessLocalWrite, &sendMr));
-  RIDGE_TRY(cache_->get(recvBase_, areaBytes_, kAccessLocalWrite | kAccessRemoteWrite, &recvMr));
+  // The flush reads the rings back through the loopback QP: remote read on them too.
+  RIDGE_TRY(cache_->get(recvBase_, areaBytes_,
+                        kAccessLocalWrite | kAccessRemoteWrite | (flush ? uint32_t{kAccessRemoteRead} : 0u),
+                        &recvMr));
+  if (flush) {
+    RIDGE_TRY(pd_->registerMemory(flushSink_, sizeof flushSink_, kAccessLocalWrite, &flushSinkMr_));
+    QpCaps caps;
+    caps.maxSendWr = loopDepth;
+    caps.maxRecvWr = 1;
+    RIDGE_TRY(pd_->createQp(cq_.get(), cq_.get(), caps, &loopQp_));
+    QpAddress self;
+    RIDGE_TRY(loopQp_->localAddress(&self));
+    RIDGE_TRY(loopQp_->modify(QpState::Init));
+    RIDGE_TRY(loopQp_->modify(QpState::Rtr, &self));
+    RIDGE_TRY(loopQp_->modify(QpState::Rts));
+    loopQpn_ = loopQp_->qpn();
+    flushRkey_ = recvMr->rkey();
+  }
+  RIDGE_INFO("%s: receive rings in %s memory%s", name_.c_str(), ringsOnDevice_ ? "device" : "host",
+             !ringsOnDevice_ ? ""
+             : flush ? ", each chunk flushed by an RDMA READ through a loopback queue pair (RIDGE_GDR_FLUSH)"
+                     : ", not flushed (RIDGE_GDR_FLUSH=off, or the device orders RDMA writes)");
 
   byRank_.assign(setup.nranks, nullptr);
   std::vector<ConnectEntry> table(static_cast<size_t>(setup.nranks) * setup.nranks);
@@ -466,6 +607,39 @@ Status netCreate(const TransportSetup& setup, std::unique_ptr<Transport>* out) {
 }
 
 }  // namespace
+
+bool parseGdrFlush(const std::string& text, GdrFlushMode* out) {
+  std::string t = text;
+  for (char& ch : t) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (t == "auto")
+    *out = GdrFlushMode::Auto;
+  else if (t == "read")
+    *out = GdrFlushMode::Read;
+  else if (t == "off")
+    *out = GdrFlushMode::Off;
+  else
+    return false;
+  return true;
+}
+
+bool gdrFlushNeeded(GdrFlushMode mode, int device) {
+  if (mode != GdrFlushMode::Auto) return mode == GdrFlushMode::Read;
+  device::DeviceRuntime* rt = device::activeRuntime();
+  return !(rt && rt->deviceCount() > 0 && rt->rdmaWritesOrdered(device));
+}
+
+void setNetRingAllocator(NetRingAllocator* allocator) {
+  gRingAllocator = allocator;
+}
+
+NetTransportStats netTransportStats(Transport* transport) {
+  auto* t = dynamic_cast<NetTransport*>(transport);
+  return t ? t->stats() : NetTransportStats{};
+}
+
+void netBreakFlushReadsForTesting(Transport* transport) {
+  if (auto* t = dynamic_cast<NetTransport*>(transport)) t->breakFlushReads();
+}
 
 std::string netProvider() {
   std::string net = settingString(Setting::NET);

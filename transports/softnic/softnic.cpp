@@ -929,7 +929,7 @@ bool Nic::pumpSend(SoftQp* qp, int64_t now) {
         return true;
       }
       // A read lands in local memory: its region must allow local writes.
-      const uint32_t localAccess = op == kWqeRdmaRead ? kAccessLocalWrite : 0;
+      const uint32_t localAccess = op == kWqeRdmaRead ? uint32_t{kAccessLocalWrite} : 0u;
       if (qp->cur_.length && !translate(qp->cur_.lkey, qp->cur_.localAddr, qp->cur_.length, localAccess)) {
         setError(qp, kCqeLocalProtectionError, "WQE names memory outside its lkey's region");
         return true;
