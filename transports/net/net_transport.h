@@ -64,9 +64,23 @@ struct NetTransportStats {
   uint64_t flushesIssued = 0;      // flush READs posted
   uint64_t flushesCompleted = 0;   // ... that completed without error
   uint64_t flushErrors = 0;        // ... that completed with an error (the peer then fails)
+  // Direct transfers (RIDGE_NET_DIRECT).
+  uint64_t directSends = 0;         // chunks posted from caller memory (tryPostDirect)
+  uint64_t chunksToAdvertised = 0;  // chunks this rank wrote into a destination the peer advertised
+  uint64_t chunksLandedDirect = 0;  // chunks that arrived at a destination this rank advertised
+  uint64_t advertsSent = 0;         // destinations advertised (tryExpect)
+  uint64_t advertsReceived = 0;     // adverts from the peer whose write completed
+  uint64_t advertsCompleted = 0;    // this rank's adverts whose write completed (acknowledged)
+  uint64_t advertsLate = 0;         // adverts that arrived after their chunk had been posted
+  uint64_t withdrawals = 0;         // withdrawDirect calls that had to fail the peer
+  uint64_t registrations = 0;       // registration cache misses (rings included)
 };
 // The stats of a net transport; zeros for any other transport.
 NetTransportStats netTransportStats(Transport* transport);
+// The sum over every net transport this process has created, live or destroyed (flags:
+// any of them; read while no operation runs), and as "name=value ..." text.
+NetTransportStats netProcessStats();
+std::string netStatsToString(const NetTransportStats& stats);
 // Tests: every later flush READ of `transport` names a remote key the NIC refuses, so it
 // completes with an error (what a broken flush looks like to the receiver).
 void netBreakFlushReadsForTesting(Transport* transport);

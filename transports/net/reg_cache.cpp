@@ -3,8 +3,32 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 
 namespace ridge {
+
+namespace {
+
+// The mapping of this process that holds [a, a + bytes), from /proc/self/maps; false when
+// none holds all of it (the range spans mappings, or the file cannot be read).
+bool mappingHolding(uintptr_t a, size_t bytes, uintptr_t* lo, uintptr_t* hi) {
+  FILE* f = std::fopen("/proc/self/maps", "r");
+  if (!f) return false;
+  bool found = false;
+  char line[512];
+  while (!found && std::fgets(line, sizeof line, f)) {
+    unsigned long s = 0, e = 0;
+    if (std::sscanf(line, "%lx-%lx", &s, &e) == 2 && s <= a && a + bytes <= e) {
+      *lo = s;
+      *hi = e;
+      found = true;
+    }
+  }
+  std::fclose(f);
+  return found;
+}
+
+}  // namespace
 
 Status RegistrationCache::get(const void* addr, size_t bytes, uint32_t access, verbs::MemoryRegion** out) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
@@ -54,7 +78,13 @@ Status RegistrationCache::registerRange(const void* addr, size_t bytes, uint32_t
   size_t length = 0;
   pageAlignRange(a, bytes, page, start, &length);
   *end = *start + length;
-  return pd_->registerMemory(reinterpret_cast<void*>(*start), length, access, mr);
+  uintptr_t lo = 0, hi = 0;
+  if (hostWindow_ && mappingHolding(a, bytes, &lo, &hi)) {
+    const uintptr_t w = hostWindow_;
+    *start = std::max(lo, a / w * w);
+    *end = std::min(hi, (a + bytes + w - 1) / w * w);
+  }
+  return pd_->registerMemory(reinterpret_cast<void*>(*start), *end - *start, access, mr);
 }
 
 void RegistrationCache::invalidate(const void* addr, size_t bytes) {

@@ -33,6 +33,11 @@ class RegistrationCache {
   void invalidate(const void* addr, size_t bytes);
   // Lets the cache recognise and register device memory (nullptr: everything is host).
   void setDeviceRegistrar(DeviceMemoryRegistrar* r) { registrar_ = r; }
+  // Host memory, when `window` > 0: a miss registers the whole mapping that holds the range
+  // (from /proc/self/maps), clipped to the `window`-aligned span around it, so that later
+  // chunks of the same caller buffer hit instead of registering each chunk. 0 (default):
+  // exactly the page-rounded range.
+  void setHostWindow(size_t window) { hostWindow_ = window; }
   uint64_t dmaBufRegistrations() const { return dmaBufRegs_; }
   uint64_t peerMemoryRegistrations() const { return peerMemRegs_; }
   size_t size() const { return entries_.size(); }
@@ -56,6 +61,7 @@ class RegistrationCache {
   uint64_t hits_ = 0;
   uint64_t misses_ = 0;
   DeviceMemoryRegistrar* registrar_ = nullptr;
+  size_t hostWindow_ = 0;
   uint64_t dmaBufRegs_ = 0;
   uint64_t peerMemRegs_ = 0;
 };

@@ -1665,10 +1665,15 @@ Status SoftQp::modify(QpState to, const QpAddress* remote) {
                  cma ? "read by the target (process_vm_readv)" : "inline");
       return Status::ok();
     }
-    case QpState::Error:
-      state_.store(QpState::Error, std::memory_order_release);
+    case QpState::Error: {
+      // On the engine thread, between its iterations: when this returns, no payload is
+      // being read from the QP's sources or landed for it, and none will be (what a caller
+      // withdrawing its buffers relies on, transport.h withdrawDirect).
+      SoftQp* self = this;
+      nic_->runOnEngine([&] { self->state_.store(QpState::Error, std::memory_order_release); });
       nic_->kick();
       return Status::ok();
+    }
   }
   return Status::ok();
 }

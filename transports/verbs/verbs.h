@@ -113,7 +113,9 @@ class QueuePair {
   virtual uint32_t qpn() const = 0;
   virtual QpState state() const = 0;
   virtual Status localAddress(QpAddress* out) const = 0;
-  // Moves to `to`; `remote` is required for RTR (the peer's localAddress()).
+  // Moves to `to`; `remote` is required for RTR (the peer's localAddress()). After a move to
+  // ERROR the NIC reads no more send payload and lands nothing more for this QP (softnic:
+  // synchronously with its engine; rdma-core: as the HCA stops the QP).
   virtual Status modify(QpState to, const QpAddress* remote = nullptr) = 0;
   // Posts one send WQE (qpn and index are filled in). ridgeInvalidUsage when the QP is not
   // in RTS, ridgeInternalError "send queue full" when every slot is in use.
