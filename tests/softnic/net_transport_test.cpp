@@ -519,6 +519,68 @@ TEST(NetDirect, WithdrawnDestinationsAreNeverWritten) {
   EXPECT_EQ(o[1].mismatches, 0u) << "bytes landed in withdrawn destinations";
 }
 
+// Receives that must keep to the ring although a destination is declared, with device
+// rings: a destination in device memory (it would need a flush of its own; `flush` off so
+// that only this rule applies), or any destination while the ring is flushed (a chunk
+// landing there would overtake older ones still being flushed). Nothing is advertised,
+// and tryPeek returns the slot with the exact bytes.
+void expectKeptToTheRing(const char* flush, bool deviceDestination) {
+  MemfdRingAllocator alloc;
+  void* deviceDst = nullptr;
+  ASSERT_TRUE(alloc.allocate(kSlotBytes, &deviceDst).isOk());
+  std::vector<uint8_t> hostDst(kSlotBytes);
+  void* dstPtr = deviceDestination ? deviceDst : hostDst.data();
+  std::atomic<bool> abortFlag{false};
+  RankOutcome o[2];
+  runPair(
+      flush, &alloc, "",
+      [&](int rank, Transport* t, Bootstrap* bs, RankOutcome& out) {
+        if (rank == 1 && !t->recvFrom(0)->tryExpect(dstPtr, kSlotBytes)) out.error = "tryExpect refused";
+        (void)bs->barrier();
+        const double end = nowSec() + 10;
+        if (rank == 0) {
+          SendConnector* sc = t->sendTo(1);
+          char* slot = static_cast<char*>(sc->tryAcquire());
+          if (!slot) {
+            out.error = "no free slot";
+            return;
+          }
+          for (uint32_t i = 0; i < 1000; ++i) slot[i] = static_cast<char>(patternByte(7, i));
+          sc->post(1000, true);
+          while (!sc->sendsComplete() && nowSec() < end) idle(t);
+          return;
+        }
+        RecvConnector* rc = t->recvFrom(0);
+        SlotInfo info;
+        const uint8_t* got = nullptr;
+        while (!(got = static_cast<const uint8_t*>(rc->tryPeek(&info))) && nowSec() < end) idle(t);
+        if (!got) {
+          out.error = "the chunk never arrived";
+          return;
+        }
+        bool ok = got != dstPtr && info.bytes == 1000 && info.lastOfMessage;
+        for (uint32_t i = 0; ok && i < 1000; ++i) ok = got[i] == patternByte(7, i);
+        out.mismatches += ok ? 0 : 1;
+        ++out.chunksChecked;
+        rc->release();
+      },
+      o, &abortFlag);
+  alloc.release(deviceDst, kSlotBytes);
+  EXPECT_TRUE(o[0].error.empty()) << o[0].error;
+  EXPECT_TRUE(o[1].error.empty()) << o[1].error;
+  EXPECT_EQ(o[1].chunksChecked, 1u);
+  EXPECT_EQ(o[1].mismatches, 0u);
+  EXPECT_EQ(o[1].stats.advertsSent, 0u);
+  EXPECT_EQ(o[1].stats.flushesIssued, std::strcmp(flush, "read") == 0 ? 1u : 0u);
+}
+
+TEST(NetDirect, DeviceDestinationsAreNotAdvertised) {
+  expectKeptToTheRing("off", true);
+}
+TEST(NetDirect, NothingIsAdvertisedWhileTheRingIsFlushed) {
+  expectKeptToTheRing("read", false);
+}
+
 TEST(NetDirect, SettingTurnsTheExtensionOff) {
   for (const char* value : {"0", "1", "auto"}) {
     setenv("RIDGE_NET_DIRECT", value, 1);

@@ -388,14 +388,15 @@ class NetTransport final : public Transport {
   // advert budget allows; otherwise the chunk simply arrives in its slot.
   void advertise(NetPeer* p, uint32_t seq, void* dst, uint32_t capacity) {
     if (p->advertsPosted - p->advertsDone >= p->nslots || !p->failure.isOk()) return;
-    uintptr_t base = 0;
-    size_t allocBytes = 0;
-    DeviceMemoryRegistrar* reg = ringAllocator_ ? ringAllocator_->registrar() : cudaRegistrar_;
+    // Flushed rings hand chunks on in flush order; a chunk landing elsewhere would overtake
+    // the older ones still being flushed. Receives then keep to the ring.
+    if (loopQp_) return;
+    MemoryRegion* mr = nullptr;
+    bool onDevice = false;
+    if (!cache_->get(dst, capacity, kAccessLocalWrite | kAccessRemoteWrite, &mr, &onDevice).isOk()) return;
     // Device memory would need the receive-side flush of its destination: such chunks keep
     // to the ring, which is flushed.
-    if (reg && reg->deviceAllocation(dst, &base, &allocBytes)) return;
-    MemoryRegion* mr = nullptr;
-    if (!cache_->get(dst, capacity, kAccessLocalWrite | kAccessRemoteWrite, &mr).isOk()) return;
+    if (onDevice) return;
     Advert& out = p->advertsOut[p->advertsPosted % p->nslots];
     out = Advert{reinterpret_cast<uint64_t>(dst), mr->rkey(), capacity, seq, 1};
     const uint32_t ringIdx = seq % (2 * p->nslots);
@@ -434,7 +435,7 @@ class NetTransport final : public Transport {
   void chunkArrived(NetPeer* p, uint32_t idx, bool landedDirect) {
     ++stats_.chunksArrived;
     if (landedDirect) ++stats_.chunksLandedDirect;
-    // A direct chunk landed in host memory (device destinations are never advertised).
+    // Direct chunks (host memory, and only without a flushed ring) are ready at once.
     if (!loopQp_ || landedDirect) {
       ++p->ready;
       return;
@@ -557,7 +558,6 @@ class NetTransport final : public Transport {
   NetTransportStats stats_;
   // Direct transfers: this rank's setting, the advert rings (in and out) of every peer.
   bool direct_ = false;
-  DeviceMemoryRegistrar* cudaRegistrar_ = nullptr;
   char* controlBase_ = nullptr;
   size_t controlBytes_ = 0;
   std::unique_ptr<MemoryRegion> controlMr_;
@@ -730,8 +730,8 @@ Status NetTransport::connect(const TransportSetup& setup, const std::string& pro
   std::string noDriver;
   if (ringAllocator_)
     cache_->setDeviceRegistrar(ringAllocator_->registrar());
-  else if ((cudaRegistrar_ = cudaDriverRegistrar(&noDriver)))
-    cache_->setDeviceRegistrar(cudaRegistrar_);
+  else if (DeviceMemoryRegistrar* r = cudaDriverRegistrar(&noDriver))
+    cache_->setDeviceRegistrar(r);
 
   // Send queue: the data slots, the credit budget and the advert budget (nslots each, the
   // credits 4 more); the receive queue takes the peer's data, credits and adverts.

@@ -27,8 +27,10 @@ class RegistrationCache {
  public:
   RegistrationCache(verbs::ProtectionDomain* pd, size_t capacity) : pd_(pd), capacity_(capacity) {}
   // The region covering [addr, addr + bytes) with `access`; registers one if none does. The
-  // pointer stays valid until the region is evicted (capacity) or invalidated.
-  Status get(const void* addr, size_t bytes, uint32_t access, verbs::MemoryRegion** out);
+  // pointer stays valid until the region is evicted (capacity) or invalidated. *onDevice
+  // (when given): the region is device memory (decided when it was registered).
+  Status get(const void* addr, size_t bytes, uint32_t access, verbs::MemoryRegion** out,
+             bool* onDevice = nullptr);
   // Drops every cached region overlapping the range (call before freeing memory).
   void invalidate(const void* addr, size_t bytes);
   // Lets the cache recognise and register device memory (nullptr: everything is host).
@@ -51,9 +53,10 @@ class RegistrationCache {
     uint32_t access;
     uint64_t lastUse;
     std::unique_ptr<verbs::MemoryRegion> mr;
+    bool device;
   };
   Status registerRange(const void* addr, size_t bytes, uint32_t access, uintptr_t* start, uintptr_t* end,
-                       std::unique_ptr<verbs::MemoryRegion>* mr);
+                       std::unique_ptr<verbs::MemoryRegion>* mr, bool* device);
   verbs::ProtectionDomain* pd_;
   size_t capacity_;
   std::vector<Entry> entries_;
