@@ -277,6 +277,17 @@ class CudaRuntime final : public DeviceRuntime {
   bool ipcWithinProcess() const override {
     return false;
   }
+  bool rdmaWritesOrdered(int device) override {
+    using AttributeFn = CUresult (*)(int*, CUdevice_attribute, CUdevice);
+    static const auto attribute = reinterpret_cast<AttributeFn>(driverEntryPoint("cuDeviceGetAttribute"));
+    int scope = 0;
+    if (!attribute || device < 0 ||
+        attribute(&scope, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING, device) != CUDA_SUCCESS)
+      return false;
+    // OWNER: the device that owns the memory sees the writes in order (that device is the
+    // consumer here); ALL_DEVICES orders them for every device.
+    return scope >= CU_GPU_DIRECT_RDMA_WRITES_ORDERING_OWNER;
+  }
   int deviceByPciBusId(const std::string& busId) override {
     int device = -1;
     if (busId.empty() || cudaDeviceGetByPCIBusId(&device, busId.c_str()) != cudaSuccess) {

@@ -72,6 +72,7 @@ class EmulatedRuntime final : public DeviceRuntime {
   bool ipcWithinProcess() const override { return ipcWithinProcess_.load(); }
   std::string pciBusId(int device) override;
   int deviceByPciBusId(const std::string& busId) override;
+  bool rdmaWritesOrdered(int /*device*/) override { return rdmaWritesOrdered_.load(); }
 
   // ---- test helpers ----
   // Device (or managed) memory of `bytes` on `device` (-1: the current device).
@@ -111,6 +112,9 @@ class EmulatedRuntime final : public DeviceRuntime {
     peerKind_.store(static_cast<int>(kind));
   }
   void setIpcWithinProcess(bool v) { ipcWithinProcess_.store(v); }
+  // What rdmaWritesOrdered reports for every device (default false: a device that does not
+  // order inbound RDMA writes, so GDR receivers flush).
+  void setRdmaWritesOrdered(bool ordered) { rdmaWritesOrdered_.store(ordered); }
   // The next `n` ipcOpen calls fail (a failure on one rank, for error-path tests).
   void failNextIpcOpens(int n) { ipcOpenFailures_.store(n); }
   // PCI bus ids the emulated devices report (by ordinal; default none), so that tests can
@@ -194,6 +198,7 @@ class EmulatedRuntime final : public DeviceRuntime {
   std::atomic<bool> peerAccess_{true};
   std::atomic<int> peerKind_{static_cast<int>(PeerLinkKind::Unknown)};
   std::atomic<bool> ipcWithinProcess_{true};
+  std::atomic<bool> rdmaWritesOrdered_{false};
   std::atomic<uint64_t> ipcOpenCount_{0};
   std::atomic<int> ipcOpenFailures_{0};
   std::atomic<uint64_t> reduceCount_{0};

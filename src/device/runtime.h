@@ -144,6 +144,13 @@ class DeviceRuntime {
   // process; bus ids are how ranks of one host name devices to each other.
   virtual int deviceByPciBusId(const std::string& busId) = 0;
 
+  // ---- GPUDirect RDMA (transports/net: the receive-side flush) ----
+  // Whether `device` itself orders inbound RDMA writes: once the NIC reports a write into
+  // its memory complete, work the device then runs sees the data (CUDA: the driver's
+  // CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING is at least OWNER). False when the
+  // runtime cannot tell, so that a receiver that must be sure flushes (RIDGE_GDR_FLUSH).
+  virtual bool rdmaWritesOrdered(int /*device*/) { return false; }
+
   // ---- release words (shared implementation) ----
   // A word from this runtime's pool; it keeps the value it had when last returned.
   Status takeReleaseWord(ReleaseWord* out);

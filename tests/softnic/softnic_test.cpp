@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "cq_polling.h"
 #include "transports/net/reg_cache.h"
 #include "transports/verbs/verbs.h"
 
@@ -23,11 +24,8 @@ namespace ridge {
 namespace {
 
 using namespace verbs;
-
-double nowSec() {
-  using namespace std::chrono;
-  return duration<double>(steady_clock::now().time_since_epoch()).count();
-}
+using softnic_test::nowSec;
+using softnic_test::pollN;
 
 void loopbackEnv() {
   setenv("RIDGE_SOCKET_IFNAME", "lo", 1);
@@ -66,19 +64,6 @@ struct Pair {
   }
   static std::unique_ptr<Pair> make(const softnic::Options& o = {}) { return make(o, o); }
 };
-
-// Polls `cq` until `want` completions arrived or `seconds` passed.
-std::vector<Cqe> pollN(CompletionQueue* cq, size_t want, double seconds = 10) {
-  std::vector<Cqe> got;
-  const double end = nowSec() + seconds;
-  Cqe buf[16];
-  while (got.size() < want && nowSec() < end) {
-    int n = cq->poll(buf, 16);
-    for (int i = 0; i < n; ++i) got.push_back(buf[i]);
-    if (n == 0) cq->wait(2000000, nullptr, nullptr);
-  }
-  return got;
-}
 
 Wqe writeWqe(uint8_t op, const MemoryRegion& src, size_t srcOff, const MemoryRegion& dst, size_t dstOff,
              uint32_t len, uint64_t wrId, uint32_t imm = 0, bool signaled = true) {

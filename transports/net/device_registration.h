@@ -17,8 +17,9 @@
 //
 // Receive-side flush (docs/transports.md, "GPU memory"): after the NIC has written GPU
 // memory and its completion has been seen, the GPU may not see the data yet; a read of
-// that memory by the same NIC (an RDMA READ through a loopback QP) orders it. Ridge does
-// NOT implement that flush yet: its verbs subset has no RDMA READ.
+// that memory by the same NIC (an RDMA READ through a loopback QP) orders it. The net
+// transport does that for receive rings in device memory (RIDGE_GDR_FLUSH,
+// net_transport.h).
 #pragma once
 
 #include <cstddef>

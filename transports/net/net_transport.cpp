@@ -14,6 +14,26 @@
 // busy). A send slot is reused only after the local send completion of its write, which
 // on both providers comes after the target acknowledged it.
 //
+// Receive rings in GPU memory (NetRingAllocator, net_transport.h) are registered for
+// GPUDirect RDMA. The NIC's completion of a write into GPU memory does not by itself make
+// the bytes visible to the GPU in order on every platform, so, unless RIDGE_GDR_FLUSH says
+// otherwise, each arrived chunk is flushed before tryPeek hands it out: an 8-byte RDMA READ
+// of its slot through a loopback queue pair (this NIC's QP connected to itself, created at
+// connect), whose completion means the NIC's earlier writes to that memory are done. A
+// chunk is visible once its flush completed (`ready`); a flush that fails fails the peer.
+//
+// Direct transfers (transport.h, kDirectTransferVersion; RIDGE_NET_DIRECT). tryPostDirect
+// writes a chunk straight from caller memory (registered once per mapping window through
+// the registration cache) instead of from a send slot. tryExpect tells the sender where the
+// next chunk should land: an "advert" {address, rkey, capacity, position} written with
+// immediate into the sender's advert ring. The sender takes an advert only when it names
+// exactly the position it is posting and the chunk fits; it then writes into that
+// destination (from its slot or from caller memory) and sets the immediate's direct bit, so
+// the receiver knows where the chunk is; otherwise the chunk goes to the ring slot as
+// always (an advert that arrives late is dropped). Each rank decides for itself, and the
+// peer cannot tell. withdrawDirect fails the peer and moves the QP to ERROR when the NIC
+// could still touch caller memory.
+//
 // Every operation of the connectors is non-blocking: each first drains the shared CQ
 // (one owner-byte load when it is empty) and dispatches completions to the peers by QP
 // number. No allocation, lock or system call on this path beyond what the provider's
@@ -27,12 +47,15 @@
 #include <cctype>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <unordered_map>
 
 #include "bootstrap/bootstrap.h"
 #include "core/log.h"
 #include "core/settings.h"
+#include "device/runtime.h"
 #include "topo/gdr_advisor.h"
+#include "transports/net/device_registration.h"
 #include "transports/net/reg_cache.h"
 #include "transports/transport.h"
 #include "transports/verbs/verbs.h"
@@ -47,11 +70,58 @@ namespace {
 
 using namespace verbs;
 
+// Immediate of a WRITE_WITH_IMM. Data: last-of-message bit, direct bit (landed at the
+// destination the receiver advertised), payload bytes (at most 256M < 2^29). Credit: the
+// credit bit and a count. Advert: credit and direct bits together, and the advert ring index.
 constexpr uint32_t kImmLast = 1u << 31;
 constexpr uint32_t kImmCredit = 1u << 30;
-constexpr uint32_t kImmCountMask = kImmCredit - 1;
+constexpr uint32_t kImmDirect = 1u << 29;
+constexpr uint32_t kImmAdvert = kImmCredit | kImmDirect;
+constexpr uint32_t kImmCountMask = kImmDirect - 1;
 constexpr uint32_t kMaxSlots = 64;
-enum WrKind : uint64_t { kWrData = 1, kWrCredit = 2, kWrRecv = 3 };
+enum WrKind : uint64_t { kWrData = 1, kWrCredit = 2, kWrRecv = 3, kWrFlush = 4, kWrAdvert = 5 };
+
+// Where the receiver wants FIFO position `seq` to land. 24 bytes on the wire.
+struct Advert {
+  uint64_t addr;
+  uint32_t rkey;
+  uint32_t capacity;
+  uint32_t seq;
+  uint32_t valid;  // sender's copy: taken from a completed advert write
+};
+static_assert(sizeof(Advert) == 24, "an advert is 24 bytes");
+constexpr uint32_t kFlushBytes = 8;
+// A remote key no registration has (softnic keys are index << 8 | generation, generation
+// never 0), for netBreakFlushReadsForTesting.
+constexpr uint32_t kRefusedRkey = 0;
+
+NetRingAllocator* gRingAllocator = nullptr;
+
+// Every net transport of the process, and the sum of those already destroyed, for
+// netProcessStats.
+class NetTransport;
+std::mutex gStatsMutex;
+std::vector<NetTransport*> gLiveTransports;
+NetTransportStats gRetiredStats;
+
+void addStats(NetTransportStats* sum, const NetTransportStats& s) {
+  sum->recvRingsOnDevice = sum->recvRingsOnDevice || s.recvRingsOnDevice;
+  sum->flushing = sum->flushing || s.flushing;
+  sum->loopbackQps += s.loopbackQps;
+  sum->chunksArrived += s.chunksArrived;
+  sum->flushesIssued += s.flushesIssued;
+  sum->flushesCompleted += s.flushesCompleted;
+  sum->flushErrors += s.flushErrors;
+  sum->directSends += s.directSends;
+  sum->chunksToAdvertised += s.chunksToAdvertised;
+  sum->chunksLandedDirect += s.chunksLandedDirect;
+  sum->advertsSent += s.advertsSent;
+  sum->advertsReceived += s.advertsReceived;
+  sum->advertsCompleted += s.advertsCompleted;
+  sum->advertsLate += s.advertsLate;
+  sum->withdrawals += s.withdrawals;
+  sum->registrations += s.registrations;
+}
 
 inline uint64_t wrId(int peer, WrKind kind) {
   return (static_cast<uint64_t>(peer) << 8) | kind;
@@ -70,18 +140,30 @@ struct NetPeer {
   MemoryRegion* sendMr = nullptr;
   uint64_t remoteRing = 0;
   uint32_t remoteRkey = 0;
-  uint32_t posted = 0;     // writes posted
-  uint32_t sendDone = 0;   // their local completions
-  uint32_t creditsIn = 0;  // slots the receiver released
+  uint32_t posted = 0;                 // writes posted
+  uint32_t sendDone = 0;               // their local completions
+  uint32_t creditsIn = 0;              // slots the receiver released
+  uint64_t directInFlight = 0;         // bit (position mod nslots): a direct chunk not yet complete
+  Advert* advertsIn = nullptr;         // 2·nslots entries the receiver writes (position mod 2·nslots)
+  Advert adverts[2 * kMaxSlots] = {};  // copies taken when their write completed
+  uint64_t remoteAdverts = 0;          // the peer's advert ring for our receives
+  uint32_t remoteAdvertRkey = 0;
   // Receive direction.
   char* recvSlots = nullptr;
-  uint32_t arrived = 0;
+  uint32_t arrived = 0;  // write completions seen
+  uint32_t ready = 0;    // of those, visible to tryPeek (flushed where flushing)
   uint32_t consumed = 0;
   uint32_t meta[kMaxSlots] = {};
   uint32_t creditsOwed = 0;  // released but not yet returned
   uint32_t creditSendsInFlight = 0;
   uint32_t creditBudget = 0;  // send-queue entries credits may use
   uint32_t recvPosted = 0;
+  uint32_t declared = 0;          // positions declared (tryExpect, or a peek)
+  void* declDst[kMaxSlots] = {};  // position mod nslots: its declared destination
+  uint64_t advertised = 0;        // bit (position mod nslots): an advert was sent
+  Advert* advertsOut = nullptr;   // nslots source entries of advert writes
+  uint32_t advertsPosted = 0;
+  uint32_t advertsDone = 0;
   Status failure;
 };
 
@@ -90,6 +172,10 @@ class NetSend final : public SendConnector {
   NetSend(NetTransport* t, NetPeer* p) : SendConnector(p->slotBytes, p->peer), t_(t), p_(p) {}
   void* tryAcquire() override;
   void post(uint32_t bytes, bool lastOfMessage) override;
+  uint32_t directVersion() const override;
+  bool tryPostDirect(const void* src, uint32_t bytes, bool lastOfMessage) override;
+  bool sendsComplete() override;
+  void withdrawDirect() override;
 
  private:
   NetTransport* t_;
@@ -101,6 +187,10 @@ class NetRecv final : public RecvConnector {
   NetRecv(NetTransport* t, NetPeer* p) : RecvConnector(p->slotBytes, p->peer), t_(t), p_(p) {}
   const void* tryPeek(SlotInfo* info) override;
   void release() override;
+  uint32_t directVersion() const override;
+  bool tryExpect(void* dst, uint32_t capacity) override;
+  uint32_t declaredAhead() const override { return p_->declared - p_->consumed; }
+  void withdrawDirect() override;
 
  private:
   NetTransport* t_;
@@ -115,23 +205,40 @@ struct ConnectEntry {
   uint32_t nslots;
   uint64_t slotBytes;
   uint32_t valid;
-  uint32_t pad;
+  uint32_t advertRkey;
+  uint64_t advertAddr;  // where this rank's adverts for its receives from that peer land
 };
 
 class NetTransport final : public Transport {
  public:
+  NetTransport() {
+    std::lock_guard<std::mutex> g(gStatsMutex);
+    gLiveTransports.push_back(this);
+  }
   ~NetTransport() override {
+    {
+      std::lock_guard<std::mutex> g(gStatsMutex);
+      gLiveTransports.erase(std::find(gLiveTransports.begin(), gLiveTransports.end(), this));
+      addStats(&gRetiredStats, stats());
+    }
     drainPostedWrites();
     send_.clear();
     recv_.clear();
     // QPs before the CQ, regions before the PD, the PD before the device.
     for (auto& p : peers_) p->qp.reset();
+    loopQp_.reset();
+    flushSinkMr_.reset();
+    controlMr_.reset();
     cache_.reset();
     cq_.reset();
     pd_.reset();
     device_.reset();
     if (sendBase_) munmap(sendBase_, areaBytes_);
-    if (recvBase_) munmap(recvBase_, areaBytes_);
+    if (controlBase_) munmap(controlBase_, controlBytes_);
+    if (recvBase_ && ringAllocator_)
+      ringAllocator_->release(recvBase_, areaBytes_);
+    else if (recvBase_)
+      munmap(recvBase_, areaBytes_);
   }
   const char* name() const override { return name_.c_str(); }
   SendConnector* sendTo(int peer) override {
@@ -147,8 +254,9 @@ class NetTransport final : public Transport {
     NetPeer* p = peer >= 0 && peer < static_cast<int>(byRank_.size()) ? byRank_[peer] : nullptr;
     if (!p) return Status::ok();
     // Data that already landed can still be consumed: the peer may have closed after its
-    // last write was acknowledged, which is how a finished peer leaves.
-    if (p->arrived != p->consumed) return Status::ok();
+    // last write was acknowledged, which is how a finished peer leaves. A chunk whose flush
+    // has not completed is not consumable yet: a failed flush is the peer's failure.
+    if (p->ready != p->consumed) return Status::ok();
     if (!p->failure.isOk()) return p->failure;
     if (p->qp->state() == QpState::Error)
       return makeError(ridgeRemoteError, "%s: the connection to rank %d failed (queue pair in error state)",
@@ -169,7 +277,8 @@ class NetTransport final : public Transport {
     for (;;) {
       bool pending = false;
       for (auto& p : peers_)
-        pending = pending || (p->failure.isOk() && (p->sendDone != p->posted || p->creditSendsInFlight != 0));
+        pending = pending || (p->failure.isOk() && (p->sendDone != p->posted || p->creditSendsInFlight != 0 ||
+                                                    p->advertsDone != p->advertsPosted));
       if (!pending || std::chrono::steady_clock::now() > deadline) return;
       progress();
       if (abortFlag_ && abortFlag_->load()) return;
@@ -222,8 +331,161 @@ class NetTransport final : public Transport {
     if (p->failure.isOk()) p->failure = s;
   }
 
+  NetTransportStats stats() const {
+    NetTransportStats s = stats_;
+    s.registrations = cache_ ? cache_->misses() : 0;
+    s.recvRingsOnDevice = ringsOnDevice_;
+    s.flushing = loopQp_ != nullptr;
+    s.loopbackQps = loopQp_ ? 1 : 0;
+    return s;
+  }
+  void breakFlushReads() { flushRkey_ = kRefusedRkey; }
+
+  bool direct() const { return direct_; }
+  RegistrationCache* cache() { return cache_.get(); }
+  void countDirectSend() { ++stats_.directSends; }
+
+  // Posts the next chunk (position p->posted) from local memory: into the destination the
+  // receiver advertised for this position when there is one and the chunk fits, else into
+  // the ring slot. The caller checked credits and the send queue.
+  void postChunk(NetPeer* p, uint64_t localAddr, uint32_t lkey, uint32_t bytes, bool last, bool fromCaller) {
+    const uint32_t seq = p->posted;
+    const uint32_t idx = seq % p->nslots;
+    Wqe w{};
+    w.opcode = kWqeRdmaWriteImm;
+    w.flags = kWqeSignaled;
+    w.length = bytes;
+    w.immData = bytes | (last ? kImmLast : 0);
+    w.localAddr = localAddr;
+    w.lkey = lkey;
+    w.remoteAddr = p->remoteRing + idx * p->slotBytes;
+    w.rkey = p->remoteRkey;
+    w.wrId = wrId(p->peer, kWrData);
+    Advert& a = p->adverts[seq % (2 * p->nslots)];
+    if (a.valid && a.seq == seq) {
+      a.valid = 0;
+      // An empty chunk needs no destination; one larger than the room goes to the slot, and
+      // the receiver sees its size and reports the mismatch.
+      if (bytes && bytes <= a.capacity) {
+        w.remoteAddr = a.addr;
+        w.rkey = a.rkey;
+        w.immData |= kImmDirect;
+        ++stats_.chunksToAdvertised;
+      }
+    }
+    Status s = p->qp->postSend(w);
+    // The send queue has room for every data slot plus the credit and advert budgets, so
+    // this fails only when the QP broke; the waiting side learns it from checkPeer.
+    if (!s.isOk()) fail(p, s);
+    if (fromCaller)
+      p->directInFlight |= 1ull << idx;
+    else
+      p->directInFlight &= ~(1ull << idx);
+    ++p->posted;
+  }
+
+  // Tells the sender where position `seq` should land (dst, `capacity` bytes), when the
+  // advert budget allows; otherwise the chunk simply arrives in its slot.
+  void advertise(NetPeer* p, uint32_t seq, void* dst, uint32_t capacity) {
+    if (p->advertsPosted - p->advertsDone >= p->nslots || !p->failure.isOk()) return;
+    // Flushed rings hand chunks on in flush order; a chunk landing elsewhere would overtake
+    // the older ones still being flushed. Receives then keep to the ring.
+    if (loopQp_) return;
+    MemoryRegion* mr = nullptr;
+    bool onDevice = false;
+    if (!cache_->get(dst, capacity, kAccessLocalWrite | kAccessRemoteWrite, &mr, &onDevice).isOk()) return;
+    // Device memory would need the receive-side flush of its destination: such chunks keep
+    // to the ring, which is flushed.
+    if (onDevice) return;
+    Advert& out = p->advertsOut[p->advertsPosted % p->nslots];
+    out = Advert{reinterpret_cast<uint64_t>(dst), mr->rkey(), capacity, seq, 1};
+    const uint32_t ringIdx = seq % (2 * p->nslots);
+    Wqe w{};
+    w.opcode = kWqeRdmaWriteImm;
+    w.flags = kWqeSignaled;
+    w.length = sizeof(Advert);
+    w.immData = kImmAdvert | ringIdx;
+    w.localAddr = reinterpret_cast<uint64_t>(&out);
+    w.lkey = controlMr_->lkey();
+    w.remoteAddr = p->remoteAdverts + ringIdx * sizeof(Advert);
+    w.rkey = p->remoteAdvertRkey;
+    w.wrId = wrId(p->peer, kWrAdvert);
+    Status s = p->qp->postSend(w);
+    if (!s.isOk()) {
+      fail(p, s);
+      return;
+    }
+    ++p->advertsPosted;
+    p->advertised |= 1ull << (seq % p->nslots);
+    ++stats_.advertsSent;
+  }
+
+  // Withdraws direct work that the NIC could still do on caller memory: fails the peer and
+  // stops its QP (synchronously with the NIC, see QueuePair::modify).
+  void withdraw(NetPeer* p, const char* what) {
+    fail(p,
+         makeError(ridgeRemoteError, "%s: %s to rank %d withdrawn: the operation ended before they completed",
+                   name_.c_str(), what, p->peer));
+    (void)p->qp->modify(QpState::Error);
+    ++stats_.withdrawals;
+  }
+
  private:
+  // A chunk arrived in peer p's ring slot `idx`: visible now, or after its flush.
+  void chunkArrived(NetPeer* p, uint32_t idx, bool landedDirect) {
+    ++stats_.chunksArrived;
+    if (landedDirect) ++stats_.chunksLandedDirect;
+    // Direct chunks (host memory, and only without a flushed ring) are ready at once.
+    if (!loopQp_ || landedDirect) {
+      ++p->ready;
+      return;
+    }
+    Wqe w{};
+    w.opcode = kWqeRdmaRead;
+    w.flags = kWqeSignaled;
+    w.length = kFlushBytes;
+    w.localAddr = reinterpret_cast<uint64_t>(flushSink_);
+    w.lkey = flushSinkMr_->lkey();
+    w.remoteAddr = reinterpret_cast<uint64_t>(p->recvSlots + static_cast<size_t>(idx) * p->slotBytes);
+    w.rkey = flushRkey_;
+    w.wrId = wrId(p->peer, kWrFlush);
+    // The loopback send queue has room for every slot of every peer, and a peer has at most
+    // nslots chunks arrived and not consumed, so this fails only when the QP broke.
+    Status s = loopQp_->postSend(w);
+    if (!s.isOk()) {
+      ++stats_.flushErrors;
+      fail(p, makeError(ridgeRemoteError,
+                        "%s: the GPUDirect RDMA flush of a chunk from rank %d could not be posted: %s",
+                        name_.c_str(), p->peer, s.message().c_str()));
+      return;
+    }
+    ++stats_.flushesIssued;
+  }
+
+  // Flush READs complete in posting order on the loopback QP, and each peer's were posted in
+  // the order its chunks arrived: a completion makes that peer's oldest unflushed chunk ready.
+  void flushDone(const Cqe& c) {
+    const int peer = static_cast<int>(c.wrId >> 8);
+    NetPeer* p = peer >= 0 && peer < static_cast<int>(byRank_.size()) ? byRank_[peer] : nullptr;
+    if (!p) return;
+    if (c.status == kCqeOk) {
+      ++stats_.flushesCompleted;
+      ++p->ready;
+      return;
+    }
+    ++stats_.flushErrors;
+    fail(p,
+         makeError(ridgeRemoteError,
+                   "%s: the GPUDirect RDMA flush (RDMA READ through the loopback queue pair) of a chunk from "
+                   "rank %d failed: %s; the chunk is not handed on",
+                   name_.c_str(), p->peer, cqeStatusName(c.status)));
+  }
+
   void dispatch(const Cqe& c) {
+    if (loopQp_ && c.qpn == loopQpn_) {
+      flushDone(c);
+      return;
+    }
     auto it = byQpn_.find(c.qpn);
     if (it == byQpn_.end()) return;
     NetPeer* p = it->second;
@@ -241,15 +503,32 @@ class NetTransport final : public Transport {
       return;
     }
     switch (kind) {
-      case kWrData: ++p->sendDone; break;
+      case kWrData:
+        p->directInFlight &= ~(1ull << (p->sendDone % p->nslots));
+        ++p->sendDone;
+        break;
+      case kWrAdvert:
+        ++p->advertsDone;
+        ++stats_.advertsCompleted;
+        break;
       case kWrCredit: --p->creditSendsInFlight; break;
+      case kWrFlush: break;  // loopback QP completions go to flushDone
       case kWrRecv: {
         --p->recvPosted;
-        if (c.immData & kImmCredit) {
+        if ((c.immData & kImmAdvert) == kImmAdvert) {
+          // Copied once its write completed, so the copy is whole; a late one (its position
+          // already posted) is never matched.
+          const uint32_t ringIdx = (c.immData & kImmCountMask) % (2 * p->nslots);
+          p->adverts[ringIdx] = p->advertsIn[ringIdx];
+          ++stats_.advertsReceived;
+          if (static_cast<int32_t>(p->adverts[ringIdx].seq - p->posted) < 0) ++stats_.advertsLate;
+        } else if (c.immData & kImmCredit) {
           p->creditsIn += c.immData & kImmCountMask;
         } else {
-          p->meta[p->arrived % p->nslots] = c.immData;
+          const uint32_t idx = p->arrived % p->nslots;
+          p->meta[idx] = c.immData;
           ++p->arrived;
+          chunkArrived(p, idx, (c.immData & kImmDirect) != 0);
         }
         RecvWqe r{wrId(p->peer, kWrRecv), 0, 0, 0, 0};
         Status s = p->qp->postRecv(r);
@@ -268,6 +547,20 @@ class NetTransport final : public Transport {
   std::unique_ptr<ProtectionDomain> pd_;
   std::unique_ptr<CompletionQueue> cq_;
   std::unique_ptr<RegistrationCache> cache_;
+  // Receive-side flush (only when the rings are device memory that needs it).
+  NetRingAllocator* ringAllocator_ = nullptr;
+  bool ringsOnDevice_ = false;
+  std::unique_ptr<QueuePair> loopQp_;
+  uint32_t loopQpn_ = 0;
+  uint32_t flushRkey_ = 0;
+  std::unique_ptr<MemoryRegion> flushSinkMr_;
+  alignas(64) char flushSink_[64] = {};
+  NetTransportStats stats_;
+  // Direct transfers: this rank's setting, the advert rings (in and out) of every peer.
+  bool direct_ = false;
+  char* controlBase_ = nullptr;
+  size_t controlBytes_ = 0;
+  std::unique_ptr<MemoryRegion> controlMr_;
   std::vector<std::unique_ptr<NetPeer>> peers_;
   std::vector<NetPeer*> byRank_;
   std::unordered_map<uint32_t, NetPeer*> byQpn_;
@@ -292,32 +585,81 @@ void* NetSend::tryAcquire() {
 void NetSend::post(uint32_t bytes, bool lastOfMessage) {
   NetPeer* p = p_;
   const size_t idx = p->posted % p->nslots;
-  Wqe w{};
-  w.opcode = kWqeRdmaWriteImm;
-  w.flags = kWqeSignaled;
-  w.length = bytes;
-  w.immData = bytes | (lastOfMessage ? kImmLast : 0);
-  w.localAddr = reinterpret_cast<uint64_t>(p->sendSlots + idx * p->slotBytes);
-  w.lkey = p->sendMr->lkey();
-  w.remoteAddr = p->remoteRing + idx * p->slotBytes;
-  w.rkey = p->remoteRkey;
-  w.wrId = wrId(p->peer, kWrData);
-  Status s = p->qp->postSend(w);
-  // The send queue has room for every data slot plus the credit budget, so this fails
-  // only when the QP broke; the waiting side learns it from checkPeer.
-  if (!s.isOk()) t_->fail(p, s);
-  ++p->posted;
+  t_->postChunk(p, reinterpret_cast<uint64_t>(p->sendSlots + idx * p->slotBytes), p->sendMr->lkey(), bytes,
+                lastOfMessage, false);
+}
+
+uint32_t NetSend::directVersion() const {
+  return t_->direct() ? kDirectTransferVersion : 0;
+}
+
+bool NetSend::tryPostDirect(const void* src, uint32_t bytes, bool lastOfMessage) {
+  char* slot = static_cast<char*>(tryAcquire());  // the same FIFO position and credit rules
+  if (!slot) return false;
+  MemoryRegion* mr = nullptr;
+  if (bytes && !t_->cache()->get(src, bytes, 0, &mr).isOk()) {
+    // Not registrable (e.g. the NIC refuses this memory): copy it into the slot instead.
+    std::memcpy(slot, src, bytes);
+    post(bytes, lastOfMessage);
+    return true;
+  }
+  t_->countDirectSend();
+  t_->postChunk(p_, reinterpret_cast<uint64_t>(src), mr ? mr->lkey() : 0, bytes, lastOfMessage, true);
+  return true;
+}
+
+bool NetSend::sendsComplete() {
+  t_->progress();
+  return p_->sendDone == p_->posted || !p_->failure.isOk();
+}
+
+void NetSend::withdrawDirect() {
+  t_->progress();
+  if (p_->directInFlight && p_->failure.isOk()) t_->withdraw(p_, "direct sends");
 }
 
 const void* NetRecv::tryPeek(SlotInfo* info) {
   t_->progress();
   NetPeer* p = p_;
-  if (p->consumed == p->arrived) return nullptr;
+  if (p->consumed == p->ready) return nullptr;
+  if (p->declared == p->consumed) ++p->declared;  // peeked without a declaration: a slot one
   const uint32_t idx = p->consumed % p->nslots;
   const uint32_t imm = p->meta[idx];
-  info->bytes = imm & ~(kImmLast | kImmCredit);
+  info->bytes = imm & kImmCountMask;
   info->lastOfMessage = (imm & kImmLast) != 0;
+  if (imm & kImmDirect) return p->declDst[idx];
   return p->recvSlots + static_cast<size_t>(idx) * p->slotBytes;
+}
+
+uint32_t NetRecv::directVersion() const {
+  return t_->direct() ? kDirectTransferVersion : 0;
+}
+
+bool NetRecv::tryExpect(void* dst, uint32_t capacity) {
+  t_->progress();
+  NetPeer* p = p_;
+  if (p->declared - p->consumed >= p->nslots) return false;
+  const uint32_t seq = p->declared++;
+  const uint32_t idx = seq % p->nslots;
+  p->declDst[idx] = dst;
+  p->advertised &= ~(1ull << idx);
+  // A chunk that already arrived is in its slot; only later ones can still be redirected.
+  if (dst && capacity && static_cast<int32_t>(seq - p->arrived) >= 0) t_->advertise(p, seq, dst, capacity);
+  return true;
+}
+
+void NetRecv::withdrawDirect() {
+  t_->progress();
+  NetPeer* p = p_;
+  // Adverted positions whose chunk has not arrived: the sender may still write there.
+  bool outstanding = false;
+  if (static_cast<int32_t>(p->declared - p->arrived) > 0) {
+    for (uint32_t s = p->arrived; s != p->declared; ++s) {
+      outstanding = outstanding || ((p->advertised >> (s % p->nslots)) & 1);
+      p->declDst[s % p->nslots] = nullptr;
+    }
+  }
+  if (outstanding && p->failure.isOk()) t_->withdraw(p, "declared receive destinations");
 }
 
 void NetRecv::release() {
@@ -346,6 +688,19 @@ Status NetTransport::connect(const TransportSetup& setup, const std::string& pro
   slotBytes = (slotBytes + 4095) / 4096 * 4096;
   slotBytes = slotBytesBesideShm(&kNetTransportTable, setup, slotBytes);
   const uint32_t nslots = static_cast<uint32_t>(slots);
+  const std::string directText = settingString(Setting::NET_DIRECT);
+  if (directText == "auto")
+    direct_ = providerName == "softnic";
+  else if (directText == "1" || directText == "0")
+    direct_ = directText == "1";
+  else
+    return makeError(ridgeInvalidArgument, "RIDGE_NET_DIRECT='%s': expected auto, 1 or 0",
+                     directText.c_str());
+  GdrFlushMode flushMode;
+  const std::string flushText = settingString(Setting::GDR_FLUSH);
+  if (!parseGdrFlush(flushText, &flushMode))
+    return makeError(ridgeInvalidArgument, "RIDGE_GDR_FLUSH='%s': expected auto, read or off",
+                     flushText.c_str());
 
   // Peers this transport serves: those the table's canConnect gives us (same rule on
   // every rank, so both ends of a pair agree).
@@ -370,26 +725,77 @@ Status NetTransport::connect(const TransportSetup& setup, const std::string& pro
   cache_ = std::make_unique<RegistrationCache>(pd_.get(), 64);
   // GPU buffers that reach this cache are registered as GPU memory (dma-buf, else peer
   // memory); without a CUDA driver every buffer is host memory and nothing changes.
+  // Receive rings from an installed allocator are registered through its registrar.
+  ringAllocator_ = gRingAllocator;
   std::string noDriver;
-  if (DeviceMemoryRegistrar* r = cudaDriverRegistrar(&noDriver)) cache_->setDeviceRegistrar(r);
+  if (ringAllocator_)
+    cache_->setDeviceRegistrar(ringAllocator_->registrar());
+  else if (DeviceMemoryRegistrar* r = cudaDriverRegistrar(&noDriver))
+    cache_->setDeviceRegistrar(r);
 
-  const uint32_t sqDepth = 2 * nslots + 4;
-  const uint32_t rqDepth = 2 * nslots + 8;
-  const uint32_t cqEntries =
-      roundUpPow2(static_cast<uint32_t>(std::max<size_t>(peerRanks.size(), 1)) * (sqDepth + rqDepth) + 64);
+  // Send queue: the data slots, the credit budget and the advert budget (nslots each, the
+  // credits 4 more); the receive queue takes the peer's data, credits and adverts.
+  const uint32_t sqDepth = 3 * nslots + 4;
+  const uint32_t rqDepth = 3 * nslots + 8;
+  // The loopback QP's send queue: one flush per ring slot of every peer.
+  const uint32_t loopDepth = static_cast<uint32_t>(std::max<size_t>(peerRanks.size(), 1)) * nslots + 4;
+  const uint32_t cqEntries = roundUpPow2(
+      static_cast<uint32_t>(std::max<size_t>(peerRanks.size(), 1)) * (sqDepth + rqDepth) + loopDepth + 64);
   RIDGE_TRY(pd_->createCq(cqEntries, &cq_));
 
   const size_t perPeer = static_cast<size_t>(nslots) * static_cast<size_t>(slotBytes);
   areaBytes_ = std::max<size_t>(perPeer * peerRanks.size(), 4096);
-  for (char** base : {&sendBase_, &recvBase_}) {
-    void* m = mmap(nullptr, areaBytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) return systemError("net: mmap of the slot rings");
-    *base = static_cast<char*>(m);
+  void* m = mmap(nullptr, areaBytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return systemError("net: mmap of the send slots");
+  sendBase_ = static_cast<char*>(m);
+  if (ringAllocator_) {
+    void* r = nullptr;
+    RIDGE_TRY(ringAllocator_->allocate(areaBytes_, &r));
+    recvBase_ = static_cast<char*>(r);
+  } else {
+    m = mmap(nullptr, areaBytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return systemError("net: mmap of the receive rings");
+    recvBase_ = static_cast<char*>(m);
   }
+  uintptr_t allocBase = 0;
+  size_t allocBytes = 0;
+  ringsOnDevice_ =
+      ringAllocator_ && ringAllocator_->registrar()->deviceAllocation(recvBase_, &allocBase, &allocBytes);
+  const bool flush = ringsOnDevice_ && gdrFlushNeeded(flushMode, ringAllocator_->device());
   MemoryRegion* sendMr = nullptr;
   MemoryRegion* recvMr = nullptr;
   RIDGE_TRY(cache_->get(sendBase_, areaBytes_, kAccessLocalWrite, &sendMr));
-  RIDGE_TRY(cache_->get(recvBase_, areaBytes_, kAccessLocalWrite | kAccessRemoteWrite, &recvMr));
+  // The flush reads the rings back through the loopback QP: remote read on them too.
+  RIDGE_TRY(cache_->get(recvBase_, areaBytes_,
+                        kAccessLocalWrite | kAccessRemoteWrite | (flush ? uint32_t{kAccessRemoteRead} : 0u),
+                        &recvMr));
+  if (flush) {
+    RIDGE_TRY(pd_->registerMemory(flushSink_, sizeof flushSink_, kAccessLocalWrite, &flushSinkMr_));
+    QpCaps caps;
+    caps.maxSendWr = loopDepth;
+    caps.maxRecvWr = 1;
+    RIDGE_TRY(pd_->createQp(cq_.get(), cq_.get(), caps, &loopQp_));
+    QpAddress self;
+    RIDGE_TRY(loopQp_->localAddress(&self));
+    RIDGE_TRY(loopQp_->modify(QpState::Init));
+    RIDGE_TRY(loopQp_->modify(QpState::Rtr, &self));
+    RIDGE_TRY(loopQp_->modify(QpState::Rts));
+    loopQpn_ = loopQp_->qpn();
+    flushRkey_ = recvMr->rkey();
+  }
+  // Advert rings: per peer 2·nslots entries the peer writes and nslots this rank sends from.
+  controlBytes_ = std::max<size_t>(peerRanks.size() * 3 * nslots * sizeof(Advert), 4096);
+  m = mmap(nullptr, controlBytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return systemError("net: mmap of the advert rings");
+  controlBase_ = static_cast<char*>(m);
+  RIDGE_TRY(
+      pd_->registerMemory(controlBase_, controlBytes_, kAccessLocalWrite | kAccessRemoteWrite, &controlMr_));
+  // Caller buffers of direct transfers: one registration per mapping, within 64 MiB windows.
+  cache_->setHostWindow(64 << 20);
+  RIDGE_INFO("%s: receive rings in %s memory%s", name_.c_str(), ringsOnDevice_ ? "device" : "host",
+             !ringsOnDevice_ ? ""
+             : flush ? ", each chunk flushed by an RDMA READ through a loopback queue pair (RIDGE_GDR_FLUSH)"
+                     : ", not flushed (RIDGE_GDR_FLUSH=off, or the device orders RDMA writes)");
 
   byRank_.assign(setup.nranks, nullptr);
   std::vector<ConnectEntry> table(static_cast<size_t>(setup.nranks) * setup.nranks);
@@ -402,7 +808,9 @@ Status NetTransport::connect(const TransportSetup& setup, const std::string& pro
     p->sendSlots = sendBase_ + k * perPeer;
     p->recvSlots = recvBase_ + k * perPeer;
     p->sendMr = sendMr;
-    p->creditBudget = sqDepth - nslots;
+    p->creditBudget = nslots + 4;
+    p->advertsIn = reinterpret_cast<Advert*>(controlBase_) + k * 3 * nslots;
+    p->advertsOut = p->advertsIn + 2 * nslots;
     QpCaps caps;
     caps.maxSendWr = sqDepth;
     caps.maxRecvWr = rqDepth;
@@ -414,6 +822,8 @@ Status NetTransport::connect(const TransportSetup& setup, const std::string& pro
     e.nslots = nslots;
     e.slotBytes = static_cast<uint64_t>(slotBytes);
     e.valid = 1;
+    e.advertAddr = reinterpret_cast<uint64_t>(p->advertsIn);
+    e.advertRkey = controlMr_->rkey();
     byRank_[p->peer] = p.get();
     byQpn_[p->qp->qpn()] = p.get();
     peers_.push_back(std::move(p));
@@ -435,6 +845,8 @@ Status NetTransport::connect(const TransportSetup& setup, const std::string& pro
                        static_cast<long long>(slotBytes));
     p->remoteRing = theirs.ringAddr;
     p->remoteRkey = theirs.rkey;
+    p->remoteAdverts = theirs.advertAddr;
+    p->remoteAdvertRkey = theirs.advertRkey;
     RIDGE_TRY(p->qp->modify(QpState::Init));
     for (uint32_t i = 0; i < rqDepth; ++i) {
       RIDGE_TRY(p->qp->postRecv(RecvWqe{wrId(p->peer, kWrRecv), 0, 0, 0, 0}));
@@ -466,6 +878,61 @@ Status netCreate(const TransportSetup& setup, std::unique_ptr<Transport>* out) {
 }
 
 }  // namespace
+
+bool parseGdrFlush(const std::string& text, GdrFlushMode* out) {
+  std::string t = text;
+  for (char& ch : t) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (t == "auto")
+    *out = GdrFlushMode::Auto;
+  else if (t == "read")
+    *out = GdrFlushMode::Read;
+  else if (t == "off")
+    *out = GdrFlushMode::Off;
+  else
+    return false;
+  return true;
+}
+
+bool gdrFlushNeeded(GdrFlushMode mode, int device) {
+  if (mode != GdrFlushMode::Auto) return mode == GdrFlushMode::Read;
+  device::DeviceRuntime* rt = device::activeRuntime();
+  return !(rt && rt->deviceCount() > 0 && rt->rdmaWritesOrdered(device));
+}
+
+void setNetRingAllocator(NetRingAllocator* allocator) {
+  gRingAllocator = allocator;
+}
+
+NetTransportStats netTransportStats(Transport* transport) {
+  auto* t = dynamic_cast<NetTransport*>(transport);
+  return t ? t->stats() : NetTransportStats{};
+}
+
+NetTransportStats netProcessStats() {
+  std::lock_guard<std::mutex> g(gStatsMutex);
+  NetTransportStats sum = gRetiredStats;
+  for (NetTransport* t : gLiveTransports) addStats(&sum, t->stats());
+  return sum;
+}
+
+std::string netStatsToString(const NetTransportStats& s) {
+  return format(
+      "loopbackQps=%llu chunksArrived=%llu flushesIssued=%llu flushesCompleted=%llu flushErrors=%llu "
+      "directSends=%llu chunksToAdvertised=%llu chunksLandedDirect=%llu advertsSent=%llu "
+      "advertsReceived=%llu "
+      "advertsLate=%llu withdrawals=%llu registrations=%llu",
+      static_cast<unsigned long long>(s.loopbackQps), static_cast<unsigned long long>(s.chunksArrived),
+      static_cast<unsigned long long>(s.flushesIssued), static_cast<unsigned long long>(s.flushesCompleted),
+      static_cast<unsigned long long>(s.flushErrors), static_cast<unsigned long long>(s.directSends),
+      static_cast<unsigned long long>(s.chunksToAdvertised),
+      static_cast<unsigned long long>(s.chunksLandedDirect), static_cast<unsigned long long>(s.advertsSent),
+      static_cast<unsigned long long>(s.advertsReceived), static_cast<unsigned long long>(s.advertsLate),
+      static_cast<unsigned long long>(s.withdrawals), static_cast<unsigned long long>(s.registrations));
+}
+
+void netBreakFlushReadsForTesting(Transport* transport) {
+  if (auto* t = dynamic_cast<NetTransport*>(transport)) t->breakFlushReads();
+}
 
 std::string netProvider() {
   std::string net = settingString(Setting::NET);

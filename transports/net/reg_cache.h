@@ -27,12 +27,19 @@ class RegistrationCache {
  public:
   RegistrationCache(verbs::ProtectionDomain* pd, size_t capacity) : pd_(pd), capacity_(capacity) {}
   // The region covering [addr, addr + bytes) with `access`; registers one if none does. The
-  // pointer stays valid until the region is evicted (capacity) or invalidated.
-  Status get(const void* addr, size_t bytes, uint32_t access, verbs::MemoryRegion** out);
+  // pointer stays valid until the region is evicted (capacity) or invalidated. *onDevice
+  // (when given): the region is device memory (decided when it was registered).
+  Status get(const void* addr, size_t bytes, uint32_t access, verbs::MemoryRegion** out,
+             bool* onDevice = nullptr);
   // Drops every cached region overlapping the range (call before freeing memory).
   void invalidate(const void* addr, size_t bytes);
   // Lets the cache recognise and register device memory (nullptr: everything is host).
   void setDeviceRegistrar(DeviceMemoryRegistrar* r) { registrar_ = r; }
+  // Host memory, when `window` > 0: a miss registers the whole mapping that holds the range
+  // (from /proc/self/maps), clipped to the `window`-aligned span around it, so that later
+  // chunks of the same caller buffer hit instead of registering each chunk. 0 (default):
+  // exactly the page-rounded range.
+  void setHostWindow(size_t window) { hostWindow_ = window; }
   uint64_t dmaBufRegistrations() const { return dmaBufRegs_; }
   uint64_t peerMemoryRegistrations() const { return peerMemRegs_; }
   size_t size() const { return entries_.size(); }
@@ -46,9 +53,10 @@ class RegistrationCache {
     uint32_t access;
     uint64_t lastUse;
     std::unique_ptr<verbs::MemoryRegion> mr;
+    bool device;
   };
   Status registerRange(const void* addr, size_t bytes, uint32_t access, uintptr_t* start, uintptr_t* end,
-                       std::unique_ptr<verbs::MemoryRegion>* mr);
+                       std::unique_ptr<verbs::MemoryRegion>* mr, bool* device);
   verbs::ProtectionDomain* pd_;
   size_t capacity_;
   std::vector<Entry> entries_;
@@ -56,6 +64,7 @@ class RegistrationCache {
   uint64_t hits_ = 0;
   uint64_t misses_ = 0;
   DeviceMemoryRegistrar* registrar_ = nullptr;
+  size_t hostWindow_ = 0;
   uint64_t dmaBufRegs_ = 0;
   uint64_t peerMemRegs_ = 0;
 };

@@ -75,9 +75,11 @@ void storeRelease(T* p, T v) {
 
 constexpr uint32_t kFrameMagic = 0x4e534452u;  // "RDSN"
 constexpr uint32_t kHelloMagic = 0x4f4c4548u;  // "HELO"
-constexpr uint32_t kWireVersion = 1;
+constexpr uint32_t kWireVersion = 2;           // 2: RDMA READ (request and response frames)
 
-enum FrameType : uint8_t { kFrameData = 1, kFrameAck = 2 };
+// kFrameReadResp: target -> requester on the inbound connection, always with inline payload;
+// `seq` names the read request it answers, `msgOffset` the piece.
+enum FrameType : uint8_t { kFrameData = 1, kFrameAck = 2, kFrameReadResp = 3 };
 enum FrameFlags : uint8_t { kFrameFirst = 1, kFrameLast = 2, kFrameCmaPayload = 4 };
 enum AckKind : uint8_t {
   kAckOk = 0,     // everything before `seq` arrived
@@ -159,7 +161,13 @@ std::atomic<uint32_t> gNicSerial{0};
   X(cmaPayloadReads) \
   X(inlinePayloads) \
   X(zeroCopyPackets) \
-  X(remoteAccessErrors)
+  X(remoteAccessErrors) \
+  X(readsExecuted) \
+  X(readsReexecuted) \
+  X(readResponseDiscards) \
+  X(injectedResponseDrops) \
+  X(injectedResponseDups) \
+  X(injectedResponseReorders)
 // clang-format on
 struct AtomicCounters {
 #define RIDGE_DECLARE(name) std::atomic<uint64_t> name{0};
@@ -228,6 +236,12 @@ struct Packet {
   uint8_t wqeFlags;
   uint64_t wrId;
   int64_t sentNs;
+  // RDMA READ request: where the response lands, and how much of it has (pieces are taken
+  // only in order, so a duplicate or late one never lands twice or after completion).
+  uint64_t readLocal;
+  uint32_t readLkey;
+  uint32_t readDone;
+  bool readComplete;
 };
 
 struct HeldPacket {
@@ -301,6 +315,9 @@ class Nic {
   void readConn(Conn* c);
   void handleData(Conn* c, const FrameHeader& h, const char* inlinePayload);
   void handleAck(Conn* c, const FrameHeader& h);
+  bool executeRead(SoftQp* qp, const FrameHeader& request);
+  void emitResponse(SoftQp* qp, const FrameHeader& hdr, const char* payload);
+  void handleReadResponse(Conn* c, const FrameHeader& h, const char* payload);
   void flushConn(Conn* c);
   void closeConn(Conn* c, const char* why);
   void detachConn(Conn* c);
@@ -470,6 +487,9 @@ struct SoftQp final : public QueuePair {
   uint32_t lastNakSeq_ = UINT32_MAX;
   int retries_ = 0;
   bool stalledOnStaging_ = false;
+  // An RDMA READ is in flight: later WQEs wait for its response (an implicit fence), so a
+  // re-executed read sees the same memory, as far as this QP's own writes go, as the first.
+  bool readPending_ = false;
   HeldPacket held_[kHeldMax];
   uint32_t heldCount_ = 0;
   uint8_t errorStatus_ = kCqeOk;  // status for the WQE that failed first
@@ -479,7 +499,19 @@ struct SoftQp final : public QueuePair {
   bool ackPending_ = false;
   uint32_t nakSentFor_ = UINT32_MAX;
   uint32_t rqCi_ = 0;
+  // Read response frames (serialized, payload included) held back by the fault injector
+  // until the next response frame goes out.
+  std::vector<char> heldResponses_;
 };
+
+uint8_t cqeOpcodeOf(uint8_t wqeOpcode) {
+  switch (wqeOpcode) {
+    case kWqeSend:
+    case kWqeSendImm: return kCqeSend;
+    case kWqeRdmaRead: return kCqeRdmaRead;
+    default: return kCqeRdmaWrite;
+  }
+}
 
 // ---- Nic ---------------------------------------------------------------------------------
 
@@ -685,6 +717,8 @@ void Nic::engineResetQp(SoftQp* qp) {
   qp->retries_ = 0;
   qp->errorStatus_ = kCqeOk;
   qp->errorReported_ = false;
+  qp->readPending_ = false;
+  qp->heldResponses_.clear();
   qp->lastPage_ = 0;
   storeRelease(&qp->sqRetired_, 0u);
   storeRelease(&qp->rqConsumed_, 0u);
@@ -751,6 +785,7 @@ bool Nic::anyDoorbellPending() {
         (qp->inflightHead_ != qp->inflightTail_ || qp->sqCi_ != loadAcquire(&qp->dbr_.sqProducer)))
       return true;
     if (!qp->haveCur_ && qp->sqCi_ == loadAcquire(&qp->dbr_.sqProducer)) continue;
+    if (qp->readPending_) continue;  // the next WQE waits for a read's response
     Conn* c = qp->out_;
     if (qp->stalledOnStaging_ || !c || c->closed || c->out.size() - c->outDone >= highWater) continue;
     if (qp->inflightTail_ - qp->inflightHead_ >= qp->inflight_.size()) continue;
@@ -879,6 +914,7 @@ bool Nic::pumpSend(SoftQp* qp, int64_t now) {
   qp->stalledOnStaging_ = false;
   while (c && !c->closed && c->out.size() - c->outDone < highWater) {
     if (!qp->haveCur_) {
+      if (qp->readPending_) break;
       if (qp->sqCi_ == loadAcquire(&qp->dbr_.sqProducer)) break;
       const Wqe& w = qp->sq_[qp->sqCi_ & (qp->sqSize_ - 1)];
       // A slot still holding last pass's index is not written yet: look again later.
@@ -887,18 +923,24 @@ bool Nic::pumpSend(SoftQp* qp, int64_t now) {
       qp->haveCur_ = true;
       qp->curOffset_ = 0;
       const uint8_t op = qp->cur_.opcode;
-      if (op != kWqeRdmaWrite && op != kWqeRdmaWriteImm && op != kWqeSend && op != kWqeSendImm) {
+      if (op != kWqeRdmaWrite && op != kWqeRdmaWriteImm && op != kWqeSend && op != kWqeSendImm &&
+          op != kWqeRdmaRead) {
         setError(qp, kCqeBadOpcode, "bad WQE opcode");
         return true;
       }
-      if (qp->cur_.length && !translate(qp->cur_.lkey, qp->cur_.localAddr, qp->cur_.length, 0)) {
+      // A read lands in local memory: its region must allow local writes.
+      const uint32_t localAccess = op == kWqeRdmaRead ? uint32_t{kAccessLocalWrite} : 0u;
+      if (qp->cur_.length && !translate(qp->cur_.lkey, qp->cur_.localAddr, qp->cur_.length, localAccess)) {
         setError(qp, kCqeLocalProtectionError, "WQE names memory outside its lkey's region");
         return true;
       }
     }
     if (qp->inflightTail_ - qp->inflightHead_ > ringMask) break;
     const Wqe& w = qp->cur_;
-    const uint32_t len = std::min<uint32_t>(w.length - qp->curOffset_, static_cast<uint32_t>(chunkBytes_));
+    const bool isRead = w.opcode == kWqeRdmaRead;
+    // A read request is one packet without payload, whatever the length it asks for.
+    const uint32_t len =
+        isRead ? 0 : std::min<uint32_t>(w.length - qp->curOffset_, static_cast<uint32_t>(chunkBytes_));
     int32_t chunk = -1;
     char* payload = nullptr;
     if (len) {
@@ -923,7 +965,7 @@ bool Nic::pumpSend(SoftQp* qp, int64_t now) {
     }
     Packet& p = qp->inflight_[qp->inflightTail_ & ringMask];
     const bool first = qp->curOffset_ == 0;
-    const bool last = qp->curOffset_ + len == w.length;
+    const bool last = isRead || qp->curOffset_ + len == w.length;
     p.hdr = FrameHeader{};
     p.hdr.magic = kFrameMagic;
     p.hdr.type = kFrameData;
@@ -940,10 +982,15 @@ bool Nic::pumpSend(SoftQp* qp, int64_t now) {
     p.chunk = chunk;
     p.wqeIndex = qp->sqCi_;
     p.lastOfWqe = last;
-    p.cqeOpcode = (w.opcode == kWqeSend || w.opcode == kWqeSendImm) ? kCqeSend : kCqeRdmaWrite;
+    p.cqeOpcode = cqeOpcodeOf(w.opcode);
     p.wqeFlags = w.flags;
     p.wrId = w.wrId;
     p.sentNs = now;
+    p.readLocal = w.localAddr;
+    p.readLkey = w.lkey;
+    p.readDone = 0;
+    p.readComplete = false;
+    if (isRead) qp->readPending_ = true;
     if (qp->inflightHead_ == qp->inflightTail_) qp->lastProgressNs_ = now;
     ++qp->inflightTail_;
     transmit(qp, p.hdr, payload, now);
@@ -964,6 +1011,9 @@ bool Nic::retireAcked(SoftQp* qp) {
   while (qp->inflightHead_ != qp->inflightTail_) {
     Packet& p = qp->inflight_[qp->inflightHead_ & mask];
     if (!seqBefore(p.hdr.seq, qp->ackedUpTo_)) break;
+    // A read is done when its whole response landed, not when the request was acknowledged.
+    const bool isRead = p.hdr.opcode == kWqeRdmaRead;
+    if (isRead && !p.readComplete) break;
     if (p.lastOfWqe && (p.wqeFlags & kWqeSignaled)) {
       if (!qp->scq_->hasRoom()) {
         ctr_.cqFullStalls.fetch_add(1, std::memory_order_relaxed);
@@ -982,6 +1032,7 @@ bool Nic::retireAcked(SoftQp* qp) {
     }
     freeChunk(p.chunk);
     if (p.lastOfWqe) storeRelease(&qp->sqRetired_, p.wqeIndex + 1);
+    if (isRead) qp->readPending_ = false;
     ++qp->inflightHead_;
     did = true;
   }
@@ -995,6 +1046,7 @@ bool Nic::flushQp(SoftQp* qp) {
   const uint32_t mask = static_cast<uint32_t>(qp->inflight_.size() - 1);
   qp->heldCount_ = 0;
   qp->ackPending_ = false;
+  qp->readPending_ = false;
   auto nextStatus = [&]() -> uint8_t {
     if (qp->errorReported_ || qp->errorStatus_ == kCqeOk) return kCqeFlushed;
     qp->errorReported_ = true;
@@ -1027,7 +1079,7 @@ bool Nic::flushQp(SoftQp* qp) {
     c.wrId = w.wrId;
     c.qpn = qp->qpn_;
     c.wqeCounter = static_cast<uint16_t>(qp->sqCi_);
-    c.opcode = (w.opcode == kWqeSend || w.opcode == kWqeSendImm) ? kCqeSend : kCqeRdmaWrite;
+    c.opcode = cqeOpcodeOf(w.opcode);
     c.status = nextStatus();
     ++qp->sqCi_;
     storeRelease(&qp->sqRetired_, qp->sqCi_);
@@ -1251,7 +1303,8 @@ void Nic::readConn(Conn* c) {
         closeConn(c, "malformed frame from the peer NIC");
         return;
       }
-      const bool hasInline = h.type == kFrameData && !(h.flags & kFrameCmaPayload);
+      const bool hasInline =
+          (h.type == kFrameData && !(h.flags & kFrameCmaPayload)) || h.type == kFrameReadResp;
       const size_t frameBytes = sizeof h + (hasInline ? h.length : 0);
       if (c->inLen - pos < frameBytes) {
         if (frameBytes > c->in.size()) c->in.resize(frameBytes);
@@ -1261,6 +1314,8 @@ void Nic::readConn(Conn* c) {
         handleData(c, h, hasInline ? c->in.data() + pos + sizeof h : nullptr);
       else if (h.type == kFrameAck)
         handleAck(c, h);
+      else if (h.type == kFrameReadResp)
+        handleReadResponse(c, h, c->in.data() + pos + sizeof h);
       pos += frameBytes;
     }
     if (c->closed) return;
@@ -1283,6 +1338,10 @@ void Nic::handleData(Conn* c, const FrameHeader& h, const char* inlinePayload) {
     if (seqBefore(h.seq, qp->expectedSeq_)) {
       ctr_.duplicatesDiscarded.fetch_add(1, std::memory_order_relaxed);
       qp->ackPending_ = true;  // its ack may have been lost
+      // A read asked again: its response may have been lost, so answer again (reads change
+      // nothing here; the requester takes each piece once).
+      if (h.opcode == kWqeRdmaRead && executeRead(qp, h))
+        ctr_.readsReexecuted.fetch_add(1, std::memory_order_relaxed);
     } else {
       ctr_.outOfOrderDiscarded.fetch_add(1, std::memory_order_relaxed);
       if (qp->nakSentFor_ != qp->expectedSeq_) {
@@ -1290,6 +1349,17 @@ void Nic::handleData(Conn* c, const FrameHeader& h, const char* inlinePayload) {
         sendAck(qp, kAckNak, kCqeOk);
       }
     }
+    return;
+  }
+  if (h.opcode == kWqeRdmaRead) {
+    if (!executeRead(qp, h)) {
+      ctr_.remoteAccessErrors.fetch_add(1, std::memory_order_relaxed);
+      sendAck(qp, kAckError, kCqeRemoteAccessError);
+      return;
+    }
+    ctr_.readsExecuted.fetch_add(1, std::memory_order_relaxed);
+    ++qp->expectedSeq_;
+    qp->ackPending_ = true;
     return;
   }
   const bool isSend = h.opcode == kWqeSend || h.opcode == kWqeSendImm;
@@ -1385,6 +1455,109 @@ void Nic::handleAck(Conn* c, const FrameHeader& h) {
       retireAcked(qp);
       goBackN(qp, now);
     }
+  }
+}
+
+// The target side of an RDMA READ request: checks the rkey for remote read and sends the
+// bytes back in MTU-sized response frames on the connection the request came in on. False
+// (nothing sent) when the range is not readable with that key.
+bool Nic::executeRead(SoftQp* qp, const FrameHeader& request) {
+  const char* src = nullptr;
+  if (request.msgLength &&
+      !(src = translate(request.rkey, request.remoteAddr, request.msgLength, kAccessRemoteRead)))
+    return false;
+  uint32_t offset = 0;
+  do {
+    const uint32_t len = std::min<uint32_t>(request.msgLength - offset, static_cast<uint32_t>(chunkBytes_));
+    FrameHeader r{};
+    r.magic = kFrameMagic;
+    r.type = kFrameReadResp;
+    r.flags = static_cast<uint8_t>((offset == 0 ? kFrameFirst : 0) |
+                                   (offset + len == request.msgLength ? kFrameLast : 0));
+    r.opcode = kWqeRdmaRead;
+    r.seq = request.seq;
+    r.length = len;
+    r.msgLength = request.msgLength;
+    r.msgOffset = offset;
+    emitResponse(qp, r, src ? src + offset : nullptr);
+    offset += len;
+  } while (offset < request.msgLength);
+  return true;
+}
+
+// Puts one read response frame on the inbound connection, through the fault injector: a
+// dropped frame is repaired by the requester asking again, a held one goes out after the
+// next response frame (or never, which the requester repairs the same way).
+void Nic::emitResponse(SoftQp* qp, const FrameHeader& hdr, const char* payload) {
+  Conn* c = qp->in_;
+  if (!c || c->closed) return;
+  const FaultSpec& f = opt_.faults;
+  auto append = [&](std::vector<char>* out) {
+    const size_t at = out->size();
+    out->resize(at + sizeof hdr + hdr.length);
+    std::memcpy(out->data() + at, &hdr, sizeof hdr);
+    if (hdr.length) std::memcpy(out->data() + at + sizeof hdr, payload, hdr.length);
+  };
+  int copies = 1;
+  if (f.any()) {
+    if (f.drop > 0 && random01() < f.drop) {
+      ctr_.injectedResponseDrops.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    if ((f.reorder > 0 && random01() < f.reorder) || (f.delay > 0 && random01() < f.delay)) {
+      ctr_.injectedResponseReorders.fetch_add(1, std::memory_order_relaxed);
+      append(&qp->heldResponses_);
+      return;
+    }
+    if (f.dup > 0 && random01() < f.dup) {
+      ctr_.injectedResponseDups.fetch_add(1, std::memory_order_relaxed);
+      copies = 2;
+    }
+  }
+  for (int i = 0; i < copies; ++i) append(&c->out);
+  ctr_.packetsSent.fetch_add(static_cast<uint64_t>(copies), std::memory_order_relaxed);
+  if (!qp->heldResponses_.empty()) {
+    c->out.insert(c->out.end(), qp->heldResponses_.begin(), qp->heldResponses_.end());
+    qp->heldResponses_.clear();
+  }
+}
+
+// The requester side of a read response frame: lands the next expected piece of a read
+// still in flight; anything else (a duplicate, a piece after a lost one, a frame for a read
+// already completed) is discarded. The whole response also acknowledges the request and
+// everything before it (the target executed them in order).
+void Nic::handleReadResponse(Conn* c, const FrameHeader& h, const char* payload) {
+  SoftQp* qp = c->qp;
+  if (!qp || !c->outbound || qp->state() == QpState::Error) return;
+  ctr_.packetsReceived.fetch_add(1, std::memory_order_relaxed);
+  const uint32_t mask = static_cast<uint32_t>(qp->inflight_.size() - 1);
+  Packet* read = nullptr;
+  for (uint32_t i = qp->inflightHead_; i != qp->inflightTail_ && !read; ++i) {
+    Packet& p = qp->inflight_[i & mask];
+    if (p.hdr.seq == h.seq && p.hdr.opcode == kWqeRdmaRead) read = &p;
+  }
+  if (!read || read->readComplete || h.msgOffset != read->readDone || h.msgLength != read->hdr.msgLength ||
+      h.length > read->hdr.msgLength - read->readDone) {
+    ctr_.readResponseDiscards.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (h.length) {
+    char* dst = translate(read->readLkey, read->readLocal + h.msgOffset, h.length, kAccessLocalWrite);
+    if (!dst) {
+      setError(qp, kCqeLocalProtectionError, "a read response lands outside its lkey's region");
+      return;
+    }
+    std::memcpy(dst, payload, h.length);
+    ctr_.payloadBytesLanded.fetch_add(h.length, std::memory_order_relaxed);
+    ctr_.inlinePayloads.fetch_add(1, std::memory_order_relaxed);
+  }
+  read->readDone += h.length;
+  qp->lastProgressNs_ = nowNs();
+  if (read->readDone == read->hdr.msgLength) {
+    read->readComplete = true;
+    const uint32_t next = h.seq + 1;
+    if (seqBefore(qp->ackedUpTo_, next) && !seqBefore(qp->nextSeq_, next)) qp->ackedUpTo_ = next;
+    qp->retries_ = 0;
   }
 }
 
@@ -1492,10 +1665,15 @@ Status SoftQp::modify(QpState to, const QpAddress* remote) {
                  cma ? "read by the target (process_vm_readv)" : "inline");
       return Status::ok();
     }
-    case QpState::Error:
-      state_.store(QpState::Error, std::memory_order_release);
+    case QpState::Error: {
+      // On the engine thread, between its iterations: when this returns, no payload is
+      // being read from the QP's sources or landed for it, and none will be (what a caller
+      // withdrawing its buffers relies on, transport.h withdrawDirect).
+      SoftQp* self = this;
+      nic_->runOnEngine([&] { self->state_.store(QpState::Error, std::memory_order_release); });
       nic_->kick();
       return Status::ok();
+    }
   }
   return Status::ok();
 }

@@ -7,7 +7,10 @@
 // The target engine checks the rkey, lands the bytes in the registered region (reading
 // them straight out of the sender's staging memory with process_vm_readv when both NICs
 // are on one host, else from the TCP stream), consumes a posted receive for SEND and
-// WRITE_WITH_IMM, writes CQEs with owner bits, and acknowledges cumulatively. Packets carry
+// WRITE_WITH_IMM, writes CQEs with owner bits, and acknowledges cumulatively. An RDMA READ
+// is a request packet in the same sequence; the target answers with response packets on the
+// reverse direction of the connection, and re-executes a duplicate request (its response
+// may have been lost). Packets carry
 // sequence numbers; the receiver accepts only the next one in order (go-back-N), so
 // faults injected on the wire (loss, duplication, reordering, delay) are repaired by
 // retransmission from staging without losing, duplicating or reordering anything.
@@ -74,6 +77,16 @@ struct Counters {
   uint64_t inlinePayloads = 0;   // packets landed from the TCP stream
   uint64_t zeroCopyPackets = 0;  // sent straight from device memory (already NIC staging)
   uint64_t remoteAccessErrors = 0;
+  // RDMA READ. Target: reads executed (first time and again for a duplicate request, whose
+  // response may have been lost). Requester: response packets discarded because their read
+  // was already complete or they were not the next piece expected.
+  uint64_t readsExecuted = 0;
+  uint64_t readsReexecuted = 0;
+  uint64_t readResponseDiscards = 0;
+  // Faults injected on read response packets (target -> requester).
+  uint64_t injectedResponseDrops = 0;
+  uint64_t injectedResponseDups = 0;
+  uint64_t injectedResponseReorders = 0;
 };
 
 std::string countersToString(const Counters& c);

@@ -75,6 +75,7 @@ uint8_t fromWcStatus(ibv_wc_status s) {
 uint8_t fromWcOpcode(ibv_wc_opcode op) {
   switch (op) {
     case IBV_WC_RDMA_WRITE: return kCqeRdmaWrite;
+    case IBV_WC_RDMA_READ: return kCqeRdmaRead;
     case IBV_WC_SEND: return kCqeSend;
     case IBV_WC_RECV: return kCqeRecv;
     case IBV_WC_RECV_RDMA_WITH_IMM: return kCqeRecvRdmaImm;
@@ -220,6 +221,8 @@ class IbvQp final : public QueuePair {
       case kWqeRdmaWriteImm: wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM; break;
       case kWqeSend: wr.opcode = IBV_WR_SEND; break;
       case kWqeSendImm: wr.opcode = IBV_WR_SEND_WITH_IMM; break;
+      // The scatter entry is where the read bytes land (the region needs local write).
+      case kWqeRdmaRead: wr.opcode = IBV_WR_RDMA_READ; break;
       default: return makeError(ridgeInvalidArgument, "verbs: unknown WQE opcode %u", w.opcode);
     }
     wr.imm_data = htonl(w.immData);

@@ -1,6 +1,7 @@
 // The verbs subset Ridge drives: just what an RDMA-write data path needs (device, protection
 // domain, memory registration, on-NIC device memory, RC queue pairs, RDMA WRITE / WRITE
-// WITH IMMEDIATE / SEND / RECV, completion queues), as an abstract interface with two
+// WITH IMMEDIATE / SEND / RECV, completion queues), plus RDMA READ (the receive-side GPU
+// flush reads a few bytes back through a loopback QP), as an abstract interface with two
 // providers: "verbs" (rdma-core's libibverbs, built when RIDGE_WITH_VERBS is on) and
 // "softnic" (a NIC emulated in user space, always built).
 //
@@ -112,7 +113,9 @@ class QueuePair {
   virtual uint32_t qpn() const = 0;
   virtual QpState state() const = 0;
   virtual Status localAddress(QpAddress* out) const = 0;
-  // Moves to `to`; `remote` is required for RTR (the peer's localAddress()).
+  // Moves to `to`; `remote` is required for RTR (the peer's localAddress()). After a move to
+  // ERROR the NIC reads no more send payload and lands nothing more for this QP (softnic:
+  // synchronously with its engine; rdma-core: as the HCA stops the QP).
   virtual Status modify(QpState to, const QpAddress* remote = nullptr) = 0;
   // Posts one send WQE (qpn and index are filled in). ridgeInvalidUsage when the QP is not
   // in RTS, ridgeInternalError "send queue full" when every slot is in use.

@@ -40,11 +40,13 @@ enum WqeOpcode : uint8_t {
   kWqeRdmaWriteImm = 2,  // remote write, then consumes a receive at the target
   kWqeSend = 3,          // payload lands in the target's next posted receive
   kWqeSendImm = 4,
+  kWqeRdmaRead = 5,  // remote read: `length` bytes at remoteAddr/rkey land at localAddr/lkey
+                     // (a region with local write); no completion at the target
 };
 
 enum WqeFlags : uint8_t {
   kWqeSignaled = 1,  // produce a CQE when done (else only the retire counter moves)
-  kWqeFence = 2,     // reserved: wait for earlier reads (no reads in this subset yet)
+  kWqeFence = 2,     // wait for earlier reads (softnic executes every WQE in order anyway)
 };
 
 // One send work request: four 16-byte segments, one cache line.
@@ -93,13 +95,14 @@ enum CqeOpcode : uint8_t {
   kCqeSend = 2,         // requester: a SEND finished
   kCqeRecv = 3,         // responder: a SEND landed in a posted receive
   kCqeRecvRdmaImm = 4,  // responder: a WRITE_WITH_IMM landed; immData valid
+  kCqeRdmaRead = 5,     // requester: an RDMA READ finished, its bytes are in local memory
 };
 
 enum CqeStatus : uint8_t {
   kCqeOk = 0,
   kCqeLocalLengthError = 1,        // payload longer than the receive buffer
   kCqeLocalProtectionError = 2,    // lkey unknown or range outside its region
-  kCqeRemoteAccessError = 3,       // rkey unknown, range outside, or no remote write right
+  kCqeRemoteAccessError = 3,       // rkey unknown, range outside, or no remote write/read right
   kCqeRemoteInvalidRequest = 4,    // the target refused the opcode or the QP state
   kCqeTransportRetryExceeded = 5,  // the peer stopped answering or closed the connection
   kCqeFlushed = 6,                 // the QP went to the error state before this one ran
