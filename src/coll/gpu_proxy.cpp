@@ -216,6 +216,9 @@ Status GpuProxy::setupOnThread() {
   for (; markersMade_ < kMaxDeviceBatchOps; ++markersMade_)
     RIDGE_TRY(rt_->createMarker(&ring_[markersMade_].marker));
   for (Marker*& m : copiedIn_) RIDGE_TRY(rt_->createMarker(&m));
+  // Kernels loaded now, while no stream of this communicator waits: a lazily loaded kernel's
+  // first launch by P2P could otherwise wait for the very stream it is to release.
+  RIDGE_TRY(rt_->preloadKernels());
   RIDGE_TRY(rt_->createStream(&copyStream_));
   // The whole staging buffer, once: it never grows (a batch larger than a piece runs in
   // chunks), so no pinned allocation can meet a parked stream.

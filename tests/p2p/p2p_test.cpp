@@ -200,6 +200,10 @@ void runAllP2p(int n, int devices, const std::vector<Call>& calls) {
   });
   EXPECT_GT(rt.reducesLaunched(), 0u) << "no device reduction ran: the P2P path did not reduce";
   EXPECT_EQ(rt.ipcViewsOpen(), 0u) << "mappings left open after the communicators were destroyed";
+  // The proxies' setup loaded the kernels of each device once, before any stream waited, so
+  // no reduction was a lazily loaded kernel's first launch behind a parked stream.
+  EXPECT_EQ(rt.kernelPreloads(), static_cast<size_t>(std::min(n, devices)));
+  EXPECT_EQ(rt.launchesBeforePreloadWhileStreamsWait(), 0u);
 }
 
 TEST(P2pCollectives, EveryCollectiveTwoRanksOnOneDevice) {
