@@ -485,6 +485,9 @@ Status EmulatedRuntime::launchReduce(void* dst, const void* const* srcs, int nsr
   for (int i = 0; i < nsrcs; ++i)
     if (!(from[i] = translate(srcs[i], bytes, &s))) return s;
   reduceCount_.fetch_add(1);
+  bool aligned = reinterpret_cast<uintptr_t>(dst) % 16 == 0;
+  for (int i = 0; i < nsrcs; ++i) aligned = aligned && reinterpret_cast<uintptr_t>(srcs[i]) % 16 == 0;
+  if (!aligned) misalignedReduceCount_.fetch_add(1);
   bool loaded;
   {
     std::lock_guard<std::mutex> lock(preloadMutex_);

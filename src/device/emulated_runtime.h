@@ -140,6 +140,9 @@ class EmulatedRuntime final : public DeviceRuntime {
   uint64_t ipcOpens() const { return ipcOpenCount_.load(); }
   size_t ipcViewsOpen();
   uint64_t reducesLaunched() const { return reduceCount_.load(); }
+  // Reductions launched with a destination or source not 16-byte aligned: the GPU kernel's
+  // scalar path (a P2P slice cut where the vector path cannot follow it).
+  uint64_t misalignedReduces() const { return misalignedReduceCount_.load(); }
   // classify() calls so far (tests check that a buffer is classified once per call).
   uint64_t classifyCalls() const { return classifyCount_.load(); }
   // Pinned host memory: the largest single allocation, the most held at once, and what is
@@ -207,6 +210,7 @@ class EmulatedRuntime final : public DeviceRuntime {
   std::atomic<uint64_t> ipcOpenCount_{0};
   std::atomic<int> ipcOpenFailures_{0};
   std::atomic<uint64_t> reduceCount_{0};
+  std::atomic<uint64_t> misalignedReduceCount_{0};
   std::mutex preloadMutex_;
   std::set<int> preloaded_;  // devices preloadKernels has loaded (preloadMutex_)
   std::atomic<uint64_t> launchesBeforePreload_{0};

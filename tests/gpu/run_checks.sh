@@ -188,8 +188,13 @@ echo "## registers and spills per kernel (sm_90)" >>"$report"
 cuobjdump=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
 kernels_bin=$(find_bin test_gpu_ll)
 if [ -x "$cuobjdump" ] && [ -n "$kernels_bin" ]; then
+  # The pack holds sm_90 code only; a build-gpu tree may hold more (hence -arch), and should
+  # this cuobjdump not take -arch, the whole dump is better than none.
   timeout 60 "$cuobjdump" --dump-resource-usage -arch sm_90 "$kernels_bin" 2>&1 |
-    grep -E "Function|REG|STACK|LOCAL" >>"$report" || say "register dump: cuobjdump printed nothing"
+    grep -E "Function|REG|STACK|LOCAL" >>"$report" ||
+    timeout 60 "$cuobjdump" --dump-resource-usage "$kernels_bin" 2>&1 |
+    grep -E "arch|Function|REG|STACK|LOCAL" >>"$report" ||
+    say "register dump: cuobjdump printed nothing for $kernels_bin"
 else
   say "register dump: skipped (no cuobjdump, or no test_gpu_ll)"
 fi
