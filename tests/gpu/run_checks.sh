@@ -128,6 +128,9 @@ skip_when=
   else
     echo "nvcc: not present"
   fi
+  echo "cmake: $(cmake --version 2>/dev/null | head -1)"
+  gtest_dirs=$(for d in /usr/include/gtest /usr/local/include/gtest; do [ -d "$d" ] && echo -n "$d "; done)
+  echo "GoogleTest headers: ${gtest_dirs:-none}"
   df -h /dev/shm 2>&1
   echo "CUDA_MODULE_LOADING=$CUDA_MODULE_LOADING RIDGE_TIMEOUT=$RIDGE_TIMEOUT" \
     "CUDA_DEVICE_MAX_CONNECTIONS=$CUDA_DEVICE_MAX_CONNECTIONS budget=${budget}s"
