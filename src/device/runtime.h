@@ -110,6 +110,7 @@ class DeviceRuntime {
   // before it queues any wait: with lazy module loading (CUDA's default) a kernel's first
   // launch loads it, which may wait for the device to synchronize, so a first launch while a
   // user's stream is parked on a release word could hang inside the launch (docs/gpu.md).
+  // After an error the device is not marked loaded: a later call tries again.
   virtual Status preloadKernels() = 0;
 
   // ---- IPC (for the P2P transport) ----
