@@ -83,11 +83,15 @@ exec "$here/../tests/gpu/run_checks.sh" "$here/bin" "${1:-$here/report}" "$here/
 RUNNER
 chmod +x "$pack/run.sh"
 
+# The newest glibc symbol version any packed file needs: the device's glibc must be at least
+# that (the report prints both).
+glibc_needed=$(for f in "$pack"/bin/* "$pack"/lib/*; do objdump -T "$f" 2>/dev/null | grep -o 'GLIBC_2\.[0-9]*'; done |
+  sort -V -u | tail -1)
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 git diff --quiet HEAD -- 2>/dev/null || commit="$commit+uncommitted changes"
 {
   echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) from $commit on $(grep -m1 '^PRETTY_NAME=' /etc/os-release | cut -d= -f2-)," \
-    "$(ldd --version | head -1), $(nvcc --version | tail -1), sm_90"
+    "$(ldd --version | head -1), $(nvcc --version | tail -1), sm_90; needs ${glibc_needed:-an unknown glibc} or newer"
   (cd "$pack" && find bin lib -type f -printf '%s %p\n' | sort -k2)
 } >"$pack/MANIFEST"
 
