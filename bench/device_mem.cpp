@@ -51,8 +51,12 @@ void deviceFree(void* p) {
   if (p) (void)cudaFree(p);
 }
 
+// cudaMemcpy from pageable memory may return before the DMA has landed, on the legacy
+// stream, which the non-blocking streams the collectives run on do not wait for: the device
+// synchronization makes the upload complete before the next call reads the buffer.
 bool copyToDevice(void* dst, const void* src, size_t bytes, std::string* err) {
-  return !failed(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to device", err);
+  return !failed(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to device", err) &&
+         !failed(cudaDeviceSynchronize(), "cudaDeviceSynchronize after the upload", err);
 }
 
 bool copyToHost(void* dst, const void* src, size_t bytes, std::string* err) {

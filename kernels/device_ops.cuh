@@ -141,6 +141,28 @@ cudaError_t withTypeAndOp(ridgeDataType_t t, ridgeRedOp_t op, A&&... a) {
   }
 }
 
+// Loads `kernel` into the current device context without launching it (the way the CUDA
+// Programming Guide gives to defeat lazy loading); see preloadKernels in device_reduce.h.
+template <typename Kernel>
+cudaError_t loadKernel(Kernel* kernel) {
+  cudaFuncAttributes attr;
+  return cudaFuncGetAttributes(&attr, kernel);
+}
+
+// Calls Loader<T, Op>::run() for every type and op; adds those that succeeded to *loaded and
+// returns the first error.
+template <template <typename, ridgeRedOp_t> class Loader>
+cudaError_t loadForEveryTypeAndOp(int* loaded) {
+  for (int t = 0; t < ridgeNumTypes; ++t)
+    for (int op = 0; op < ridgeNumOps; ++op) {
+      const cudaError_t e =
+          withTypeAndOp<Loader>(static_cast<ridgeDataType_t>(t), static_cast<ridgeRedOp_t>(op));
+      if (e != cudaSuccess) return e;
+      ++*loaded;
+    }
+  return cudaSuccess;
+}
+
 inline bool validType(ridgeDataType_t t) {
   return static_cast<int>(t) >= 0 && static_cast<int>(t) < ridgeNumTypes;
 }

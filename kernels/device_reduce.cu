@@ -15,6 +15,7 @@
 
 #include "kernels/device_ops.cuh"
 #include "kernels/device_reduce.h"
+#include "kernels/ll_protocol.h"
 
 namespace ridge::gpu {
 namespace {
@@ -223,6 +224,11 @@ struct ReduceLauncher {
   }
 };
 
+template <typename T, ridgeRedOp_t Op>
+struct ReduceLoader {
+  static cudaError_t run() { return loadKernel(reduceKernel<T, Op>); }
+};
+
 Status reduceWith(void* dst, const void* const* srcs, int nsrcs, size_t count, ridgeDataType_t type,
                   ridgeRedOp_t op, int finalDivisor, ridgeStream_t stream, const Request& rq) {
   if (!dst || !srcs || nsrcs < 1 || nsrcs > kMaxReduceSources)
@@ -298,6 +304,21 @@ Status launchCopyChannels(void* dst, const void* src, size_t bytes, ridgeStream_
   Request rq;
   rq.shape = shape;
   return copyWith(dst, src, bytes, stream, rq);
+}
+
+Status preloadKernels(int* loaded) {
+  int n = 0;
+  cudaError_t err = loadForEveryTypeAndOp<ReduceLoader>(&n);
+  if (err == cudaSuccess && (err = loadKernel(copyKernel)) == cudaSuccess) ++n;
+  Status s;
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    s = makeError(ridgeSystemError, "loading the reduce and copy kernels: %s", cudaGetErrorString(err));
+  } else {
+    s = preloadLLKernels(&n);
+  }
+  if (loaded) *loaded = n;
+  return s;
 }
 
 int deviceCount() {

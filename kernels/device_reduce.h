@@ -2,7 +2,8 @@
 // of the GPU data path, with the same semantics as the host kernels in src/reduce/reduce.h
 // (fold order, fp16/bf16 accumulated in fp32 and rounded once, integer wrap-around, NaN
 // and signed-zero rules of max/min, avg with a final divisor), so a host reference checks
-// them bit for bit.
+// them bit for bit, NaN payloads aside (the GPU's float arithmetic returns its one canonical
+// NaN where the host keeps the input's payload; both are NaN).
 //
 // Only compiled when Ridge is built with CUDA (RIDGE_HAVE_CUDA). The functions enqueue and
 // return; completion is observed on the stream.
@@ -52,6 +53,20 @@ Status launchReduceChannels(void* dst, const void* const* srcs, int nsrcs, size_
 /// launchCopy with an explicit channel shape. Buffers that are not 16-byte aligned are
 /// copied bytewise by one channel.
 Status launchCopyChannels(void* dst, const void* src, size_t bytes, ridgeStream_t stream, LaunchShape shape);
+
+/// Kernel instantiations preloadKernels loads: the reduce kernel for every type and op
+/// (10 x 5), the copy kernel, the two LL kernels and the fused LL step for every type and op.
+constexpr int kPreloadedKernels = 10 * 5 + 1 + 2 + 10 * 5;
+
+/// Loads every kernel of this library into the calling thread's current device context
+/// (cudaFuncGetAttributes on each instantiation, which the CUDA Programming Guide names as
+/// the way to force a lazily loaded kernel in). Why: with lazy module loading (the Linux
+/// default since CUDA 12.2) a kernel is loaded at its first launch, and loading may wait for
+/// the device to synchronize; a first launch while a stream is parked on a release word, or
+/// while an LL receiver spins for a sender not yet loaded, would then never return. Call it
+/// before anything can park or spin. *loaded (optional): instantiations loaded, which is
+/// kPreloadedKernels on success. Idempotent; costs one driver call per kernel.
+Status preloadKernels(int* loaded = nullptr);
 
 /// Number of CUDA devices this process sees; 0 when there is no device or driver (never an
 /// error: a CUDA build must run on machines without a GPU).

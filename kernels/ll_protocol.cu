@@ -125,6 +125,11 @@ struct FusedLauncher {
   }
 };
 
+template <typename T, ridgeRedOp_t Op>
+struct FusedLoader {
+  static cudaError_t run() { return loadKernel(llRecvReduceSendKernel<T, Op>); }
+};
+
 int blocksFor(size_t lines, int blocks) {
   if (blocks > 0) return blocks;
   const size_t want = (lines + kLLThreads - 1) / kLLThreads;
@@ -143,6 +148,23 @@ cudaStream_t cudaStreamOf(ridgeStream_t s) {
 }
 
 }  // namespace
+
+Status preloadLLKernels(int* loaded) {
+  cudaError_t err = loadKernel(llSendKernel);
+  if (err == cudaSuccess) {
+    ++*loaded;
+    err = loadKernel(llRecvKernel);
+  }
+  if (err == cudaSuccess) {
+    ++*loaded;
+    err = loadForEveryTypeAndOp<FusedLoader>(loaded);
+  }
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return makeError(ridgeSystemError, "loading the LL kernels: %s", cudaGetErrorString(err));
+  }
+  return Status::ok();
+}
 
 Status launchLLSend(ll::Line* peerLines, const void* src, size_t bytes, uint32_t flag, ridgeStream_t stream,
                     int blocks) {

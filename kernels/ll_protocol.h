@@ -49,4 +49,8 @@ Status launchLLRecvReduceSend(ll::Line* nextLines, void* dst, const ll::Line* li
                               uint32_t flagIn, uint32_t flagOut, uint64_t timeoutNs, int* timedOut,
                               ridgeStream_t stream, int blocks = 0);
 
+/// Loads the LL kernels (send, receive, and the fused step for every type and op) into the
+/// current device context; part of preloadKernels (device_reduce.h). *loaded: how many.
+Status preloadLLKernels(int* loaded);
+
 }  // namespace ridge::gpu

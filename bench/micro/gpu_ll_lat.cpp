@@ -10,8 +10,9 @@
 //   bulk  launchCopy into the intermediate buffer, then launchCopy out of it, on one
 //         stream: stream order stands in for the flag a bulk protocol would need (so the
 //         bulk figure is a lower bound: a real cross-GPU bulk hop adds a flag round trip).
-// Both are timed with CUDA events over `iterations` back-to-back hops. Prints one line per
-// size; exits 0 (a benchmark reports, it does not judge) or 3 without a CUDA device.
+// Both are timed with CUDA events over `iterations` back-to-back hops, after an untimed pass
+// of the same size. Prints one line per size; exits 0 (a benchmark reports, it does not
+// judge), 1 on a CUDA error or an LL receive that timed out, 3 without a CUDA device.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -63,45 +64,62 @@ int main(int argc, char** argv) {
       !ok(cudaEventCreate(&t0), "cudaEventCreate") || !ok(cudaEventCreate(&t1), "cudaEventCreate") ||
       !ok(cudaEventCreateWithFlags(&sent, cudaEventDisableTiming), "cudaEventCreate") ||
       !ok(cudaEventCreateWithFlags(&received, cudaEventDisableTiming), "cudaEventCreate"))
-    return 3;
+    return 1;
+  // The kernels are loaded before any receiver spins: under lazy module loading the sender's
+  // first launch could otherwise wait for the spinning receiver (kernels/device_reduce.h). The
+  // setup above ran on the legacy stream, which the non-blocking streams do not wait for.
+  if (const Status s = gpu::preloadKernels(); !s.isOk()) {
+    std::fprintf(stderr, "ridge-gpu-ll-lat: %s\n", s.message().c_str());
+    return 1;
+  }
+  if (!ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize")) return 1;
   std::printf("# one hop on one GPU, %d hops per size; bulk = two launchCopy on one stream (no flag)\n",
               iters);
+  std::printf(
+      "# each size runs once untimed first; both columns include the host's enqueue rate (4 API\n"
+      "# calls per LL hop, 2 per bulk hop), so at small sizes they are launch-bound, not hop latency\n");
   std::printf("# %10s %12s %12s %10s %12s %12s\n", "bytes", "LL (us)", "bulk (us)", "bulk/LL", "LL (GB/s)",
               "bulk (GB/s)");
   uint64_t step = 0;
-  for (size_t bytes = 8; bytes <= kMax; bytes *= 4) {
-    float llMs = 0, bulkMs = 0;
-    // LL: every hop a fresh flag, so the receiver never takes the previous hop's lines.
-    // One line buffer: the sender of hop i+1 must not overwrite lines the receiver of hop i
-    // has not read yet, so each send waits for the previous receive (a real protocol would
-    // rotate buffers with credits instead; this wait is inside the LL figure).
+  // `hops` LL hops of `bytes`: every hop a fresh flag, so the receiver never takes the
+  // previous hop's lines. One line buffer: the sender of hop i+1 must not overwrite lines the
+  // receiver of hop i has not read yet, so each send waits for the previous receive (a real
+  // protocol would rotate buffers with credits instead; this wait is inside the LL figure).
+  // The time from t0 to t1 is in *ms.
+  auto llHops = [&](size_t bytes, int hops, float* ms) {
     if (!ok(cudaEventRecord(t0, a), "cudaEventRecord") ||
         !ok(cudaEventRecord(received, a), "cudaEventRecord"))
-      return 3;
-    for (int i = 0; i < iters; ++i) {
+      return false;
+    for (int i = 0; i < hops; ++i) {
       const uint32_t flag = ll::flagForStep(++step);
       if (!ok(cudaStreamWaitEvent(b, received, 0), "cudaStreamWaitEvent") ||
           !gpu::launchLLRecv(dst, lines, bytes, flag, 5000000000ull, timedOut, rs(a)).isOk() ||
           !gpu::launchLLSend(lines, src, bytes, flag, rs(b)).isOk() ||
           !ok(cudaEventRecord(received, a), "record"))
-        return 3;
+        return false;
     }
-    if (!ok(cudaEventRecord(sent, b), "cudaEventRecord") || !ok(cudaStreamWaitEvent(a, sent, 0), "wait") ||
-        !ok(cudaEventRecord(t1, a), "cudaEventRecord") ||
-        !ok(cudaEventSynchronize(t1), "cudaEventSynchronize") ||
-        !ok(cudaEventElapsedTime(&llMs, t0, t1), "cudaEventElapsedTime"))
-      return 3;
-    // Bulk.
-    if (!ok(cudaEventRecord(t0, a), "cudaEventRecord")) return 3;
-    for (int i = 0; i < iters; ++i)
+    return ok(cudaEventRecord(sent, b), "cudaEventRecord") && ok(cudaStreamWaitEvent(a, sent, 0), "wait") &&
+           ok(cudaEventRecord(t1, a), "cudaEventRecord") &&
+           ok(cudaEventSynchronize(t1), "cudaEventSynchronize") &&
+           ok(cudaEventElapsedTime(ms, t0, t1), "cudaEventElapsedTime");
+  };
+  auto bulkHops = [&](size_t bytes, int hops, float* ms) {
+    if (!ok(cudaEventRecord(t0, a), "cudaEventRecord")) return false;
+    for (int i = 0; i < hops; ++i)
       if (!gpu::launchCopy(mid, src, bytes, rs(a)).isOk() || !gpu::launchCopy(dst, mid, bytes, rs(a)).isOk())
-        return 3;
-    if (!ok(cudaEventRecord(t1, a), "cudaEventRecord") ||
-        !ok(cudaEventSynchronize(t1), "cudaEventSynchronize") ||
-        !ok(cudaEventElapsedTime(&bulkMs, t0, t1), "cudaEventElapsedTime"))
-      return 3;
+        return false;
+    return ok(cudaEventRecord(t1, a), "cudaEventRecord") &&
+           ok(cudaEventSynchronize(t1), "cudaEventSynchronize") &&
+           ok(cudaEventElapsedTime(ms, t0, t1), "cudaEventElapsedTime");
+  };
+  const int warmup = iters < 50 ? iters : 50;
+  for (size_t bytes = 8; bytes <= kMax; bytes *= 4) {
+    float llMs = 0, bulkMs = 0, untimed = 0;
+    if (!llHops(bytes, warmup, &untimed) || !llHops(bytes, iters, &llMs) ||
+        !bulkHops(bytes, warmup, &untimed) || !bulkHops(bytes, iters, &bulkMs))
+      return 1;
     int to = 0;
-    if (!ok(cudaMemcpy(&to, timedOut, sizeof to, cudaMemcpyDeviceToHost), "cudaMemcpy")) return 3;
+    if (!ok(cudaMemcpy(&to, timedOut, sizeof to, cudaMemcpyDeviceToHost), "cudaMemcpy")) return 1;
     if (to) {
       std::fprintf(stderr, "ridge-gpu-ll-lat: an LL receive timed out at %zu bytes\n", bytes);
       return 1;

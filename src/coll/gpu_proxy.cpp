@@ -216,6 +216,14 @@ Status GpuProxy::setupOnThread() {
   for (; markersMade_ < kMaxDeviceBatchOps; ++markersMade_)
     RIDGE_TRY(rt_->createMarker(&ring_[markersMade_].marker));
   for (Marker*& m : copiedIn_) RIDGE_TRY(rt_->createMarker(&m));
+  // Kernels loaded now, while no stream of this communicator waits: a lazily loaded kernel's
+  // first launch by P2P could otherwise wait for the very stream it is to release. A failure
+  // (a device this build has no code for, say) is not the staged path's concern: P2P's
+  // launch then reports it, as it did before there was a preload.
+  const Status preload = rt_->preloadKernels();
+  if (!preload.isOk())
+    RIDGE_WARN("rank %d: %s: the kernels load at their first launch instead (docs/gpu.md)", comm_->rank,
+               preload.message().c_str());
   RIDGE_TRY(rt_->createStream(&copyStream_));
   // The whole staging buffer, once: it never grows (a batch larger than a piece runs in
   // chunks), so no pinned allocation can meet a parked stream.

@@ -19,6 +19,8 @@
 #include <atomic>
 #include <cctype>
 #include <cstring>
+#include <mutex>
+#include <set>
 
 #include "core/log.h"
 #include "device/runtime.h"
@@ -219,6 +221,16 @@ class CudaRuntime final : public DeviceRuntime {
     return gpu::launchReduce(dst, srcs, nsrcs, count, type, op, finalDivisor, stream);
   }
 
+  Status preloadKernels() override {
+    int dev = 0;
+    RIDGE_CUDA_TRY(cudaGetDevice(&dev));
+    std::lock_guard<std::mutex> lock(preloadMutex_);
+    if (preloaded_.count(dev)) return Status::ok();
+    RIDGE_TRY(gpu::preloadKernels());
+    preloaded_.insert(dev);
+    return Status::ok();
+  }
+
   Status ipcExport(void* devicePtr, IpcHandle* out) override {
     static_assert(sizeof(cudaIpcMemHandle_t) <= kIpcHandleBytes, "IPC handle does not fit");
     cudaIpcMemHandle_t h;
@@ -322,6 +334,8 @@ class CudaRuntime final : public DeviceRuntime {
   int devices_ = 0;
   WaitValue32Fn waitValue32_ = nullptr;        // set once by the constructor; null: not provided
   std::atomic<bool> waitNotSupported_{false};  // the first call answered CUDA_ERROR_NOT_SUPPORTED
+  std::mutex preloadMutex_;
+  std::set<int> preloaded_;  // devices whose kernels preloadKernels loaded (preloadMutex_)
 };
 
 }  // namespace

@@ -485,12 +485,32 @@ Status EmulatedRuntime::launchReduce(void* dst, const void* const* srcs, int nsr
   for (int i = 0; i < nsrcs; ++i)
     if (!(from[i] = translate(srcs[i], bytes, &s))) return s;
   reduceCount_.fetch_add(1);
+  bool aligned = reinterpret_cast<uintptr_t>(dst) % 16 == 0;
+  for (int i = 0; i < nsrcs; ++i) aligned = aligned && reinterpret_cast<uintptr_t>(srcs[i]) % 16 == 0;
+  if (!aligned) misalignedReduceCount_.fetch_add(1);
+  bool loaded;
+  {
+    std::lock_guard<std::mutex> lock(preloadMutex_);
+    loaded = preloaded_.count(tCurrentDevice) > 0;
+  }
+  if (!loaded && releaseWaitPending(tCurrentDevice)) launchesBeforePreload_.fetch_add(1);
   const int64_t delayUs = workDelayOf(stream);
   return enqueue(stream, [=] {
     if (delayUs) std::this_thread::sleep_for(std::chrono::microseconds(delayUs));
     reduceMany(d, from.data(), nsrcs, count, type, op, finalDivisor);
     return Status::ok();
   });
+}
+
+Status EmulatedRuntime::preloadKernels() {
+  std::lock_guard<std::mutex> lock(preloadMutex_);
+  preloaded_.insert(tCurrentDevice);
+  return Status::ok();
+}
+
+size_t EmulatedRuntime::kernelPreloads() {
+  std::lock_guard<std::mutex> lock(preloadMutex_);
+  return preloaded_.size();
 }
 
 // ---- IPC -------------------------------------------------------------------------------

@@ -61,6 +61,9 @@ class EmulatedRuntime final : public DeviceRuntime {
   Status launchReduce(void* dst, const void* const* srcs, int nsrcs, size_t count, ridgeDataType_t type,
                       ridgeRedOp_t op, int finalDivisor, ridgeStream_t stream) override;
 
+  // Marks the current device's kernels loaded (see launchesBeforePreloadWhileStreamsWait).
+  Status preloadKernels() override;
+
   Status ipcExport(void* devicePtr, IpcHandle* out) override;
   Status ipcOpen(const IpcHandle& handle, void** devicePtr) override;
   Status ipcClose(void* devicePtr) override;
@@ -98,6 +101,13 @@ class EmulatedRuntime final : public DeviceRuntime {
   // (docs/gpu.md). Streams belong to the device current when they were created (the default
   // stream to device 0).
   uint64_t allocationsWhileStreamsWait() const { return allocationsWhileStreamsWait_.load(); }
+  // Devices whose kernels preloadKernels has loaded so far (each counts once).
+  size_t kernelPreloads();
+  // launchReduce calls on a device whose kernels were not preloaded, made while a release
+  // wait queued on a stream of that device had not been released: each would be a kernel's
+  // first launch under CUDA's lazy loading, which may wait for the parked stream (a hang
+  // inside the launch on a GPU; docs/gpu.md).
+  uint64_t launchesBeforePreloadWhileStreamsWait() const { return launchesBeforePreload_.load(); }
   // While on, copy() first waits (bounded by waitTimeout()) until no release wait of the
   // caller's device is pending: a runtime call stuck the way an implicitly synchronizing CUDA
   // call would be, for tests that abort a communicator whose proxy is blocked inside it.
@@ -134,6 +144,9 @@ class EmulatedRuntime final : public DeviceRuntime {
   uint64_t ipcOpens() const { return ipcOpenCount_.load(); }
   size_t ipcViewsOpen();
   uint64_t reducesLaunched() const { return reduceCount_.load(); }
+  // Reductions launched with a destination or source not 16-byte aligned: the GPU kernel's
+  // scalar path (a P2P slice cut where the vector path cannot follow it).
+  uint64_t misalignedReduces() const { return misalignedReduceCount_.load(); }
   // classify() calls so far (tests check that a buffer is classified once per call).
   uint64_t classifyCalls() const { return classifyCount_.load(); }
   // Pinned host memory: the largest single allocation, the most held at once, and what is
@@ -202,6 +215,10 @@ class EmulatedRuntime final : public DeviceRuntime {
   std::atomic<uint64_t> ipcOpenCount_{0};
   std::atomic<int> ipcOpenFailures_{0};
   std::atomic<uint64_t> reduceCount_{0};
+  std::atomic<uint64_t> misalignedReduceCount_{0};
+  std::mutex preloadMutex_;
+  std::set<int> preloaded_;  // devices preloadKernels has loaded (preloadMutex_)
+  std::atomic<uint64_t> launchesBeforePreload_{0};
   std::array<std::atomic<int64_t>, 16> workDelayUs_{};  // by device (setWorkDelay)
   std::atomic<uint64_t> classifyCount_{0};
   std::mutex pinnedMutex_;

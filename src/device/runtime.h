@@ -105,6 +105,14 @@ class DeviceRuntime {
                               ridgeDataType_t type, ridgeRedOp_t op, int finalDivisor,
                               ridgeStream_t stream) = 0;
 
+  // Loads every kernel launchReduce may run into the calling thread's current device, once
+  // per device (later calls for that device return at once). The proxy calls it in its setup,
+  // before it queues any wait: with lazy module loading (CUDA's default) a kernel's first
+  // launch loads it, which may wait for the device to synchronize, so a first launch while a
+  // user's stream is parked on a release word could hang inside the launch (docs/gpu.md).
+  // After an error the device is not marked loaded: a later call tries again.
+  virtual Status preloadKernels() = 0;
+
   // ---- IPC (for the P2P transport) ----
   static constexpr size_t kIpcHandleBytes = 64;
   struct IpcHandle {

@@ -963,6 +963,7 @@ TEST_F(DeviceStreams, StagingIsNeverAllocatedWhileAStreamWaits) {
   });
   EXPECT_GT(rt.releaseWaitsQueued(), 0u);
   EXPECT_EQ(rt.allocationsWhileStreamsWait(), 0u);
+  EXPECT_EQ(rt.kernelPreloads(), 1u) << "the proxy's setup did not preload the device's kernels";
 }
 
 // The proxy blocked inside a runtime call that waits for the parked stream (as a CUDA call

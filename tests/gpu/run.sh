@@ -1,72 +1,61 @@
 #!/usr/bin/env bash
-# GPU checks, one command, for a machine with a CUDA device:
-#   tests/gpu/run.sh [REPORT_FILE]
-# Builds Ridge with CUDA in build-gpu/, runs the GPU tests (kernels against the host
-# reference for every dtype x op, the LL protocol and the channel shapes), the kernel
-# bandwidth benchmark (reduce vs the same GPU's device-to-device copy), the LL-vs-bulk
-# small-message benchmark and the register/spill report of the kernels, and writes a
-# short report (default build-gpu/gpu-report.txt). Exit status: 0 all passed, 1 a test
-# failed, 3 no CUDA device (nothing was checked).
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-report=${1:-build-gpu/gpu-report.txt}
+# GPU checks, one command, for a machine with a CUDA device, building on that machine:
+#   tests/gpu/run.sh [REPORT_DIR]
+# Builds Ridge with CUDA (sm_90 only: H100 and H200) in build-gpu/, then runs
+# tests/gpu/run_checks.sh on it: the GPU tests (kernels against the host reference for every
+# dtype x op, the LL protocol and channel shapes, stream-ordered collectives, P2P between
+# processes, dma-buf), the kernel bandwidth and LL-vs-bulk benchmarks, Ridge beside NCCL and
+# the register/spill report. Report: REPORT_DIR/gpu-report.txt (default build-gpu/), the
+# build's output in REPORT_DIR/build.log. On a lent device, pass $OUT so that the report comes
+# back even when the command is cut off.
+# GoogleTest: the system's when the machine has one; else the sources that tests/gpu/pack.sh
+# puts in .gpupack/googletest.tar.xz (carry .gpupack), built into /tmp/gtest first.
+# The prebuilt pack (tests/gpu/pack.sh, .gpupack/run.sh) runs the same checks without a
+# build; this script is the fallback when the pack does not load on the device.
+# Exit status: 0 all passed, 1 the build or a check failed, 3 no CUDA device.
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 2
+report_dir=${1:-build-gpu}
+mkdir -p "$report_dir" || exit 2
+build_log="$report_dir/build.log"
+export PATH=/usr/local/cuda/bin:$PATH
 jobs=$(nproc)
-cmake -S . -B build-gpu -G Ninja -DRIDGE_WITH_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
-ninja -C build-gpu -j"$jobs" test_gpu_kernels test_gpu_stream test_gpu_p2p test_gpu_ll test_ll_line test_gpu_dmabuf ridge-gpu-kernel-bw ridge-gpu-ll-lat ridge-bench ridge_kernels >/dev/null
-mkdir -p "$(dirname "$report")"
-{
-  echo "# Ridge GPU report, $(date -u +%Y-%m-%dT%H:%MZ)"
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "nvidia-smi: not available"
-} >"$report"
-if ! nvidia-smi -L >/dev/null 2>&1; then
-  echo "skipped: no CUDA device" | tee -a "$report"
-  exit 3
-fi
-status=0
-# run_tests TITLE LABEL BINARY: one GPU test binary, its output in the report.
-run_tests() {
-  echo "## $1" >>"$report"
-  if RIDGE_SOCKET_IFNAME=lo "$3" --gtest_brief=1 >>"$report" 2>&1; then
-    echo "$2 tests: passed" | tee -a "$report"
-  else
-    echo "$2 tests: FAILED" | tee -a "$report"
-    status=1
-  fi
+: >"$build_log"
+
+# build_failed WHAT: the tail of the build log on stdout and in the report, exit 1.
+build_failed() {
+  {
+    echo "# Ridge GPU report, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "build: FAILED ($1); the end of $build_log:"
+    tail -40 "$build_log"
+  } | tee "$report_dir/gpu-report.txt"
+  exit 1
 }
-run_tests "kernel tests" kernel ./build-gpu/tests/gpu/test_gpu_kernels
-run_tests "stream-ordered collectives" stream ./build-gpu/tests/gpu/test_gpu_stream
-run_tests "P2P transport (two processes, CUDA IPC)" p2p ./build-gpu/tests/gpu/test_gpu_p2p
-# The two-GPU case skips itself with fewer GPUs; say so rather than let "passed" cover it.
-[ "$(nvidia-smi -L | wc -l)" -ge 2 ] || echo "P2P between two GPUs: skipped (one GPU)" | tee -a "$report"
-run_tests "LL protocol and channel tests" LL ./build-gpu/tests/gpu/test_gpu_ll
-run_tests "LL line format (host code)" "LL line" ./build-gpu/tests/gpu/test_ll_line
-echo "## dma-buf export" >>"$report"
-if RIDGE_DEBUG=INFO ./build-gpu/tests/gpu/test_gpu_dmabuf --gtest_brief=1 >>"$report" 2>&1; then
-  echo "dma-buf tests: passed" | tee -a "$report"
-else
-  echo "dma-buf tests: FAILED" | tee -a "$report"
-  status=1
+
+if ! command -v nvcc >/dev/null 2>&1; then
+  echo "no nvcc on PATH or in /usr/local/cuda/bin" >>"$build_log"
+  build_failed "no CUDA compiler"
 fi
-echo "## kernel bandwidth (ridge-gpu-kernel-bw 256 20)" >>"$report"
-./build-gpu/bench/ridge-gpu-kernel-bw 256 20 | tee -a "$report"
-echo "## LL vs bulk, one hop at small sizes (ridge-gpu-ll-lat 2000)" >>"$report"
-./build-gpu/bench/ridge-gpu-ll-lat 2000 | tee -a "$report" || status=1
-# The issue's figure: a 4-rank allreduce on the one GPU (Ridge on device buffers, P2P
-# between the ranks' processes), and NCCL beside Ridge with as many ranks as GPUs (NCCL
-# runs one rank per GPU).
-echo "## 4 ranks on one GPU, device buffers" >>"$report"
-RIDGE_SOCKET_IFNAME=lo ./build-gpu/bench/ridge-bench allreduce -np 4 --ridge-buffers device -b 1K -e 256M -f 4 \
-  | tee -a "$report" || status=1
-gpus=$(nvidia-smi -L | wc -l)
-echo "## Ridge beside NCCL, $gpus rank(s), device buffers" >>"$report"
-RIDGE_SOCKET_IFNAME=lo ./build-gpu/bench/ridge-bench allreduce -np "$gpus" --peer nccl --ridge-buffers device \
-  -b 1K -e 256M -f 4 | tee -a "$report" || status=1
-echo "## registers and spills per kernel (sm_90)" >>"$report"
-for name in device_reduce ll_protocol; do
-  obj=$(find build-gpu/kernels -name "$name.cu.o" | head -1)
-  if [ -n "$obj" ] && command -v cuobjdump >/dev/null; then
-    cuobjdump --dump-resource-usage "$obj" 2>/dev/null | grep -E "Function|REG|STACK" | head -40 >>"$report" || true
+gtest_args=()
+if [ ! -d /usr/include/gtest ] && [ ! -d /usr/local/include/gtest ] && [ -f .gpupack/googletest.tar.xz ]; then
+  # Bounded like every step (a lent device's command may run 600 s at most).
+  if ! { mkdir -p /tmp/gtest-src && tar -C /tmp/gtest-src -xJf .gpupack/googletest.tar.xz &&
+    timeout 300 cmake -S /tmp/gtest-src/googletest -B /tmp/gtest-build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DBUILD_GMOCK=OFF -DCMAKE_INSTALL_PREFIX=/tmp/gtest &&
+    timeout 300 cmake --build /tmp/gtest-build -j"$jobs" --target install; } >>"$build_log" 2>&1; then
+    build_failed "building GoogleTest from .gpupack/googletest.tar.xz"
   fi
-done
-echo "report: $report"
-exit $status
+  gtest_args=(-DCMAKE_PREFIX_PATH=/tmp/gtest)
+fi
+if ! timeout 300 cmake -S . -B build-gpu -G Ninja -DRIDGE_WITH_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CUDA_ARCHITECTURES=90 "${gtest_args[@]}" >>"$build_log" 2>&1; then
+  build_failed "cmake configure"
+fi
+if ! timeout 480 ninja -C build-gpu -j"$jobs" test_gpu_kernels test_gpu_stream test_gpu_p2p test_gpu_ll \
+  test_ll_line test_gpu_dmabuf ridge-gpu-kernel-bw ridge-gpu-ll-lat ridge-bench >>"$build_log" 2>&1; then
+  build_failed "ninja"
+fi
+echo "build: $SECONDS s" >>"$build_log"
+# The checks get what is left of a 600 s device command (unless a budget is given).
+export GPU_CHECKS_BUDGET_S=${GPU_CHECKS_BUDGET_S:-$((570 - SECONDS))}
+exec "$(dirname "$0")/run_checks.sh" build-gpu "$report_dir"

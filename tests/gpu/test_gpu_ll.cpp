@@ -5,7 +5,11 @@
 //
 // Sender and receiver run on one GPU, on two streams, the receiver launched first so that
 // it really spins on lines that arrive while it waits (the line buffer stands in for a
-// peer's memory; the protocol does not care whose memory it is).
+// peer's memory; the protocol does not care whose memory it is). Every kernel is preloaded
+// first: under lazy module loading the sender's first launch could otherwise wait for the
+// spinning receiver. The buffers are set up with cudaMemcpy/cudaMemset on the legacy stream,
+// which the non-blocking streams of the kernels do not wait for, so setup ends with
+// cudaDeviceSynchronize.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -95,6 +99,7 @@ void sendRecv(size_t bytes, size_t misalign, uint64_t step, int blocks, std::mt1
   CUDA_OK(cudaMemset(ddst.ptr, 0xAB, bytes + misalign + 64));
   CUDA_OK(cudaMemset(lines.ptr, 0, (ll::linesFor(bytes) + 1) * sizeof(ll::Line)));
   CUDA_OK(cudaMemset(timedOut.ptr, 0, sizeof(int)));
+  CUDA_OK(cudaDeviceSynchronize());
   const uint32_t flag = ll::flagForStep(step);
   ASSERT_TRUE(gpu::launchLLRecv(ddst.ptr + misalign, lines.ptr, bytes, flag, 10 * kSecond, timedOut.ptr,
                                 rs(st.a), blocks)
@@ -119,6 +124,7 @@ void sendRecv(size_t bytes, size_t misalign, uint64_t step, int blocks, std::mt1
 
 TEST(GpuLL, SendRecvMatchesSourceAtSmallSizes) {
   SKIP_WITHOUT_GPU();
+  PRELOAD_KERNELS();
   std::mt19937_64 rng(21);
   for (size_t bytes :
        {size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{100}, size_t{4096}, size_t{65536} + 5})
@@ -169,6 +175,7 @@ void ringStep(ridgeDataType_t t, ridgeRedOp_t op, int nranks, size_t count, std:
   Dev<int> timedOut(1);
   CUDA_OK(cudaMemset(out.ptr, 0xAB, bytes + 64));
   CUDA_OK(cudaMemset(timedOut.ptr, 0, sizeof(int)));
+  CUDA_OK(cudaDeviceSynchronize());  // a fused step must not start before its lines are zeroed
   const int divisor = op == ridgeAvg ? nranks : 0;
   // Last rank first, so every step waits for lines still to come.
   std::vector<cudaStream_t> streams(nranks);
@@ -200,6 +207,7 @@ void ringStep(ridgeDataType_t t, ridgeRedOp_t op, int nranks, size_t count, std:
 
 TEST(GpuLL, FusedRingStepMatchesHostForEveryTypeAndOp) {
   SKIP_WITHOUT_GPU();
+  PRELOAD_KERNELS();
   std::mt19937_64 rng(5);
   const ridgeDataType_t types[] = {ridgeInt8,   ridgeUint8,   ridgeInt32,    ridgeUint32,  ridgeInt64,
                                    ridgeUint64, ridgeFloat16, ridgeBfloat16, ridgeFloat32, ridgeFloat64};

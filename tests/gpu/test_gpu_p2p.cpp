@@ -7,7 +7,7 @@
 //
 // The parent never touches CUDA (a forked child cannot use a CUDA context of its parent):
 // children report "no device" with exit code kNoDevice and the test then reports
-// "skipped: no CUDA device".
+// "skipped: no CUDA device" (a failure under RIDGE_TEST_REQUIRE_GPU, tests/gpu/gpu_test_util.h).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -20,6 +20,7 @@
 #include "coll/comm.h"
 #include "collective_case.h"
 #include "ridge/ridge.h"
+#include "tests/gpu/gpu_test_util.h"
 #include "transports/p2p/p2p.h"
 
 namespace {
@@ -67,8 +68,12 @@ int childRank(const ridgeUniqueId& id, int rank, int n, bool twoDevices) {
     ++seed;
     std::vector<unsigned char> in(cnt * n * es), out(cnt * n * es);
     fillRankInput(op, ridgeFloat32, ridgeSum, in.data(), cnt, n, keys[rank]);
-    CHILD_CHECK(cudaMemcpy(send, in.data(), in.size(), cudaMemcpyHostToDevice) == cudaSuccess, "upload");
-    CHILD_CHECK(cudaMemset(recv, kPoison, cnt * n * es) == cudaSuccess, "poison");
+    // On `stream`: a non-blocking stream does not wait for the legacy stream, and a cudaMemcpy
+    // from pageable memory or a cudaMemset may return before the device memory is written; on
+    // the stream, the collective's ready marker orders them.
+    CHILD_CHECK(cudaMemcpyAsync(send, in.data(), in.size(), cudaMemcpyHostToDevice, stream) == cudaSuccess,
+                "upload");
+    CHILD_CHECK(cudaMemsetAsync(recv, kPoison, cnt * n * es, stream) == cudaSuccess, "poison");
     const int root = 1;
     const ridgeResult_t res = issue(op, send, recv, cnt, ridgeFloat32, ridgeSum, root, comm,
                                     reinterpret_cast<ridgeStream_t>(stream));
@@ -123,7 +128,7 @@ int runForked(bool twoDevices) {
 
 TEST(GpuP2p, EveryCollectiveTwoProcessesOneGpu) {
   const int r = runForked(false);
-  if (r == kNoDevice) GTEST_SKIP() << "skipped: no CUDA device";
+  if (r == kNoDevice) SKIP_OR_FAIL_WITHOUT_GPU("no CUDA device");
   EXPECT_EQ(r, 0) << "a rank failed (its stderr says why)";
 }
 

@@ -200,6 +200,10 @@ void runAllP2p(int n, int devices, const std::vector<Call>& calls) {
   });
   EXPECT_GT(rt.reducesLaunched(), 0u) << "no device reduction ran: the P2P path did not reduce";
   EXPECT_EQ(rt.ipcViewsOpen(), 0u) << "mappings left open after the communicators were destroyed";
+  // The proxies' setup loaded the kernels of each device once, before any stream waited, so
+  // no reduction was a lazily loaded kernel's first launch behind a parked stream.
+  EXPECT_EQ(rt.kernelPreloads(), static_cast<size_t>(std::min(n, devices)));
+  EXPECT_EQ(rt.launchesBeforePreloadWhileStreamsWait(), 0u);
 }
 
 TEST(P2pCollectives, EveryCollectiveTwoRanksOnOneDevice) {
@@ -220,6 +224,30 @@ TEST(P2pCollectives, NineRanksReduceInRoundsOfEightSources) {
              {Op::AllReduce, ridgeFloat16, ridgeAvg, 777, true},
              {Op::ReduceScatter, ridgeInt32, ridgeProd, 300, true},
              {Op::Reduce, ridgeFloat64, ridgeMax, 513, true}});
+}
+
+// Each rank reduces a slice of an allreduce; slices are cut at whole 16-byte vectors, so with
+// aligned buffers every reduction can take the GPU kernel's vector path, also for counts
+// that do not divide evenly (an even share per rank put rank 1's slice of 2^20 + 7 floats
+// at a 4-byte offset: the kernel's scalar path).
+TEST(P2pCollectives, AllReduceSlicesStartOnWholeVectors) {
+  for (int n : {2, 3}) {
+    EmulatedRuntime rt(1);
+    ScopedRuntimeForTesting scope(&rt);
+    withRanks(rt, n, 1, [&](TestRank& t) {
+      uint32_t seed = 0x51ceu;
+      for (const Call& c :
+           {Call{Op::AllReduce, ridgeFloat32, ridgeSum, (size_t(1) << 20) + 7},
+            Call{Op::AllReduce, ridgeFloat16, ridgeAvg, 5003},
+            Call{Op::AllReduce, ridgeFloat64, ridgeMax, 13}, Call{Op::AllReduce, ridgeInt8, ridgeSum, 3}}) {
+        runCall(rt, t, c, seed++);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+      EXPECT_EQ(ridge::p2p::stats(t.comm).p2pOps, 4u) << "rank " << t.rank;
+    });
+    EXPECT_GT(rt.reducesLaunched(), 0u);
+    EXPECT_EQ(rt.misalignedReduces(), 0u) << n << " ranks";
+  }
 }
 
 TEST(P2pCollectives, InPlace) {

@@ -350,6 +350,16 @@ const void** sourcesAt(Context& x, ridgeComm* c, size_t byteOffset) {
   return x.srcs.data();
 }
 
+// Rank k's allreduce slice starts at element sliceStart(count, es, k, P) (k = P: the end).
+// Cut at whole 16-byte vectors, so that a slice of buffers that start 16-byte aligned starts
+// aligned too and the reduce kernel can take its vector path (an even share per rank would
+// leave every slice but the first misaligned whenever count is not a multiple of 16 / es * P).
+size_t sliceStart(size_t count, size_t es, int k, int P) {
+  if (k >= P) return count;
+  const size_t perVector = 16 / es;  // every element size divides 16
+  return count * size_t(k) / size_t(P) / perVector * perVector;
+}
+
 // The device work of one operation on this rank, queued on the internal stream.
 Status queueOperation(Context& x, ridgeComm* c, const CollArgs& a) {
   const int P = c->nranks, r = c->rank;
@@ -361,7 +371,7 @@ Status queueOperation(Context& x, ridgeComm* c, const CollArgs& a) {
     case CollType::AllReduce: {
       // Reduce this rank's slice from every rank's input into its own output, then copy it
       // into every peer's output. No barrier between: only this rank reads or writes slice r.
-      const size_t lo = a.count * size_t(r) / size_t(P), hi = a.count * size_t(r + 1) / size_t(P);
+      const size_t lo = sliceStart(a.count, es, r, P), hi = sliceStart(a.count, es, r + 1, P);
       if (hi == lo) return Status::ok();
       RIDGE_TRY(reduceInto(x, myRecv + lo * es, sourcesAt(x, c, lo * es), P, hi - lo, a, divisor));
       for (int k = 1; k < P; ++k) {
