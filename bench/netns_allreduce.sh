@@ -13,7 +13,11 @@
 #      STREAM_WALK bytes per thread (default 32M: the 2 x 2 threads of a side then touch
 #      2 x 64 MiB, what a rank of a 64 MiB allreduce touches), so that the kernel copies
 #      from and into memory that is not cached, as they must for a large collective;
-#   4. everything is removed on exit, also after a failure or Ctrl-C; namespaces left by
+#   4. with the streams, ridge-minimal-tcp-allreduce (the plainest two-rank ring allreduce
+#      on one connection: what any implementation must at least do) at MINIMAL_BYTES
+#      (default 64M; MINIMAL=0 skips it), so that Ridge is also compared with an allreduce
+#      that pays the same dependencies and memory traffic;
+#   5. everything is removed on exit, also after a failure or Ctrl-C; namespaces left by
 #      an earlier run that was killed are swept first.
 #
 #   bench/netns_allreduce.sh [build-dir] [ridge-bench options...]
@@ -30,7 +34,8 @@ opts=("$@")
 [ ${#opts[@]} -eq 0 ] && opts=(-b 1K -e 64M -f 4 -n 20 -w 5)
 bench="$build/bench/ridge-bench"
 stream="$build/bench/ridge-socket-stream"
-for b in "$bench" "$stream"; do
+minimal="$build/bench/ridge-minimal-tcp-allreduce"
+for b in "$bench" "$stream" "$minimal"; do
   [ -x "$b" ] || { echo "netns_allreduce: $b is missing; build ridge-bench and ridge-socket-stream" >&2; exit 2; }
 done
 if [ "$(id -u)" != 0 ]; then
@@ -86,6 +91,12 @@ run_in() {  # run_in <namespace index> <command...>: in that netns and a fresh I
 }
 
 secs=${STREAM_SECONDS:-3}
+minimal_bytes=${MINIMAL_BYTES:-64M}
+case "$minimal_bytes" in
+  *K) minimal_bytes=$((${minimal_bytes%K} << 10)) ;;
+  *M) minimal_bytes=$((${minimal_bytes%M} << 20)) ;;
+  *G) minimal_bytes=$((${minimal_bytes%G} << 30)) ;;
+esac
 walk=${STREAM_WALK:-32M}
 case "$walk" in
   *K) walk=$((${walk%K} << 10)) ;;
@@ -104,6 +115,14 @@ run_stream() {  # the ceiling; run before and after the benchmark to bracket its
     echo "#   $line"
     echo "${line##*= }" | awk -v w="$w" -v i="$2" '{print i, (w == 0 ? "hot" : "cold"), $1}' >>"$csvdir/stream"
   done
+  if [ "${MINIMAL:-1}" != 0 ]; then
+    run_in 1 timeout 120 "$minimal" client "${addr[0]}:29601" -b "$minimal_bytes" >/dev/null &
+    local cli=$!
+    line=$(run_in 0 timeout 120 "$minimal" server "${addr[0]}:29601" -b "$minimal_bytes")
+    wait "$cli"
+    echo "# $line"
+    echo "$line" | sed -n 's/.*busbw \([0-9.]*\) GB.*/\1/p' | awk -v i="$2" '{print i, "minimal", $1}' >>"$csvdir/stream"
+  fi
 }
 
 echo "# netns_allreduce: 2 ranks in namespaces ${ns[0]} (${addr[0]}) and ${ns[1]} (${addr[1]}), $(nproc) cores"
@@ -153,5 +172,12 @@ for size in sorted(s for s in rows if s >= 16 << 20):
     v = [float(r["busbw"]) for r in rows[size]]
     print("%10d  " % size + "  ".join("%3.0f/%3.0f %%" % (x / bracket("hot", i) * 100, x / bracket("cold", i) * 100)
                                      for i, x in enumerate(v)))
+if all(("minimal", i) in streams for i in range(n + 1)):
+    print("# minimal ring allreduce per round (mean of the ones before and after it), GB/s: " +
+          "  ".join("%.2f" % bracket("minimal", i) for i in range(n)))
+    print("# Ridge out-of-place busbw per round from 16 MiB up, as % of that round's minimal ring allreduce:")
+    for size in sorted(s for s in rows if s >= 16 << 20):
+        v = [float(r["busbw"]) for r in rows[size]]
+        print("%10d  " % size + "  ".join("%4.0f %%" % (x / bracket("minimal", i) * 100) for i, x in enumerate(v)))
 PY
 fi
