@@ -3,6 +3,7 @@
 // dependency between the directions) and Ridge's allreduce over its socket transport.
 //
 //   ridge-minimal-tcp-allreduce server|client ADDR:PORT [-b BYTES] [-n ITERS] [-c CHUNK]
+//   (BYTES and CHUNK take K, M or G; defaults 64M, 12 iterations, 1M)
 //
 // One connection, blocking sockets, TCP_NODELAY, the kernel's buffer auto-tuning. Each rank
 // has a sender thread and a receiver thread. Reduce-scatter: the sender sends the peer's
@@ -29,6 +30,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "tcp_pair.h"
 
 namespace {
 
@@ -64,27 +67,23 @@ float inputOf(int r, size_t i) {
   return static_cast<float>((i * 7 + static_cast<size_t>(r) * 3) % 13);
 }
 
+// BYTES with an optional K, M or G suffix (powers of 1024); 0 for anything else.
+size_t parseBytes(const char* text) {
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(text, &end, 10);
+  if (end == text) return 0;
+  const int shift = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
+  if (shift) ++end;
+  return *end ? 0 : static_cast<size_t>(v) << shift;
+}
+
 int connectOrAccept(bool server, const sockaddr_in& addr) {
-  if (server) {
-    const int l = socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(l, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) die("bind");
-    if (listen(l, 1) != 0) die("listen");
-    timeval tv{30, 0};  // the client must arrive within 30 s
-    setsockopt(l, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    const int fd = accept(l, nullptr, nullptr);
-    if (fd < 0) die("accept");
-    close(l);
-    return fd;
-  }
-  for (int attempt = 0; attempt < 300; ++attempt) {  // up to 30 s for the server
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0) return fd;
-    close(fd);
-    usleep(100000);
-  }
-  die("connect");
+  constexpr const char* kProg = "ridge-minimal-tcp-allreduce";
+  if (!server) return tcppair::connectWithRetry(kProg, addr);
+  const int l = tcppair::listenOn(kProg, addr, 1);
+  const int fd = tcppair::acceptOne(kProg, l);
+  close(l);
+  return fd;
 }
 
 }  // namespace
@@ -110,9 +109,9 @@ int main(int argc, char** argv) {
   size_t bytes = size_t{64} << 20, chunk = size_t{1} << 20;
   int iters = 12;
   for (int i = 3; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "-b")) bytes = std::strtoull(argv[i + 1], nullptr, 0);
+    if (!std::strcmp(argv[i], "-b")) bytes = parseBytes(argv[i + 1]);
     if (!std::strcmp(argv[i], "-n")) iters = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "-c")) chunk = std::strtoull(argv[i + 1], nullptr, 0);
+    if (!std::strcmp(argv[i], "-c")) chunk = parseBytes(argv[i + 1]);
   }
   // Both halves whole chunks of floats, so the two ranks cut them alike.
   if (bytes < 8 || bytes % 8 != 0 || bytes > (size_t{4} << 30) || chunk < 4 || chunk % 4 != 0 || iters < 3 ||

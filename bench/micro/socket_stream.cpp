@@ -27,12 +27,9 @@
 #include <thread>
 #include <vector>
 
-namespace {
+#include "tcp_pair.h"
 
-[[noreturn]] void die(const std::string& what) {
-  std::fprintf(stderr, "ridge-socket-stream: %s: %s\n", what.c_str(), std::strerror(errno));
-  std::exit(1);
-}
+namespace {
 
 sockaddr_in parse(const std::string& hostPort) {
   size_t colon = hostPort.rfind(':');
@@ -77,33 +74,13 @@ int main(int argc, char** argv) {
   const size_t span = walk ? walk / message * message : message;
 
   std::vector<int> fds;
+  constexpr const char* kProg = "ridge-socket-stream";
   if (server) {
-    int l = socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(l, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) die("bind");
-    if (listen(l, 64) != 0) die("listen");
-    timeval tv{30, 0};  // the client must arrive within 30 s
-    setsockopt(l, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    for (int i = 0; i < streams; ++i) {
-      int c = accept(l, nullptr, nullptr);
-      if (c < 0) die("accept");
-      fds.push_back(c);
-    }
+    const int l = tcppair::listenOn(kProg, addr, 64);
+    for (int i = 0; i < streams; ++i) fds.push_back(tcppair::acceptOne(kProg, l));
     close(l);
   } else {
-    for (int i = 0; i < streams; ++i) {
-      int c = -1;
-      for (int attempt = 0; attempt < 300; ++attempt) {  // up to 30 s for the server
-        c = socket(AF_INET, SOCK_STREAM, 0);
-        if (connect(c, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0) break;
-        close(c);
-        c = -1;
-        usleep(100000);
-      }
-      if (c < 0) die("connect");
-      fds.push_back(c);
-    }
+    for (int i = 0; i < streams; ++i) fds.push_back(tcppair::connectWithRetry(kProg, addr));
   }
   for (int fd : fds) {
     int one = 1;
