@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -104,6 +105,7 @@ struct RankOutcome {
   uint64_t mismatches = 0;
   std::string error;        // a failed step
   std::string peerFailure;  // what checkPeer said (error tests)
+  bool leaveEarly = false;  // set by a body: destroy the transport before the final barrier
 };
 
 constexpr int kSlotBytes = 64 << 10;
@@ -133,12 +135,12 @@ using RankBody = std::function<void(int rank, Transport* t, Bootstrap* bs, RankO
 // `body`, records its transport's stats and meets the other in a barrier before tearing down
 // (the barrier gives up when `abortFlag` is set, e.g. by a rank that failed its peer).
 void runPair(const char* flushSetting, NetRingAllocator* alloc, const char* faults, const RankBody& body,
-             RankOutcome out[2], std::atomic<bool>* abortFlag) {
+             RankOutcome out[2], std::atomic<bool>* abortFlag, uint32_t slots = kSlots) {
   setenv("RIDGE_SOCKET_IFNAME", "lo", 1);
   setenv("RIDGE_NET", "softnic", 1);
   setenv("RIDGE_SHM", "0", 1);
   setenv("RIDGE_GDR_MODE", "off", 1);
-  setenv("RIDGE_RDMA_SLOTS", std::to_string(kSlots).c_str(), 1);
+  setenv("RIDGE_RDMA_SLOTS", std::to_string(slots).c_str(), 1);
   setenv("RIDGE_RDMA_SLOT_BYTES", std::to_string(kSlotBytes).c_str(), 1);
   setenv("RIDGE_GDR_FLUSH", flushSetting, 1);
   setenv("RIDGE_SOFTNIC_FAULTS", faults, 1);
@@ -174,6 +176,7 @@ void runPair(const char* flushSetting, NetRingAllocator* alloc, const char* faul
     }
     body(rank, t.get(), bs.get(), o);
     o.stats = netTransportStats(t.get());
+    if (o.leaveEarly) t.reset();  // a finished rank that leaves without waiting for its peer
     (void)bs->barrier();
     t.reset();
   };
@@ -184,6 +187,65 @@ void runPair(const char* flushSetting, NetRingAllocator* alloc, const char* faul
   unsetenv("RIDGE_SOFTNIC_FAULTS");
   ASSERT_TRUE(out[0].error.empty()) << out[0].error;
   ASSERT_TRUE(out[1].error.empty()) << out[1].error;
+}
+
+// Sends chunks 0..chunks-1 (chunkBytes, patternByte, every third one ends a message) from
+// slots to `peer`, then waits until they completed; bounded by `end`.
+void sendPatternChunks(Transport* t, int peer, uint32_t chunks, double end) {
+  SendConnector* sc = t->sendTo(peer);
+  for (uint32_t c = 0; c < chunks && nowSec() < end;) {
+    char* slot = static_cast<char*>(sc->tryAcquire());
+    if (!slot) {
+      idle(t);
+      continue;
+    }
+    const uint32_t n = chunkBytes(c);
+    for (uint32_t i = 0; i < n; ++i) slot[i] = static_cast<char>(patternByte(c, i));
+    sc->post(n, c % 3 == 2);
+    ++c;
+  }
+  while (!sc->sendsComplete() && nowSec() < end) idle(t);
+}
+
+// Receives and checks up to `chunks` chunks from `peer` through slots: what
+// sendPatternChunks sent, or (`fullSlots`) full slots with chunk g holding patternByte(g, i).
+// Stops at `end`, when `stop` is set, or at a peer failure (recorded in o.peerFailure).
+void receivePatternChunks(Transport* t, int peer, uint32_t chunks, double end, RankOutcome& o,
+                          bool fullSlots = false, const std::atomic<bool>* stop = nullptr) {
+  RecvConnector* rc = t->recvFrom(peer);
+  for (uint32_t c = 0; c < chunks && nowSec() < end && !(stop && stop->load());) {
+    SlotInfo info;
+    const uint8_t* slot = static_cast<const uint8_t*>(rc->tryPeek(&info));
+    if (!slot) {
+      Status failure = t->checkPeer(peer);
+      if (!failure.isOk()) {
+        o.peerFailure = failure.message();
+        break;
+      }
+      idle(t);
+      continue;
+    }
+    const uint32_t n = fullSlots ? kSlotBytes : chunkBytes(c);
+    bool ok = info.bytes == n && (fullSlots || info.lastOfMessage == (c % 3 == 2));
+    for (uint32_t i = 0; ok && i < n; ++i) ok = slot[i] == patternByte(c, i);
+    o.mismatches += ok ? 0 : 1;
+    ++o.chunksChecked;
+    rc->release();
+    ++c;
+  }
+}
+
+// Fills `buf` (kSlots full slots, chunk g holding patternByte(g, i)) and posts it as kSlots
+// direct chunks; returns whether some were still queued right after (what the withdrawal
+// and failure tests need to test anything).
+bool postDirectPatternSlots(SendConnector* sc, std::vector<uint8_t>& buf, RankOutcome& out) {
+  buf.assign(kSlots * kSlotBytes, 0);
+  for (uint32_t g = 0; g < kSlots; ++g) {
+    uint8_t* src = buf.data() + static_cast<size_t>(g) * kSlotBytes;
+    for (uint32_t i = 0; i < kSlotBytes; ++i) src[i] = patternByte(g, i);
+    if (!sc->tryPostDirect(src, kSlotBytes, false)) out.error = "tryPostDirect refused a free position";
+  }
+  return !sc->sendsComplete();
 }
 
 // Rank 0 sends `chunks` chunks from slots to rank 1, which checks each through slots.
@@ -198,43 +260,10 @@ void runSlotStream(const char* flushSetting, NetRingAllocator* alloc, uint32_t c
         if (rank == 1 && breakFlush) netBreakFlushReadsForTesting(t);
         const double end = nowSec() + (breakFlush ? 3 : 30);
         if (rank == 0) {
-          SendConnector* sc = t->sendTo(1);
-          const uint32_t toSend = breakFlush ? std::min<uint32_t>(chunks, kSlots) : chunks;
-          for (uint32_t c = 0; c < toSend && nowSec() < end;) {
-            char* slot = static_cast<char*>(sc->tryAcquire());
-            if (!slot) {
-              idle(t);
-              continue;
-            }
-            const uint32_t n = chunkBytes(c);
-            for (uint32_t i = 0; i < n; ++i) slot[i] = static_cast<char>(patternByte(c, i));
-            sc->post(n, c % 3 == 2);
-            ++c;
-          }
-          while (!sc->sendsComplete() && nowSec() < end) idle(t);
+          sendPatternChunks(t, 1, breakFlush ? std::min<uint32_t>(chunks, kSlots) : chunks, end);
           return;
         }
-        RecvConnector* rc = t->recvFrom(0);
-        for (uint32_t c = 0; c < chunks && nowSec() < end;) {
-          SlotInfo info;
-          const uint8_t* slot = static_cast<const uint8_t*>(rc->tryPeek(&info));
-          if (!slot) {
-            Status peer = t->checkPeer(0);
-            if (!peer.isOk()) {
-              o.peerFailure = peer.message();
-              break;
-            }
-            idle(t);
-            continue;
-          }
-          const uint32_t n = chunkBytes(c);
-          bool ok = info.bytes == n && info.lastOfMessage == (c % 3 == 2);
-          for (uint32_t i = 0; ok && i < n; ++i) ok = slot[i] == patternByte(c, i);
-          o.mismatches += ok ? 0 : 1;
-          ++o.chunksChecked;
-          rc->release();
-          ++c;
-        }
+        receivePatternChunks(t, 0, chunks, end, o);
         // Done: releases the sender from its barrier (after a failed flush this rank never
         // returns credits, so the sender's last writes may stay unreleased).
         if (breakFlush) abortFlag.store(true);
@@ -420,39 +449,20 @@ TEST(NetDirect, WithdrawWhileDirectChunksAreQueued) {
   runPair(
       "auto", nullptr, "drop=0.4,seed=21",
       [&](int rank, Transport* t, Bootstrap*, RankOutcome& out) {
-        std::vector<uint8_t> buf(kSlots * kSlotBytes);
+        std::vector<uint8_t> buf;
         if (rank == 0) {
           SendConnector* sc = t->sendTo(1);
-          for (uint32_t g = 0; g < kSlots; ++g) {
-            uint8_t* src = buf.data() + static_cast<size_t>(g) * kSlotBytes;
-            for (uint32_t i = 0; i < kSlotBytes; ++i) src[i] = patternByte(g, i);
-            if (!sc->tryPostDirect(src, kSlotBytes, false))
-              out.error = "tryPostDirect refused a free position";
-          }
-          wereQueued = !sc->sendsComplete();
+          wereQueued = postDirectPatternSlots(sc, buf, out);
           sc->withdrawDirect();
           std::memset(buf.data(), 0xEE, buf.size());  // the caller reuses its buffer at once
           Status peer = t->checkPeer(1);
           out.peerFailure = peer.isOk() ? "" : peer.message();
-          if (!sc->sendsComplete()) out.error = "sends still pending after the withdrawal";
+          // Withdrawn chunks never complete: a caller waiting for its sends learns the
+          // failure from checkPeer instead of returning success.
+          if (sc->sendsComplete()) out.error = "withdrawn chunks counted as sent";
           return;
         }
-        RecvConnector* rc = t->recvFrom(0);
-        const double end = nowSec() + 1.5;
-        for (uint32_t g = 0; g < kSlots && nowSec() < end;) {
-          SlotInfo info;
-          const uint8_t* got = static_cast<const uint8_t*>(rc->tryPeek(&info));
-          if (!got) {
-            idle(t);
-            continue;
-          }
-          bool ok = info.bytes == kSlotBytes;
-          for (uint32_t i = 0; ok && i < kSlotBytes; ++i) ok = got[i] == patternByte(g, i);
-          out.mismatches += ok ? 0 : 1;
-          ++out.chunksChecked;
-          rc->release();
-          ++g;
-        }
+        receivePatternChunks(t, 0, kSlots, nowSec() + 1.5, out, true);
         abortFlag.store(true);  // the sender's connection is broken: skip the drain
       },
       o, &abortFlag);
@@ -683,4 +693,174 @@ TEST(NetGdrFlush, SettingValuesAndDecision) {
 }
 
 }  // namespace
+// ---- review mends (registration cache, failed peers, slot count) --------------------------
+
+// Direct sends from more distinct caller regions than the registration cache holds (64),
+// then slot chunks: the send area and the rings are registered outside the cache, so the
+// evictions never touch them (review B1: before, the 63rd region evicted the send area and
+// later slot posts named a deregistered key). Each region is its own 128 MiB mapping, so
+// each takes its own cache entry.
+TEST(NetReviewMends, MoreCallerRegionsThanTheCacheHoldsLeaveTheRingsRegistered) {
+  constexpr uint32_t kRegions = 72, kSlotChunks = 12;
+  constexpr size_t kRegionBytes = size_t{128} << 20;
+  std::vector<uint8_t*> regions;
+  for (uint32_t g = 0; g < kRegions; ++g) {
+    void* m = mmap(nullptr, kRegionBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    ASSERT_NE(m, MAP_FAILED);
+    regions.push_back(static_cast<uint8_t*>(m));
+    for (uint32_t i = 0; i < kSlotBytes; ++i) regions.back()[i] = patternByte(g, i);
+  }
+  std::atomic<bool> abortFlag{false};
+  RankOutcome o[2];
+  runPair(
+      "auto", nullptr, "",
+      [&](int rank, Transport* t, Bootstrap*, RankOutcome& out) {
+        const double end = nowSec() + 30;
+        if (rank == 0) {
+          SendConnector* sc = t->sendTo(1);
+          for (uint32_t g = 0; g < kRegions + kSlotChunks && nowSec() < end;) {
+            bool posted = false;
+            if (g < kRegions) {
+              posted = sc->tryPostDirect(regions[g], kSlotBytes, false);
+            } else if (char* slot = static_cast<char*>(sc->tryAcquire())) {
+              for (uint32_t i = 0; i < kSlotBytes; ++i) slot[i] = static_cast<char>(patternByte(g, i));
+              sc->post(kSlotBytes, false);
+              posted = true;
+            }
+            if (!posted) {
+              idle(t);
+              continue;
+            }
+            // One at a time: each region is complete before the next miss may evict.
+            while (!sc->sendsComplete() && nowSec() < end) idle(t);
+            ++g;
+          }
+          Status peer = t->checkPeer(1);
+          if (!peer.isOk()) out.error = peer.message();
+          return;
+        }
+        receivePatternChunks(t, 0, kRegions + kSlotChunks, end, out, true);
+      },
+      o, &abortFlag);
+  for (uint8_t* m : regions) munmap(m, kRegionBytes);
+  EXPECT_TRUE(o[0].error.empty()) << o[0].error;
+  EXPECT_EQ(o[1].peerFailure, "");
+  EXPECT_EQ(o[1].chunksChecked, kRegions + kSlotChunks);
+  EXPECT_EQ(o[1].mismatches, 0u);
+  EXPECT_GE(o[0].stats.directSends, 64u) << "too few regions went direct to fill the cache";
+}
+
+// RIDGE_RDMA_SLOTS that is not a power of two is rounded down (review M4: positions are
+// 32-bit counters taken mod the slot count, which must divide 2^32): with 3, a sender may
+// post 2 chunks before the receiver releases any.
+TEST(NetReviewMends, SlotCountIsRoundedDownToAPowerOfTwo) {
+  std::atomic<bool> abortFlag{false};
+  RankOutcome o[2];
+  uint32_t postedBeforeCredit = 0;
+  runPair(
+      "auto", nullptr, "",
+      [&](int rank, Transport* t, Bootstrap* bs, RankOutcome& out) {
+        if (rank == 0) {
+          SendConnector* sc = t->sendTo(1);
+          while (char* slot = static_cast<char*>(sc->tryAcquire())) {
+            slot[0] = 1;
+            sc->post(1, true);
+            if (++postedBeforeCredit > 8) break;
+          }
+          const double end = nowSec() + 10;
+          while (!sc->sendsComplete() && nowSec() < end) idle(t);
+        }
+        (void)bs->barrier();  // rank 0 has posted all it could
+        if (rank == 1) {      // consume them, so that teardown finds nothing pending
+          RecvConnector* rc = t->recvFrom(0);
+          SlotInfo info;
+          for (uint32_t got = 0; got < postedBeforeCredit && out.peerFailure.empty();) {
+            if (rc->tryPeek(&info)) {
+              rc->release();
+              ++got;
+            } else if (Status failure = t->checkPeer(0); !failure.isOk()) {
+              out.peerFailure = failure.message();
+            } else {
+              idle(t);
+            }
+          }
+        }
+      },
+      o, &abortFlag, 3);
+  EXPECT_EQ(o[1].peerFailure, "");
+  EXPECT_EQ(postedBeforeCredit, 2u);
+}
+
+// A peer failed by something other than a withdrawal (a transport error: a failed flush, a
+// refused post) must have its QP stopped at once (review M2): direct chunks still queued to
+// it are never read again, so the caller may overwrite its buffer, and they do not count as
+// sent. Before, the failure was only recorded: the NIC went on retransmitting from the
+// overwritten buffer and the peer received the new bytes as the message. Heavy loss keeps
+// the chunks queued.
+TEST(NetReviewMends, AFailedPeersQueuedDirectChunksAreNeverReadAgain) {
+  std::atomic<bool> abortFlag{false};
+  RankOutcome o[2];
+  bool wereQueued = false, countedAsSent = true;
+  runPair(
+      "auto", nullptr, "drop=0.4,seed=5",
+      [&](int rank, Transport* t, Bootstrap*, RankOutcome& out) {
+        if (rank == 1) {
+          SendConnector* sc = t->sendTo(0);
+          std::vector<uint8_t> buf;
+          wereQueued = postDirectPatternSlots(sc, buf, out);
+          netFailPeerForTesting(t, 0);
+          out.peerFailure = t->checkPeer(0).message();
+          std::memset(buf.data(), 0xEE, buf.size());  // the caller reuses its buffer
+          countedAsSent = sc->sendsComplete();
+          // Retransmissions would go now.
+          for (const double stop = nowSec() + 0.5; nowSec() < stop;) {
+            (void)sc->sendsComplete();  // drives the transport
+            idle(t);
+          }
+          abortFlag.store(true);
+          return;
+        }
+        receivePatternChunks(t, 1, kSlots, nowSec() + 10, out, true, &abortFlag);
+      },
+      o, &abortFlag);
+  ASSERT_TRUE(wereQueued) << "every chunk completed before the failure (nothing was tested)";
+  EXPECT_TRUE(o[1].error.empty()) << o[1].error;
+  EXPECT_NE(o[1].peerFailure.find("failed by a test"), std::string::npos) << o[1].peerFailure;
+  EXPECT_FALSE(countedAsSent) << "chunks of a failed connection counted as sent";
+  EXPECT_EQ(o[0].mismatches, 0u) << "bytes written into the buffer after the failure reached the peer";
+  EXPECT_LT(o[0].chunksChecked, kSlots);
+}
+
+// A peer that leaves right after its last write was acknowledged, while this rank's flush
+// READs of those chunks have not completed: the chunks are still handed on (review M1).
+// Before, checkPeer saw the closed connection and failed the wait although every chunk was
+// in the ring, one flush from delivery. Rank 1 drives its transport only after rank 0 has
+// gone, so its flushes are posted after the close.
+TEST(NetReviewMends, ChunksBeingFlushedWhenThePeerLeavesAreStillDelivered) {
+  constexpr uint32_t kChunks = 4;  // chunk 0 is empty: three with bytes to flush
+  MemfdRingAllocator alloc;
+  std::atomic<bool> abortFlag{false}, left{false};
+  RankOutcome o[2];
+  runPair(
+      "read", &alloc, "",
+      [&](int rank, Transport* t, Bootstrap*, RankOutcome& out) {
+        if (rank == 0) {
+          sendPatternChunks(t, 1, kChunks, nowSec() + 10);
+          out.leaveEarly = true;
+          left.store(true);
+          return;
+        }
+        for (const double end = nowSec() + 10; !left.load() && nowSec() < end;)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 0's transport is gone
+        receivePatternChunks(t, 0, kChunks, nowSec() + 10, out);
+      },
+      o, &abortFlag);
+  EXPECT_EQ(o[1].peerFailure, "");
+  EXPECT_EQ(o[1].chunksChecked, kChunks);
+  EXPECT_EQ(o[1].mismatches, 0u);
+  EXPECT_GE(o[1].stats.flushesCompleted, kChunks - 1);
+}
+
 }  // namespace ridge

@@ -164,6 +164,7 @@ struct NetPeer {
   Advert* advertsOut = nullptr;   // nslots source entries of advert writes
   uint32_t advertsPosted = 0;
   uint32_t advertsDone = 0;
+  bool flushFailed = false;  // a flush READ of one of its chunks failed or could not be posted
   Status failure;
 };
 
@@ -229,6 +230,8 @@ class NetTransport final : public Transport {
     loopQp_.reset();
     flushSinkMr_.reset();
     controlMr_.reset();
+    sendMr_.reset();
+    recvMr_.reset();
     cache_.reset();
     cq_.reset();
     pd_.reset();
@@ -257,6 +260,11 @@ class NetTransport final : public Transport {
     // last write was acknowledged, which is how a finished peer leaves. A chunk whose flush
     // has not completed is not consumable yet: a failed flush is the peer's failure.
     if (p->ready != p->consumed) return Status::ok();
+    // Chunks whose flush READ is still on its way will be ready soon, even when the peer has
+    // already left (closing the connection) after its last write was acknowledged (review
+    // M1). Bounded by the waiter's RIDGE_TIMEOUT should the flush never complete.
+    if (p->arrived != p->ready && !p->flushFailed && loopQp_ && loopQp_->state() != QpState::Error)
+      return Status::ok();
     if (!p->failure.isOk()) return p->failure;
     if (p->qp->state() == QpState::Error)
       return makeError(ridgeRemoteError, "%s: the connection to rank %d failed (queue pair in error state)",
@@ -327,8 +335,12 @@ class NetTransport final : public Transport {
       owing_.erase(it);
   }
 
+  // Records the peer's failure and stops its QP: a failed peer's QP must not go on reading
+  // or writing caller memory (direct chunks, adverts) once callers are told the operation
+  // ended (review M2). Softnic stops it synchronously with its engine.
   void fail(NetPeer* p, const Status& s) {
     if (p->failure.isOk()) p->failure = s;
+    if (p->qp && p->qp->state() != QpState::Error) (void)p->qp->modify(QpState::Error);
   }
 
   NetTransportStats stats() const {
@@ -340,8 +352,24 @@ class NetTransport final : public Transport {
     return s;
   }
   void breakFlushReads() { flushRkey_ = kRefusedRkey; }
+  void failPeerForTesting(int peer) {
+    if (peer >= 0 && peer < static_cast<int>(byRank_.size()) && byRank_[peer])
+      fail(byRank_[peer], makeError(ridgeRemoteError, "%s: rank %d failed by a test", name_.c_str(), peer));
+  }
 
   bool direct() const { return direct_; }
+  // Whether a posted direct chunk or an advert of any peer may still name caller memory:
+  // the registration cache must then not evict (review B1), as the region it would drop
+  // may be the one named. Called on cache misses only.
+  bool callerMemoryInUse() const {
+    for (const auto& p : peers_) {
+      if (p->directInFlight || p->advertsPosted != p->advertsDone) return true;
+      if (static_cast<int32_t>(p->declared - p->arrived) > 0)
+        for (uint32_t s = p->arrived; s != p->declared; ++s)
+          if ((p->advertised >> (s % p->nslots)) & 1) return true;
+    }
+    return false;
+  }
   RegistrationCache* cache() { return cache_.get(); }
   void countDirectSend() { ++stats_.directSends; }
 
@@ -393,7 +421,11 @@ class NetTransport final : public Transport {
     if (loopQp_) return;
     MemoryRegion* mr = nullptr;
     bool onDevice = false;
-    if (!cache_->get(dst, capacity, kAccessLocalWrite | kAccessRemoteWrite, &mr, &onDevice).isOk()) return;
+    if (!cache_
+             ->get(dst, capacity, kAccessLocalWrite | kAccessRemoteWrite, &mr, &onDevice,
+                   !callerMemoryInUse())
+             .isOk())
+      return;
     // Device memory would need the receive-side flush of its destination: such chunks keep
     // to the ring, which is flushed.
     if (onDevice) return;
@@ -425,8 +457,7 @@ class NetTransport final : public Transport {
   void withdraw(NetPeer* p, const char* what) {
     fail(p,
          makeError(ridgeRemoteError, "%s: %s to rank %d withdrawn: the operation ended before they completed",
-                   name_.c_str(), what, p->peer));
-    (void)p->qp->modify(QpState::Error);
+                   name_.c_str(), what, p->peer));  // stops the QP
     ++stats_.withdrawals;
   }
 
@@ -454,6 +485,7 @@ class NetTransport final : public Transport {
     Status s = loopQp_->postSend(w);
     if (!s.isOk()) {
       ++stats_.flushErrors;
+      p->flushFailed = true;
       fail(p, makeError(ridgeRemoteError,
                         "%s: the GPUDirect RDMA flush of a chunk from rank %d could not be posted: %s",
                         name_.c_str(), p->peer, s.message().c_str()));
@@ -474,6 +506,7 @@ class NetTransport final : public Transport {
       return;
     }
     ++stats_.flushErrors;
+    p->flushFailed = true;
     fail(p,
          makeError(ridgeRemoteError,
                    "%s: the GPUDirect RDMA flush (RDMA READ through the loopback queue pair) of a chunk from "
@@ -555,6 +588,7 @@ class NetTransport final : public Transport {
   uint32_t flushRkey_ = 0;
   std::unique_ptr<MemoryRegion> flushSinkMr_;
   alignas(64) char flushSink_[64] = {};
+  std::unique_ptr<MemoryRegion> sendMr_, recvMr_;  // the send area and the receive rings
   NetTransportStats stats_;
   // Direct transfers: this rank's setting, the advert rings (in and out) of every peer.
   bool direct_ = false;
@@ -597,7 +631,7 @@ bool NetSend::tryPostDirect(const void* src, uint32_t bytes, bool lastOfMessage)
   char* slot = static_cast<char*>(tryAcquire());  // the same FIFO position and credit rules
   if (!slot) return false;
   MemoryRegion* mr = nullptr;
-  if (bytes && !t_->cache()->get(src, bytes, 0, &mr).isOk()) {
+  if (bytes && !t_->cache()->get(src, bytes, 0, &mr, nullptr, !t_->callerMemoryInUse()).isOk()) {
     // Not registrable (e.g. the NIC refuses this memory): copy it into the slot instead.
     std::memcpy(slot, src, bytes);
     post(bytes, lastOfMessage);
@@ -608,14 +642,18 @@ bool NetSend::tryPostDirect(const void* src, uint32_t bytes, bool lastOfMessage)
   return true;
 }
 
+// Only completions count: a chunk of a failed connection never completes, so a caller
+// waiting for its sends learns the failure from checkPeer instead of returning success.
 bool NetSend::sendsComplete() {
   t_->progress();
-  return p_->sendDone == p_->posted || !p_->failure.isOk();
+  return p_->sendDone == p_->posted;
 }
 
+// Whether the QP still runs (not just whether a failure was recorded): only a stopped QP is
+// certain to read no more caller memory.
 void NetSend::withdrawDirect() {
   t_->progress();
-  if (p_->directInFlight && p_->failure.isOk()) t_->withdraw(p_, "direct sends");
+  if (p_->directInFlight && p_->qp->state() != QpState::Error) t_->withdraw(p_, "direct sends");
 }
 
 const void* NetRecv::tryPeek(SlotInfo* info) {
@@ -659,7 +697,7 @@ void NetRecv::withdrawDirect() {
       p->declDst[s % p->nslots] = nullptr;
     }
   }
-  if (outstanding && p->failure.isOk()) t_->withdraw(p, "declared receive destinations");
+  if (outstanding && p->qp->state() != QpState::Error) t_->withdraw(p, "declared receive destinations");
 }
 
 void NetRecv::release() {
@@ -678,6 +716,14 @@ Status NetTransport::connect(const TransportSetup& setup, const std::string& pro
   if (slots < 2 || slots > kMaxSlots) {
     RIDGE_WARN("RIDGE_RDMA_SLOTS=%lld is outside 2..%u; using 4", static_cast<long long>(slots), kMaxSlots);
     slots = 4;
+  }
+  // FIFO positions are 32-bit counters taken mod the slot count: only a power of two keeps
+  // that consistent across the wrap at 2^32 (review M4).
+  if (slots & (slots - 1)) {
+    const int64_t rounded = int64_t{1} << (63 - __builtin_clzll(static_cast<unsigned long long>(slots)));
+    RIDGE_WARN("RIDGE_RDMA_SLOTS=%lld is not a power of two; using %lld", static_cast<long long>(slots),
+               static_cast<long long>(rounded));
+    slots = rounded;
   }
   int64_t slotBytes = settingSize(Setting::RDMA_SLOT_BYTES);
   if (slotBytes < 4096 || slotBytes > (256ll << 20)) {
@@ -762,13 +808,22 @@ Status NetTransport::connect(const TransportSetup& setup, const std::string& pro
   ringsOnDevice_ =
       ringAllocator_ && ringAllocator_->registrar()->deviceAllocation(recvBase_, &allocBase, &allocBytes);
   const bool flush = ringsOnDevice_ && gdrFlushNeeded(flushMode, ringAllocator_->device());
-  MemoryRegion* sendMr = nullptr;
-  MemoryRegion* recvMr = nullptr;
-  RIDGE_TRY(cache_->get(sendBase_, areaBytes_, kAccessLocalWrite, &sendMr));
+  // The send area and the rings are registered for the transport's lifetime, outside the
+  // cache: the cache evicts its least recently used regions, and these are looked up only
+  // here (review B1: evicting them left a dangling lkey and a dead ring rkey).
+  RIDGE_TRY(pd_->registerMemory(sendBase_, areaBytes_, kAccessLocalWrite, &sendMr_));
   // The flush reads the rings back through the loopback QP: remote read on them too.
-  RIDGE_TRY(cache_->get(recvBase_, areaBytes_,
-                        kAccessLocalWrite | kAccessRemoteWrite | (flush ? uint32_t{kAccessRemoteRead} : 0u),
-                        &recvMr));
+  const uint32_t ringAccess =
+      kAccessLocalWrite | kAccessRemoteWrite | (flush ? uint32_t{kAccessRemoteRead} : 0u);
+  if (ringsOnDevice_) {
+    DeviceRegPath path = DeviceRegPath::DmaBuf;
+    RIDGE_TRY(registerDeviceRange(pd_.get(), ringAllocator_->registrar(), recvBase_, areaBytes_, ringAccess,
+                                  &recvMr_, &path));
+  } else {
+    RIDGE_TRY(pd_->registerMemory(recvBase_, areaBytes_, ringAccess, &recvMr_));
+  }
+  MemoryRegion* const sendMr = sendMr_.get();
+  MemoryRegion* const recvMr = recvMr_.get();
   if (flush) {
     RIDGE_TRY(pd_->registerMemory(flushSink_, sizeof flushSink_, kAccessLocalWrite, &flushSinkMr_));
     QpCaps caps;
@@ -790,8 +845,12 @@ Status NetTransport::connect(const TransportSetup& setup, const std::string& pro
   controlBase_ = static_cast<char*>(m);
   RIDGE_TRY(
       pd_->registerMemory(controlBase_, controlBytes_, kAccessLocalWrite | kAccessRemoteWrite, &controlMr_));
-  // Caller buffers of direct transfers: one registration per mapping, within 64 MiB windows.
-  cache_->setHostWindow(64 << 20);
+  // Caller buffers of direct transfers, on softnic: one registration per mapping, within
+  // 64 MiB windows (softnic translates addresses when it uses them, so a window never goes
+  // stale). A real NIC pins the pages present at registration: a window would also pin, and
+  // open to remote writes, memory the caller never passed, and go stale when the allocator
+  // returns part of it (review M3); there each buffer's own pages are registered.
+  if (providerName == "softnic") cache_->setHostWindow(64 << 20);
   RIDGE_INFO("%s: receive rings in %s memory%s", name_.c_str(), ringsOnDevice_ ? "device" : "host",
              !ringsOnDevice_ ? ""
              : flush ? ", each chunk flushed by an RDMA READ through a loopback queue pair (RIDGE_GDR_FLUSH)"
@@ -932,6 +991,10 @@ std::string netStatsToString(const NetTransportStats& s) {
 
 void netBreakFlushReadsForTesting(Transport* transport) {
   if (auto* t = dynamic_cast<NetTransport*>(transport)) t->breakFlushReads();
+}
+
+void netFailPeerForTesting(Transport* transport, int peer) {
+  if (auto* t = dynamic_cast<NetTransport*>(transport)) t->failPeerForTesting(peer);
 }
 
 std::string netProvider() {

@@ -84,5 +84,7 @@ std::string netStatsToString(const NetTransportStats& stats);
 // Tests: every later flush READ of `transport` names a remote key the NIC refuses, so it
 // completes with an error (what a broken flush looks like to the receiver).
 void netBreakFlushReadsForTesting(Transport* transport);
+// Tests: records a failure of `peer` the way a transport error does (not a withdrawal).
+void netFailPeerForTesting(Transport* transport, int peer);
 
 }  // namespace ridge

@@ -31,7 +31,7 @@ bool mappingHolding(uintptr_t a, size_t bytes, uintptr_t* lo, uintptr_t* hi) {
 }  // namespace
 
 Status RegistrationCache::get(const void* addr, size_t bytes, uint32_t access, verbs::MemoryRegion** out,
-                              bool* onDevice) {
+                              bool* onDevice, bool mayEvict) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
   ++clock_;
   for (Entry& e : entries_) {
@@ -44,6 +44,10 @@ Status RegistrationCache::get(const void* addr, size_t bytes, uint32_t access, v
     }
   }
   ++misses_;
+  if (entries_.size() >= capacity_ && !entries_.empty() && !mayEvict)
+    return makeError(ridgeInternalError,
+                     "net: registration cache full (%zu regions) while direct transfers may still use them",
+                     capacity_);
   uintptr_t start = 0, end = 0;
   std::unique_ptr<verbs::MemoryRegion> mr;
   bool device = false;

@@ -29,8 +29,11 @@ class RegistrationCache {
   // The region covering [addr, addr + bytes) with `access`; registers one if none does. The
   // pointer stays valid until the region is evicted (capacity) or invalidated. *onDevice
   // (when given): the region is device memory (decided when it was registered).
+  // `mayEvict` false: when the cache is full, a miss fails instead of deregistering the least
+  // recently used region (which a posted WQE or an advert may still name); callers then fall
+  // back to their slot path.
   Status get(const void* addr, size_t bytes, uint32_t access, verbs::MemoryRegion** out,
-             bool* onDevice = nullptr);
+             bool* onDevice = nullptr, bool mayEvict = true);
   // Drops every cached region overlapping the range (call before freeing memory).
   void invalidate(const void* addr, size_t bytes);
   // Lets the cache recognise and register device memory (nullptr: everything is host).
