@@ -126,16 +126,25 @@ Task sendChunk(SendConnector* tx, bool direct, const void* src, size_t bytes, bo
 // the transport has handed every chunk over (SendsComplete), so the caller may reuse its
 // buffer. Shorter messages are copied into a slot: the copy costs less than waiting for
 // the transport, and the call returns as soon as the message is queued.
+// Device buffers (c->exchangeCopier, set by the GPU proxy) are copied into the slots by
+// the copy engine, chunk by chunk, the same chunks as from host memory.
 Task sendMessage(ridgeComm* c, int peer, const char* src, size_t bytes) {
   SendConnector* tx = c->sendTo[peer];
   const size_t chunk = tx->slotBytes();
-  const bool direct = offersDirect(tx) && bytes >= chunk;
+  const ridgeComm::ExchangeCopier* device = c->exchangeCopier;
+  const bool direct = !device && offersDirect(tx) && bytes >= chunk;
   DirectWithdrawal withdrawal{direct ? tx : nullptr, nullptr};
   size_t off = 0;
   do {
     const size_t n = std::min(chunk, bytes - off);
     off += n;
-    RIDGE_CO_TRY(co_await sendChunk(tx, direct, src + off - n, n, off == bytes));
+    if (device) {
+      void* slot = co_await AcquireSlot(tx);
+      RIDGE_CO_TRY(device->copy(device->context, slot, src + off - n, n));
+      tx->post(static_cast<uint32_t>(n), off == bytes);
+    } else {
+      RIDGE_CO_TRY(co_await sendChunk(tx, direct, src + off - n, n, off == bytes));
+    }
   } while (off < bytes);
   if (direct) co_await SendsComplete(tx);
   withdrawal.armed = false;
@@ -146,11 +155,15 @@ Task sendMessage(ridgeComm* c, int peer, const char* src, size_t bytes) {
 // cannot: it is larger than its room, or it ends the message early, and is reported).
 Task recvMessage(ridgeComm* c, int peer, char* dst, size_t bytes) {
   RecvConnector* rx = c->recvFrom[peer];
-  DirectWithdrawal withdrawal{nullptr, offersDirect(rx) ? rx : nullptr};
+  // Device buffers are never declared as destinations (a transport would write into them
+  // from the host): their chunks arrive in slots and the copy engine moves them.
+  const ridgeComm::ExchangeCopier* device = c->exchangeCopier;
+  const bool direct = !device && offersDirect(rx);
+  DirectWithdrawal withdrawal{nullptr, direct ? rx : nullptr};
   const size_t chunk = rx->slotBytes();
   size_t planOff = 0;
   bool planDone = false;
-  ExpectAhead expect(rx, [&](char** to, size_t* n) {
+  ExpectAhead expect(direct ? rx : nullptr, [&](char** to, size_t* n) {
     if (planDone) return false;
     *to = dst + planOff;
     *n = std::min(chunk, bytes - planOff);
@@ -168,7 +181,10 @@ Task recvMessage(ridgeComm* c, int peer, char* dst, size_t bytes) {
                           "rank %d: recv of %zu bytes from rank %d does not match the size of the "
                           "message it sent (chunk of %zu bytes at offset %zu%s)",
                           c->rank, bytes, peer, n, off, pk.info.lastOfMessage ? ", last" : "");
-    if (slot != dst + off) std::memcpy(dst + off, slot, n);
+    if (device)
+      RIDGE_CO_TRY(device->copy(device->context, dst + off, slot, n));
+    else if (slot != dst + off)
+      std::memcpy(dst + off, slot, n);
     off += n;
     expect.release(rx);
   } while (off < bytes);

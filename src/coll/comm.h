@@ -107,6 +107,15 @@ struct ridgeComm {
   size_t stagingBytes = 0;
   std::mutex gpuProxyMutex;
   std::unique_ptr<ridge::GpuProxy, ridge::GpuProxyDeleter> gpuProxy;
+  // Set by the GPU proxy only while it runs a batch's sends and receives on device buffers:
+  // their payload then moves between device memory and the connectors' slots through
+  // `copy` (the copy engine, synchronously), never through the direct extension, so the
+  // chunks on the wire are those of the same send or receive on host memory.
+  struct ExchangeCopier {
+    void* context;
+    ridge::Status (*copy)(void* context, void* dst, const void* src, size_t bytes);
+  };
+  const ExchangeCopier* exchangeCopier = nullptr;
   // The P2P path of the proxy (transports/p2p/p2p.h): IPC mapping cache, internal stream and
   // counters; created by the proxy thread's setup (before any stream waits on it), freed
   // with the proxy.

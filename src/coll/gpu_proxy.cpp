@@ -95,19 +95,16 @@ class GpuProxy {
     size_t lo = 0, n = 0;
     size_t sendOff = 0, recvOff = 0;
   };
-  // What runs on one staging piece: one chunk of one collective, or chunk k of every
-  // send/receive of the batch (they must run together, as a group does).
+  // What runs on one staging piece: one chunk of one collective (0 or 1 parts).
   struct Step {
     size_t parts = 0;
-    StepPart part[kMaxDeviceBatchOps];
-    CollArgs args[kMaxDeviceBatchOps];  // the host operations, on the piece
+    StepPart part[1];
+    CollArgs args[1];  // the host operation, on the piece
   };
-  // Where the staged walk through a batch stands: the collectives one by one, chunk by chunk
-  // (in call order, as a host group runs them), then the sends and receives.
+  // Where the staged walk through a batch's collectives stands: one by one, chunk by chunk,
+  // in call order (as a host group runs them); the sends and receives follow (runExchanges).
   struct StepCursor {
     size_t op = 0, chunk = 0;
-    bool exchanges = false;
-    size_t exchangeChunks = 0;
   };
 
   Status setupOnThread();  // device binding, markers, copy stream, staging, P2P context
@@ -115,6 +112,15 @@ class GpuProxy {
   Status runBatch(uint64_t first, size_t n);
   Status runStaged(size_t n);
   Status runStagedSteps(size_t n);
+  // The batch's sends and receives, all at once as a host group runs them (one chain per
+  // peer and direction, each in order), on the device buffers themselves: each chunk is
+  // copied between device memory and a connector slot by the copy engine (exchangeCopier_).
+  // Nothing is staged, so no chain waits for another's room, and the chunks on the wire are
+  // those of the same sends and receives on host memory (so ranks may group them
+  // differently, or use host memory on one side).
+  Status runExchanges(size_t n);
+  // exchangeCopier_'s copy: on the copy stream, waited for.
+  static Status copyForExchange(void* proxy, void* dst, const void* src, size_t bytes);
   // Fills `step` (laid out on `piece`) with the next step of the running batch; false when
   // none is left.
   bool nextStep(StepCursor& cur, size_t n, Step& step, char* piece);
@@ -157,8 +163,10 @@ class GpuProxy {
   DeviceOp batch_[kMaxDeviceBatchOps];
   size_t chunkOf_[kMaxDeviceBatchOps];
   BufferUse useOf_[kMaxDeviceBatchOps];
-  size_t planScratch_[kMaxDeviceBatchOps];    // submit's plan (mutex_ held)
-  Step steps_[2];                             // by staging piece
+  size_t planScratch_[kMaxDeviceBatchOps];  // submit's plan (mutex_ held)
+  Step steps_[2];                           // by staging piece
+  CollArgs exchanges_[kMaxDeviceBatchOps];  // the running batch's sends and receives
+  const ridgeComm::ExchangeCopier exchangeCopier_{this, &GpuProxy::copyForExchange};
   Marker* copiedIn_[2] = {nullptr, nullptr};  // recorded after each piece's input copies
   size_t markersMade_ = 0;
   ReleaseWord word_{};                  // word_.host: null until taken
@@ -243,34 +251,26 @@ void GpuProxy::recordAsyncError(const Status& s, bool ranBatch) {
 }
 
 Status GpuProxy::planChunks(const DeviceOp* ops, size_t n, size_t* chunkElems) const {
-  const size_t P = static_cast<size_t>(comm_->nranks);
   for (size_t i = 0; i < n; ++i) {
     const CollArgs& a = ops[i].args;
     const size_t es = dataTypeSize(a.dtype);
     size_t elems = 0;
     if (isExchange(a.type)) {
-      // The sends and receives of a batch run as one step per chunk index, so a step holds
-      // chunk k of each of them. Each of the 2(P-1) chains (peer and direction) gets an
-      // equal share of a piece, split among its operations: both ends of a chain know its
-      // length, so both cut its operations alike, and the shares never add up past a piece.
-      size_t chain = 0;
-      for (size_t j = 0; j < n; ++j) chain += ops[j].args.type == a.type && ops[j].args.root == a.root;
-      const size_t share = pieceBytes_ / (2 * (P - 1)) / chain;
-      elems = share > kExchangeAlign ? (share - kExchangeAlign) / es : 0;
-    } else {
-      // One collective per step: its send and receive blocks, each rounded up to the
-      // alignment. Counted as if every rank read and wrote both (the root-only ones and in
-      // place too), so that the chunk is the same on every rank.
-      const size_t perElement = (sendBlocks(a.type, comm_->nranks) + recvBlocks(a.type, comm_->nranks)) * es;
-      elems = pieceBytes_ > 2 * kCollectiveAlign ? (pieceBytes_ - 2 * kCollectiveAlign) / perElement : 0;
+      // Sends and receives are not staged: they move between device memory and the
+      // connectors' slots (runExchanges), so they need no room here.
+      chunkElems[i] = a.count;
+      continue;
     }
+    // One collective per step: its send and receive blocks, each rounded up to the
+    // alignment. Counted as if every rank read and wrote both (the root-only ones and in
+    // place too), so that the chunk is the same on every rank.
+    const size_t perElement = (sendBlocks(a.type, comm_->nranks) + recvBlocks(a.type, comm_->nranks)) * es;
+    elems = pieceBytes_ > 2 * kCollectiveAlign ? (pieceBytes_ - 2 * kCollectiveAlign) / perElement : 0;
     if (elems == 0 && a.count > 0)
       return makeError(ridgeInvalidUsage,
-                       "rank %d: %s of %zu-byte elements on %d ranks%s: RIDGE_STAGING_BYTES=%zu (the "
+                       "rank %d: %s of %zu-byte elements on %d ranks: RIDGE_STAGING_BYTES=%zu (the "
                        "smallest of the ranks') leaves no room for one element per chunk; raise it",
-                       comm_->rank, collTypeName(a.type), es, comm_->nranks,
-                       isExchange(a.type) ? " in a group with more sends/receives per peer" : "",
-                       comm_->stagingBytes);
+                       comm_->rank, collTypeName(a.type), es, comm_->nranks, comm_->stagingBytes);
     chunkElems[i] = std::min(elems, a.count);
   }
   return Status::ok();
@@ -472,7 +472,7 @@ Status GpuProxy::runStaged(size_t n) {
   Status s = runStagedSteps(n);
   // Copies queued on the pieces must be over before the next batch reuses them.
   if (!s.isOk()) (void)rt_->synchronize(copyStream_);
-  return s;
+  return s.isOk() ? runExchanges(n) : s;
 }
 
 void GpuProxy::addPart(Step& step, char* piece, size_t op, size_t lo, size_t count, size_t align,
@@ -499,35 +499,17 @@ void GpuProxy::addPart(Step& step, char* piece, size_t op, size_t lo, size_t cou
 bool GpuProxy::nextStep(StepCursor& cur, size_t n, Step& step, char* piece) {
   step.parts = 0;
   size_t used = 0;
-  if (!cur.exchanges) {
-    while (cur.op < n && (isExchange(batch_[cur.op].args.type) || batch_[cur.op].args.count == 0)) ++cur.op;
-    if (cur.op < n) {
-      const size_t count = batch_[cur.op].args.count, lo = cur.chunk * chunkOf_[cur.op];
-      addPart(step, piece, cur.op, lo, std::min(chunkOf_[cur.op], count - lo), kCollectiveAlign, &used);
-      if (lo + chunkOf_[cur.op] >= count) {
-        ++cur.op;
-        cur.chunk = 0;
-      } else {
-        ++cur.chunk;
-      }
-      return true;
-    }
-    cur.exchanges = true;
+  // Sends and receives run after the collectives (runExchanges), as a host group runs them.
+  while (cur.op < n && (isExchange(batch_[cur.op].args.type) || batch_[cur.op].args.count == 0)) ++cur.op;
+  if (cur.op >= n) return false;
+  const size_t count = batch_[cur.op].args.count, lo = cur.chunk * chunkOf_[cur.op];
+  addPart(step, piece, cur.op, lo, std::min(chunkOf_[cur.op], count - lo), kCollectiveAlign, &used);
+  if (lo + chunkOf_[cur.op] >= count) {
+    ++cur.op;
     cur.chunk = 0;
-    for (size_t i = 0; i < n; ++i) {
-      const CollArgs& a = batch_[i].args;
-      if (isExchange(a.type) && a.count > 0)
-        cur.exchangeChunks = std::max(cur.exchangeChunks, (a.count + chunkOf_[i] - 1) / chunkOf_[i]);
-    }
+  } else {
+    ++cur.chunk;
   }
-  if (cur.chunk >= cur.exchangeChunks) return false;
-  for (size_t i = 0; i < n; ++i) {
-    const CollArgs& a = batch_[i].args;
-    const size_t lo = cur.chunk * chunkOf_[i];
-    if (isExchange(a.type) && lo < a.count)
-      addPart(step, piece, i, lo, std::min(chunkOf_[i], a.count - lo), kExchangeAlign, &used);
-  }
-  ++cur.chunk;
   return true;
 }
 
@@ -601,6 +583,28 @@ Status GpuProxy::runStagedSteps(size_t n) {
     }
   }
   return rt_->synchronize(copyStream_);
+}
+
+Status GpuProxy::copyForExchange(void* proxy, void* dst, const void* src, size_t bytes) {
+  auto* self = static_cast<GpuProxy*>(proxy);
+  if (bytes == 0) return Status::ok();
+  RIDGE_TRY(self->rt_->copy(dst, src, bytes, self->copyStream_));
+  return self->rt_->synchronize(self->copyStream_);
+}
+
+Status GpuProxy::runExchanges(size_t n) {
+  size_t m = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (isExchange(batch_[i].args.type)) exchanges_[m++] = batch_[i].args;
+  if (m == 0) return Status::ok();
+  // Only this thread runs the communicator's operations while the batch runs (host calls
+  // drain the proxy first), so the copier is seen by these sends and receives alone.
+  comm_->exchangeCopier = &exchangeCopier_;
+  Executor& ex = Executor::forThisThread();
+  spawnBatch(ex, comm_, exchanges_, m);
+  Status s = ex.run();
+  comm_->exchangeCopier = nullptr;
+  return s;
 }
 
 // ---- entry points ----------------------------------------------------------------------
