@@ -809,7 +809,7 @@ TEST(P2pClassification, ManagedBufferKindStillStages) {
   const size_t cnt = 1024;
   withRanks(rt, 2, 1, [&](TestRank& t) {
     void* managed = nullptr;
-    ASSERT_TRUE(rt.allocDevice(cnt * 4, &managed, -1, /*managed=*/true).isOk());
+    ASSERT_TRUE(rt.allocDeviceOn(cnt * 4, &managed, -1, /*managed=*/true).isOk());
     DevMem recv(rt, cnt * 4);
     std::vector<float> ones(cnt, 1.0f);
     std::memcpy(managed, ones.data(), cnt * 4);  // managed memory: the host may write it
