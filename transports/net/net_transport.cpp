@@ -895,6 +895,10 @@ Status netCreate(const TransportSetup& setup, std::unique_ptr<Transport>* out) {
 
 }  // namespace
 
+Status createNetTransport(const TransportSetup& setup, std::unique_ptr<Transport>* out) {
+  return netCreate(setup, out);
+}
+
 bool parseGdrFlush(const std::string& text, GdrFlushMode* out) {
   std::string t = text;
   for (char& ch : t) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
