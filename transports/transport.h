@@ -134,6 +134,8 @@ class PeerMemory {
   virtual Status write(uint64_t remoteAddr, const void* local, size_t bytes) = 0;
 };
 
+class NetRingAllocator;  // transports/net/net_transport.h
+
 // What a transport needs to know to connect one communicator.
 struct TransportSetup {
   int rank = 0;
@@ -143,6 +145,9 @@ struct TransportSetup {
   Bootstrap* bootstrap = nullptr;  // out-of-band exchange during connect
   const std::atomic<bool>* abortFlag = nullptr;
   int timeoutSeconds = 0;
+  // The net transport only: where this instance's receive rings and send areas live (device
+  // memory for the GPUDirect RDMA data path); null: the process-wide setNetRingAllocator.
+  NetRingAllocator* netRingAllocator = nullptr;
 };
 
 class Transport {

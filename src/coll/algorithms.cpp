@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "coll/comm.h"
+#include "coll/data_ops.h"
 #include "core/log.h"
 #include "plan/host_cost.h"
 #include "reduce/reduce.h"
@@ -107,14 +108,15 @@ struct ExpectAhead {
 };
 
 // Sends `bytes` of caller memory as the next chunk: queued directly when `direct` (the
-// caller then awaits SendsComplete before reusing it), else copied into a slot.
-Task sendChunk(SendConnector* tx, bool direct, const void* src, size_t bytes, bool last) {
+// caller then awaits SendsComplete before reusing it), else copied into a slot (by the
+// communicator's data ops: coll/data_ops.h).
+Task sendChunk(ridgeComm* c, SendConnector* tx, bool direct, const void* src, size_t bytes, bool last) {
   if (direct) {
     co_await PostDirect(tx, src, bytes, last);
     co_return Status::ok();
   }
   void* slot = co_await AcquireSlot(tx);
-  std::memcpy(slot, src, bytes);
+  RIDGE_CO_TRY(dataCopy(c, slot, src, bytes));
   tx->post(static_cast<uint32_t>(bytes), last);
   co_return Status::ok();
 }
@@ -126,25 +128,19 @@ Task sendChunk(SendConnector* tx, bool direct, const void* src, size_t bytes, bo
 // the transport has handed every chunk over (SendsComplete), so the caller may reuse its
 // buffer. Shorter messages are copied into a slot: the copy costs less than waiting for
 // the transport, and the call returns as soon as the message is queued.
-// Device buffers (c->exchangeCopier, set by the GPU proxy) are copied into the slots by
-// the copy engine, chunk by chunk, the same chunks as from host memory.
+// Device buffers (c->deviceData, set by the GPU proxy) are copied into the slots by the
+// copy engine, chunk by chunk, the same chunks as from host memory, never sent directly (a
+// transport would read them from the host).
 Task sendMessage(ridgeComm* c, int peer, const char* src, size_t bytes) {
   SendConnector* tx = c->sendTo[peer];
   const size_t chunk = tx->slotBytes();
-  const ridgeComm::ExchangeCopier* device = c->exchangeCopier;
-  const bool direct = !device && offersDirect(tx) && bytes >= chunk;
+  const bool direct = !c->deviceData && offersDirect(tx) && bytes >= chunk;
   DirectWithdrawal withdrawal{direct ? tx : nullptr, nullptr};
   size_t off = 0;
   do {
     const size_t n = std::min(chunk, bytes - off);
     off += n;
-    if (device) {
-      void* slot = co_await AcquireSlot(tx);
-      RIDGE_CO_TRY(device->copy(device->context, slot, src + off - n, n));
-      tx->post(static_cast<uint32_t>(n), off == bytes);
-    } else {
-      RIDGE_CO_TRY(co_await sendChunk(tx, direct, src + off - n, n, off == bytes));
-    }
+    RIDGE_CO_TRY(co_await sendChunk(c, tx, direct, src + off - n, n, off == bytes));
   } while (off < bytes);
   if (direct) co_await SendsComplete(tx);
   withdrawal.armed = false;
@@ -157,8 +153,7 @@ Task recvMessage(ridgeComm* c, int peer, char* dst, size_t bytes) {
   RecvConnector* rx = c->recvFrom[peer];
   // Device buffers are never declared as destinations (a transport would write into them
   // from the host): their chunks arrive in slots and the copy engine moves them.
-  const ridgeComm::ExchangeCopier* device = c->exchangeCopier;
-  const bool direct = !device && offersDirect(rx);
+  const bool direct = !c->deviceData && offersDirect(rx);
   DirectWithdrawal withdrawal{nullptr, direct ? rx : nullptr};
   const size_t chunk = rx->slotBytes();
   size_t planOff = 0;
@@ -181,10 +176,7 @@ Task recvMessage(ridgeComm* c, int peer, char* dst, size_t bytes) {
                           "rank %d: recv of %zu bytes from rank %d does not match the size of the "
                           "message it sent (chunk of %zu bytes at offset %zu%s)",
                           c->rank, bytes, peer, n, off, pk.info.lastOfMessage ? ", last" : "");
-    if (device)
-      RIDGE_CO_TRY(device->copy(device->context, dst + off, slot, n));
-    else if (slot != dst + off)
-      std::memcpy(dst + off, slot, n);
+    if (slot != dst + off) RIDGE_CO_TRY(dataCopy(c, dst + off, slot, n));
     off += n;
     expect.release(rx);
   } while (off < bytes);
@@ -441,7 +433,7 @@ Task ringReduce(ridgeComm* c, CollArgs a, bool withAllGather) {
     size_t off, n;
     for (size_t round = t == 0 ? 0 : t + ahead; round <= t + ahead && round < rounds; ++round) {
       n = L.chunk(L.order[mod(p - 1, P)], round * L.chunkElems, &off);
-      if (n) RIDGE_CO_TRY(co_await sendChunk(tx, txDirect, in + off * es, n * es, false));
+      if (n) RIDGE_CO_TRY(co_await sendChunk(c, tx, txDirect, in + off * es, n * es, false));
     }
     for (int k = 1; k < P && t < rounds; ++k) {
       n = L.chunk(L.recvBlock(true, k), t * L.chunkElems, &off);
@@ -451,17 +443,18 @@ Task ringReduce(ridgeComm* c, CollArgs a, bool withAllGather) {
       if (pk.info.bytes != n * es) co_return mismatch(c, type, prev, n * es, pk.info);
       const int div = k < P - 1 ? 0 : divisor;
       if (k == P - 1 && !withAllGather) {
-        reduce2(finalBase + (off - L.start(r)) * es, recvd, in + off * es, n, a.dtype, a.op, divisor);
+        RIDGE_CO_TRY(dataReduce2(c, finalBase + (off - L.start(r)) * es, recvd, in + off * es, n, a.dtype,
+                                 a.op, divisor));
         expect.release(rx);
       } else if (txDirect && withAllGather) {  // (ReduceScatter's output has no room for partial sums)
         char* dst = out + off * es;
-        reduce2(dst, recvd, in + off * es, n, a.dtype, a.op, div);
+        RIDGE_CO_TRY(dataReduce2(c, dst, recvd, in + off * es, n, a.dtype, a.op, div));
         expect.release(rx);
         co_await PostDirect(tx, dst, n * es);
       } else {
         void* slot = co_await AcquireSlot(tx);
-        reduce2(slot, recvd, in + off * es, n, a.dtype, a.op, div);
-        if (k == P - 1) copyOut(stream, finalBase + (off - L.start(r)) * es, slot, n * es);
+        RIDGE_CO_TRY(dataReduce2(c, slot, recvd, in + off * es, n, a.dtype, a.op, div));
+        if (k == P - 1) RIDGE_CO_TRY(dataCopy(c, finalBase + (off - L.start(r)) * es, slot, n * es, stream));
         tx->post(static_cast<uint32_t>(n * es), false);
         expect.release(rx);
       }
@@ -478,8 +471,8 @@ Task ringReduce(ridgeComm* c, CollArgs a, bool withAllGather) {
       const bool forward = k < P - 1;
       // Through slots, forward from the received slot (cache) before the output is written
       // with streaming stores, which are not read back.
-      if (forward && !txDirect) RIDGE_CO_TRY(co_await sendChunk(tx, false, recvd, n * es, false));
-      if (recvd != dst) copyOut(stream, dst, recvd, n * es);  // arrived in a slot
+      if (forward && !txDirect) RIDGE_CO_TRY(co_await sendChunk(c, tx, false, recvd, n * es, false));
+      if (recvd != dst) RIDGE_CO_TRY(dataCopy(c, dst, recvd, n * es, stream));  // arrived in a slot
       expect.release(rx);
       if (forward && txDirect) co_await PostDirect(tx, dst, n * es);
     }
@@ -522,17 +515,17 @@ Task ringAllGather(ridgeComm* c, CollArgs a) {
     const size_t n = std::min(chunkElems, a.count - off);
     char* own = out + (size_t(r) * a.count + off) * es;
     const char* src = cbytes(a.send) + off * es;
-    RIDGE_CO_TRY(co_await sendChunk(tx, txDirect, src, n * es, false));
-    if (own != src) std::memcpy(own, src, n * es);
+    RIDGE_CO_TRY(co_await sendChunk(c, tx, txDirect, src, n * es, false));
+    if (own != src) RIDGE_CO_TRY(dataCopy(c, own, src, n * es));
     for (int k = 1; k < P; ++k) {
       int b = order[mod(p - k, P)];
       char* dst = out + (size_t(b) * a.count + off) * es;
       PeekSlot pk(rx);
       const void* recvd = co_await pk;
       if (pk.info.bytes != n * es) co_return mismatch(c, CollType::AllGather, prev, n * es, pk.info);
-      if (recvd != dst) std::memcpy(dst, recvd, n * es);
+      if (recvd != dst) RIDGE_CO_TRY(dataCopy(c, dst, recvd, n * es));
       expect.release(rx);
-      if (k < P - 1) RIDGE_CO_TRY(co_await sendChunk(tx, txDirect, dst, n * es, false));
+      if (k < P - 1) RIDGE_CO_TRY(co_await sendChunk(c, tx, txDirect, dst, n * es, false));
     }
   }
   if (txDirect) co_await SendsComplete(tx);
@@ -800,13 +793,13 @@ Task treeBroadcast(ridgeComm* c, CollArgs a, TreeRanks t) {
       src = static_cast<const char*>(co_await pk);
       if (pk.info.bytes != n) co_return mismatch(c, CollType::Broadcast, t.parent, n, pk.info);
       if (anyDirect && src != dst) {  // forward from the output: the slot is released at once
-        std::memcpy(dst, src, n);
+        RIDGE_CO_TRY(dataCopy(c, dst, src, n));
         src = dst;
       }
     }
     for (int i = 0; i < t.childCount; ++i)
-      RIDGE_CO_TRY(co_await sendChunk(tx[i], direct[i], src, n, off + n == bytes));
-    if (dst != src) std::memcpy(dst, src, n);
+      RIDGE_CO_TRY(co_await sendChunk(c, tx[i], direct[i], src, n, off + n == bytes));
+    if (dst != src) RIDGE_CO_TRY(dataCopy(c, dst, src, n));
     if (rx) expect.release(rx);
   }
   for (int i = 0; i < t.childCount; ++i)
@@ -850,7 +843,11 @@ Task runCollective(ridgeComm* c, CollArgs a) {
   if (a.type == CollType::Send) co_return co_await sendMessage(c, a.root, cbytes(a.send), bytes);
   if (a.type == CollType::Recv) co_return co_await recvMessage(c, a.root, mbytes(a.recv), bytes);
   if (a.count == 0) co_return Status::ok();
-  const Algo algo = c->nranks == 1 ? Algo::AllPairs : c->algos.choose(a.type, bytes);
+  // On the device network (coll/data_ops.h) only the ring and chain algorithms move payload
+  // through the data ops.
+  const Algo algo = c->nranks == 1  ? Algo::AllPairs
+                    : c->deviceData ? Algo::Ring
+                                    : c->algos.choose(a.type, bytes);
   RIDGE_TRACE("rank %d: %s of %zu bytes with %s", c->rank, collTypeName(a.type), bytes, algoName(algo));
   ++c->algoRuns[static_cast<int>(algo)];
   c->lastAlgo = static_cast<int>(algo);

@@ -14,6 +14,8 @@
 #include "device/runtime.h"
 #include "plan/host_plan.h"
 #include "topo/summary.h"
+#include "transports/net/device_memory.h"
+#include "transports/net/net_transport.h"
 #include "transports/p2p/p2p.h"
 
 namespace ridge {
@@ -32,6 +34,60 @@ static void copyString(char* dst, size_t cap, const std::string& src) {
   size_t n = std::min(cap - 1, src.size());
   std::memcpy(dst, src.data(), n);
   dst[n] = 0;
+}
+
+// Whether this rank can take part in a device network (ridgeComm::deviceNet): it serves a
+// device through an active runtime, RIDGE_GDR_DATA_PATH is not off, RIDGE_NET names a
+// provider that the gdr transport does not take over, and the runtime exports device memory
+// as dma-buf (checked once here, on the communicator's device).
+static bool deviceNetworkPossibleHere(ridgeComm* c) {
+  device::DeviceRuntime* rt = device::activeRuntime();
+  if (c->cudaDevice < 0 || !rt || c->nranks < 2 || netProvider().empty() || gdrModeOn()) return false;
+  const std::string mode = settingString(Setting::GDR_DATA_PATH);
+  if (mode == "off") return false;
+  if (mode != "auto") {
+    RIDGE_WARN("RIDGE_GDR_DATA_PATH=%s: expected auto or off; using off", mode.c_str());
+    return false;
+  }
+  std::string why;
+  Status bound = rt->bindThread(c->cudaDevice);
+  if (!bound.isOk()) why = bound.message();
+  if (!bound.isOk() || !RuntimeDeviceMemory::dmaBufWorks(rt, &why)) {
+    RIDGE_INFO("comm %s: no GPUDirect RDMA data path: device memory cannot be exported as dma-buf (%s)",
+               c->name.c_str(), why.c_str());
+    return false;
+  }
+  return true;
+}
+
+// Builds the device network when every rank can and every pair of ranks is the net
+// transport's: the same decision on every rank, from the all-gathered PeerInfo, since
+// creating the transport is collective.
+static Status setupDeviceNetwork(ridgeComm* c, const TransportSetup& setup) {
+  bool all = c->nranks > 1;
+  for (const PeerInfo& p : c->peers) all = all && p.deviceNetReady;
+  for (int a = 0; a < c->nranks && all; ++a)
+    for (int b = a + 1; b < c->nranks && all; ++b) all = netPairReachable(setup, a, b) && !gdrModeOn();
+  if (!all) return Status::ok();
+  c->deviceSlotMemory = std::make_unique<RuntimeDeviceMemory>(device::activeRuntime(), c->cudaDevice);
+  TransportSetup deviceSetup = setup;
+  deviceSetup.netRingAllocator = c->deviceSlotMemory.get();
+  RIDGE_TRY(createNetTransport(deviceSetup, &c->deviceNet));
+  c->deviceSendTo.assign(c->nranks, nullptr);
+  c->deviceRecvFrom.assign(c->nranks, nullptr);
+  for (int peer = 0; peer < c->nranks; ++peer) {
+    if (peer == c->rank) continue;
+    c->deviceSendTo[peer] = c->deviceNet->sendTo(peer);
+    c->deviceRecvFrom[peer] = c->deviceNet->recvFrom(peer);
+    if (!c->deviceSendTo[peer] || !c->deviceRecvFrom[peer])
+      return makeError(ridgeInternalError, "rank %d: the device network has no connector to rank %d", c->rank,
+                       peer);
+  }
+  RIDGE_INFO(
+      "comm %s: device network up (%s, slots in device %d memory): device collectives between hosts "
+      "move NIC <-> GPU memory",
+      c->name.c_str(), c->deviceNet->name(), c->cudaDevice);
+  return Status::ok();
 }
 
 Status initComm(ridgeComm* c, const ridgeUniqueId& id) {
@@ -59,6 +115,7 @@ Status initComm(ridgeComm* c, const ridgeUniqueId& id) {
   // thread of a non-blocking init, whose current device is not the caller's.
   me.cudaDevice = static_cast<int16_t>(c->cudaDevice);
   me.p2pAllowed = p2p::allowedBySettings() ? 1 : 0;
+  me.deviceNetReady = deviceNetworkPossibleHere(c) ? 1 : 0;
   // Checked after the exchange, so that every rank fails alike instead of waiting for one
   // that left.
   size_t stagingBytes = 0;
@@ -133,6 +190,7 @@ Status initComm(ridgeComm* c, const ridgeUniqueId& id) {
       return makeError(ridgeInternalError, "rank %d: no connector to rank %d after transport setup", c->rank,
                        peer);
   }
+  RIDGE_TRY(setupDeviceNetwork(c, setup));
   c->scratchPtrs.assign(c->nranks, nullptr);
   c->peerMemory.assign(c->nranks, nullptr);
   bool direct = c->nranks > 1;
@@ -196,6 +254,11 @@ void freeComm(ridgeComm* c) {
   c->sendTo.clear();
   c->recvFrom.clear();
   c->transports.clear();
+  // Its slots are freed through the allocator, so the transport goes first.
+  c->deviceSendTo.clear();
+  c->deviceRecvFrom.clear();
+  c->deviceNet.reset();
+  c->deviceSlotMemory.reset();
   if (c->bootstrap) c->bootstrap->close();
   c->bootstrap.reset();
   c->magic = ridgeComm::kDeadMagic;

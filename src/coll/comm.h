@@ -14,11 +14,13 @@
 #include "coll/gpu_proxy.h"
 #include "core/status.h"
 #include "ridge/ridge.h"
+#include "transports/net/net_transport.h"
 #include "transports/p2p/p2p.h"
 #include "transports/transport.h"
 
 namespace ridge {
 class Bootstrap;
+class DeviceDataOps;  // coll/data_ops.h
 
 // What every rank tells every other rank at init (fixed size: it travels through the
 // bootstrap all-gather).
@@ -32,11 +34,13 @@ struct PeerInfo {
   int32_t pid;
   int32_t rank;
   uint32_t version;
-  int16_t package;     // processor package / NUMA node this rank is bound to (-1: not bound to
-  int16_t numa;        // one), for the host ring order (src/plan/host_plan.h)
-  int16_t cudaDevice;  // the device the communicator serves (-1: none), and whether this rank
-  int16_t p2pAllowed;  // lets device collectives take the P2P path (RIDGE_P2P != off)
-  char busId[16];      // that device's PCI bus id ("" unknown): ordinals differ between processes
+  int16_t package;         // processor package / NUMA node this rank is bound to (-1: not bound to
+  int16_t numa;            // one), for the host ring order (src/plan/host_plan.h)
+  int16_t cudaDevice;      // the device the communicator serves (-1: none), and whether this rank
+  int16_t p2pAllowed;      // lets device collectives take the P2P path (RIDGE_P2P != off)
+  int16_t deviceNetReady;  // can build the device network (RIDGE_GDR_DATA_PATH, dma-buf export)
+  int16_t reserved;        // 0
+  char busId[16];          // that device's PCI bus id ("" unknown): ordinals differ between processes
   char hostName[64];
   char topoSummary[200];  // one-line host summary for the planner and for logs
 };
@@ -107,19 +111,30 @@ struct ridgeComm {
   size_t stagingBytes = 0;
   std::mutex gpuProxyMutex;
   std::unique_ptr<ridge::GpuProxy, ridge::GpuProxyDeleter> gpuProxy;
-  // Set by the GPU proxy only while it runs a batch's sends and receives on device buffers:
-  // their payload then moves between device memory and the connectors' slots through
-  // `copy` (the copy engine, synchronously), never through the direct extension, so the
-  // chunks on the wire are those of the same send or receive on host memory.
-  struct ExchangeCopier {
-    void* context;
-    ridge::Status (*copy)(void* context, void* dst, const void* src, size_t bytes);
-  };
-  const ExchangeCopier* exchangeCopier = nullptr;
   // The P2P path of the proxy (transports/p2p/p2p.h): IPC mapping cache, internal stream and
   // counters; created by the proxy thread's setup (before any stream waits on it), freed
   // with the proxy.
   std::unique_ptr<ridge::p2p::Context, ridge::p2p::ContextDeleter> p2p;
+
+  // The device network (classic GPUDirect RDMA data path, docs/gpu.md): a second net
+  // transport whose send areas and receive rings are device memory of cudaDevice, built at
+  // init when every rank can (PeerInfo::deviceNetReady) and every peer is reached through the
+  // net transport; null otherwise. Its connectors serve only the proxy's batches that every
+  // rank voted onto it (deviceNetBatches); host collectives keep sendTo/recvFrom.
+  std::unique_ptr<ridge::NetRingAllocator> deviceSlotMemory;  // outlives deviceNet
+  std::unique_ptr<ridge::Transport> deviceNet;
+  std::vector<ridge::SendConnector*> deviceSendTo;
+  std::vector<ridge::RecvConnector*> deviceRecvFrom;
+  // Set by the proxy only while a batch runs on the device network, or while it runs a staged
+  // batch's sends and receives on their device buffers: the algorithms then move and reduce
+  // payload with the device runtime (coll/data_ops.h), never through the direct extension,
+  // and take the ring and chain algorithms. Null: host memory, memcpy and the host
+  // reductions.
+  ridge::DeviceDataOps* deviceData = nullptr;
+  // Counters (proxy thread; read after the batches finished).
+  uint64_t deviceNetBatches = 0;   // batches every rank voted onto the device network
+  uint64_t deviceNetDeclined = 0;  // batches the vote left to staging
+  uint64_t stagedBatches = 0;      // batches run host-staged (neither P2P nor the device network)
 };
 
 namespace ridge {

@@ -152,6 +152,8 @@ Status Executor::checkIdle(int64_t idleNs) {
     const Strand& s = entries_[i]->strand;
     if (!s.done && s.blocked && s.blocked->peer >= 0)
       for (auto& transport : comm->transports) RIDGE_TRY(transport->checkPeer(s.blocked->peer));
+    if (!s.done && s.blocked && s.blocked->peer >= 0 && comm->deviceData && comm->deviceNet)
+      RIDGE_TRY(comm->deviceNet->checkPeer(s.blocked->peer));
   }
   return Status::ok();
 }

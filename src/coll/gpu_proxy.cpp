@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <future>
 #include <mutex>
 #include <thread>
 
 #include "coll/batch.h"
 #include "coll/comm.h"
+#include "coll/data_ops.h"
 #include "coll/executor.h"
 #include "core/log.h"
 #include "core/settings.h"
@@ -49,6 +51,80 @@ bool rangesOverlap(const void* a, size_t an, const void* b, size_t bn) {
   const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
   return an > 0 && bn > 0 && x < y + bn && y < x + an;
 }
+
+// Whether the device network can run `op` (docs/gpu.md, "GPUDirect RDMA data path"): a
+// collective whose ring or chain algorithm moves payload only through the data ops
+// (coll/data_ops.h), on device memory (not managed, not host) for every buffer it uses. An
+// empty operation touches no buffer.
+bool deviceNetworkCarries(const DeviceOp& op, int rank, int nranks) {
+  const CollArgs& a = op.args;
+  switch (a.type) {
+    case CollType::AllReduce:
+    case CollType::ReduceScatter:
+    case CollType::AllGather:
+    case CollType::Broadcast:
+    case CollType::Send:
+    case CollType::Recv: break;
+    default: return false;  // reduce (chain) and alltoall (all-pairs) reduce or copy on the host
+  }
+  if (a.count == 0) return true;
+  const BufferUse u = bufferUse(a, rank, nranks);
+  return (!u.readsSend || op.sendKind == device::PointerKind::Device) &&
+         (!u.writesRecv || op.recvKind == device::PointerKind::Device);
+}
+
+// Every rank's vote on running a batch on the device network, one byte to and from every
+// peer over the host connectors: all ranks then decide alike (as P2P's vote does).
+Task exchangeDeviceNetworkVote(ridgeComm* c, bool mine, bool* all) {
+  const int P = c->nranks, r = c->rank;
+  const uint8_t vote = mine ? 1 : 0;
+  for (int k = 1; k < P; ++k) {
+    const int j = (r + k) % P;
+    void* slot = co_await AcquireSlot(c->sendTo[j]);
+    std::memcpy(slot, &vote, 1);
+    c->sendTo[j]->post(1, true);
+  }
+  bool every = mine;
+  for (int k = 1; k < P; ++k) {
+    const int j = (r + P - k) % P;
+    PeekSlot pk(c->recvFrom[j]);
+    const void* slot = co_await pk;
+    if (pk.info.bytes != 1)
+      co_return makeError(ridgeInvalidUsage,
+                          "rank %d: rank %d sent a %u-byte chunk where its device network vote was expected; "
+                          "ranks queued different device operations",
+                          r, j, pk.info.bytes);
+    every = every && *static_cast<const uint8_t*>(slot) != 0;
+    c->recvFrom[j]->release();
+  }
+  *all = every;
+  co_return Status::ok();
+}
+
+// While a batch runs on the device network: the algorithms see its connectors, wait on its
+// completion queue and move payload with the device data ops; everything back afterwards
+// (host collectives never run meanwhile: they drain the proxy first).
+class DeviceNetworkScope {
+ public:
+  DeviceNetworkScope(ridgeComm* c, DeviceDataOps* ops) : c_(c), hostWait_(c->waitTransport) {
+    std::swap(c_->sendTo, c_->deviceSendTo);
+    std::swap(c_->recvFrom, c_->deviceRecvFrom);
+    c_->waitTransport = c_->deviceNet.get();
+    c_->deviceData = ops;
+  }
+  ~DeviceNetworkScope() {
+    c_->deviceData = nullptr;
+    c_->waitTransport = hostWait_;
+    std::swap(c_->sendTo, c_->deviceSendTo);
+    std::swap(c_->recvFrom, c_->deviceRecvFrom);
+  }
+  DeviceNetworkScope(const DeviceNetworkScope&) = delete;
+  DeviceNetworkScope& operator=(const DeviceNetworkScope&) = delete;
+
+ private:
+  ridgeComm* c_;
+  Transport* hostWait_;
+};
 
 }  // namespace
 
@@ -111,16 +187,17 @@ class GpuProxy {
   void loop();
   Status runBatch(uint64_t first, size_t n);
   Status runStaged(size_t n);
+  // The device network (comm->deviceNet): *ran when every rank voted the batch onto it.
+  Status runOnDeviceNetwork(size_t n, bool* ran);
   Status runStagedSteps(size_t n);
   // The batch's sends and receives, all at once as a host group runs them (one chain per
   // peer and direction, each in order), on the device buffers themselves: each chunk is
-  // copied between device memory and a connector slot by the copy engine (exchangeCopier_).
+  // copied between device memory and a connector slot by the copy engine (the device data
+  // ops on the copy stream, coll/data_ops.h).
   // Nothing is staged, so no chain waits for another's room, and the chunks on the wire are
   // those of the same sends and receives on host memory (so ranks may group them
   // differently, or use host memory on one side).
   Status runExchanges(size_t n);
-  // exchangeCopier_'s copy: on the copy stream, waited for.
-  static Status copyForExchange(void* proxy, void* dst, const void* src, size_t bytes);
   // Fills `step` (laid out on `piece`) with the next step of the running batch; false when
   // none is left.
   bool nextStep(StepCursor& cur, size_t n, Step& step, char* piece);
@@ -163,15 +240,16 @@ class GpuProxy {
   DeviceOp batch_[kMaxDeviceBatchOps];
   size_t chunkOf_[kMaxDeviceBatchOps];
   BufferUse useOf_[kMaxDeviceBatchOps];
-  size_t planScratch_[kMaxDeviceBatchOps];  // submit's plan (mutex_ held)
-  Step steps_[2];                           // by staging piece
-  CollArgs exchanges_[kMaxDeviceBatchOps];  // the running batch's sends and receives
-  const ridgeComm::ExchangeCopier exchangeCopier_{this, &GpuProxy::copyForExchange};
+  size_t planScratch_[kMaxDeviceBatchOps];    // submit's plan (mutex_ held)
+  Step steps_[2];                             // by staging piece
+  CollArgs exchanges_[kMaxDeviceBatchOps];    // the running batch's sends and receives
   Marker* copiedIn_[2] = {nullptr, nullptr};  // recorded after each piece's input copies
   size_t markersMade_ = 0;
-  ReleaseWord word_{};                  // word_.host: null until taken
-  ridgeStream_t copyStream_ = nullptr;  // an internal stream, never the legacy default (null)
-  char* staging_ = nullptr;             // 2 * pieceBytes_, pinned
+  ReleaseWord word_{};                        // word_.host: null until taken
+  ridgeStream_t copyStream_ = nullptr;        // an internal stream, never the legacy default (null)
+  char* staging_ = nullptr;                   // 2 * pieceBytes_, pinned
+  std::unique_ptr<DeviceDataOps> deviceOps_;  // on copyStream_, for the device network
+  CollArgs deviceArgs_[kMaxDeviceBatchOps];   // the running batch as the algorithms take it
 
   // set by the proxy thread once setupOnThread is done; a member, so that it outlives the
   // thread's set_value (start() may return while set_value is still unwinding)
@@ -233,6 +311,7 @@ Status GpuProxy::setupOnThread() {
     RIDGE_WARN("rank %d: %s: the kernels load at their first launch instead (docs/gpu.md)", comm_->rank,
                preload.message().c_str());
   RIDGE_TRY(rt_->createStream(&copyStream_));
+  deviceOps_ = std::make_unique<DeviceDataOps>(rt_, copyStream_);
   // The whole staging buffer, once: it never grows (a batch larger than a piece runs in
   // chunks), so no pinned allocation can meet a parked stream.
   void* p = nullptr;
@@ -464,7 +543,34 @@ Status GpuProxy::runBatch(uint64_t first, size_t n) {
   RIDGE_TRY(p2p::runBatch(comm_, rt_, batch_, n, &ranP2p));
   if (ranP2p) return Status::ok();
   // ---- end of the P2P hook
+  bool ranDeviceNetwork = false;
+  RIDGE_TRY(runOnDeviceNetwork(n, &ranDeviceNetwork));
+  if (ranDeviceNetwork) return Status::ok();
+  ++comm_->stagedBatches;
   return runStaged(n);
+}
+
+Status GpuProxy::runOnDeviceNetwork(size_t n, bool* ran) {
+  *ran = false;
+  if (!comm_->deviceNet) return Status::ok();  // alike on every rank: decided at init
+  bool mine = true;
+  for (size_t i = 0; i < n; ++i) {
+    mine = mine && deviceNetworkCarries(batch_[i], comm_->rank, comm_->nranks);
+    deviceArgs_[i] = batch_[i].args;
+  }
+  bool all = false;
+  Executor& ex = Executor::forThisThread();
+  ex.spawn(comm_, exchangeDeviceNetworkVote(comm_, mine, &all));
+  RIDGE_TRY(ex.run());
+  if (!all) {
+    ++comm_->deviceNetDeclined;
+    return Status::ok();
+  }
+  *ran = true;
+  ++comm_->deviceNetBatches;
+  DeviceNetworkScope scope(comm_, deviceOps_.get());
+  spawnBatch(ex, comm_, deviceArgs_, n);
+  return ex.run();
 }
 
 Status GpuProxy::runStaged(size_t n) {
@@ -585,25 +691,20 @@ Status GpuProxy::runStagedSteps(size_t n) {
   return rt_->synchronize(copyStream_);
 }
 
-Status GpuProxy::copyForExchange(void* proxy, void* dst, const void* src, size_t bytes) {
-  auto* self = static_cast<GpuProxy*>(proxy);
-  if (bytes == 0) return Status::ok();
-  RIDGE_TRY(self->rt_->copy(dst, src, bytes, self->copyStream_));
-  return self->rt_->synchronize(self->copyStream_);
-}
-
 Status GpuProxy::runExchanges(size_t n) {
   size_t m = 0;
   for (size_t i = 0; i < n; ++i)
     if (isExchange(batch_[i].args.type)) exchanges_[m++] = batch_[i].args;
   if (m == 0) return Status::ok();
   // Only this thread runs the communicator's operations while the batch runs (host calls
-  // drain the proxy first), so the copier is seen by these sends and receives alone.
-  comm_->exchangeCopier = &exchangeCopier_;
+  // drain the proxy first), so the device data ops are seen by these sends and receives
+  // alone.
+  DeviceDataOps copies(rt_, copyStream_);
+  comm_->deviceData = &copies;
   Executor& ex = Executor::forThisThread();
   spawnBatch(ex, comm_, exchanges_, m);
   Status s = ex.run();
-  comm_->exchangeCopier = nullptr;
+  comm_->deviceData = nullptr;
   return s;
 }
 

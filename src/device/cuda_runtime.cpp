@@ -216,6 +216,33 @@ class CudaRuntime final : public DeviceRuntime {
   void freePinned(void* p) override {
     if (cudaFreeHost(p) != cudaSuccess) (void)cudaGetLastError();
   }
+  Status allocDevice(size_t bytes, void** out) override {
+    RIDGE_CUDA_TRY(cudaMalloc(out, bytes ? bytes : 1));
+    return Status::ok();
+  }
+  void freeDevice(void* p) override {
+    if (cudaFree(p) != cudaSuccess) (void)cudaGetLastError();
+  }
+  Status exportDmaBuf(const void* base, size_t bytes, int* fd) override {
+    using HandleFn = CUresult (*)(void*, CUdeviceptr, size_t, CUmemRangeHandleType, unsigned long long);
+    static const auto handle = reinterpret_cast<HandleFn>(driverEntryPoint("cuMemGetHandleForAddressRange"));
+    *fd = -1;
+    if (!handle)
+      return makeError(
+          ridgeSystemError,
+          "dma-buf export needs cuMemGetHandleForAddressRange (CUDA 11.7+ driver); it is missing");
+    int out = -1;
+    const CUresult r =
+        handle(&out, reinterpret_cast<CUdeviceptr>(base), bytes, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+    if (r != CUDA_SUCCESS)
+      return makeError(
+          ridgeSystemError,
+          "cuMemGetHandleForAddressRange(dma-buf) of [%p, +%zu) failed with CUresult %d (needs the "
+          "open GPU kernel modules and a Linux 5.12+ kernel)",
+          base, bytes, static_cast<int>(r));
+    *fd = out;
+    return Status::ok();
+  }
   Status launchReduce(void* dst, const void* const* srcs, int nsrcs, size_t count, ridgeDataType_t type,
                       ridgeRedOp_t op, int finalDivisor, ridgeStream_t stream) override {
     return gpu::launchReduce(dst, srcs, nsrcs, count, type, op, finalDivisor, stream);

@@ -1,5 +1,6 @@
 #include "device/emulated_runtime.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -135,7 +136,7 @@ char* EmulatedRuntime::translate(const void* p, size_t bytes, Status* error) {
   return const_cast<char*>(static_cast<const char*>(p));  // host memory
 }
 
-Status EmulatedRuntime::allocDevice(size_t bytes, void** out, int device, bool managed) {
+Status EmulatedRuntime::allocDeviceOn(size_t bytes, void** out, int device, bool managed) {
   *out = nullptr;
   if (device < 0) device = tCurrentDevice;
   if (device >= devices_)
@@ -174,6 +175,28 @@ void EmulatedRuntime::freeDevice(void* p) {
   munmap(it->second.alias, it->second.bytes);
   close(it->second.fd);
   regions_.erase(it);
+}
+
+Status EmulatedRuntime::exportDmaBuf(const void* base, size_t bytes, int* fd) {
+  *fd = -1;
+  if (!dmaBufSupported_.load())
+    return makeError(ridgeSystemError, "emulated runtime: dma-buf export turned off by the test");
+  std::lock_guard<std::mutex> lock(regionsMutex_);
+  auto it = regionHolding(base);
+  // The dup maps the whole allocation from offset 0, so only a range that starts at the
+  // allocation's base is a buffer whose offset 0 is the range's start (what a registration
+  // of the fd assumes); the range must end inside the allocation.
+  if (it == regions_.end() || it->second.managed || reinterpret_cast<uintptr_t>(base) != it->first ||
+      bytes == 0 || bytes > it->second.bytes || bytes % 4096 != 0)
+    return makeError(
+        ridgeInvalidArgument,
+        "emulated runtime: exportDmaBuf(%p, %zu): not a page-aligned range that starts at the base "
+        "of an emulated device allocation",
+        base, bytes);
+  *fd = fcntl(it->second.fd, F_DUPFD_CLOEXEC, 0);
+  if (*fd < 0) return systemError("emulated runtime: dup of a device allocation's memfd");
+  dmaBufExports_.fetch_add(1);
+  return Status::ok();
 }
 
 Status EmulatedRuntime::copyToDevice(void* dst, const void* src, size_t bytes) {

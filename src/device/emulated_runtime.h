@@ -77,10 +77,21 @@ class EmulatedRuntime final : public DeviceRuntime {
   int deviceByPciBusId(const std::string& busId) override;
   bool rdmaWritesOrdered(int /*device*/) override { return rdmaWritesOrdered_.load(); }
 
+  // Device memory of the current device (the seam's allocation, as cudaMalloc).
+  Status allocDevice(size_t bytes, void** out) override { return allocDeviceOn(bytes, out, -1, false); }
+  void freeDevice(void* p) override;
+  // A dup of the allocation's memfd: the whole allocation, or a page-aligned range inside it
+  // (the fd then still maps the whole allocation: offset 0 is the allocation's start, as
+  // softnic's registration of a dma-buf expects of a range that starts at the base).
+  Status exportDmaBuf(const void* base, size_t bytes, int* fd) override;
+
   // ---- test helpers ----
   // Device (or managed) memory of `bytes` on `device` (-1: the current device).
-  Status allocDevice(size_t bytes, void** out, int device = -1, bool managed = false);
-  void freeDevice(void* p);
+  Status allocDeviceOn(size_t bytes, void** out, int device, bool managed);
+  // Successful exportDmaBuf calls so far.
+  uint64_t dmaBufExports() const { return dmaBufExports_.load(); }
+  // While set, exportDmaBuf fails (a driver without dma-buf support).
+  void setDmaBufSupported(bool on) { dmaBufSupported_.store(on); }
   // Synchronous copies between host memory and emulated device memory (cudaMemcpy).
   Status copyToDevice(void* dst, const void* src, size_t bytes);
   Status copyToHost(void* dst, const void* src, size_t bytes);
@@ -224,6 +235,8 @@ class EmulatedRuntime final : public DeviceRuntime {
   std::mutex pinnedMutex_;
   std::map<void*, size_t> pinned_;  // under pinnedMutex_, as the next three
   size_t pinnedNow_ = 0, pinnedPeak_ = 0, pinnedLargest_ = 0;
+  std::atomic<uint64_t> dmaBufExports_{0};
+  std::atomic<bool> dmaBufSupported_{true};
   std::atomic<bool> recordCopies_{false};
   std::mutex copyLogMutex_;
   std::deque<CopyRecord> copyLog_;  // under copyLogMutex_, as eventCount_

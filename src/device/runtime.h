@@ -99,6 +99,17 @@ class DeviceRuntime {
   // Page-locked host memory that copies read and write at full speed.
   virtual Status allocPinned(size_t bytes, void** out) = 0;
   virtual void freePinned(void* p) = 0;
+  // Device memory owned by Ridge (CUDA: cudaMalloc/cudaFree), for the GPUDirect RDMA data
+  // path's receive rings and send areas (transports/net/device_memory.h). Both may
+  // synchronize the device implicitly, so they are called only at communicator init and
+  // destroy, never while a stream waits on one of the communicator's release words.
+  virtual Status allocDevice(size_t bytes, void** out) = 0;
+  virtual void freeDevice(void* p) = 0;
+  // A new dma-buf file descriptor (the caller closes it) for device memory [base, base +
+  // bytes), both host-page aligned and inside one allocation: how a NIC registers GPU memory
+  // for GPUDirect RDMA (CUDA: cuMemGetHandleForAddressRange with
+  // CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD). An error saying why not otherwise.
+  virtual Status exportDmaBuf(const void* base, size_t bytes, int* fd) = 0;
   // The device reduction kernel (kernels/device_reduce.h) on `stream`; for the device-side
   // reduction of later transports (the host-staged path reduces on the host).
   virtual Status launchReduce(void* dst, const void* const* srcs, int nsrcs, size_t count,

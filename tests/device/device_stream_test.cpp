@@ -53,7 +53,7 @@ class DeviceBuffer {
  public:
   DeviceBuffer(EmulatedRuntime& rt, size_t bytes, int device = -1, bool managed = false)
       : rt_(rt), bytes_(bytes) {
-    Status s = rt.allocDevice(bytes, &p_, device, managed);
+    Status s = rt.allocDeviceOn(bytes, &p_, device, managed);
     EXPECT_TRUE(s.isOk()) << s.message();
   }
   ~DeviceBuffer() { rt_.freeDevice(p_); }

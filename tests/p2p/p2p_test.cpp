@@ -31,6 +31,7 @@
 #include "coll/comm.h"
 #include "collective_case.h"
 #include "device/emulated_runtime.h"
+#include "device_ranks.h"
 #include "plan/plan.h"
 #include "ridge/ridge.h"
 #include "topo/presets.h"
@@ -45,122 +46,11 @@ using ridge::device::EmulatedRuntime;
 using ridge::device::ScopedRuntimeForTesting;
 using Clock = std::chrono::steady_clock;
 
-constexpr unsigned char kPoison = 0x5A;
-
-std::string errorText() {
-  const char* e = ridgeGetLastError(nullptr);
-  return e ? e : "";
-}
-
 // RIDGE_P2P for one test.
 struct P2pSetting {
   explicit P2pSetting(const char* v) { setenv("RIDGE_P2P", v, 1); }
   ~P2pSetting() { unsetenv("RIDGE_P2P"); }
 };
-
-// Emulated device memory owned by a test rank.
-struct DevMem {
-  EmulatedRuntime* rt;
-  void* p = nullptr;
-  size_t bytes;
-  DevMem(EmulatedRuntime& r, size_t n) : rt(&r), bytes(n) { EXPECT_TRUE(r.allocDevice(n, &p).isOk()); }
-  ~DevMem() { rt->freeDevice(p); }
-  char* at(size_t off) const { return static_cast<char*>(p) + off; }
-  void put(const std::vector<unsigned char>& h, size_t off = 0) const {
-    ASSERT_TRUE(rt->copyToDevice(at(off), h.data(), h.size()).isOk());
-  }
-  std::vector<unsigned char> get(size_t off, size_t n) const {
-    std::vector<unsigned char> h(n);
-    EXPECT_TRUE(rt->copyToHost(h.data(), at(off), n).isOk());
-    return h;
-  }
-};
-
-// What one test rank has: its communicator and stream, on device rank % devices.
-struct TestRank {
-  int rank, nranks;
-  ridgeComm_t comm;
-  ridgeStream_t stream;
-};
-using Body = std::function<void(TestRank&)>;
-
-// Runs `body` on `n` rank threads (thread r binds device r % devices first, so its
-// communicator serves that device), then destroys the communicators (unless `destroy` is
-// false: the body aborted them).
-void withRanks(EmulatedRuntime& rt, int n, int devices, const Body& body, bool destroy = true) {
-  ridgeUniqueId id;
-  ASSERT_EQ(ridgeGetUniqueId(&id), ridgeSuccess) << errorText();
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      ASSERT_TRUE(rt.bindThread(r % devices).isOk());
-      ridgeConfig_t cfg = RIDGE_CONFIG_INITIALIZER;
-      cfg.timeoutSeconds = 30;
-      TestRank tr{r, n, nullptr, nullptr};
-      ASSERT_EQ(ridgeCommInitRankConfig(&tr.comm, n, id, r, &cfg), ridgeSuccess) << errorText();
-      ASSERT_TRUE(rt.createStream(&tr.stream).isOk());
-      body(tr);
-      if (destroy) {
-        EXPECT_EQ(ridgeCommDestroy(tr.comm), ridgeSuccess) << errorText();
-      }
-      EXPECT_TRUE(rt.synchronize(tr.stream).isOk());
-      rt.destroyStream(tr.stream);
-    });
-  }
-  for (auto& t : threads) t.join();
-}
-
-struct Call {
-  Op op;
-  ridgeDataType_t dt;
-  ridgeRedOp_t red;
-  size_t count;
-  bool inPlace = false;
-};
-
-// Runs one call on rank `t` with fresh inputs (seeded per call) and checks the output
-// against the host reference. `send`/`recv` (may be null: allocated here) let a test reuse
-// buffers across calls.
-void runCall(EmulatedRuntime& rt, TestRank& t, const Call& c, uint32_t seed, const DevMem* sendMem = nullptr,
-             const DevMem* recvMem = nullptr) {
-  const int n = t.nranks, r = t.rank, root = n / 2;
-  const size_t es = dtSize(c.dt), cnt = c.count;
-  const size_t inElems = inputElems(c.op, cnt, n), outElems = outputElems(c.op, cnt, n);
-  std::vector<uint32_t> keys(n);
-  for (int j = 0; j < n; ++j) keys[j] = rankKey(seed, j);
-  std::unique_ptr<DevMem> ownRecv, ownSend;
-  if (!recvMem) recvMem = (ownRecv = std::make_unique<DevMem>(rt, outElems * es)).get();
-  // In place: the input is this rank's block of the output (allgather), the whole output, or
-  // (reduce-scatter) the output is this rank's block of the input.
-  const bool rsInPlace = c.inPlace && c.op == Op::ReduceScatter;
-  if (rsInPlace) recvMem = nullptr;
-  if (!sendMem && !c.inPlace) sendMem = (ownSend = std::make_unique<DevMem>(rt, inElems * es)).get();
-  if (c.inPlace) sendMem = rsInPlace ? (ownSend = std::make_unique<DevMem>(rt, inElems * es)).get() : recvMem;
-  const size_t sendOff = c.inPlace && c.op == Op::AllGather ? size_t(r) * cnt * es : 0;
-  const size_t recvOff = rsInPlace ? size_t(r) * cnt * es : 0;
-  const DevMem* out = rsInPlace ? sendMem : recvMem;
-  // Poison the output, then write the input (in place it overlays the output).
-  out->put(std::vector<unsigned char>(out->bytes, kPoison));
-  std::vector<unsigned char> in(inElems * es);
-  fillRankInput(c.op, c.dt, c.red, in.data(), cnt, n, keys[r]);
-  sendMem->put(in, sendOff);
-  const void* s = sendMem->at(sendOff);
-  void* d = out->at(recvOff);
-  const ridgeResult_t res = issue(c.op, s, d, cnt, c.dt, c.red, root, t.comm, t.stream);
-  const std::string what = std::string(opText(c.op)) + (c.inPlace ? " in place " : " ") + dtName(c.dt) + " " +
-                           opName(c.red) + " count " + std::to_string(cnt) + " rank " + std::to_string(r) +
-                           "/" + std::to_string(n);
-  ASSERT_EQ(res, ridgeSuccess) << what << ": " << errorText();
-  Status st = rt.synchronize(t.stream);
-  ASSERT_TRUE(st.isOk()) << what << ": " << st.message();
-  ridgeResult_t async = ridgeSuccess;
-  ASSERT_EQ(ridgeCommGetAsyncError(t.comm, &async), ridgeSuccess);
-  ASSERT_EQ(async, ridgeSuccess) << what << ": " << errorText();
-  const std::vector<unsigned char> got = out->get(recvOff, outElems * es);
-  Mismatches mm;
-  checkRankOutput(c.op, c.dt, c.red, got.data(), cnt, keys, r, root, c.inPlace ? -1 : kPoison, mm);
-  EXPECT_EQ(mm.count, 0u) << what << ": " << mm.text;
-}
 
 std::vector<Call> everyCollective() {
   const struct {
@@ -809,7 +699,7 @@ TEST(P2pClassification, ManagedBufferKindStillStages) {
   const size_t cnt = 1024;
   withRanks(rt, 2, 1, [&](TestRank& t) {
     void* managed = nullptr;
-    ASSERT_TRUE(rt.allocDevice(cnt * 4, &managed, -1, /*managed=*/true).isOk());
+    ASSERT_TRUE(rt.allocDeviceOn(cnt * 4, &managed, -1, /*managed=*/true).isOk());
     DevMem recv(rt, cnt * 4);
     std::vector<float> ones(cnt, 1.0f);
     std::memcpy(managed, ones.data(), cnt * 4);  // managed memory: the host may write it

@@ -30,6 +30,7 @@
 #include "bootstrap/bootstrap.h"
 #include "cq_polling.h"
 #include "device/emulated_runtime.h"
+#include "transports/net/device_memory.h"
 #include "transports/net/device_registration.h"
 #include "transports/softnic/softnic.h"
 #include "transports/transport.h"
@@ -134,8 +135,11 @@ using RankBody = std::function<void(int rank, Transport* t, Bootstrap* bs, RankO
 // `slots` slots of kSlotBytes; `faults` for RIDGE_SOFTNIC_FAULTS (both NICs). Each rank runs
 // `body`, records its transport's stats and meets the other in a barrier before tearing down
 // (the barrier gives up when `abortFlag` is set, e.g. by a rank that failed its peer).
+// `perInstance`: `alloc` goes to each transport through TransportSetup::netRingAllocator
+// instead of the process-wide setter.
 void runPair(const char* flushSetting, NetRingAllocator* alloc, const char* faults, const RankBody& body,
-             RankOutcome out[2], std::atomic<bool>* abortFlag, uint32_t slots = kSlots) {
+             RankOutcome out[2], std::atomic<bool>* abortFlag, bool perInstance = false,
+             uint32_t slots = kSlots) {
   setenv("RIDGE_SOCKET_IFNAME", "lo", 1);
   setenv("RIDGE_NET", "softnic", 1);
   setenv("RIDGE_SHM", "0", 1);
@@ -145,7 +149,7 @@ void runPair(const char* flushSetting, NetRingAllocator* alloc, const char* faul
   setenv("RIDGE_GDR_FLUSH", flushSetting, 1);
   setenv("RIDGE_SOFTNIC_FAULTS", faults, 1);
   setenv("RIDGE_SOFTNIC_RTO_US", "1000", 1);
-  setNetRingAllocator(alloc);
+  setNetRingAllocator(perInstance ? nullptr : alloc);
   ridgeUniqueId id;
   ASSERT_TRUE(createUniqueId(&id).isOk());
   const TransportTable* net = nullptr;
@@ -168,6 +172,7 @@ void runPair(const char* flushSetting, NetRingAllocator* alloc, const char* faul
     setup.bootstrap = bs.get();
     setup.abortFlag = abortFlag;
     setup.timeoutSeconds = 20;
+    if (perInstance) setup.netRingAllocator = alloc;
     std::unique_ptr<Transport> t;
     s = net->create(setup, &t);
     if (!s.isOk()) {
@@ -640,7 +645,7 @@ void expectExactWithFlushes(const char* setting, NetRingAllocator* alloc, bool o
 TEST(NetGdrFlush, ReadFlushesEveryChunkInDeviceMemory) {
   MemfdRingAllocator alloc;
   expectExactWithFlushes("read", &alloc, true, true);
-  EXPECT_EQ(alloc.exports.load(), 2) << "each rank's ring registered once, as a dma-buf";
+  EXPECT_EQ(alloc.exports.load(), 4) << "each rank's ring and send area registered once, as a dma-buf";
 }
 
 TEST(NetGdrFlush, AutoFlushesWhenTheDeviceDoesNotOrderWrites) {
@@ -678,6 +683,95 @@ TEST(NetGdrFlush, FailedFlushWithholdsTheChunkAndFailsThePeer) {
   EXPECT_GE(o[1].stats.flushErrors, 1u);
   EXPECT_EQ(o[1].stats.flushesCompleted, 0u);
   EXPECT_GE(o[1].stats.flushesIssued, 1u);
+}
+
+// The device network's slots (docs/gpu.md, "GPUDirect RDMA data path"): an allocator over the
+// emulated device runtime, handed to each transport instance. Send areas and receive rings are
+// emulated device memory that the host cannot touch (any CPU access would kill the test), so
+// the chunks are written and read only with the runtime's copies, and the NIC moves them
+// between the two device allocations: registered once each through the runtime's dma-buf
+// export, every chunk flushed.
+TEST(NetDeviceSlots, SendAreasAndRingsInRuntimeDeviceMemory) {
+  device::EmulatedRuntime rt(1);
+  device::ScopedRuntimeForTesting scope(&rt);
+  RuntimeDeviceMemory mem(&rt, 0);
+  constexpr uint32_t kChunks = 40;
+  RankOutcome o[2];
+  std::atomic<bool> abortFlag{false};
+  uint64_t notDevice = 0;
+  runPair(
+      "read", &mem, "",
+      [&](int rank, Transport* t, Bootstrap*, RankOutcome& o) {
+        EXPECT_EQ(t->sendTo(1 - rank)->directVersion(), 0u) << "device slots keep to slots";
+        std::vector<uint8_t> host(kSlotBytes);
+        const double end = nowSec() + 30;
+        if (rank == 0) {
+          SendConnector* sc = t->sendTo(1);
+          for (uint32_t c = 0; c < kChunks && nowSec() < end;) {
+            void* slot = sc->tryAcquire();
+            if (!slot) {
+              idle(t);
+              continue;
+            }
+            if (rt.classify(slot).kind != device::PointerKind::Device) ++notDevice;
+            const uint32_t n = chunkBytes(c);
+            for (uint32_t i = 0; i < n; ++i) host[i] = patternByte(c, i);
+            if (!rt.copyToDevice(slot, host.data(), n).isOk()) o.error = "copy into a device send slot";
+            sc->post(n, c % 3 == 2);
+            ++c;
+          }
+          while (!sc->sendsComplete() && nowSec() < end) idle(t);
+          return;
+        }
+        RecvConnector* rc = t->recvFrom(0);
+        for (uint32_t c = 0; c < kChunks && nowSec() < end;) {
+          SlotInfo info;
+          const void* slot = rc->tryPeek(&info);
+          if (!slot) {
+            idle(t);
+            continue;
+          }
+          if (rt.classify(slot).kind != device::PointerKind::Device) ++notDevice;
+          const uint32_t n = chunkBytes(c);
+          std::fill(host.begin(), host.end(), 0x5A);
+          bool ok = info.bytes == n && info.lastOfMessage == (c % 3 == 2) &&
+                    rt.copyToHost(host.data(), slot, n).isOk();
+          for (uint32_t i = 0; ok && i < n; ++i) ok = host[i] == patternByte(c, i);
+          o.mismatches += ok ? 0 : 1;
+          ++o.chunksChecked;
+          rc->release();
+          ++c;
+        }
+      },
+      o, &abortFlag, /*perInstance=*/true);
+  EXPECT_EQ(notDevice, 0u) << "a slot handed out was not device memory";
+  EXPECT_EQ(o[1].chunksChecked, kChunks);
+  EXPECT_EQ(o[1].mismatches, 0u);
+  EXPECT_TRUE(o[0].stats.recvRingsOnDevice && o[1].stats.recvRingsOnDevice);
+  EXPECT_EQ(o[1].stats.flushesCompleted, kChunks);
+  EXPECT_EQ(rt.dmaBufExports(), 4u) << "each rank's send area and ring exported once";
+}
+
+TEST(NetDeviceSlots, EmulatedDmaBufExportRules) {
+  device::EmulatedRuntime rt(1);
+  void* p = nullptr;
+  ASSERT_TRUE(rt.allocDevice(3 * 4096, &p).isOk());
+  int fd = -1;
+  EXPECT_TRUE(rt.exportDmaBuf(p, 3 * 4096, &fd).isOk());
+  if (fd >= 0) close(fd);
+  EXPECT_TRUE(rt.exportDmaBuf(p, 4096, &fd).isOk()) << "a page-aligned range at the base";
+  if (fd >= 0) close(fd);
+  EXPECT_FALSE(rt.exportDmaBuf(static_cast<char*>(p) + 4096, 4096, &fd).isOk())
+      << "an fd whose offset 0 is not the range's start";
+  EXPECT_FALSE(rt.exportDmaBuf(p, 100, &fd).isOk()) << "not page aligned";
+  EXPECT_FALSE(rt.exportDmaBuf(p, 4 * 4096, &fd).isOk()) << "past the allocation";
+  rt.setDmaBufSupported(false);
+  EXPECT_FALSE(rt.exportDmaBuf(p, 4096, &fd).isOk());
+  EXPECT_FALSE(RuntimeDeviceMemory::dmaBufWorks(&rt, nullptr));
+  rt.setDmaBufSupported(true);
+  EXPECT_TRUE(RuntimeDeviceMemory::dmaBufWorks(&rt, nullptr));
+  EXPECT_EQ(rt.dmaBufExports(), 3u);
+  rt.freeDevice(p);
 }
 
 TEST(NetGdrFlush, SettingValuesAndDecision) {
@@ -787,7 +881,7 @@ TEST(NetReviewMends, SlotCountIsRoundedDownToAPowerOfTwo) {
           }
         }
       },
-      o, &abortFlag, 3);
+      o, &abortFlag, false, 3);
   EXPECT_EQ(o[1].peerFailure, "");
   EXPECT_EQ(postedBeforeCredit, 2u);
 }

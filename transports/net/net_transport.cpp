@@ -236,7 +236,10 @@ class NetTransport final : public Transport {
     cq_.reset();
     pd_.reset();
     device_.reset();
-    if (sendBase_) munmap(sendBase_, areaBytes_);
+    if (sendBase_ && ringAllocator_)
+      ringAllocator_->release(sendBase_, areaBytes_);
+    else if (sendBase_)
+      munmap(sendBase_, areaBytes_);
     if (controlBase_) munmap(controlBase_, controlBytes_);
     if (recvBase_ && ringAllocator_)
       ringAllocator_->release(recvBase_, areaBytes_);
@@ -772,7 +775,7 @@ Status NetTransport::connect(const TransportSetup& setup, const std::string& pro
   // GPU buffers that reach this cache are registered as GPU memory (dma-buf, else peer
   // memory); without a CUDA driver every buffer is host memory and nothing changes.
   // Receive rings from an installed allocator are registered through its registrar.
-  ringAllocator_ = gRingAllocator;
+  ringAllocator_ = setup.netRingAllocator ? setup.netRingAllocator : gRingAllocator;
   std::string noDriver;
   if (ringAllocator_)
     cache_->setDeviceRegistrar(ringAllocator_->registrar());
@@ -791,14 +794,19 @@ Status NetTransport::connect(const TransportSetup& setup, const std::string& pro
 
   const size_t perPeer = static_cast<size_t>(nslots) * static_cast<size_t>(slotBytes);
   areaBytes_ = std::max<size_t>(perPeer * peerRanks.size(), 4096);
-  void* m = mmap(nullptr, areaBytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) return systemError("net: mmap of the send slots");
-  sendBase_ = static_cast<char*>(m);
+  void* m = nullptr;
+  // With an allocator both the send areas and the receive rings are its memory (device
+  // memory on the GPUDirect RDMA data path): every slot a sender fills or a receiver reads.
   if (ringAllocator_) {
     void* r = nullptr;
     RIDGE_TRY(ringAllocator_->allocate(areaBytes_, &r));
+    sendBase_ = static_cast<char*>(r);
+    RIDGE_TRY(ringAllocator_->allocate(areaBytes_, &r));
     recvBase_ = static_cast<char*>(r);
   } else {
+    m = mmap(nullptr, areaBytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return systemError("net: mmap of the send slots");
+    sendBase_ = static_cast<char*>(m);
     m = mmap(nullptr, areaBytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) return systemError("net: mmap of the receive rings");
     recvBase_ = static_cast<char*>(m);
@@ -807,6 +815,14 @@ Status NetTransport::connect(const TransportSetup& setup, const std::string& pro
   size_t allocBytes = 0;
   ringsOnDevice_ =
       ringAllocator_ && ringAllocator_->registrar()->deviceAllocation(recvBase_, &allocBase, &allocBytes);
+  // The direct extension falls back to a host copy into the send slot and hands out
+  // declared host destinations: neither fits slots in device memory, whose users move bytes
+  // with device copies. Such an instance keeps to its slots.
+  if (ringsOnDevice_ && direct_) {
+    RIDGE_INFO("%s: slots in device memory: the direct extension (RIDGE_NET_DIRECT) is off here",
+               name_.c_str());
+    direct_ = false;
+  }
   const bool flush = ringsOnDevice_ && gdrFlushNeeded(flushMode, ringAllocator_->device());
   // The send area and the rings are registered for the transport's lifetime, outside the
   // cache: the cache evicts its least recently used regions, and these are looked up only
@@ -937,6 +953,10 @@ Status netCreate(const TransportSetup& setup, std::unique_ptr<Transport>* out) {
 }
 
 }  // namespace
+
+Status createNetTransport(const TransportSetup& setup, std::unique_ptr<Transport>* out) {
+  return netCreate(setup, out);
+}
 
 bool parseGdrFlush(const std::string& text, GdrFlushMode* out) {
   std::string t = text;

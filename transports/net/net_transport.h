@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "core/status.h"
@@ -23,6 +24,11 @@ bool netPairReachable(const TransportSetup& setup, int a, int b);
 
 // RIDGE_GDR_MODE is set to something other than off: the gdr transport takes those pairs.
 bool gdrModeOn();
+
+// A net transport for `setup` with the provider RIDGE_NET names, outside the registry: the
+// communicator's device network (docs/gpu.md), whose setup names its slot allocator
+// (TransportSetup::netRingAllocator). Collective over the ranks it connects.
+Status createNetTransport(const TransportSetup& setup, std::unique_ptr<Transport>* out);
 
 // ---- Receive rings in device memory and the receive-side GPUDirect RDMA flush ----------
 

@@ -1,0 +1,275 @@
+// The classic GPUDirect RDMA data path (docs/gpu.md) on the emulated device runtime: ranks
+// are threads of this process that look like different hosts to Ridge (RIDGE_SHM=0 puts
+// every pair on the net transport, over softnic), P2P is off, so device collectives either
+// run on the communicator's device network (slots in emulated device memory that the host
+// cannot touch, registered through the runtime's dma-buf export; the device runtime copies
+// and reduces) or are staged through pinned host memory.
+//
+// Checked on 2 and 3 ranks: send/receive, allreduce and reduce-scatter (ring, device
+// reductions), allgather and broadcast, against the higher-precision host reference with
+// random inputs and poisoned outputs; counters that prove the path (no staged batch,
+// dma-buf exports, flushes under RIDGE_GDR_FLUSH=read, device reductions launched); host
+// collectives on the same communicator between device ones; a rank whose buffer is managed
+// memory votes no and every rank stages; operations the device network does not carry
+// (reduce) stage; RIDGE_GDR_DATA_PATH=off and a runtime without dma-buf build no device
+// network.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "coll/comm.h"
+#include "device/emulated_runtime.h"
+#include "device_ranks.h"
+#include "ridge/ridge.h"
+#include "transports/net/net_transport.h"
+
+namespace {
+
+using namespace ridgetest;
+using namespace p2ptest;
+using ridge::device::ScopedRuntimeForTesting;
+
+// Every test here: the ranks reach each other only through the net transport over softnic.
+struct GdrEnv {
+  explicit GdrEnv(const char* flush = "read", const char* dataPath = "auto") {
+    setenv("RIDGE_NET", "softnic", 1);
+    setenv("RIDGE_SHM", "0", 1);
+    setenv("RIDGE_P2P", "off", 1);
+    setenv("RIDGE_GDR_MODE", "off", 1);
+    setenv("RIDGE_SOFTNIC_RTO_US", "3000", 1);
+    // Small slots: messages span many chunks and every FIFO wraps.
+    setenv("RIDGE_RDMA_SLOTS", "4", 1);
+    setenv("RIDGE_RDMA_SLOT_BYTES", "16K", 1);
+    setenv("RIDGE_GDR_FLUSH", flush, 1);
+    setenv("RIDGE_GDR_DATA_PATH", dataPath, 1);
+  }
+  ~GdrEnv() {
+    for (const char* v :
+         {"RIDGE_NET", "RIDGE_SHM", "RIDGE_P2P", "RIDGE_GDR_MODE", "RIDGE_SOFTNIC_RTO_US", "RIDGE_RDMA_SLOTS",
+          "RIDGE_RDMA_SLOT_BYTES", "RIDGE_GDR_FLUSH", "RIDGE_GDR_DATA_PATH"})
+      unsetenv(v);
+  }
+};
+
+// What the path counters of one rank must say after `deviceBatches` batches on the device
+// network and `staged` staged ones.
+void expectPath(const TestRank& t, uint64_t deviceBatches, uint64_t staged) {
+  ridgeComm* c = t.comm;
+  ASSERT_NE(c->deviceNet, nullptr) << "rank " << t.rank << ": no device network";
+  EXPECT_EQ(c->deviceNetBatches, deviceBatches) << "rank " << t.rank;
+  EXPECT_EQ(c->stagedBatches, staged) << "rank " << t.rank;
+  EXPECT_EQ(c->deviceNetDeclined, staged) << "rank " << t.rank;
+  const ridge::NetTransportStats s = ridge::netTransportStats(c->deviceNet.get());
+  EXPECT_TRUE(s.recvRingsOnDevice) << "rank " << t.rank;
+  EXPECT_GE(s.registrations, 2u) << "rank " << t.rank << ": send area and rings registered";
+  EXPECT_EQ(s.directSends, 0u) << "rank " << t.rank;
+  if (deviceBatches > 0) {
+    EXPECT_GT(s.chunksArrived, 0u) << "rank " << t.rank;
+    EXPECT_EQ(s.flushesCompleted, s.chunksArrived) << "rank " << t.rank << ": RIDGE_GDR_FLUSH=read";
+  }
+}
+
+// Checks common to every run on the device network.
+void expectCleanRuntime(EmulatedRuntime& rt, int n) {
+  EXPECT_GE(rt.dmaBufExports(), static_cast<uint64_t>(2 * n)) << "slots not registered through dma-buf";
+  EXPECT_EQ(rt.allocationsWhileStreamsWait(), 0u);
+  EXPECT_EQ(rt.launchesBeforePreloadWhileStreamsWait(), 0u);
+}
+
+// Runs `body` on `n` rank threads, one emulated device each (ranks of different hosts have
+// different GPUs), under GdrEnv("read", dataPath); `dmaBuf` false: the runtime cannot export
+// dma-buf. Then `after` on the runtime, once the communicators are destroyed.
+using GdrBody = std::function<void(EmulatedRuntime&, TestRank&)>;
+void withGdrRanks(int n, const GdrBody& body, const std::function<void(EmulatedRuntime&)>& after,
+                  const char* dataPath = "auto", bool dmaBuf = true) {
+  GdrEnv env("read", dataPath);
+  EmulatedRuntime rt(3);
+  rt.setDmaBufSupported(dmaBuf);
+  ScopedRuntimeForTesting scope(&rt);
+  withRanks(rt, n, n, [&](TestRank& t) { body(rt, t); });
+  after(rt);
+}
+
+void runOnDeviceNetwork(int n, const std::vector<Call>& calls, bool expectReductions) {
+  withGdrRanks(
+      n,
+      [&](EmulatedRuntime& rt, TestRank& t) {
+        uint32_t seed = 0x6d2b79f5u + static_cast<uint32_t>(n);
+        for (const Call& c : calls) {
+          runCall(rt, t, c, seed++);
+          if (::testing::Test::HasFatalFailure()) return;
+        }
+        expectPath(t, calls.size(), 0);
+      },
+      [&](EmulatedRuntime& rt) {
+        expectCleanRuntime(rt, n);
+        if (expectReductions)
+          EXPECT_GT(rt.reducesLaunched(), 0u) << "no device reduction ran";
+        else
+          EXPECT_EQ(rt.reducesLaunched(), 0u);
+      });
+}
+
+std::vector<Call> reductions() {
+  return {
+      {Op::AllReduce, ridgeFloat32, ridgeSum, 40001},       {Op::AllReduce, ridgeFloat16, ridgeAvg, 1531},
+      {Op::AllReduce, ridgeInt32, ridgeProd, 9000},         {Op::AllReduce, ridgeBfloat16, ridgeMax, 20011},
+      {Op::AllReduce, ridgeFloat64, ridgeMin, 3001},        {Op::AllReduce, ridgeUint8, ridgeSum, 1},
+      {Op::AllReduce, ridgeFloat32, ridgeSum, 12345, true}, {Op::ReduceScatter, ridgeFloat32, ridgeSum, 7001},
+      {Op::ReduceScatter, ridgeInt32, ridgeMax, 5003, true}};
+}
+
+std::vector<Call> copies() {
+  return {{Op::AllGather, ridgeFloat32, ridgeSum, 9001},
+          {Op::AllGather, ridgeUint8, ridgeSum, 3},
+          {Op::AllGather, ridgeFloat16, ridgeSum, 4097, true},
+          {Op::Broadcast, ridgeFloat64, ridgeSum, 10007},
+          {Op::Broadcast, ridgeInt32, ridgeSum, 1},
+          {Op::Broadcast, ridgeBfloat16, ridgeSum, 30001, true}};
+}
+
+TEST(GdrDataPath, AllReduceAndReduceScatterTwoRanks) {
+  runOnDeviceNetwork(2, reductions(), true);
+}
+
+TEST(GdrDataPath, AllReduceAndReduceScatterThreeRanks) {
+  runOnDeviceNetwork(3, reductions(), true);
+}
+
+TEST(GdrDataPath, AllGatherAndBroadcastTwoRanks) {
+  runOnDeviceNetwork(2, copies(), false);
+}
+
+TEST(GdrDataPath, AllGatherAndBroadcastThreeRanks) {
+  runOnDeviceNetwork(3, copies(), false);
+}
+
+// Each rank sends a message to the next rank and receives one from the previous, in one
+// group, through the device network: random bytes, poisoned destinations.
+void runRingExchange(int n, size_t bytes) {
+  auto pattern = [](int rank, size_t bytes) {
+    std::vector<unsigned char> v(bytes);
+    std::mt19937 gen(0xC0FFEEu + static_cast<uint32_t>(rank));
+    for (auto& b : v) b = static_cast<unsigned char>(gen());
+    return v;
+  };
+  constexpr int kRounds = 3;
+  withGdrRanks(
+      n,
+      [&](EmulatedRuntime& rt, TestRank& t) {
+        const int next = (t.rank + 1) % n, prev = (t.rank + n - 1) % n;
+        DevMem send(rt, bytes), recv(rt, bytes);
+        send.put(pattern(t.rank, bytes));
+        for (int round = 0; round < kRounds; ++round) {
+          recv.put(std::vector<unsigned char>(bytes, kPoison));
+          ASSERT_EQ(ridgeGroupStart(), ridgeSuccess);
+          ASSERT_EQ(ridgeSend(send.p, bytes, ridgeUint8, next, t.comm, t.stream), ridgeSuccess)
+              << errorText();
+          ASSERT_EQ(ridgeRecv(recv.p, bytes, ridgeUint8, prev, t.comm, t.stream), ridgeSuccess)
+              << errorText();
+          ASSERT_EQ(ridgeGroupEnd(), ridgeSuccess) << errorText();
+          expectStreamDone(rt, t);
+          if (::testing::Test::HasFatalFailure()) return;
+          EXPECT_TRUE(recv.get(0, bytes) == pattern(prev, bytes)) << "rank " << t.rank << " round " << round;
+        }
+        expectPath(t, kRounds, 0);
+      },
+      [&](EmulatedRuntime& rt) {
+        expectCleanRuntime(rt, n);
+        EXPECT_EQ(rt.reducesLaunched(), 0u);
+      });
+}
+
+TEST(GdrDataPath, SendRecvTwoRanks) {
+  runRingExchange(2, 200003);
+}
+
+TEST(GdrDataPath, SendRecvThreeRanks) {
+  runRingExchange(3, 70001);
+}
+
+// Host-memory collectives between device ones keep to the host connectors and stay exact
+// (random int32 inputs of every rank, reference summed in int64).
+TEST(GdrDataPath, HostCollectivesInterleaved) {
+  constexpr int n = 3;
+  constexpr size_t kCount = 30001;
+  auto hostInput = [](int rank, int round) {
+    std::vector<int32_t> v(kCount);
+    std::mt19937 gen(1000u * static_cast<uint32_t>(round) + static_cast<uint32_t>(rank));
+    for (auto& x : v) x = static_cast<int32_t>(gen() % 2000001) - 1000000;
+    return v;
+  };
+  withGdrRanks(
+      n,
+      [&](EmulatedRuntime& rt, TestRank& t) {
+        uint32_t seed = 77;
+        for (int round = 0; round < 3; ++round) {
+          runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 20000}, seed++);
+          if (::testing::Test::HasFatalFailure()) return;
+          const std::vector<int32_t> in = hostInput(t.rank, round);
+          std::vector<int32_t> out(kCount, -1);
+          ASSERT_EQ(ridgeAllReduce(in.data(), out.data(), kCount, ridgeInt32, ridgeSum, t.comm, nullptr),
+                    ridgeSuccess)
+              << errorText();
+          std::vector<int64_t> want(kCount, 0);
+          for (int r = 0; r < n; ++r) {
+            const std::vector<int32_t> other = hostInput(r, round);
+            for (size_t i = 0; i < kCount; ++i) want[i] += other[i];
+          }
+          size_t wrong = 0;
+          for (size_t i = 0; i < kCount; ++i) wrong += out[i] != want[i];
+          EXPECT_EQ(wrong, 0u) << "rank " << t.rank << " round " << round;
+          runCall(rt, t, {Op::AllGather, ridgeInt32, ridgeSum, 5000}, seed++);
+          if (::testing::Test::HasFatalFailure()) return;
+        }
+        expectPath(t, 6, 0);
+      },
+      [&](EmulatedRuntime& rt) { expectCleanRuntime(rt, n); });
+}
+
+// A rank whose output is managed memory votes no: every rank stages that batch, and the next
+// batch (device memory everywhere) is on the device network again. A reduce, which the
+// device network does not carry, stages too.
+TEST(GdrDataPath, ManagedMemoryOnOneRankStagesEveryone) {
+  withGdrRanks(
+      3,
+      [&](EmulatedRuntime& rt, TestRank& t) {
+        const Call c{Op::AllReduce, ridgeFloat32, ridgeSum, 10001};
+        DevMem managed(rt, c.count * 4, /*managed=*/t.rank == 1);
+        runCall(rt, t, c, 5, nullptr, &managed);
+        if (::testing::Test::HasFatalFailure()) return;
+        runCall(rt, t, c, 6);
+        if (::testing::Test::HasFatalFailure()) return;
+        runCall(rt, t, {Op::Reduce, ridgeFloat32, ridgeSum, 3001}, 7);
+        if (::testing::Test::HasFatalFailure()) return;
+        expectPath(t, 1, 2);
+      },
+      [](EmulatedRuntime&) {});
+}
+
+// No device network: RIDGE_GDR_DATA_PATH=off, or a runtime that cannot export dma-buf. The
+// device collectives stage, exactly.
+void expectNoDeviceNetwork(const char* dataPath, bool dmaBuf) {
+  withGdrRanks(
+      2,
+      [&](EmulatedRuntime& rt, TestRank& t) {
+        runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 4000}, 9);
+        EXPECT_EQ(t.comm->deviceNet, nullptr);
+        EXPECT_EQ(t.comm->stagedBatches, 1u);
+      },
+      [](EmulatedRuntime&) {}, dataPath, dmaBuf);
+}
+
+TEST(GdrDataPath, OffBuildsNoDeviceNetwork) {
+  expectNoDeviceNetwork("off", true);
+}
+
+TEST(GdrDataPath, NoDmaBufBuildsNoDeviceNetwork) {
+  expectNoDeviceNetwork("auto", false);
+}
+
+}  // namespace
