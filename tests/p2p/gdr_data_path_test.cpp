@@ -65,7 +65,9 @@ void expectPath(const TestRank& t, uint64_t deviceBatches, uint64_t staged) {
   EXPECT_EQ(c->deviceNetDeclined, staged) << "rank " << t.rank;
   const ridge::NetTransportStats s = ridge::netTransportStats(c->deviceNet.get());
   EXPECT_TRUE(s.recvRingsOnDevice) << "rank " << t.rank;
-  EXPECT_GE(s.registrations, 2u) << "rank " << t.rank << ": send area and rings registered";
+  // The send area and the rings are registered outside the registration cache (through
+  // dma-buf: expectCleanRuntime counts the exports); nothing else needed one.
+  EXPECT_EQ(s.registrations, 0u) << "rank " << t.rank << ": a device-network chunk went through the cache";
   EXPECT_EQ(s.directSends, 0u) << "rank " << t.rank;
   if (deviceBatches > 0) {
     EXPECT_GT(s.chunksArrived, 0u) << "rank " << t.rank;

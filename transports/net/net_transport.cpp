@@ -827,17 +827,21 @@ Status NetTransport::connect(const TransportSetup& setup, const std::string& pro
   // The send area and the rings are registered for the transport's lifetime, outside the
   // cache: the cache evicts its least recently used regions, and these are looked up only
   // here (review B1: evicting them left a dangling lkey and a dead ring rkey).
-  RIDGE_TRY(pd_->registerMemory(sendBase_, areaBytes_, kAccessLocalWrite, &sendMr_));
-  // The flush reads the rings back through the loopback QP: remote read on them too.
+  // The flush reads the rings back through the loopback QP: remote read on them too. Both
+  // areas come from the allocator when one is installed (device memory: dma-buf).
   const uint32_t ringAccess =
       kAccessLocalWrite | kAccessRemoteWrite | (flush ? uint32_t{kAccessRemoteRead} : 0u);
-  if (ringsOnDevice_) {
-    DeviceRegPath path = DeviceRegPath::DmaBuf;
-    RIDGE_TRY(registerDeviceRange(pd_.get(), ringAllocator_->registrar(), recvBase_, areaBytes_, ringAccess,
-                                  &recvMr_, &path));
-  } else {
-    RIDGE_TRY(pd_->registerMemory(recvBase_, areaBytes_, ringAccess, &recvMr_));
-  }
+  auto registerArea = [&](char* base, uint32_t access, std::unique_ptr<MemoryRegion>* mr) -> Status {
+    uintptr_t allocStart = 0;
+    size_t allocLength = 0;
+    if (ringAllocator_ && ringAllocator_->registrar()->deviceAllocation(base, &allocStart, &allocLength)) {
+      DeviceRegPath path = DeviceRegPath::DmaBuf;
+      return registerDeviceRange(pd_.get(), ringAllocator_->registrar(), base, areaBytes_, access, mr, &path);
+    }
+    return pd_->registerMemory(base, areaBytes_, access, mr);
+  };
+  RIDGE_TRY(registerArea(sendBase_, kAccessLocalWrite, &sendMr_));
+  RIDGE_TRY(registerArea(recvBase_, ringAccess, &recvMr_));
   MemoryRegion* const sendMr = sendMr_.get();
   MemoryRegion* const recvMr = recvMr_.get();
   if (flush) {
