@@ -137,7 +137,7 @@ Status classifyBuffers(const char* fn, ridgeComm* comm, const void* send, bool r
     device::PointerInfo info;
     device::PointerKind* kind;
   };
-  Use uses[2];
+  Use uses[2] = {};
   int n = 0;
   if (readsSend && send) uses[n++] = {"sendbuff", rt->classify(send), sendKind};
   if (writesRecv && recv) uses[n++] = {"recvbuff", rt->classify(recv), recvKind};

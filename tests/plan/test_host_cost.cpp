@@ -50,9 +50,10 @@ TEST(HostCostModel, TwoRanksReproduceTheMeasuredCrossoversWithinOneSizeStep) {
                           m == measured.defaultChoice(t, bytes / 4) ||
                           m == measured.defaultChoice(t, bytes * 4);
         const bool measuredForIt = t != CollType::Reduce && t != CollType::ReduceScatter;
-        if (measuredForIt)
+        if (measuredForIt) {
           EXPECT_TRUE(near) << collTypeName(t) << " " << bytes << " B, CMA " << direct << ": model "
                             << algoName(m) << ", crossovers " << algoName(measured.defaultChoice(t, bytes));
+        }
       }
       std::printf("\n");
     }
@@ -210,7 +211,9 @@ TEST(HostTree, LinksAreConsistentSubtreesContiguousAndDepthLogarithmic) {
       lo[static_cast<size_t>(q)] = q;
       hi[static_cast<size_t>(q)] = end;
     }
-    if (P > 0) EXPECT_EQ(hi[0], P);
+    if (P > 0) {
+      EXPECT_EQ(hi[0], P);
+    }
     int floorLog2 = 0;
     while ((2 << floorLog2) <= P) ++floorLog2;
     EXPECT_EQ(maxDepth, P > 1 ? floorLog2 : 0) << P;

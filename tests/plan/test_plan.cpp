@@ -127,7 +127,9 @@ TEST(PlanRings, DgxChannelsEachUseADifferentNic) {
     // Rail-aligned: the edge between nodes leaves and enters through the same NIC slot.
     for (const Channel& ring : p.rings)
       for (const Edge& e : ring.edges)
-        if (e.transport == Transport::Net) EXPECT_EQ(e.nic, ring.nic);
+        if (e.transport == Transport::Net) {
+          EXPECT_EQ(e.nic, ring.nic);
+        }
   }
 }
 

@@ -134,7 +134,9 @@ TEST(SimulateCommand, FourThousandNodesTableAndLoads) {
   json::Value doc;
   ASSERT_TRUE(json::parse(js, "simulate --json", &doc).isOk());
   for (const json::Value& r : doc.get("results")->items())
-    if (r.get("collective")->asString() == "allreduce") EXPECT_EQ(r.get("algo")->asString(), "tree");
+    if (r.get("collective")->asString() == "allreduce") {
+      EXPECT_EQ(r.get("algo")->asString(), "tree");
+    }
   EXPECT_EQ(runSimulateCommand(*t, CommonOptions{}, {"--algo", "allreduce:x:ring"}), 2);
 }
 
