@@ -136,6 +136,15 @@ void runRanks(EmulatedRuntime& rt, int n, const RankBody& body, int timeoutSec =
   for (auto& t : threads) t.join();
 }
 
+// The stream ran everything queued on it and the communicator has no asynchronous error.
+void expectRanClean(EmulatedRuntime& rt, ridgeStream_t stream, ridgeComm_t comm, int rank) {
+  Status st = rt.synchronize(stream);
+  EXPECT_TRUE(st.isOk()) << st.message();
+  ridgeResult_t async = ridgeSuccess;
+  EXPECT_EQ(ridgeCommGetAsyncError(comm, &async), ridgeSuccess);
+  EXPECT_EQ(async, ridgeSuccess) << "rank " << rank << ": " << lastError();
+}
+
 // One rank whose stream is held by a closed gate before `body` runs; the body aborts the
 // communicator (so nothing is destroyed afterwards).
 using GatedBody = std::function<void(ridgeComm_t comm, ridgeStream_t stream, DeviceBuffer& buf, Gate& gate)>;
@@ -1297,6 +1306,48 @@ TEST(DeviceStagedChunks, NextChunkIsCopiedInWhileTheCollectiveRuns) {
   }
 }
 
+// A staged collective that fits one chunk moves each buffer with one copy, not one per
+// block (review M4 of the chunked staging: an allgather on P ranks issued P + 1 copies).
+TEST(DeviceStagedChunks, AWholeOperationIsOneCopyPerBuffer) {
+  ScopedEnv p2p("RIDGE_P2P", "off");
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  const int n = 3;
+  const size_t count = 1000;
+  std::vector<std::pair<uintptr_t, uintptr_t>> sendRange(n), recvRange(n);
+  rt.setRecordCopies(true);
+  runRanks(rt, n, [&](int rank, ridgeComm_t comm, ridgeStream_t stream) {
+    DeviceBuffer send(rt, count * 4), recv(rt, count * 4 * n);
+    send.fillRawInput(4, count, rankKey(41, rank));
+    recv.poison();
+    sendRange[rank] = {reinterpret_cast<uintptr_t>(send.get()),
+                       reinterpret_cast<uintptr_t>(send.get()) + count * 4};
+    recvRange[rank] = {reinterpret_cast<uintptr_t>(recv.get()),
+                       reinterpret_cast<uintptr_t>(recv.get()) + count * 4 * n};
+    EXPECT_EQ(ridgeAllGather(send.get(), recv.get(), count, ridgeFloat32, comm, stream), ridgeSuccess)
+        << lastError();
+    expectRanClean(rt, stream, comm, rank);
+    Mismatches mm;
+    const std::vector<unsigned char> got = recv.download();
+    for (int j = 0; j < n; ++j)
+      checkRawAny(4, got.data() + size_t(j) * count * 4, count, rankKey(41, j), 0, 0, mm);
+    EXPECT_EQ(mm.count, 0u) << "rank " << rank << ": " << mm.text;
+    return true;
+  });
+  rt.setRecordCopies(false);
+  const std::vector<EmulatedRuntime::CopyRecord> log = rt.copyLog();
+  for (int r = 0; r < n; ++r) {
+    size_t in = 0, out = 0;
+    for (const auto& c : log) {
+      const auto src = reinterpret_cast<uintptr_t>(c.src), dst = reinterpret_cast<uintptr_t>(c.dst);
+      in += src >= sendRange[r].first && src < sendRange[r].second;
+      out += dst >= recvRange[r].first && dst < recvRange[r].second;
+    }
+    EXPECT_EQ(in, 1u) << "rank " << r;
+    EXPECT_EQ(out, 1u) << "rank " << r << ": one copy per block of the output";
+  }
+}
+
 // RIDGE_STAGING_BYTES is checked at init: out of range or not a size fails every rank with
 // the variable named; the ends of the range are accepted.
 TEST(DeviceStagedChunks, TheBoundSettingIsValidated) {
@@ -1348,15 +1399,6 @@ void expectRaw(EmulatedRuntime& rt, const DeviceBuffer& b, size_t esz, size_t co
   Mismatches mm;
   checkRawAny(esz, b.download().data(), count, key, 0, 0, mm);
   EXPECT_EQ(mm.count, 0u) << what << ", rank " << rank << ": " << mm.text;
-}
-
-// The stream ran everything queued on it and the communicator has no asynchronous error.
-void expectRanClean(EmulatedRuntime& rt, ridgeStream_t stream, ridgeComm_t comm, int rank) {
-  Status st = rt.synchronize(stream);
-  EXPECT_TRUE(st.isOk()) << st.message();
-  ridgeResult_t async = ridgeSuccess;
-  EXPECT_EQ(ridgeCommGetAsyncError(comm, &async), ridgeSuccess);
-  EXPECT_EQ(async, ridgeSuccess) << "rank " << rank << ": " << lastError();
 }
 
 // Rank 0 groups a send larger than the staging bound with a receive from the same peer;
