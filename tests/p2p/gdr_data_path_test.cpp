@@ -15,10 +15,13 @@
 // network.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "coll/comm.h"
@@ -32,6 +35,7 @@ namespace {
 using namespace ridgetest;
 using namespace p2ptest;
 using ridge::device::ScopedRuntimeForTesting;
+using Clock = std::chrono::steady_clock;
 
 // Every test here: the ranks reach each other only through the net transport over softnic.
 struct GdrEnv {
@@ -255,6 +259,49 @@ TEST(GdrDataPath, ManagedMemoryOnOneRankStagesEveryone) {
 
 // No device network: RIDGE_GDR_DATA_PATH=off, or a runtime that cannot export dma-buf. The
 // device collectives stage, exactly.
+// ridgeCommAbort while the proxy is inside a device-network batch (its data phase, not the
+// vote): rank 1 groups two sends, rank 0 receives only the first, so rank 1 waits for
+// credits that never come. The abort must release rank 1's stream at once, with the error.
+TEST(GdrDataPath, AbortInsideADeviceNetworkBatchReleasesTheStream) {
+  GdrEnv env;
+  EmulatedRuntime rt(3);
+  ScopedRuntimeForTesting scope(&rt);
+  const size_t first = 20000, second = 400000;  // the second: far more than 4 slots of 16 KiB
+  std::atomic<bool> rank0Received{false}, rank1Done{false};
+  withRanks(
+      rt, 2, 2,
+      [&](TestRank& t) {
+        DevMem a(rt, first), b(rt, second);
+        if (t.rank == 0) {
+          EXPECT_EQ(ridgeRecv(a.p, first, ridgeUint8, 1, t.comm, t.stream), ridgeSuccess) << errorText();
+          expectStreamDone(rt, t);
+          rank0Received.store(true);
+          for (const auto t0 = Clock::now();
+               !rank1Done.load() && Clock::now() - t0 < std::chrono::seconds(20);)
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          EXPECT_EQ(ridgeCommAbort(t.comm), ridgeSuccess) << errorText();
+          return;
+        }
+        ASSERT_EQ(ridgeGroupStart(), ridgeSuccess);
+        ASSERT_EQ(ridgeSend(a.p, first, ridgeUint8, 0, t.comm, t.stream), ridgeSuccess) << errorText();
+        ASSERT_EQ(ridgeSend(b.p, second, ridgeUint8, 0, t.comm, t.stream), ridgeSuccess) << errorText();
+        ASSERT_EQ(ridgeGroupEnd(), ridgeSuccess) << errorText();
+        for (const auto t0 = Clock::now();
+             !rank0Received.load() && Clock::now() - t0 < std::chrono::seconds(20);)
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the second send is stuck now
+        EXPECT_EQ(t.comm->deviceNetBatches, 1u) << "the batch did not reach the device network's data phase";
+        const auto t0 = Clock::now();
+        EXPECT_EQ(ridgeCommAbort(t.comm), ridgeSuccess) << errorText();
+        Status s = rt.synchronize(t.stream);
+        EXPECT_TRUE(s.isOk()) << s.message();
+        EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 5.0)
+            << "abort did not release the stream";
+        rank1Done.store(true);
+      },
+      /*destroy=*/false);
+}
+
 void expectNoDeviceNetwork(const char* dataPath, bool dmaBuf) {
   withGdrRanks(
       2,
