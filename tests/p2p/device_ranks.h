@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -88,6 +89,17 @@ inline void expectStreamDone(EmulatedRuntime& rt, const TestRank& t) {
   ridgeResult_t async = ridgeSuccess;
   ASSERT_EQ(ridgeCommGetAsyncError(t.comm, &async), ridgeSuccess);
   ASSERT_EQ(async, ridgeSuccess) << errorText();
+}
+
+// Aborts rank `t`'s communicator and checks that its stream, parked on the proxy, is
+// released within 5 s.
+inline void expectAbortReleasesTheStream(EmulatedRuntime& rt, const TestRank& t) {
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(ridgeCommAbort(t.comm), ridgeSuccess) << errorText();
+  ridge::Status s = rt.synchronize(t.stream);
+  EXPECT_TRUE(s.isOk()) << s.message();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0)
+      << "abort did not release the stream";
 }
 
 struct Call {
