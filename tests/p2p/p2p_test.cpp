@@ -504,6 +504,8 @@ TEST(P2pBatches, IndependentOperationsShareABarrierPerSixteen) {
       const ridge::p2p::Stats s = ridge::p2p::stats(t.comm);
       EXPECT_EQ(s.p2pOps, ops);
       EXPECT_EQ(s.barriers, (ops + 15) / 16) << ops << " independent operations";
+      // The first descriptor travels with the vote; the other ops - 1, 18 to a 4 KiB message.
+      EXPECT_EQ(s.descriptorMessages, (ops - 1 + 17) / 18) << ops << " operations";
     });
     unsetenv("RIDGE_SHM_SLOT_BYTES");
   }

@@ -177,7 +177,7 @@ struct Context {
   std::string localWhy;  // why this rank cannot do P2P by its own view (checkPairsHere); "" if it can
   ridgeStream_t stream = nullptr;  // internal; never the legacy default stream (null)
   MappingCache cache;
-  std::atomic<uint64_t> p2pOps{0}, stagedBatches{0}, barriers{0};
+  std::atomic<uint64_t> p2pOps{0}, stagedBatches{0}, barriers{0}, descriptorMessages{0};
   // Sized at creation: the hot path allocates nothing.
   std::vector<OpDesc> mine;    // this rank's descriptor per operation of the batch
   std::vector<OpDesc> theirs;  // every rank's descriptors of one exchange (up to descsPerMessage each)
@@ -429,6 +429,7 @@ Status exchangeDescriptors(Context& x, ridgeComm* c, size_t n) {
   for (size_t first = 1; first < n; first += x.descsPerMessage) {
     const size_t g = std::min(x.descsPerMessage, n - first);
     RIDGE_TRY(exchange(c, &x.mine[first], g * sizeof(OpDesc), x.theirs.data()));
+    x.descriptorMessages.fetch_add(1, std::memory_order_relaxed);
     for (int j = 0; j < P; ++j)
       for (size_t i = 0; i < g; ++i)
         x.table[(first + i) * size_t(P) + size_t(j)] = x.theirs[size_t(j) * g + i];
@@ -804,6 +805,7 @@ Stats stats(const ridgeComm* c) {
   s.p2pOps = x.p2pOps.load();
   s.stagedBatches = x.stagedBatches.load();
   s.barriers = x.barriers.load();
+  s.descriptorMessages = x.descriptorMessages.load();
   s.ipcOpens = x.cache.opens.load();
   s.cacheHits = x.cache.hits.load();
   s.ipcCloses = x.cache.closes.load();

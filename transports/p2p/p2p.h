@@ -87,15 +87,16 @@ void releaseContext(ridgeComm* comm);
 
 // What the P2P path did on a communicator (tests and logs).
 struct Stats {
-  bool capable = false;        // the communicator allows P2P (decided by the proxy's setup)
-  uint64_t p2pOps = 0;         // collectives run device to device
-  uint64_t stagedBatches = 0;  // batches left to staging (by a vote or an incapable comm)
-  uint64_t barriers = 0;       // segments closed: stream synchronized and end messages exchanged
-  uint64_t ipcOpens = 0;       // handles opened (cache misses)
-  uint64_t cacheHits = 0;      // handles found open
-  uint64_t ipcCloses = 0;      // mappings closed (evictions and release)
-  size_t closesDeferred = 0;   // evicted mappings waiting for the proxy to go idle
-  size_t mappingsOpen = 0;     // mappings in the cache now
+  bool capable = false;             // the communicator allows P2P (decided by the proxy's setup)
+  uint64_t p2pOps = 0;              // collectives run device to device
+  uint64_t stagedBatches = 0;       // batches left to staging (by a vote or an incapable comm)
+  uint64_t barriers = 0;            // segments closed: stream synchronized and end messages exchanged
+  uint64_t descriptorMessages = 0;  // messages per peer carrying batches' later descriptors (after the vote)
+  uint64_t ipcOpens = 0;            // handles opened (cache misses)
+  uint64_t cacheHits = 0;           // handles found open
+  uint64_t ipcCloses = 0;           // mappings closed (evictions and release)
+  size_t closesDeferred = 0;        // evicted mappings waiting for the proxy to go idle
+  size_t mappingsOpen = 0;          // mappings in the cache now
   size_t cacheCapacity = 0;
 };
 Stats stats(const ridgeComm* comm);
