@@ -251,14 +251,16 @@ void freeComm(ridgeComm* c) {
   // Before the connectors go: the proxy may still be using them, and every stream waiting
   // on this communicator's release word must be released.
   stopGpuProxy(c, c->aborted.load());
-  c->sendTo.clear();
-  c->recvFrom.clear();
-  c->transports.clear();
-  // Its slots are freed through the allocator, so the transport goes first.
+  // The device network first (it lets its last writes drain), so that a peer still
+  // finishing a device batch with this rank sees it go before the host connections; its
+  // slots are freed through the allocator, so the transport goes before them.
   c->deviceSendTo.clear();
   c->deviceRecvFrom.clear();
   c->deviceNet.reset();
   c->deviceSlotMemory.reset();
+  c->sendTo.clear();
+  c->recvFrom.clear();
+  c->transports.clear();
   if (c->bootstrap) c->bootstrap->close();
   c->bootstrap.reset();
   c->magic = ridgeComm::kDeadMagic;

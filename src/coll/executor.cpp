@@ -148,12 +148,17 @@ Status Executor::checkIdle(int64_t idleNs) {
   // A peer may post its last data and exit at once, or finish everything it had with us
   // and leave: only a peer that a blocked strand still waits for is checked.
   if (anyReady()) return Status::ok();
+  // During a device-network batch only the device network's connections are checked: a
+  // peer that finished and destroyed its communicator closes its host connections while
+  // the device network may still deliver (review M3 of the GPUDirect RDMA path).
+  const bool onDeviceNetwork = comm->deviceNet && comm->waitTransport == comm->deviceNet.get();
   for (size_t i = 0; i < used_; ++i) {
     const Strand& s = entries_[i]->strand;
-    if (!s.done && s.blocked && s.blocked->peer >= 0)
-      for (auto& transport : comm->transports) RIDGE_TRY(transport->checkPeer(s.blocked->peer));
-    if (!s.done && s.blocked && s.blocked->peer >= 0 && comm->deviceData && comm->deviceNet)
+    if (s.done || !s.blocked || s.blocked->peer < 0) continue;
+    if (onDeviceNetwork)
       RIDGE_TRY(comm->deviceNet->checkPeer(s.blocked->peer));
+    else
+      for (auto& transport : comm->transports) RIDGE_TRY(transport->checkPeer(s.blocked->peer));
   }
   return Status::ok();
 }

@@ -52,19 +52,19 @@ bool rangesOverlap(const void* a, size_t an, const void* b, size_t bn) {
   return an > 0 && bn > 0 && x < y + bn && y < x + an;
 }
 
-// Whether the device network can run `op` (docs/gpu.md, "GPUDirect RDMA data path"): a
-// collective whose ring or chain algorithm moves payload only through the data ops
+// Whether the device network can run collective `op` (docs/gpu.md, "GPUDirect RDMA data
+// path"): one whose ring or chain algorithm moves payload only through the data ops
 // (coll/data_ops.h), on device memory (not managed, not host) for every buffer it uses. An
-// empty operation touches no buffer.
+// empty operation touches no buffer. Sends and receives are never voted on (they need not
+// line up across ranks batch by batch): they follow the collectives on the host connectors
+// (runExchanges).
 bool deviceNetworkCarries(const DeviceOp& op, int rank, int nranks) {
   const CollArgs& a = op.args;
   switch (a.type) {
     case CollType::AllReduce:
     case CollType::ReduceScatter:
     case CollType::AllGather:
-    case CollType::Broadcast:
-    case CollType::Send:
-    case CollType::Recv: break;
+    case CollType::Broadcast: break;
     default: return false;  // reduce (chain) and alltoall (all-pairs) reduce or copy on the host
   }
   if (a.count == 0) return true;
@@ -553,11 +553,18 @@ Status GpuProxy::runBatch(uint64_t first, size_t n) {
 Status GpuProxy::runOnDeviceNetwork(size_t n, bool* ran) {
   *ran = false;
   if (!comm_->deviceNet) return Status::ok();  // alike on every rank: decided at init
+  // Only the collectives are voted on and carried: every rank's batch holds the same ones in
+  // the same order, while sends and receives involve some ranks only and may be grouped
+  // differently at the two ends (a vote over them would pair one rank's send batch with
+  // another's collective).
   bool mine = true;
+  size_t m = 0;
   for (size_t i = 0; i < n; ++i) {
+    if (isExchange(batch_[i].args.type)) continue;
     mine = mine && deviceNetworkCarries(batch_[i], comm_->rank, comm_->nranks);
-    deviceArgs_[i] = batch_[i].args;
+    deviceArgs_[m++] = batch_[i].args;
   }
+  if (m == 0) return Status::ok();  // sends and receives only: staged (no vote)
   bool all = false;
   Executor& ex = Executor::forThisThread();
   ex.spawn(comm_, exchangeDeviceNetworkVote(comm_, mine, &all));
@@ -568,9 +575,13 @@ Status GpuProxy::runOnDeviceNetwork(size_t n, bool* ran) {
   }
   *ran = true;
   ++comm_->deviceNetBatches;
-  DeviceNetworkScope scope(comm_, deviceOps_.get());
-  spawnBatch(ex, comm_, deviceArgs_, n);
-  return ex.run();
+  {
+    DeviceNetworkScope scope(comm_, deviceOps_.get());
+    spawnBatch(ex, comm_, deviceArgs_, m);
+    RIDGE_TRY(ex.run());
+  }
+  // Then the batch's sends and receives, as a host group runs them after its collectives.
+  return runExchanges(n);
 }
 
 Status GpuProxy::runStaged(size_t n) {

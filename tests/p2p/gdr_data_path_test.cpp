@@ -18,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
@@ -182,7 +183,12 @@ void runRingExchange(int n, size_t bytes) {
           if (::testing::Test::HasFatalFailure()) return;
           EXPECT_TRUE(recv.get(0, bytes) == pattern(prev, bytes)) << "rank " << t.rank << " round " << round;
         }
-        expectPath(t, kRounds, 0);
+        // Sends and receives are never voted onto the device network: they go through the
+        // host connectors, chunk by chunk copied by the copy engine (runExchanges).
+        EXPECT_EQ(t.comm->deviceNetBatches, 0u) << "rank " << t.rank;
+        EXPECT_EQ(t.comm->deviceNetDeclined, 0u)
+            << "rank " << t.rank << ": a send/receive batch was voted on";
+        EXPECT_EQ(t.comm->stagedBatches, uint64_t(kRounds)) << "rank " << t.rank;
       },
       [&](EmulatedRuntime& rt) {
         expectCleanRuntime(rt, n);
@@ -257,25 +263,26 @@ TEST(GdrDataPath, ManagedMemoryOnOneRankStagesEveryone) {
       [](EmulatedRuntime&) {});
 }
 
-// No device network: RIDGE_GDR_DATA_PATH=off, or a runtime that cannot export dma-buf. The
-// device collectives stage, exactly.
 // ridgeCommAbort while the proxy is inside a device-network batch (its data phase, not the
-// vote): rank 1 groups two sends, rank 0 receives only the first, so rank 1 waits for
-// credits that never come. The abort must release rank 1's stream at once, with the error.
+// vote): rank 1 queues two allreduces in a group, rank 0 only one, so after the first rank
+// 1 waits in the second for a peer that never comes. The abort must release rank 1's
+// stream at once, with the error.
 TEST(GdrDataPath, AbortInsideADeviceNetworkBatchReleasesTheStream) {
   GdrEnv env;
   EmulatedRuntime rt(3);
   ScopedRuntimeForTesting scope(&rt);
-  const size_t first = 20000, second = 400000;  // the second: far more than 4 slots of 16 KiB
-  std::atomic<bool> rank0Received{false}, rank1Done{false};
+  const size_t count = 50000;
+  std::atomic<bool> rank0Done{false}, rank1Done{false};
+  std::atomic<uint64_t> rank1DeviceBatches{0};
   withRanks(
       rt, 2, 2,
       [&](TestRank& t) {
-        DevMem a(rt, first), b(rt, second);
+        DevMem a(rt, count * 4), b(rt, count * 4);
         if (t.rank == 0) {
-          EXPECT_EQ(ridgeRecv(a.p, first, ridgeUint8, 1, t.comm, t.stream), ridgeSuccess) << errorText();
+          EXPECT_EQ(ridgeAllReduce(a.p, a.p, count, ridgeFloat32, ridgeSum, t.comm, t.stream), ridgeSuccess)
+              << errorText();
           expectStreamDone(rt, t);
-          rank0Received.store(true);
+          rank0Done.store(true);
           for (const auto t0 = Clock::now();
                !rank1Done.load() && Clock::now() - t0 < std::chrono::seconds(20);)
             std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -283,20 +290,78 @@ TEST(GdrDataPath, AbortInsideADeviceNetworkBatchReleasesTheStream) {
           return;
         }
         ASSERT_EQ(ridgeGroupStart(), ridgeSuccess);
-        ASSERT_EQ(ridgeSend(a.p, first, ridgeUint8, 0, t.comm, t.stream), ridgeSuccess) << errorText();
-        ASSERT_EQ(ridgeSend(b.p, second, ridgeUint8, 0, t.comm, t.stream), ridgeSuccess) << errorText();
+        ASSERT_EQ(ridgeAllReduce(a.p, a.p, count, ridgeFloat32, ridgeSum, t.comm, t.stream), ridgeSuccess);
+        ASSERT_EQ(ridgeAllReduce(b.p, b.p, count, ridgeFloat32, ridgeSum, t.comm, t.stream), ridgeSuccess);
         ASSERT_EQ(ridgeGroupEnd(), ridgeSuccess) << errorText();
-        for (const auto t0 = Clock::now();
-             !rank0Received.load() && Clock::now() - t0 < std::chrono::seconds(20);)
+        for (const auto t0 = Clock::now(); !rank0Done.load() && Clock::now() - t0 < std::chrono::seconds(20);)
           std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the second send is stuck now
-        EXPECT_EQ(t.comm->deviceNetBatches, 1u) << "the batch did not reach the device network's data phase";
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the second allreduce waits now
         expectAbortReleasesTheStream(rt, t);
+        rank1DeviceBatches.store(t.comm->deviceNetBatches);  // read after the proxy stopped
         rank1Done.store(true);
       },
       /*destroy=*/false);
+  EXPECT_EQ(rank1DeviceBatches.load(), 1u) << "the batch did not reach the device network's data phase";
 }
 
+// Sends and receives are never voted on (review B1): with a device network, a send between
+// two of three ranks followed by an allreduce of all three must not pair rank 2's
+// allreduce vote with the send; and a group {send big, receive small} on one rank against
+// separate calls on the other must not wait chunk by chunk. Exact results, no timeout.
+TEST(GdrDataPath, SendsAndReceivesNeverMeetTheVote) {
+  constexpr int n = 3;
+  const size_t count = 30000, big = 300001, small = 7000;
+  withGdrRanks(
+      n,
+      [&](EmulatedRuntime& rt, TestRank& t) {
+        DevMem x(rt, big), y(rt, small), in(rt, count * 4), out(rt, count * 4);
+        std::vector<unsigned char> bigPattern(big), smallPattern(small);
+        for (size_t i = 0; i < big; ++i) bigPattern[i] = static_cast<unsigned char>(i * 31 + 7);
+        for (size_t i = 0; i < small; ++i) smallPattern[i] = static_cast<unsigned char>(i * 17 + 3);
+        std::vector<int32_t> mine(count);
+        for (size_t i = 0; i < count; ++i)
+          mine[i] = static_cast<int32_t>((i * 13 + size_t(t.rank) * 101) % 1999) - 999;
+        std::vector<unsigned char> raw(count * 4);
+        std::memcpy(raw.data(), mine.data(), raw.size());
+        in.put(raw);
+        out.put(std::vector<unsigned char>(count * 4, kPoison));
+        if (t.rank == 0) {
+          x.put(bigPattern);
+          y.put(std::vector<unsigned char>(small, kPoison));
+          ASSERT_EQ(ridgeGroupStart(), ridgeSuccess);
+          ASSERT_EQ(ridgeSend(x.p, big, ridgeUint8, 1, t.comm, t.stream), ridgeSuccess) << errorText();
+          ASSERT_EQ(ridgeRecv(y.p, small, ridgeUint8, 1, t.comm, t.stream), ridgeSuccess) << errorText();
+          ASSERT_EQ(ridgeGroupEnd(), ridgeSuccess) << errorText();
+        } else if (t.rank == 1) {
+          x.put(std::vector<unsigned char>(big, kPoison));
+          y.put(smallPattern);
+          ASSERT_EQ(ridgeRecv(x.p, big, ridgeUint8, 0, t.comm, t.stream), ridgeSuccess) << errorText();
+          ASSERT_EQ(ridgeSend(y.p, small, ridgeUint8, 0, t.comm, t.stream), ridgeSuccess) << errorText();
+        }
+        ASSERT_EQ(ridgeAllReduce(in.p, out.p, count, ridgeInt32, ridgeSum, t.comm, t.stream), ridgeSuccess)
+            << errorText();
+        expectStreamDone(rt, t);
+        if (::testing::Test::HasFatalFailure()) return;
+        if (t.rank == 0) EXPECT_TRUE(y.get(0, small) == smallPattern) << "the grouped receive";
+        if (t.rank == 1) EXPECT_TRUE(x.get(0, big) == bigPattern) << "the large send";
+        const std::vector<unsigned char> got = out.get(0, count * 4);
+        size_t bad = 0;
+        for (size_t i = 0; i < count; ++i) {
+          int64_t want = 0;
+          for (int r = 0; r < n; ++r) want += static_cast<int32_t>((i * 13 + size_t(r) * 101) % 1999) - 999;
+          int32_t v;
+          std::memcpy(&v, got.data() + i * 4, 4);
+          bad += v != want;
+        }
+        EXPECT_EQ(bad, 0u) << "rank " << t.rank;
+        EXPECT_EQ(t.comm->deviceNetBatches, 1u)
+            << "rank " << t.rank << ": the allreduce left the device network";
+      },
+      [&](EmulatedRuntime& rt) { expectCleanRuntime(rt, n); });
+}
+
+// No device network: RIDGE_GDR_DATA_PATH=off, or a runtime that cannot export dma-buf. The
+// device collectives stage, exactly.
 void expectNoDeviceNetwork(const char* dataPath, bool dmaBuf) {
   withGdrRanks(
       2,
