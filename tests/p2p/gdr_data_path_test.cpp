@@ -82,7 +82,9 @@ void expectPath(const TestRank& t, uint64_t deviceBatches, uint64_t staged) {
 
 // Checks common to every run on the device network.
 void expectCleanRuntime(EmulatedRuntime& rt, int n) {
-  EXPECT_GE(rt.dmaBufExports(), static_cast<uint64_t>(2 * n)) << "slots not registered through dma-buf";
+  // Per rank: the trial export at init (deviceNetworkPossibleHere) and one for each of the
+  // send area and the receive rings: an area registered any other way would lower it.
+  EXPECT_EQ(rt.dmaBufExports(), static_cast<uint64_t>(3 * n)) << "slots not registered through dma-buf";
   EXPECT_EQ(rt.allocationsWhileStreamsWait(), 0u);
   EXPECT_EQ(rt.launchesBeforePreloadWhileStreamsWait(), 0u);
 }
