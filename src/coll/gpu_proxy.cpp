@@ -24,11 +24,9 @@ using device::ReleaseWord;
 
 namespace {
 
-// Alignment of each buffer inside a staging piece: a page for the one operation of a
-// collective step (the direct transports' bounce and copy paths like page-aligned memory), a
-// cache line for the many small buffers a send/receive step may hold.
+// Alignment of each buffer inside a staging piece: a page (the direct transports' bounce and
+// copy paths like page-aligned memory).
 constexpr size_t kCollectiveAlign = 4096;
-constexpr size_t kExchangeAlign = 64;
 
 size_t roundUp(size_t bytes, size_t align) {
   return (bytes + align - 1) / align * align;
@@ -164,18 +162,12 @@ class GpuProxy {
     bool lastOfBatch = false;
     bool skip = false;  // submission failed half-way: release without running
   };
-  // One operation's share of a staged step: elements [lo, lo + n) of each of its blocks,
-  // at byte offsets sendOff/recvOff of the step's piece.
-  struct StepPart {
+  // What runs on one staging piece: one chunk of one collective, elements [lo, lo + n) of
+  // each of its blocks, and `args`, the host operation on the piece.
+  struct Step {
     size_t op = 0;  // index in the running batch
     size_t lo = 0, n = 0;
-    size_t sendOff = 0, recvOff = 0;
-  };
-  // What runs on one staging piece: one chunk of one collective (0 or 1 parts).
-  struct Step {
-    size_t parts = 0;
-    StepPart part[1];
-    CollArgs args[1];  // the host operation, on the piece
+    CollArgs args{};
   };
   // Where the staged walk through a batch's collectives stands: one by one, chunk by chunk,
   // in call order (as a host group runs them); the sends and receives follow (runExchanges).
@@ -201,7 +193,6 @@ class GpuProxy {
   // Fills `step` (laid out on `piece`) with the next step of the running batch; false when
   // none is left.
   bool nextStep(StepCursor& cur, size_t n, Step& step, char* piece);
-  void addPart(Step& step, char* piece, size_t op, size_t lo, size_t count, size_t align, size_t* used);
   // Queues the copies of a step's inputs (device to its piece) or outputs (back).
   Status copyStep(const Step& step, bool inputs);
   // Whether `next` reads device memory that `cur` writes (a group whose later collective
@@ -592,36 +583,24 @@ Status GpuProxy::runStaged(size_t n) {
   return s.isOk() ? runExchanges(n) : s;
 }
 
-void GpuProxy::addPart(Step& step, char* piece, size_t op, size_t lo, size_t count, size_t align,
-                       size_t* used) {
-  const CollArgs& a = batch_[op].args;
-  const BufferUse& u = useOf_[op];
-  const size_t es = dataTypeSize(a.dtype);
-  StepPart& part = step.part[step.parts];
-  part.op = op;
-  part.lo = lo;
-  part.n = count;
-  part.sendOff = *used;
-  if (u.readsSend) *used += roundUp(sendBlocks(a.type, comm_->nranks) * count * es, align);
-  part.recvOff = *used;
-  if (u.writesRecv) *used += roundUp(recvBlocks(a.type, comm_->nranks) * count * es, align);
-  CollArgs& h = step.args[step.parts];
-  h = a;
-  h.count = count;
-  h.send = u.readsSend ? piece + part.sendOff : nullptr;
-  h.recv = u.writesRecv ? piece + part.recvOff : nullptr;
-  ++step.parts;
-}
-
 bool GpuProxy::nextStep(StepCursor& cur, size_t n, Step& step, char* piece) {
-  step.parts = 0;
-  size_t used = 0;
   // Sends and receives run after the collectives (runExchanges), as a host group runs them.
   while (cur.op < n && (isExchange(batch_[cur.op].args.type) || batch_[cur.op].args.count == 0)) ++cur.op;
   if (cur.op >= n) return false;
-  const size_t count = batch_[cur.op].args.count, lo = cur.chunk * chunkOf_[cur.op];
-  addPart(step, piece, cur.op, lo, std::min(chunkOf_[cur.op], count - lo), kCollectiveAlign, &used);
-  if (lo + chunkOf_[cur.op] >= count) {
+  const CollArgs& a = batch_[cur.op].args;
+  const BufferUse& u = useOf_[cur.op];
+  const size_t es = dataTypeSize(a.dtype), lo = cur.chunk * chunkOf_[cur.op];
+  step.op = cur.op;
+  step.lo = lo;
+  step.n = std::min(chunkOf_[cur.op], a.count - lo);
+  // The piece holds the chunk's send blocks, then (page aligned) its receive blocks.
+  const size_t recvOff =
+      u.readsSend ? roundUp(sendBlocks(a.type, comm_->nranks) * step.n * es, kCollectiveAlign) : 0;
+  step.args = a;
+  step.args.count = step.n;
+  step.args.send = u.readsSend ? piece : nullptr;
+  step.args.recv = u.writesRecv ? piece + recvOff : nullptr;
+  if (lo + chunkOf_[cur.op] >= a.count) {
     ++cur.op;
     cur.chunk = 0;
   } else {
@@ -631,44 +610,33 @@ bool GpuProxy::nextStep(StepCursor& cur, size_t n, Step& step, char* piece) {
 }
 
 Status GpuProxy::copyStep(const Step& step, bool inputs) {
-  for (size_t p = 0; p < step.parts; ++p) {
-    const StepPart& part = step.part[p];
-    const CollArgs& a = batch_[part.op].args;
-    if (!(inputs ? useOf_[part.op].readsSend : useOf_[part.op].writesRecv)) continue;
-    const size_t es = dataTypeSize(a.dtype), bytes = part.n * es;
-    // Block b of the chunk: elements [lo, lo + n) of the device buffer's block b, and the
-    // b-th run of n elements on the piece.
-    char* device = static_cast<char*>(const_cast<void*>(inputs ? a.send : a.recv)) + part.lo * es;
-    char* staged = static_cast<char*>(const_cast<void*>(inputs ? step.args[p].send : step.args[p].recv));
-    const size_t blocks = inputs ? sendBlocks(a.type, comm_->nranks) : recvBlocks(a.type, comm_->nranks);
-    // A chunk that covers the whole operation is one contiguous range on both sides: one
-    // copy instead of one per block (review M4: a small allgather on P ranks issued P + 1).
-    const size_t runs = part.n == a.count ? 1 : blocks, runBytes = part.n == a.count ? blocks * bytes : bytes;
-    for (size_t b = 0; b < runs; ++b) {
-      char* d = device + b * a.count * es;
-      char* h = staged + b * bytes;
-      RIDGE_TRY(inputs ? rt_->copy(h, d, runBytes, copyStream_) : rt_->copy(d, h, runBytes, copyStream_));
-    }
+  const CollArgs& a = batch_[step.op].args;
+  if (!(inputs ? useOf_[step.op].readsSend : useOf_[step.op].writesRecv)) return Status::ok();
+  const size_t es = dataTypeSize(a.dtype), bytes = step.n * es;
+  // Block b of the chunk: elements [lo, lo + n) of the device buffer's block b, and the
+  // b-th run of n elements on the piece.
+  char* device = static_cast<char*>(const_cast<void*>(inputs ? a.send : a.recv)) + step.lo * es;
+  char* staged = static_cast<char*>(const_cast<void*>(inputs ? step.args.send : step.args.recv));
+  const size_t blocks = inputs ? sendBlocks(a.type, comm_->nranks) : recvBlocks(a.type, comm_->nranks);
+  // A chunk that covers the whole operation is one contiguous range on both sides: one
+  // copy instead of one per block (review M4: a small allgather on P ranks issued P + 1).
+  const bool whole = step.n == a.count;
+  const size_t runs = whole ? 1 : blocks, runBytes = whole ? blocks * bytes : bytes;
+  for (size_t b = 0; b < runs; ++b) {
+    char* d = device + b * a.count * es;
+    char* h = staged + b * bytes;
+    RIDGE_TRY(inputs ? rt_->copy(h, d, runBytes, copyStream_) : rt_->copy(d, h, runBytes, copyStream_));
   }
   return Status::ok();
 }
 
 bool GpuProxy::readsWhatItWrites(const Step& next, const Step& cur) const {
-  for (size_t i = 0; i < next.parts; ++i) {
-    const size_t in = next.part[i].op;
-    if (!useOf_[in].readsSend) continue;
-    const CollArgs& r = batch_[in].args;
-    for (size_t j = 0; j < cur.parts; ++j) {
-      const size_t out = cur.part[j].op;
-      // Chunks of one operation touch disjoint ranges (in place too).
-      if (out == in || !useOf_[out].writesRecv) continue;
-      const CollArgs& w = batch_[out].args;
-      if (rangesOverlap(r.send, useOf_[in].sendCount * dataTypeSize(r.dtype), w.recv,
-                        useOf_[out].recvCount * dataTypeSize(w.dtype)))
-        return true;
-    }
-  }
-  return false;
+  // Chunks of one operation touch disjoint ranges (in place too).
+  if (next.op == cur.op || !useOf_[next.op].readsSend || !useOf_[cur.op].writesRecv) return false;
+  const CollArgs& r = batch_[next.op].args;
+  const CollArgs& w = batch_[cur.op].args;
+  return rangesOverlap(r.send, useOf_[next.op].sendCount * dataTypeSize(r.dtype), w.recv,
+                       useOf_[cur.op].recvCount * dataTypeSize(w.dtype));
 }
 
 Status GpuProxy::runStagedSteps(size_t n) {
@@ -693,7 +661,7 @@ Status GpuProxy::runStagedSteps(size_t n) {
       RIDGE_TRY(rt_->recordMarker(copiedIn_[next], copyStream_));
     }
     // The host algorithms and transports, unchanged, on this thread's executor.
-    spawnBatch(ex, comm_, steps_[now].args, steps_[now].parts);
+    spawnBatch(ex, comm_, &steps_[now].args, 1);
     RIDGE_TRY(ex.run());
     RIDGE_TRY(copyStep(steps_[now], false));
     if (!more) break;

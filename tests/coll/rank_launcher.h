@@ -27,6 +27,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -305,6 +306,35 @@ inline std::vector<std::string> linesWith(const RankResult& rr, const std::strin
     if (ln.rfind(prefix, 0) == 0) v.push_back(ln.substr(prefix.size()));
   }
   return v;
+}
+
+/** The "name=value name=value ..." items of one line (values as unsigned integers). */
+inline std::map<std::string, uint64_t> parseNameValues(const std::string& line) {
+  std::map<std::string, uint64_t> m;
+  size_t pos = 0;
+  while (pos < line.size()) {
+    size_t sp = line.find(' ', pos);
+    if (sp == std::string::npos) sp = line.size();
+    const std::string item = line.substr(pos, sp - pos);
+    const size_t eq = item.find('=');
+    if (eq != std::string::npos) m[item.substr(0, eq)] = std::strtoull(item.c_str() + eq + 1, nullptr, 10);
+    pos = sp + 1;
+  }
+  return m;
+}
+
+/**
+ * A receiver whose receive gave up: poisons `buf` (0x5A), reports POISONED (the parent then
+ * lets the stopped sender go on), waits 1.5 s while the sender sends, and reports CHANGED
+ * with the number of bytes that changed since (must be 0: nothing lands after a withdrawal).
+ */
+inline void poisonAndReportChanges(std::vector<uint8_t>& buf, Reporter& rep) {
+  std::memset(buf.data(), 0x5A, buf.size());
+  rep.line("POISONED");
+  usleep(1500 * 1000);  // the sender resumes and sends meanwhile
+  size_t changed = 0;
+  for (uint8_t b : buf) changed += b != 0x5A;
+  rep.line("CHANGED " + std::to_string(changed));
 }
 
 /** ridgeGetUniqueId for the parent; fails the test if it does not work. */

@@ -34,24 +34,9 @@ void directEnv(const char* faults) {
   setenv("RIDGE_SOFTNIC_FAULTS", faults ? faults : "", 1);
 }
 
-// "name=value ..." of one line into a map.
-std::map<std::string, uint64_t> parseStats(const std::string& line) {
-  std::map<std::string, uint64_t> m;
-  size_t pos = 0;
-  while (pos < line.size()) {
-    size_t sp = line.find(' ', pos);
-    if (sp == std::string::npos) sp = line.size();
-    const std::string item = line.substr(pos, sp - pos);
-    const size_t eq = item.find('=');
-    if (eq != std::string::npos) m[item.substr(0, eq)] = std::strtoull(item.c_str() + eq + 1, nullptr, 10);
-    pos = sp + 1;
-  }
-  return m;
-}
-
 std::map<std::string, uint64_t> rankStats(const RankResult& rr, const char* prefix) {
   auto lines = linesWith(rr, prefix);
-  return lines.empty() ? std::map<std::string, uint64_t>{} : parseStats(lines.back());
+  return lines.empty() ? std::map<std::string, uint64_t>{} : parseNameValues(lines.back());
 }
 
 void printStats(Reporter& rep) {
@@ -198,12 +183,7 @@ TEST(NetDirectColl, RecvDestinationsWithdrawnAfterTimeout) {
         std::vector<uint8_t> buf(kBytes, 0);
         ridgeResult_t r = ridgeRecv(buf.data(), kBytes, ridgeUint8, 1, comm, nullptr);
         rep.line("RESULT " + std::to_string(r));
-        std::memset(buf.data(), 0x5A, kBytes);
-        rep.line("POISONED");
-        usleep(1500 * 1000);  // the sender resumes and sends meanwhile
-        size_t changed = 0;
-        for (uint8_t b : buf) changed += b != 0x5A;
-        rep.line("CHANGED " + std::to_string(changed));
+        poisonAndReportChanges(buf, rep);
         printStats(rep);
         ridgeCommAbort(comm);
         return 0;

@@ -160,18 +160,8 @@ struct NetEnv {
 std::map<std::string, uint64_t> sumCounters(const LaunchResult& res) {
   std::map<std::string, uint64_t> sum;
   for (const RankResult& rr : res.ranks) {
-    for (const std::string& line : linesWith(rr, "COUNTERS ")) {
-      size_t pos = 0;
-      while (pos < line.size()) {
-        size_t sp = line.find(' ', pos);
-        if (sp == std::string::npos) sp = line.size();
-        const std::string item = line.substr(pos, sp - pos);
-        const size_t eq = item.find('=');
-        if (eq != std::string::npos)
-          sum[item.substr(0, eq)] += std::strtoull(item.c_str() + eq + 1, nullptr, 10);
-        pos = sp + 1;
-      }
-    }
+    for (const std::string& line : linesWith(rr, "COUNTERS "))
+      for (const auto& [name, value] : parseNameValues(line)) sum[name] += value;
   }
   return sum;
 }

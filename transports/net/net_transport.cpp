@@ -310,21 +310,31 @@ class NetTransport final : public Transport {
     for (size_t i = owing_.size(); i-- > 0;) returnCredits(owing_[i]);
   }
 
-  void returnCredits(NetPeer* p) {
-    if (!p->creditsOwed || p->creditSendsInFlight >= p->creditBudget || !p->failure.isOk()) return;
-    if (p->qp->sendSlotsFree() == 0) return;
+  // Every message of this transport is one signaled RDMA WRITE WITH IMMEDIATE to the peer
+  // (data, credits, adverts). A refused post means the QP broke: the peer is failed (the
+  // waiting side learns it from checkPeer) and false returned.
+  bool postWriteImm(NetPeer* p, WrKind kind, uint32_t imm, uint64_t localAddr, uint32_t lkey, uint32_t length,
+                    uint64_t remoteAddr, uint32_t rkey) {
     Wqe w{};
     w.opcode = kWqeRdmaWriteImm;
     w.flags = kWqeSignaled;
-    w.immData = kImmCredit | p->creditsOwed;
-    w.remoteAddr = p->remoteRing;
-    w.rkey = p->remoteRkey;
-    w.wrId = wrId(p->peer, kWrCredit);
+    w.length = length;
+    w.immData = imm;
+    w.localAddr = localAddr;
+    w.lkey = lkey;
+    w.remoteAddr = remoteAddr;
+    w.rkey = rkey;
+    w.wrId = wrId(p->peer, kind);
     Status s = p->qp->postSend(w);
-    if (!s.isOk()) {
-      fail(p, s);
+    if (!s.isOk()) fail(p, s);
+    return s.isOk();
+  }
+
+  void returnCredits(NetPeer* p) {
+    if (!p->creditsOwed || p->creditSendsInFlight >= p->creditBudget || !p->failure.isOk()) return;
+    if (p->qp->sendSlotsFree() == 0) return;
+    if (!postWriteImm(p, kWrCredit, kImmCredit | p->creditsOwed, 0, 0, 0, p->remoteRing, p->remoteRkey))
       return;
-    }
     ++p->creditSendsInFlight;
     p->creditsOwed = 0;
     setOwing(p, false);
@@ -382,32 +392,24 @@ class NetTransport final : public Transport {
   void postChunk(NetPeer* p, uint64_t localAddr, uint32_t lkey, uint32_t bytes, bool last, bool fromCaller) {
     const uint32_t seq = p->posted;
     const uint32_t idx = seq % p->nslots;
-    Wqe w{};
-    w.opcode = kWqeRdmaWriteImm;
-    w.flags = kWqeSignaled;
-    w.length = bytes;
-    w.immData = bytes | (last ? kImmLast : 0);
-    w.localAddr = localAddr;
-    w.lkey = lkey;
-    w.remoteAddr = p->remoteRing + idx * p->slotBytes;
-    w.rkey = p->remoteRkey;
-    w.wrId = wrId(p->peer, kWrData);
+    uint32_t imm = bytes | (last ? kImmLast : 0);
+    uint64_t remoteAddr = p->remoteRing + idx * p->slotBytes;
+    uint32_t rkey = p->remoteRkey;
     Advert& a = p->adverts[seq % (2 * p->nslots)];
     if (a.valid && a.seq == seq) {
       a.valid = 0;
       // An empty chunk needs no destination; one larger than the room goes to the slot, and
       // the receiver sees its size and reports the mismatch.
       if (bytes && bytes <= a.capacity) {
-        w.remoteAddr = a.addr;
-        w.rkey = a.rkey;
-        w.immData |= kImmDirect;
+        remoteAddr = a.addr;
+        rkey = a.rkey;
+        imm |= kImmDirect;
         ++stats_.chunksToAdvertised;
       }
     }
-    Status s = p->qp->postSend(w);
     // The send queue has room for every data slot plus the credit and advert budgets, so
-    // this fails only when the QP broke; the waiting side learns it from checkPeer.
-    if (!s.isOk()) fail(p, s);
+    // this fails only when the QP broke.
+    (void)postWriteImm(p, kWrData, imm, localAddr, lkey, bytes, remoteAddr, rkey);
     if (fromCaller)
       p->directInFlight |= 1ull << idx;
     else
@@ -435,21 +437,10 @@ class NetTransport final : public Transport {
     Advert& out = p->advertsOut[p->advertsPosted % p->nslots];
     out = Advert{reinterpret_cast<uint64_t>(dst), mr->rkey(), capacity, seq, 1};
     const uint32_t ringIdx = seq % (2 * p->nslots);
-    Wqe w{};
-    w.opcode = kWqeRdmaWriteImm;
-    w.flags = kWqeSignaled;
-    w.length = sizeof(Advert);
-    w.immData = kImmAdvert | ringIdx;
-    w.localAddr = reinterpret_cast<uint64_t>(&out);
-    w.lkey = controlMr_->lkey();
-    w.remoteAddr = p->remoteAdverts + ringIdx * sizeof(Advert);
-    w.rkey = p->remoteAdvertRkey;
-    w.wrId = wrId(p->peer, kWrAdvert);
-    Status s = p->qp->postSend(w);
-    if (!s.isOk()) {
-      fail(p, s);
+    if (!postWriteImm(p, kWrAdvert, kImmAdvert | ringIdx, reinterpret_cast<uint64_t>(&out),
+                      controlMr_->lkey(), sizeof(Advert), p->remoteAdverts + ringIdx * sizeof(Advert),
+                      p->remoteAdvertRkey))
       return;
-    }
     ++p->advertsPosted;
     p->advertised |= 1ull << (seq % p->nslots);
     ++stats_.advertsSent;
