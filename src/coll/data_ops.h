@@ -26,7 +26,6 @@ class DeviceDataOps {
   Status copy(void* dst, const void* src, size_t bytes) {
     if (bytes == 0) return Status::ok();
     RIDGE_TRY(rt_->copy(dst, src, bytes, stream_));
-    ++copies_;
     return rt_->synchronize(stream_);
   }
   // dst = a (op) b, then / divisor when divisor > 0 (as reduce2).
@@ -35,17 +34,12 @@ class DeviceDataOps {
     if (count == 0) return Status::ok();
     const void* srcs[2] = {a, b};
     RIDGE_TRY(rt_->launchReduce(dst, srcs, 2, count, type, op, divisor, stream_));
-    ++reductions_;
     return rt_->synchronize(stream_);
   }
-  uint64_t copies() const { return copies_; }
-  uint64_t reductions() const { return reductions_; }
 
  private:
   device::DeviceRuntime* rt_;
   ridgeStream_t stream_;
-  uint64_t copies_ = 0;
-  uint64_t reductions_ = 0;
 };
 
 // Copies payload; `streaming`: host stores that bypass the cache (the output of a large
