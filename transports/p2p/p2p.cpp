@@ -129,10 +129,9 @@ class ExportCache {
 // handles; when the peer's runtime gave no id (0), the handles are compared instead. Bounded:
 // the least recently used entry not needed by the running operation makes room; an entry
 // whose (peer, base) comes back as another allocation maps a freed one and is replaced at
-// once. A replaced
-// mapping is not closed then (the user's stream is parked on the running batch, and closing
-// may synchronize the device): it is set aside, and closeDeferred closes it when the proxy
-// is idle. At most `capacity` wait so; past that, one is closed at once (logged).
+// once. A replaced mapping is not closed then (the user's stream is parked on the running
+// batch, and closing may synchronize the device): it is set aside, and closeDeferred closes
+// it when the proxy is idle. At most `capacity` wait so; past that, one is closed at once (logged).
 class MappingCache {
  public:
   void init(DeviceRuntime* rt, size_t capacity) {
@@ -238,6 +237,7 @@ struct Context {
   std::atomic<bool> capable{false};  // stats() reads it from other threads
   bool exportHandles = false;        // some peer needs IPC handles (another process, or the emulator)
   bool loggedStaged = false;
+  bool loggedNoAllocationIds = false;
   std::string localWhy;  // why this rank cannot do P2P by its own view (checkPairsHere); "" if it can
   ridgeStream_t stream = nullptr;  // internal; never the legacy default stream (null)
   MappingCache cache;
@@ -335,11 +335,16 @@ bool describeBuffer(Context& x, const void* p, device::PointerKind kind, bool us
   Status s = x.rt->allocationRange(p, &base, &len);
   if (s.isOk()) {
     uint64_t id = 0;
-    if (x.rt->allocationId(base, &id).isOk()) {
+    const Status idStatus = x.rt->allocationId(base, &id);
+    if (idStatus.isOk()) {
       s = x.exports.handleOf(x.rt, base, id, &d->handle);
       d->allocation = id;
     } else {
       // No id to key a cache on safely: export every time (peers then compare handles).
+      if (!x.loggedNoAllocationIds)
+        RIDGE_INFO("P2P: no allocation id (%s): buffers are exported on every call, not cached",
+                   idStatus.message().c_str());
+      x.loggedNoAllocationIds = true;
       s = x.rt->ipcExport(base, &d->handle);
       if (s.isOk()) x.exports.exports.fetch_add(1, std::memory_order_relaxed);
     }
