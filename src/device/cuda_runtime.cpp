@@ -313,6 +313,21 @@ class CudaRuntime final : public DeviceRuntime {
     *bytes = n;
     return Status::ok();
   }
+  Status allocationId(const void* p, uint64_t* id) override {
+    using AttributeFn = CUresult (*)(void*, CUpointer_attribute, CUdeviceptr);
+    static const auto attribute = reinterpret_cast<AttributeFn>(driverEntryPoint("cuPointerGetAttribute"));
+    if (!attribute) return makeError(ridgeUnhandledCudaError, "cuPointerGetAttribute: no driver entry point");
+    // The driver's buffer id: unique within the process for its whole life, never reused
+    // by a later allocation (cuda.h, CU_POINTER_ATTRIBUTE_BUFFER_ID).
+    unsigned long long v = 0;
+    const CUresult r = attribute(&v, CU_POINTER_ATTRIBUTE_BUFFER_ID, reinterpret_cast<CUdeviceptr>(p));
+    if (r != CUDA_SUCCESS)
+      return makeError(ridgeUnhandledCudaError, "cuPointerGetAttribute(BUFFER_ID, %p): CUresult %d", p,
+                       static_cast<int>(r));
+    if (v == 0) return makeError(ridgeUnhandledCudaError, "cuPointerGetAttribute(BUFFER_ID, %p): id 0", p);
+    *id = v;
+    return Status::ok();
+  }
   bool ipcWithinProcess() const override {
     return false;
   }

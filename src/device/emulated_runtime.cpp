@@ -547,6 +547,7 @@ Status EmulatedRuntime::ipcExport(void* devicePtr, IpcHandle* out) {
   EmulatedIpcHandle h{kIpcMagic, getpid(), it->first, it->second.id};
   std::memset(out, 0, sizeof *out);
   std::memcpy(out->bytes, &h, sizeof h);
+  ipcExportCount_.fetch_add(1);
   return Status::ok();
 }
 
@@ -630,6 +631,49 @@ Status EmulatedRuntime::allocationRange(const void* p, void** base, size_t* byte
     return Status::ok();
   }
   return makeError(ridgeInvalidArgument, "allocationRange: %p is not emulated device memory", p);
+}
+
+Status EmulatedRuntime::allocationId(const void* p, uint64_t* id) {
+  if (!allocationIdsSupported_.load())
+    return makeError(ridgeSystemError, "allocationId: turned off by the test (setAllocationIdsSupported)");
+  std::lock_guard<std::mutex> lock(regionsMutex_);
+  auto it = regionHolding(p);
+  if (it == regions_.end())
+    return makeError(ridgeInvalidArgument, "allocationId: %p is not emulated device memory", p);
+  *id = it->second.id;
+  return Status::ok();
+}
+
+Status EmulatedRuntime::reallocateInPlace(void* base) {
+  std::lock_guard<std::mutex> lock(regionsMutex_);
+  auto it = regions_.find(reinterpret_cast<uintptr_t>(base));
+  if (it == regions_.end() || it->second.ipcOpens > 0)
+    return makeError(ridgeInvalidArgument, "reallocateInPlace: %p is not the base of an allocation", base);
+  Region& r = it->second;
+  int fd = memfd_create("ridge-emulated-device", MFD_CLOEXEC);
+  if (fd < 0) return systemError("memfd_create");
+  if (ftruncate(fd, static_cast<off_t>(r.bytes)) != 0) {
+    Status s = systemError("ftruncate");
+    close(fd);
+    return s;
+  }
+  void* alias = mmap(nullptr, r.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  // MAP_FIXED over the old view: the old mapping goes and the new one takes its place at once.
+  void* view = alias == MAP_FAILED ? MAP_FAILED
+                                   : mmap(base, r.bytes, r.managed ? PROT_READ | PROT_WRITE : PROT_NONE,
+                                          MAP_SHARED | MAP_FIXED, fd, 0);
+  if (view != base) {
+    Status s = systemError("reallocateInPlace: mapping the new allocation");
+    if (alias != MAP_FAILED) munmap(alias, r.bytes);
+    close(fd);
+    return s;
+  }
+  munmap(r.alias, r.bytes);
+  close(r.fd);
+  r.alias = static_cast<char*>(alias);
+  r.fd = fd;
+  r.id = nextAllocationId_++;
+  return Status::ok();
 }
 
 std::string EmulatedRuntime::pciBusId(int device) {

@@ -72,6 +72,9 @@ class EmulatedRuntime final : public DeviceRuntime {
   PeerLink peerLink(int deviceA, int deviceB) override;
   Status enablePeerAccess(int peerDevice) override;
   Status allocationRange(const void* p, void** base, size_t* bytes) override;
+  // The allocation's unique number (Region::id, counted from 1 per runtime); a view opened
+  // with ipcOpen reports the exported allocation's.
+  Status allocationId(const void* p, uint64_t* id) override;
   bool ipcWithinProcess() const override { return ipcWithinProcess_.load(); }
   std::string pciBusId(int device) override;
   int deviceByPciBusId(const std::string& busId) override;
@@ -153,6 +156,16 @@ class EmulatedRuntime final : public DeviceRuntime {
   // ipcOpen calls that succeeded, ipcOpen views still open, reductions launched (counters
   // the P2P tests read to tell which path ran and what the mapping cache did).
   uint64_t ipcOpens() const { return ipcOpenCount_.load(); }
+  // ipcExport calls that succeeded (the P2P tests check that cached exports are not redone).
+  uint64_t ipcExports() const { return ipcExportCount_.load(); }
+  // While off, allocationId fails (a runtime that cannot name allocations): P2P then exports
+  // every buffer per call and its peers compare handles.
+  void setAllocationIdsSupported(bool on) { allocationIdsSupported_.store(on); }
+  // Frees the device allocation whose base is `base` and makes a new one of the same size
+  // and device at the same address (a new id, new memory holding zeros), as a driver may
+  // hand a freed address out again. In one step, so no other thread's mapping can land there
+  // in between. Views opened with ipcOpen keep the old memory. Nothing may be queued on it.
+  Status reallocateInPlace(void* base);
   size_t ipcViewsOpen();
   uint64_t reducesLaunched() const { return reduceCount_.load(); }
   // Reductions launched with a destination or source not 16-byte aligned: the GPU kernel's
@@ -224,6 +237,8 @@ class EmulatedRuntime final : public DeviceRuntime {
   std::atomic<bool> ipcWithinProcess_{true};
   std::atomic<bool> rdmaWritesOrdered_{false};
   std::atomic<uint64_t> ipcOpenCount_{0};
+  std::atomic<uint64_t> ipcExportCount_{0};
+  std::atomic<bool> allocationIdsSupported_{true};
   std::atomic<int> ipcOpenFailures_{0};
   std::atomic<uint64_t> reduceCount_{0};
   std::atomic<uint64_t> misalignedReduceCount_{0};

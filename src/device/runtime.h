@@ -150,6 +150,13 @@ class DeviceRuntime {
   virtual Status enablePeerAccess(int peerDevice) = 0;
   // The allocation that holds `p` (ipcExport takes an allocation's base).
   virtual Status allocationRange(const void* p, void** base, size_t* bytes) = 0;
+  // A number naming the allocation that holds `p` (Ridge passes the base allocationRange
+  // gave), unique within this process for its whole life: an allocation made after another
+  // was freed gets a new number even at the same address (CUDA: the driver's
+  // CU_POINTER_ATTRIBUTE_BUFFER_ID). The P2P transport keys its cache of exported handles on
+  // it, where an address would name a freed allocation's successor. Never 0; an error when
+  // the runtime cannot tell (the caller then does without caching).
+  virtual Status allocationId(const void* p, uint64_t* id) = 0;
   // Whether ranks that are threads of one process must still exchange IPC handles (the
   // emulator: yes, so tests go through ipcOpen) or use each other's pointers directly (CUDA:
   // a process cannot open its own handles, and its device pointers are valid on every

@@ -821,6 +821,50 @@ TEST(EmulatedRuntime, IpcOpensTheSameMemory) {
   EXPECT_FALSE(rt.ipcExport(a.bytes() + 64, &h).isOk());  // not an allocation's base
 }
 
+// allocationId names the allocation (any address inside it, and the views ipcOpen gives of
+// it), and an allocation made at a freed one's address (reallocateInPlace) gets a new id,
+// new memory, and a handle that opens the new memory while the old one's handle fails.
+TEST(EmulatedRuntime, AllocationIdsNameAllocationsNotAddresses) {
+  EmulatedRuntime rt;
+  DeviceBuffer a(rt, 8192), b(rt, 4096);
+  uint64_t idA = 0, idInside = 0, idB = 0;
+  ASSERT_TRUE(rt.allocationId(a.get(), &idA).isOk());
+  ASSERT_TRUE(rt.allocationId(a.bytes() + 5000, &idInside).isOk());
+  ASSERT_TRUE(rt.allocationId(b.get(), &idB).isOk());
+  EXPECT_NE(idA, 0u);
+  EXPECT_EQ(idInside, idA);
+  EXPECT_NE(idB, idA);
+  int host = 0;
+  uint64_t id = 0;
+  EXPECT_FALSE(rt.allocationId(&host, &id).isOk());  // host memory has none
+
+  ridge::device::DeviceRuntime::IpcHandle oldHandle, newHandle;
+  ASSERT_TRUE(rt.ipcExport(a.get(), &oldHandle).isOk());
+  void* view = nullptr;
+  ASSERT_TRUE(rt.ipcOpen(oldHandle, &view).isOk());
+  ASSERT_TRUE(rt.allocationId(view, &id).isOk());
+  EXPECT_EQ(id, idA);
+  EXPECT_FALSE(rt.reallocateInPlace(view).isOk()) << "a view is not an allocation of this process";
+  EXPECT_TRUE(rt.ipcClose(view).isOk());
+
+  std::vector<unsigned char> in(8192, 0x5a);
+  a.upload(in);
+  ASSERT_TRUE(rt.reallocateInPlace(a.get()).isOk());
+  ASSERT_TRUE(rt.allocationId(a.get(), &id).isOk());
+  EXPECT_NE(id, idA);
+  EXPECT_NE(id, idB);
+  std::vector<unsigned char> out(8192, 1);
+  ASSERT_TRUE(rt.copyToHost(out.data(), a.get(), out.size()).isOk());
+  EXPECT_EQ(out, std::vector<unsigned char>(8192, 0)) << "the new allocation kept the old memory";
+  EXPECT_FALSE(rt.ipcOpen(oldHandle, &view).isOk()) << "the freed allocation's handle opened its successor";
+  ASSERT_TRUE(rt.ipcExport(a.get(), &newHandle).isOk());
+  EXPECT_NE(std::memcmp(oldHandle.bytes, newHandle.bytes, sizeof oldHandle.bytes), 0);
+  EXPECT_EQ(rt.ipcExports(), 2u);
+
+  rt.setAllocationIdsSupported(false);
+  EXPECT_FALSE(rt.allocationId(a.get(), &id).isOk());
+}
+
 TEST(EmulatedRuntime, DeviceReduceKernelMatchesTheReference) {
   EmulatedRuntime rt;
   const size_t count = 10007;

@@ -95,6 +95,10 @@ int childRank(const ridgeUniqueId& id, int rank, int n, bool twoDevices) {
   // One handle per peer buffer (send, recv), opened once across all the calls.
   CHILD_CHECK(s.ipcOpens == (expectP2p ? 2u : 0u), "%llu IPC opens",
               static_cast<unsigned long long>(s.ipcOpens));
+  // Each of this rank's two allocations exported once across the calls: the driver gave
+  // allocation ids (CU_POINTER_ATTRIBUTE_BUFFER_ID), so the export cache held the handles.
+  CHILD_CHECK(s.ipcExports == (expectP2p ? 2u : 0u), "%llu IPC exports",
+              static_cast<unsigned long long>(s.ipcExports));
   std::fprintf(stderr, "rank %d: %llu P2P collectives, %llu IPC opens, %llu cache hits\n", rank,
                static_cast<unsigned long long>(s.p2pOps), static_cast<unsigned long long>(s.ipcOpens),
                static_cast<unsigned long long>(s.cacheHits));

@@ -9,7 +9,9 @@
 // (its counters and the emulator's reduction launches) and that RIDGE_P2P=off, refused peer
 // access, in-place alltoall and groups with send/receive stage instead; the mapping cache
 // (handles opened once across calls, bounded, a freed and reallocated buffer never read
-// through its old mapping, every mapping closed at destroy); abort during a P2P collective;
+// through its old mapping, every mapping closed at destroy); the export cache (each
+// allocation exported once across calls, an allocation at a freed one's address exported
+// anew, bounded); abort during a P2P collective;
 // groups: independent operations share one barrier, a dependent one waits for its
 // predecessor on every rank (a slow emulated device would expose it otherwise).
 #include "transports/p2p/p2p.h"
@@ -326,7 +328,9 @@ TEST(P2pTopology, DevicesAreMatchedByBusIdAndARankThatCannotSeeAPeersDeviceStage
 
 // ---- the mapping cache --------------------------------------------------------------------
 
-TEST(P2pMappingCache, ReusesHandlesAcrossCallsAndClosesThemAtDestroy) {
+// Repeated calls on the same buffers: each rank exports its two allocations once (the export
+// cache) and opens each peer's once (the mapping cache), whatever the collective.
+TEST(P2pMappingCache, ReusesExportsAndHandlesAcrossCallsAndClosesThemAtDestroy) {
   EmulatedRuntime rt;
   ScopedRuntimeForTesting scope(&rt);
   const int n = 3;
@@ -336,15 +340,23 @@ TEST(P2pMappingCache, ReusesHandlesAcrossCallsAndClosesThemAtDestroy) {
     runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, cnt}, 20, &send, &recv);
     const ridge::p2p::Stats first = ridge::p2p::stats(t.comm);
     EXPECT_EQ(first.ipcOpens, 2u * (n - 1)) << "one open per peer buffer";
-    for (uint32_t i = 0; i < 5; ++i)
+    EXPECT_EQ(first.ipcExports, 2u) << "one export per buffer";
+    EXPECT_EQ(first.exportHits, 0u);
+    for (uint32_t i = 0; i < 4; ++i)
       runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, cnt}, 21 + i, &send, &recv);
+    runCall(rt, t, {Op::ReduceScatter, ridgeFloat32, ridgeSum, cnt / 4}, 25, &send, &recv);
     const ridge::p2p::Stats later = ridge::p2p::stats(t.comm);
     EXPECT_EQ(later.ipcOpens, first.ipcOpens) << "the same buffers were opened again";
-    EXPECT_EQ(later.cacheHits, 5u * 2u * (n - 1));
+    // Allreduce maps both buffers of every peer; reduce-scatter only their send buffers.
+    EXPECT_EQ(later.cacheHits, 4u * 2u * (n - 1) + (n - 1));
     EXPECT_EQ(later.mappingsOpen, 2u * (n - 1));
+    EXPECT_EQ(later.ipcExports, 2u) << "the same buffers were exported again";
+    EXPECT_EQ(later.exportHits, 5u * 2u);
+    EXPECT_EQ(later.exportsCached, 2u);
     EXPECT_EQ(later.p2pOps, 6u);
   });
   EXPECT_EQ(rt.ipcOpens(), uint64_t(n) * 2 * (n - 1));
+  EXPECT_EQ(rt.ipcExports(), uint64_t(n) * 2) << "the runtime was asked to export again";
   EXPECT_EQ(rt.ipcViewsOpen(), 0u) << "destroy left mappings open";
 }
 
@@ -382,6 +394,92 @@ TEST(P2pMappingCache, BoundedAndNeverReadsAFreedBufferThroughItsOldMapping) {
       runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, cnt}, 200 + i, bufs[0].get(), bufs[1].get());
       if (::testing::Test::HasFatalFailure()) return;
     }
+  });
+  EXPECT_EQ(rt.ipcViewsOpen(), 0u);
+}
+
+// ---- the export cache ----------------------------------------------------------------------
+
+// Every rank's export and mapping counters after a call (for the lines below).
+struct Handles {
+  uint64_t exports, exportHits, opens;
+};
+Handles handlesOf(const TestRank& t) {
+  const ridge::p2p::Stats s = ridge::p2p::stats(t.comm);
+  return {s.ipcExports, s.exportHits, s.ipcOpens};
+}
+
+// A buffer freed and allocated again at the same address (the emulator's reallocateInPlace,
+// as a driver may recycle an address) is another allocation: exported anew, mapped anew, and
+// the collective reads the new memory. An export cache keyed by address would send the old
+// handle, whose mapping holds the previous call's input: the results would be wrong.
+TEST(P2pExportCache, AnAllocationAtAFreedOnesAddressIsExportedAgain) {
+  for (const bool ids : {true, false}) {
+    SCOPED_TRACE(ids ? "allocation ids" : "no allocation ids: handles compared");
+    EmulatedRuntime rt;
+    rt.setAllocationIdsSupported(ids);
+    ScopedRuntimeForTesting scope(&rt);
+    const int n = 3;
+    const size_t cnt = 3000;
+    withRanks(rt, n, 1, [&](TestRank& t) {
+      DevMem send(rt, cnt * 4), recv(rt, cnt * 4);
+      const Call call{Op::AllReduce, ridgeInt32, ridgeSum, cnt};
+      runCall(rt, t, call, 60, &send, &recv);
+      const Handles before = handlesOf(t);
+      for (uint32_t round = 0; round < 3; ++round) {
+        for (DevMem* m : {&send, &recv}) {
+          const uint64_t exportsBefore = handlesOf(t).exports;
+          void* const address = m->p;
+          ASSERT_TRUE(rt.reallocateInPlace(m->p).isOk());
+          void* base = nullptr;
+          size_t len = 0;
+          ASSERT_TRUE(rt.allocationRange(address, &base, &len).isOk());
+          ASSERT_EQ(base, address) << "the new allocation is not at the freed one's address";
+          runCall(rt, t, call, 61 + round * 2 + (m == &recv ? 1 : 0), &send, &recv);
+          if (::testing::Test::HasFatalFailure()) return;
+          const Handles now = handlesOf(t);
+          // With ids, only the new allocation is exported; without, both buffers every call.
+          EXPECT_EQ(now.exports - exportsBefore, ids ? 1u : 2u);
+        }
+      }
+      const Handles after = handlesOf(t);
+      // Each of the 6 new allocations is opened anew by every peer.
+      EXPECT_EQ(after.opens - before.opens, 6u * (n - 1));
+      if (ids) EXPECT_EQ(after.exportHits, 6u);
+    });
+    EXPECT_EQ(rt.ipcViewsOpen(), 0u);
+  }
+}
+
+TEST(P2pExportCache, BoundedAndEvictsTheLeastRecentlyUsed) {
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  withRanks(rt, 2, 1, [&](TestRank& t) {
+    const size_t cnt = 256;
+    const Call call{Op::AllReduce, ridgeFloat32, ridgeSum, cnt};
+    std::vector<std::unique_ptr<DevMem>> bufs;
+    for (int i = 0; i < 2; ++i) bufs.push_back(std::make_unique<DevMem>(rt, cnt * 4));
+    runCall(rt, t, call, 499, bufs[0].get(), bufs[1].get());  // the first call creates the cache
+    const size_t capacity = ridge::p2p::stats(t.comm).exportCacheCapacity;
+    ASSERT_GT(capacity, 0u);
+    // More live allocations than the cache holds, each pair used once in order.
+    const size_t pairs = capacity / 2 + 4;
+    while (bufs.size() < 2 * pairs) bufs.push_back(std::make_unique<DevMem>(rt, cnt * 4));
+    for (size_t i = 1; i < pairs; ++i) {
+      runCall(rt, t, call, 500 + static_cast<uint32_t>(i), bufs[2 * i].get(), bufs[2 * i + 1].get());
+      if (::testing::Test::HasFatalFailure()) return;
+      ASSERT_LE(ridge::p2p::stats(t.comm).exportsCached, capacity);
+    }
+    ridge::p2p::Stats s = ridge::p2p::stats(t.comm);
+    EXPECT_EQ(s.ipcExports, 2 * pairs);
+    EXPECT_EQ(s.exportsCached, capacity);
+    // The last pair is still cached; the first was evicted (least recently used).
+    runCall(rt, t, call, 700, bufs[2 * pairs - 2].get(), bufs[2 * pairs - 1].get());
+    EXPECT_EQ(ridge::p2p::stats(t.comm).ipcExports, 2 * pairs);
+    runCall(rt, t, call, 701, bufs[0].get(), bufs[1].get());
+    s = ridge::p2p::stats(t.comm);
+    EXPECT_EQ(s.ipcExports, 2 * pairs + 2);
+    EXPECT_EQ(s.exportsCached, capacity);
   });
   EXPECT_EQ(rt.ipcViewsOpen(), 0u);
 }

@@ -34,14 +34,18 @@ constexpr int kMaxReduceSources = 8;
 // in the cache (each operation maps at most two buffers per peer) and the cost of the
 // hazard check.
 constexpr size_t kMaxSegmentOps = 16;
+// Allocations whose exported handles a communicator keeps (ExportCache): a handle is 64
+// bytes, and an application cycles through few buffers; more only cost re-exports.
+constexpr size_t kExportCacheEntries = 64;
 
-// One buffer as its owner shares it: the IPC handle of the allocation holding it, where
-// that allocation and the buffer sit in the owner's address space.
+// One buffer as its owner shares it: the IPC handle of the allocation holding it, that
+// allocation's unique id in the owner's process, and where the allocation and the buffer sit
+// in the owner's address space (the buffer's offset in it is address - base).
 struct BufferDesc {
   DeviceRuntime::IpcHandle handle;
-  uint64_t base;     // the allocation's base (0: not shared, e.g. not used by this rank)
-  uint64_t offset;   // of the buffer inside the allocation
-  uint64_t address;  // the buffer itself (peers in the same process may use it as is)
+  uint64_t base;        // the allocation's base (0: not shared, e.g. not used by this rank)
+  uint64_t allocation;  // DeviceRuntime::allocationId (0: the owner's runtime could not tell)
+  uint64_t address;     // the buffer itself (peers in the same process may use it as is)
 };
 
 // What a rank sends every peer before an operation. The first operation's descriptor of a
@@ -66,13 +70,68 @@ struct EndMsg {
   int32_t status;
 };
 
-// Opened IPC mappings of peers' allocations, keyed by (peer, allocation base, handle), so
-// that collectives on the same buffers open each handle once. Bounded: the least recently
-// used entry not needed by the running operation makes room; an entry whose (peer, base)
-// comes back with another handle maps a freed allocation and is replaced at once. A replaced
-// mapping is not closed then (the user's stream is parked on the running batch, and closing
-// may synchronize the device): it is set aside, and closeDeferred closes it when the proxy
-// is idle. At most `capacity` wait so; past that, one is closed at once (logged).
+// This rank's exported IPC handles, keyed by the allocation's unique id
+// (DeviceRuntime::allocationId), so that collectives on the same buffers export each
+// allocation once (cudaIpcGetMemHandle is a driver call per buffer). Not keyed by address: a
+// buffer freed and allocated again at the same address is another allocation, with another
+// id, and is exported anew (the old handle would name the freed one). Bounded: the least
+// recently used entry makes room. A handle is only bytes (copied into the descriptors), so
+// an entry holds nothing to release and is evicted at once. Storage is reserved at init.
+class ExportCache {
+ public:
+  void init(size_t capacity) {
+    capacity_ = capacity;
+    entries_.reserve(capacity);
+  }
+
+  // The handle of the allocation at `base` whose id is `id`; exported on a miss.
+  Status handleOf(DeviceRuntime* rt, void* base, uint64_t id, DeviceRuntime::IpcHandle* out) {
+    ++clock_;
+    Entry* victim = nullptr;
+    for (Entry& e : entries_) {
+      if (e.id == id) {
+        e.lastUse = clock_;
+        *out = e.handle;
+        hits.fetch_add(1, std::memory_order_relaxed);
+        return Status::ok();
+      }
+      if (!victim || e.lastUse < victim->lastUse) victim = &e;
+    }
+    RIDGE_TRY(rt->ipcExport(base, out));
+    exports.fetch_add(1, std::memory_order_relaxed);
+    if (entries_.size() < capacity_) {
+      entries_.push_back({});
+      victim = &entries_.back();
+    }
+    *victim = Entry{id, *out, clock_};
+    size.store(entries_.size(), std::memory_order_relaxed);
+    return Status::ok();
+  }
+
+  size_t capacity() const { return capacity_; }
+  std::atomic<uint64_t> exports{0}, hits{0};  // exports: every ipcExport, cached or not
+  std::atomic<size_t> size{0};
+
+ private:
+  struct Entry {
+    uint64_t id;
+    DeviceRuntime::IpcHandle handle;
+    uint64_t lastUse;
+  };
+  size_t capacity_ = 0;
+  uint64_t clock_ = 0;
+  std::vector<Entry> entries_;
+};
+
+// Opened IPC mappings of peers' allocations, keyed by (peer, allocation base, allocation id),
+// so that collectives on the same buffers open each handle once. The id, unique in the
+// peer's process, tells a new allocation at a freed one's address without comparing 64-byte
+// handles; when the peer's runtime gave no id (0), the handles are compared instead. Bounded:
+// the least recently used entry not needed by the running operation makes room; an entry
+// whose (peer, base) comes back as another allocation maps a freed one and is replaced at
+// once. A replaced mapping is not closed then (the user's stream is parked on the running
+// batch, and closing may synchronize the device): it is set aside, and closeDeferred closes
+// it when the proxy is idle. At most `capacity` wait so; past that, one is closed at once (logged).
 class MappingCache {
  public:
   void init(DeviceRuntime* rt, size_t capacity) {
@@ -87,7 +146,10 @@ class MappingCache {
     Entry* victim = nullptr;
     for (Entry& e : entries_) {
       if (e.peer == peer && e.base == d.base) {
-        if (std::memcmp(e.handle.bytes, d.handle.bytes, sizeof d.handle.bytes) == 0) {
+        const bool same = d.allocation != 0
+                              ? e.allocation == d.allocation
+                              : std::memcmp(e.handle.bytes, d.handle.bytes, sizeof d.handle.bytes) == 0;
+        if (same) {
           e.lastUse = epoch_;
           hits.fetch_add(1, std::memory_order_relaxed);
           *base = static_cast<char*>(e.mapped);
@@ -112,7 +174,7 @@ class MappingCache {
       entries_.push_back({});
       victim = &entries_.back();
     }
-    *victim = Entry{peer, d.base, d.handle, mapped, epoch_};
+    *victim = Entry{peer, d.base, d.allocation, d.handle, mapped, epoch_};
     size.store(entries_.size(), std::memory_order_relaxed);
     *base = static_cast<char*>(mapped);
     return Status::ok();
@@ -140,6 +202,7 @@ class MappingCache {
   struct Entry {
     int peer;
     uint64_t base;
+    uint64_t allocation;
     DeviceRuntime::IpcHandle handle;
     void* mapped;
     uint64_t lastUse;
@@ -174,9 +237,11 @@ struct Context {
   std::atomic<bool> capable{false};  // stats() reads it from other threads
   bool exportHandles = false;        // some peer needs IPC handles (another process, or the emulator)
   bool loggedStaged = false;
+  bool loggedNoAllocationIds = false;
   std::string localWhy;  // why this rank cannot do P2P by its own view (checkPairsHere); "" if it can
   ridgeStream_t stream = nullptr;  // internal; never the legacy default stream (null)
   MappingCache cache;
+  ExportCache exports;
   std::atomic<uint64_t> p2pOps{0}, stagedBatches{0}, barriers{0}, descriptorMessages{0};
   // Sized at creation: the hot path allocates nothing.
   std::vector<OpDesc> mine;    // this rank's descriptor per operation of the batch
@@ -268,13 +333,27 @@ bool describeBuffer(Context& x, const void* p, device::PointerKind kind, bool us
   void* base = nullptr;
   size_t len = 0;
   Status s = x.rt->allocationRange(p, &base, &len);
-  if (s.isOk()) s = x.rt->ipcExport(base, &d->handle);
+  if (s.isOk()) {
+    uint64_t id = 0;
+    const Status idStatus = x.rt->allocationId(base, &id);
+    if (idStatus.isOk()) {
+      s = x.exports.handleOf(x.rt, base, id, &d->handle);
+      d->allocation = id;
+    } else {
+      // No id to key a cache on safely: export every time (peers then compare handles).
+      if (!x.loggedNoAllocationIds)
+        RIDGE_INFO("P2P: no allocation id (%s): buffers are exported on every call, not cached",
+                   idStatus.message().c_str());
+      x.loggedNoAllocationIds = true;
+      s = x.rt->ipcExport(base, &d->handle);
+      if (s.isOk()) x.exports.exports.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
   if (!s.isOk()) {
     *why = "exporting a buffer failed: " + s.message();
     return false;
   }
   d->base = reinterpret_cast<uintptr_t>(base);
-  d->offset = d->address - d->base;
   return true;
 }
 
@@ -321,7 +400,7 @@ Status addressOf(Context& x, ridgeComm* c, int j, const BufferDesc& d, char** ou
   Status s = x.cache.map(j, d, &base);
   if (!s.isOk())
     return makeError(s.code(), "rank %d: P2P: mapping rank %d's buffer: %s", c->rank, j, s.message().c_str());
-  *out = base + d.offset;
+  *out = base + (d.address - d.base);
   return Status::ok();
 }
 
@@ -670,6 +749,7 @@ Status createContext(ridgeComm* c, DeviceRuntime* rt) {
     // Every operation opens at most two buffers per peer, and a segment's mappings stay in
     // use until its barrier: room for a whole segment.
     x->cache.init(rt, std::max<size_t>(64, 2 * kMaxSegmentOps * size_t(P)));
+    x->exports.init(kExportCacheEntries);
     size_t slot = SIZE_MAX;
     for (int j = 0; j < P; ++j)
       if (j != r) slot = std::min({slot, c->sendTo[j]->slotBytes(), c->recvFrom[j]->slotBytes()});
@@ -806,6 +886,10 @@ Stats stats(const ridgeComm* c) {
   s.stagedBatches = x.stagedBatches.load();
   s.barriers = x.barriers.load();
   s.descriptorMessages = x.descriptorMessages.load();
+  s.ipcExports = x.exports.exports.load();
+  s.exportHits = x.exports.hits.load();
+  s.exportsCached = x.exports.size.load();
+  s.exportCacheCapacity = x.exports.capacity();
   s.ipcOpens = x.cache.opens.load();
   s.cacheHits = x.cache.hits.load();
   s.ipcCloses = x.cache.closes.load();

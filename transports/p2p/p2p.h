@@ -2,7 +2,8 @@
 // device to device instead of through pinned host memory.
 //
 // Every rank exports its buffers as IPC handles (DeviceRuntime::ipcExport of the
-// allocation holding them) and sends them, with the operation's arguments, to every peer
+// allocation holding them, once per allocation: a bounded cache keyed by the allocation's
+// unique id) and sends them, with the operation's arguments, to every peer
 // over the communicator's host connectors; each rank opens the peers' handles (through a
 // bounded cache, so the same buffers are not reopened per call) and then, on an internal
 // stream, reads the peers' send buffers with the device reduction (launchReduce, n
@@ -92,11 +93,15 @@ struct Stats {
   uint64_t stagedBatches = 0;       // batches left to staging (by a vote or an incapable comm)
   uint64_t barriers = 0;            // segments closed: stream synchronized and end messages exchanged
   uint64_t descriptorMessages = 0;  // messages per peer carrying batches' later descriptors (after the vote)
-  uint64_t ipcOpens = 0;            // handles opened (cache misses)
-  uint64_t cacheHits = 0;           // handles found open
-  uint64_t ipcCloses = 0;           // mappings closed (evictions and release)
-  size_t closesDeferred = 0;        // evicted mappings waiting for the proxy to go idle
-  size_t mappingsOpen = 0;          // mappings in the cache now
+  uint64_t ipcExports = 0;          // this rank's buffers exported (export cache misses, or no id)
+  uint64_t exportHits = 0;          // this rank's handles found exported
+  size_t exportsCached = 0;         // handles in the export cache now
+  size_t exportCacheCapacity = 0;
+  uint64_t ipcOpens = 0;      // handles opened (cache misses)
+  uint64_t cacheHits = 0;     // handles found open
+  uint64_t ipcCloses = 0;     // mappings closed (evictions and release)
+  size_t closesDeferred = 0;  // evicted mappings waiting for the proxy to go idle
+  size_t mappingsOpen = 0;    // mappings in the cache now
   size_t cacheCapacity = 0;
 };
 Stats stats(const ridgeComm* comm);
