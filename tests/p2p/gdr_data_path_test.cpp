@@ -417,6 +417,44 @@ TEST(GdrDataPath, AbortInsideADeviceNetworkBatchReleasesTheStream) {
   EXPECT_EQ(rank1DeviceBatches.load(), 1u) << "the batch did not reach the device network's data phase";
 }
 
+// ridgeCommAbort while the proxy waits for its device inside a device-network batch: rank 1's
+// device takes 100 ms per copy or reduction, so its allreduce (dozens of device steps) is
+// waiting for a settle most of the time when rank 1 aborts, 300 ms in. The stream must be
+// released at once (the queued device work drains in a few hundred ms), with the batch on
+// the device network.
+TEST(GdrDataPath, AbortWhileTheDeviceWorksReleasesTheStream) {
+  GdrEnv env;
+  EmulatedRuntime rt(3);
+  ScopedRuntimeForTesting scope(&rt);
+  const size_t count = 60000;
+  std::atomic<bool> rank1Done{false};
+  std::atomic<uint64_t> rank1DeviceBatches{0}, rank1Reductions{0};
+  withRanks(
+      rt, 2, 2,
+      [&](TestRank& t) {
+        DevMem a(rt, count * 4);
+        if (t.rank == 1) rt.setWorkDelay(1, std::chrono::milliseconds(100));
+        ASSERT_EQ(ridgeAllReduce(a.p, a.p, count, ridgeFloat32, ridgeSum, t.comm, t.stream), ridgeSuccess)
+            << errorText();
+        if (t.rank == 0) {
+          for (const auto t0 = Clock::now();
+               !rank1Done.load() && Clock::now() - t0 < std::chrono::seconds(20);)
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          expectAbortReleasesTheStream(rt, t);
+          return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        rank1Reductions.store(rt.reducesLaunched());
+        expectAbortReleasesTheStream(rt, t);
+        rank1DeviceBatches.store(t.comm->deviceNetBatches);  // read after the proxy stopped
+        rt.setWorkDelay(1, std::chrono::microseconds(0));
+        rank1Done.store(true);
+      },
+      /*destroy=*/false);
+  EXPECT_EQ(rank1DeviceBatches.load(), 1u) << "the batch did not reach the device network's data phase";
+  EXPECT_GT(rank1Reductions.load(), 0u) << "no device reduction was under way at the abort";
+}
+
 // Sends and receives are never voted on (review B1): with a device network, a send between
 // two of three ranks followed by an allreduce of all three must not pair rank 2's
 // allreduce vote with the send; and a group {send big, receive small} on one rank against
