@@ -164,12 +164,13 @@ TEST(GdrDataPath, AllGatherAndBroadcastThreeRanks) {
 // Reduce (the chain, reductions on the device; off the root the output stays poisoned) and
 // alltoall (all-pairs, device copies). Roots are n / 2 (runCall).
 std::vector<Call> reduceAndAlltoAll() {
-  return {{Op::Reduce, ridgeFloat32, ridgeSum, 40001},       {Op::Reduce, ridgeFloat16, ridgeAvg, 1531},
-          {Op::Reduce, ridgeInt32, ridgeProd, 9000},         {Op::Reduce, ridgeBfloat16, ridgeMax, 20011},
-          {Op::Reduce, ridgeFloat64, ridgeMin, 3001},        {Op::Reduce, ridgeUint8, ridgeSum, 1},
-          {Op::Reduce, ridgeFloat32, ridgeSum, 12345, true}, {Op::AlltoAll, ridgeFloat32, ridgeSum, 9001},
-          {Op::AlltoAll, ridgeUint8, ridgeSum, 3},           {Op::AlltoAll, ridgeFloat64, ridgeSum, 6007},
-          {Op::AlltoAll, ridgeBfloat16, ridgeSum, 1}};
+  return {
+      {Op::Reduce, ridgeFloat32, ridgeSum, 40001},       {Op::Reduce, ridgeFloat16, ridgeAvg, 1531},
+      {Op::Reduce, ridgeInt32, ridgeProd, 9000},         {Op::Reduce, ridgeBfloat16, ridgeMax, 20011},
+      {Op::Reduce, ridgeFloat64, ridgeMin, 3001},        {Op::Reduce, ridgeUint8, ridgeSum, 1},
+      {Op::Reduce, ridgeFloat32, ridgeSum, 12345, true}, {Op::AlltoAll, ridgeFloat32, ridgeSum, 9001},
+      {Op::AlltoAll, ridgeUint8, ridgeSum, 3},           {Op::AlltoAll, ridgeFloat64, ridgeSum, 6007},
+      {Op::AlltoAll, ridgeBfloat16, ridgeSum, 1},        {Op::AlltoAll, ridgeInt32, ridgeSum, 7001, true}};
 }
 
 TEST(GdrDataPath, ReduceAndAlltoAllTwoRanks) {
