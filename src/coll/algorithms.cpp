@@ -109,14 +109,22 @@ struct ExpectAhead {
 
 // Sends `bytes` of caller memory as the next chunk: queued directly when `direct` (the
 // caller then awaits SendsComplete before reusing it), else copied into a slot (by the
-// communicator's data ops: coll/data_ops.h).
-Task sendChunk(ridgeComm* c, SendConnector* tx, bool direct, const void* src, size_t bytes, bool last) {
+// communicator's data ops: coll/data_ops.h) and posted once the copy is done. With `later`,
+// a device copy is not waited for here: the post waits in `later` for the caller's next
+// settle (which then covers the caller's own copies of the step too); the host posts at once.
+Task sendChunk(ridgeComm* c, SendConnector* tx, bool direct, const void* src, size_t bytes, bool last,
+               PostAfterSettle* later = nullptr) {
   if (direct) {
     co_await PostDirect(tx, src, bytes, last);
     co_return Status::ok();
   }
   void* slot = co_await AcquireSlot(tx);
   RIDGE_CO_TRY(dataCopy(c, slot, src, bytes));
+  if (later) {
+    later->queue(c, tx, static_cast<uint32_t>(bytes), last);
+    co_return Status::ok();
+  }
+  RIDGE_CO_TRY(co_await dataSettled(c));
   tx->post(static_cast<uint32_t>(bytes), last);
   co_return Status::ok();
 }
@@ -178,6 +186,7 @@ Task recvMessage(ridgeComm* c, int peer, char* dst, size_t bytes) {
                           c->rank, bytes, peer, n, off, pk.info.lastOfMessage ? ", last" : "");
     if (slot != dst + off) RIDGE_CO_TRY(dataCopy(c, dst + off, slot, n));
     off += n;
+    RIDGE_CO_TRY(co_await dataSettled(c));
     expect.release(rx);
   } while (off < bytes);
   withdrawal.armed = false;
@@ -231,19 +240,22 @@ Task allPairsExchange(ridgeComm* c, CollArgs a, bool gather) {
       int j = (r + k) % P;
       size_t src = gather ? off : size_t(j) * a.count + off;
       void* slot = co_await AcquireSlot(c->sendTo[j]);
-      std::memcpy(slot, cbytes(a.send) + src * es, n * es);
+      RIDGE_CO_TRY(dataCopy(c, slot, cbytes(a.send) + src * es, n * es));
+      RIDGE_CO_TRY(co_await dataSettled(c));
       c->sendTo[j]->post(static_cast<uint32_t>(n * es), false);
     }
+    // The own block gates no slot: on the device it is left to the stream (coll/data_ops.h).
     char* own = mbytes(a.recv) + (size_t(r) * a.count + off) * es;
     const char* ownSrc = cbytes(a.send) + ((gather ? 0 : size_t(r) * a.count) + off) * es;
-    if (own != ownSrc) std::memcpy(own, ownSrc, n * es);
+    if (own != ownSrc) RIDGE_CO_TRY(dataCopy(c, own, ownSrc, n * es));
     for (int k = 1; k < P; ++k) {
       int j = (r + P - k) % P;
       PeekSlot pk(c->recvFrom[j]);
       const void* slot = co_await pk;
       if (pk.info.bytes != n * es)
         co_return mismatch(c, gather ? CollType::AllGather : CollType::AlltoAll, j, n * es, pk.info);
-      std::memcpy(mbytes(a.recv) + (size_t(j) * a.count + off) * es, slot, n * es);
+      RIDGE_CO_TRY(dataCopy(c, mbytes(a.recv) + (size_t(j) * a.count + off) * es, slot, n * es));
+      RIDGE_CO_TRY(co_await dataSettled(c));
       c->recvFrom[j]->release();
     }
   }
@@ -445,16 +457,21 @@ Task ringReduce(ridgeComm* c, CollArgs a, bool withAllGather) {
       if (k == P - 1 && !withAllGather) {
         RIDGE_CO_TRY(dataReduce2(c, finalBase + (off - L.start(r)) * es, recvd, in + off * es, n, a.dtype,
                                  a.op, divisor));
+        RIDGE_CO_TRY(co_await dataSettled(c));
         expect.release(rx);
       } else if (txDirect && withAllGather) {  // (ReduceScatter's output has no room for partial sums)
         char* dst = out + off * es;
         RIDGE_CO_TRY(dataReduce2(c, dst, recvd, in + off * es, n, a.dtype, a.op, div));
+        RIDGE_CO_TRY(co_await dataSettled(c));
         expect.release(rx);
         co_await PostDirect(tx, dst, n * es);
       } else {
+        // On the device the reduction and the copy of the final block run back to back behind
+        // one settle.
         void* slot = co_await AcquireSlot(tx);
         RIDGE_CO_TRY(dataReduce2(c, slot, recvd, in + off * es, n, a.dtype, a.op, div));
         if (k == P - 1) RIDGE_CO_TRY(dataCopy(c, finalBase + (off - L.start(r)) * es, slot, n * es, stream));
+        RIDGE_CO_TRY(co_await dataSettled(c));
         tx->post(static_cast<uint32_t>(n * es), false);
         expect.release(rx);
       }
@@ -470,9 +487,13 @@ Task ringReduce(ridgeComm* c, CollArgs a, bool withAllGather) {
       if (pk.info.bytes != n * es) co_return mismatch(c, type, prev, n * es, pk.info);
       const bool forward = k < P - 1;
       // Through slots, forward from the received slot (cache) before the output is written
-      // with streaming stores, which are not read back.
-      if (forward && !txDirect) RIDGE_CO_TRY(co_await sendChunk(c, tx, false, recvd, n * es, false));
+      // with streaming stores, which are not read back. On the device both copies run back to
+      // back behind one settle, then the forwarded slot is posted.
+      PostAfterSettle later;
+      if (forward && !txDirect) RIDGE_CO_TRY(co_await sendChunk(c, tx, false, recvd, n * es, false, &later));
       if (recvd != dst) RIDGE_CO_TRY(dataCopy(c, dst, recvd, n * es, stream));  // arrived in a slot
+      RIDGE_CO_TRY(co_await dataSettled(c));
+      later.post();
       expect.release(rx);
       if (forward && txDirect) co_await PostDirect(tx, dst, n * es);
     }
@@ -524,6 +545,7 @@ Task ringAllGather(ridgeComm* c, CollArgs a) {
       const void* recvd = co_await pk;
       if (pk.info.bytes != n * es) co_return mismatch(c, CollType::AllGather, prev, n * es, pk.info);
       if (recvd != dst) RIDGE_CO_TRY(dataCopy(c, dst, recvd, n * es));
+      RIDGE_CO_TRY(co_await dataSettled(c));
       expect.release(rx);
       if (k < P - 1) RIDGE_CO_TRY(co_await sendChunk(c, tx, txDirect, dst, n * es, false));
     }
@@ -550,7 +572,8 @@ Task chainReduce(ridgeComm* c, CollArgs a) {
     const char* in = cbytes(a.send) + off * es;
     if (!rx) {
       void* slot = co_await AcquireSlot(tx);
-      std::memcpy(slot, in, n * es);
+      RIDGE_CO_TRY(dataCopy(c, slot, in, n * es));
+      RIDGE_CO_TRY(co_await dataSettled(c));
       tx->post(static_cast<uint32_t>(n * es), false);
       continue;
     }
@@ -559,10 +582,12 @@ Task chainReduce(ridgeComm* c, CollArgs a) {
     if (pk.info.bytes != n * es) co_return mismatch(c, CollType::Reduce, prev, n * es, pk.info);
     if (tx) {
       void* slot = co_await AcquireSlot(tx);
-      reduce2(slot, recvd, in, n, a.dtype, a.op, 0);
+      RIDGE_CO_TRY(dataReduce2(c, slot, recvd, in, n, a.dtype, a.op, 0));
+      RIDGE_CO_TRY(co_await dataSettled(c));
       tx->post(static_cast<uint32_t>(n * es), false);
     } else {
-      reduce2(mbytes(a.recv) + off * es, recvd, in, n, a.dtype, a.op, divisor);
+      RIDGE_CO_TRY(dataReduce2(c, mbytes(a.recv) + off * es, recvd, in, n, a.dtype, a.op, divisor));
+      RIDGE_CO_TRY(co_await dataSettled(c));
     }
     rx->release();
   }
@@ -797,9 +822,15 @@ Task treeBroadcast(ridgeComm* c, CollArgs a, TreeRanks t) {
         src = dst;
       }
     }
+    // On the device the forwarding copies and the copy into the output run back to back
+    // behind one settle, then the forwarded slots are posted and the received one released.
+    PostAfterSettle later[2];
     for (int i = 0; i < t.childCount; ++i)
-      RIDGE_CO_TRY(co_await sendChunk(c, tx[i], direct[i], src, n, off + n == bytes));
+      RIDGE_CO_TRY(co_await sendChunk(c, tx[i], direct[i], src, n, off + n == bytes, &later[i]));
     if (dst != src) RIDGE_CO_TRY(dataCopy(c, dst, src, n));
+    RIDGE_CO_TRY(co_await dataSettled(c));
+    later[0].post();
+    later[1].post();
     if (rx) expect.release(rx);
   }
   for (int i = 0; i < t.childCount; ++i)
@@ -843,8 +874,8 @@ Task runCollective(ridgeComm* c, CollArgs a) {
   if (a.type == CollType::Send) co_return co_await sendMessage(c, a.root, cbytes(a.send), bytes);
   if (a.type == CollType::Recv) co_return co_await recvMessage(c, a.root, mbytes(a.recv), bytes);
   if (a.count == 0) co_return Status::ok();
-  // On the device network (coll/data_ops.h) only the ring and chain algorithms move payload
-  // through the data ops.
+  // On the device network (coll/data_ops.h) only the ring and chain algorithms (and alltoall's
+  // all-pairs exchange, its only one) move payload through the data ops.
   const Algo algo = c->nranks == 1  ? Algo::AllPairs
                     : c->deviceData ? Algo::Ring
                                     : c->algos.choose(a.type, bytes);

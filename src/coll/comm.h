@@ -127,9 +127,9 @@ struct ridgeComm {
   std::vector<ridge::RecvConnector*> deviceRecvFrom;
   // Set by the proxy only while a batch runs on the device network, or while it runs a staged
   // batch's sends and receives on their device buffers: the algorithms then move and reduce
-  // payload with the device runtime (coll/data_ops.h), never through the direct extension,
-  // and take the ring and chain algorithms. Null: host memory, memcpy and the host
-  // reductions.
+  // payload with the device runtime (coll/data_ops.h: queued on the proxy's stream, settled
+  // per step), never through the direct extension, and take the ring and chain algorithms
+  // (alltoall: all-pairs). Null: host memory, memcpy and the host reductions.
   ridge::DeviceDataOps* deviceData = nullptr;
   // Counters (proxy thread; read after the batches finished).
   uint64_t deviceNetBatches = 0;   // batches every rank voted onto the device network

@@ -1,18 +1,39 @@
 // The data-ops seam: how the algorithms (coll/algorithms.cpp) copy and reduce payload (never
-// control messages). Host memory, the default: memcpy, the streaming copy and the host
-// reductions, inline behind one predictable branch on comm->deviceData, so the host path
-// does no more per byte than before. Device memory (comm->deviceData set by the GPU proxy
-// while a batch runs on the device network, docs/gpu.md): the device runtime's copy and
-// reduction kernel on the proxy's internal stream, each followed by a synchronize, so that
-// a slot is posted (and the NIC reads it) only once the device has written it, and a
-// received slot is released only once the device has read it.
+// control messages).
+//
+// Host memory, the default: memcpy, the streaming copy and the host reductions, inline behind
+// one predictable branch on comm->deviceData, so the host path does no more per byte than
+// before; dataSettled() is then ready at once and never suspends.
+//
+// Device memory (comm->deviceData set by the GPU proxy while a batch runs on the device
+// network, or while it runs a batch's sends and receives, docs/gpu.md): dataCopy and
+// dataReduce2 only queue the device runtime's copy or reduction kernel on the proxy's
+// internal stream and return. `co_await dataSettled(c)` then records one of a few pooled
+// markers behind everything queued so far and suspends the coroutine until the device has
+// passed it: the executor meanwhile resumes other strands (other peers' sends and receives)
+// and polls the connectors, and the operations a step queued before one settle run back to
+// back on the device. The algorithms settle before every post (a slot is posted, and the
+// NIC reads it, only once the device has written it) and before every release (a received
+// slot goes back to the sender only once the device has read it). A copy that gates neither
+// (the own block of an allgather or alltoall into the output) is left to the stream; the
+// proxy synchronizes the stream at the end of every batch, before the user's stream is
+// released.
+//
+// One internal stream, not one for copies and one for reductions: the operations a step
+// queues together depend on each other (a reduction into a slot, then the copy of that slot
+// into the output), the collectives of a batch run one after another and may read an
+// earlier one's output, and both orders come free from a single in-order stream, where two
+// streams would need a cross-stream wait per step. The sends and receives that run
+// concurrently (runExchanges) only copy, which a second copy stream would not speed up.
 #pragma once
 
+#include <coroutine>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 
 #include "coll/comm.h"
+#include "coll/task.h"
 #include "core/status.h"
 #include "device/runtime.h"
 #include "reduce/reduce.h"
@@ -20,30 +41,100 @@
 
 namespace ridge {
 
+// co_await: the device has run every operation queued before it on the data ops' stream.
+// Ready at once on the host (no marker).
+struct DataSettled : WaitCondition {
+  device::DeviceRuntime* rt = nullptr;
+  device::Marker* marker = nullptr;
+  Status status;
+  DataSettled() {
+    onDevice = true;
+    ready = [](WaitCondition* self) {
+      auto* w = static_cast<DataSettled*>(self);
+      bool done = false;
+      Status s = w->rt->queryMarker(w->marker, &done);
+      if (!s.isOk()) [[unlikely]] {
+        w->status = std::move(s);
+        return true;
+      }
+      return done;
+    };
+  }
+  bool await_ready() { return !marker || !status.isOk() || ready(this); }
+  void await_suspend(std::coroutine_handle<Task::promise_type> h) { h.promise().strand->blocked = this; }
+  Status await_resume() { return std::move(status); }
+};
+
 class DeviceDataOps {
  public:
+  // Markers recorded by settles in turn. A strand still waiting on a marker that a later
+  // settle records again waits for that later point: longer, never too short (the stream
+  // runs only Ridge's own copies and reductions, so it always gets there).
+  static constexpr size_t kMarkers = 8;
+
   DeviceDataOps(device::DeviceRuntime* rt, ridgeStream_t stream) : rt_(rt), stream_(stream) {}
+  ~DeviceDataOps() {
+    for (device::Marker* m : markers_)
+      if (m) rt_->destroyMarker(m);
+  }
+  DeviceDataOps(const DeviceDataOps&) = delete;
+  DeviceDataOps& operator=(const DeviceDataOps&) = delete;
+  // Creates the marker pool (setup time, never per chunk).
+  Status createMarkers() {
+    for (device::Marker*& m : markers_)
+      if (!m) RIDGE_TRY(rt_->createMarker(&m));
+    return Status::ok();
+  }
+
   Status copy(void* dst, const void* src, size_t bytes) {
     if (bytes == 0) return Status::ok();
-    RIDGE_TRY(rt_->copy(dst, src, bytes, stream_));
-    return rt_->synchronize(stream_);
+    ++queued_;
+    return rt_->copy(dst, src, bytes, stream_);
   }
   // dst = a (op) b, then / divisor when divisor > 0 (as reduce2).
   Status reduce2(void* dst, const void* a, const void* b, size_t count, ridgeDataType_t type, ridgeRedOp_t op,
                  int divisor) {
     if (count == 0) return Status::ok();
     const void* srcs[2] = {a, b};
-    RIDGE_TRY(rt_->launchReduce(dst, srcs, 2, count, type, op, divisor, stream_));
-    return rt_->synchronize(stream_);
+    ++queued_;
+    return rt_->launchReduce(dst, srcs, 2, count, type, op, divisor, stream_);
   }
+  // A marker behind everything queued so far: recorded anew only when something was queued
+  // since the last settle.
+  DataSettled settle() {
+    DataSettled w;
+    w.rt = rt_;
+    if (queued_ == 0) return w;  // nothing was ever queued: ready
+    if (queued_ != covered_) {
+      last_ = markers_[next_++ % kMarkers];
+      Status s = rt_->recordMarker(last_, stream_);
+      if (!s.isOk()) [[unlikely]] {
+        w.status = std::move(s);
+        return w;
+      }
+      covered_ = queued_;
+    }
+    w.marker = last_;
+    return w;
+  }
+  // Waits for the stream (the end of a batch: outputs no settle covered are written before
+  // the user's stream goes on).
+  Status synchronize() { return rt_->synchronize(stream_); }
+  ridgeStream_t stream() const { return stream_; }
 
  private:
   device::DeviceRuntime* rt_;
   ridgeStream_t stream_;
+  device::Marker* markers_[kMarkers] = {};
+  size_t next_ = 0;
+  uint64_t queued_ = 0;   // operations queued so far
+  uint64_t covered_ = 0;  // of those, behind the last recorded marker
+  device::Marker* last_ = nullptr;
 };
 
 // Copies payload; `streaming`: host stores that bypass the cache (the output of a large
-// collective, never read back), meaningless on the device.
+// collective, never read back), meaningless on the device. On the device only queued: settle
+// before posting or releasing a slot it touches.
 inline Status dataCopy(ridgeComm* c, void* dst, const void* src, size_t bytes, bool streaming = false) {
   if (!c->deviceData) [[likely]] {
     if (streaming)
@@ -63,5 +154,36 @@ inline Status dataReduce2(ridgeComm* c, void* dst, const void* a, const void* b,
   }
   return c->deviceData->reduce2(dst, a, b, count, type, op, divisor);
 }
+
+// co_await dataSettled(c): every data op queued so far has run (host: at once).
+inline DataSettled dataSettled(ridgeComm* c) {
+  if (!c->deviceData) [[likely]]
+    return DataSettled();
+  return c->deviceData->settle();
+}
+
+// A slot post that must follow a settle on the device but keeps its place on the host: the
+// host posts at once (the algorithm's order, unchanged), the device after the next settle of
+// the same step (post()), so that the step's later copies are queued behind the one that
+// fills the slot and one settle covers them all.
+struct PostAfterSettle {
+  SendConnector* tx = nullptr;
+  uint32_t bytes = 0;
+  bool last = false;
+  void queue(ridgeComm* c, SendConnector* conn, uint32_t n, bool lastOfMessage) {
+    if (!c->deviceData) [[likely]] {
+      conn->post(n, lastOfMessage);
+      return;
+    }
+    tx = conn;
+    bytes = n;
+    last = lastOfMessage;
+  }
+  // After the settle: the post the device path held back, if any.
+  void post() {
+    if (tx) tx->post(bytes, last);
+    tx = nullptr;
+  }
+};
 
 }  // namespace ridge

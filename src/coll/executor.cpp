@@ -143,6 +143,12 @@ Status Executor::checkIdle(int64_t idleNs) {
   // With several transports (shm within a host, a network transport between hosts) only
   // the first one's wake-ups reach this sleep: poll the others every 200 us.
   if (comm->transports.size() > 1) slice = std::min<int64_t>(slice, 200000);
+  // A strand waiting for the device (coll/data_ops.h) is woken by no transport: a copy or
+  // reduction of one chunk takes microseconds, so look again every 20 us.
+  for (size_t i = 0; i < used_; ++i) {
+    const Strand& s = entries_[i]->strand;
+    if (!s.done && s.blocked && s.blocked->onDevice) slice = std::min<int64_t>(slice, 20000);
+  }
   t->waitForActivity(
       slice, [](void* self) { return !static_cast<Executor*>(self)->anyReady(); }, this);
   // A peer may post its last data and exit at once, or finish everything it had with us

@@ -51,20 +51,14 @@ bool rangesOverlap(const void* a, size_t an, const void* b, size_t bn) {
 }
 
 // Whether the device network can run collective `op` (docs/gpu.md, "GPUDirect RDMA data
-// path"): one whose ring or chain algorithm moves payload only through the data ops
-// (coll/data_ops.h), on device memory (not managed, not host) for every buffer it uses. An
-// empty operation touches no buffer. Sends and receives are never voted on (they need not
-// line up across ranks batch by batch): they follow the collectives on the host connectors
-// (runExchanges).
+// path"): every collective, since each has a ring, chain or (alltoall) all-pairs algorithm
+// that moves payload only through the data ops (coll/data_ops.h), on device memory (not
+// managed, not host) for every buffer it uses. An empty operation touches no buffer. Sends
+// and receives are never voted on (they need not line up across ranks batch by batch): they
+// follow the collectives on the host connectors (runExchanges).
 bool deviceNetworkCarries(const DeviceOp& op, int rank, int nranks) {
   const CollArgs& a = op.args;
-  switch (a.type) {
-    case CollType::AllReduce:
-    case CollType::ReduceScatter:
-    case CollType::AllGather:
-    case CollType::Broadcast: break;
-    default: return false;  // reduce (chain) and alltoall (all-pairs) reduce or copy on the host
-  }
+  if (isExchange(a.type)) return false;
   if (a.count == 0) return true;
   const BufferUse u = bufferUse(a, rank, nranks);
   return (!u.readsSend || op.sendKind == device::PointerKind::Device) &&
@@ -303,6 +297,7 @@ Status GpuProxy::setupOnThread() {
                preload.message().c_str());
   RIDGE_TRY(rt_->createStream(&copyStream_));
   deviceOps_ = std::make_unique<DeviceDataOps>(rt_, copyStream_);
+  RIDGE_TRY(deviceOps_->createMarkers());
   // The whole staging buffer, once: it never grows (a batch larger than a piece runs in
   // chunks), so no pinned allocation can meet a parked stream.
   void* p = nullptr;
@@ -441,6 +436,7 @@ Status GpuProxy::stop(bool abort) {
     if (m) rt_->destroyMarker(m);
     m = nullptr;
   }
+  deviceOps_.reset();  // its markers
   if (copyStream_) {
     (void)rt_->synchronize(copyStream_);
     rt_->destroyStream(copyStream_);
@@ -569,7 +565,13 @@ Status GpuProxy::runOnDeviceNetwork(size_t n, bool* ran) {
   {
     DeviceNetworkScope scope(comm_, deviceOps_.get());
     spawnBatch(ex, comm_, deviceArgs_, m);
-    RIDGE_TRY(ex.run());
+    Status s = ex.run();
+    // Outputs that no settle covered (an allgather's or alltoall's own block) are written,
+    // and nothing queued touches a slot any more, before the batch goes on or ends; after a
+    // failure too (the stream holds only bounded copies and reductions).
+    const Status synced = deviceOps_->synchronize();
+    RIDGE_TRY(s);
+    RIDGE_TRY(synced);
   }
   // Then the batch's sends and receives, as a host group runs them after its collectives.
   return runExchanges(n);
@@ -681,13 +683,13 @@ Status GpuProxy::runExchanges(size_t n) {
   // Only this thread runs the communicator's operations while the batch runs (host calls
   // drain the proxy first), so the device data ops are seen by these sends and receives
   // alone.
-  DeviceDataOps copies(rt_, copyStream_);
-  comm_->deviceData = &copies;
+  comm_->deviceData = deviceOps_.get();
   Executor& ex = Executor::forThisThread();
   spawnBatch(ex, comm_, exchanges_, m);
   Status s = ex.run();
   comm_->deviceData = nullptr;
-  return s;
+  const Status synced = deviceOps_->synchronize();
+  return s.isOk() ? synced : s;
 }
 
 // ---- entry points ----------------------------------------------------------------------

@@ -416,6 +416,32 @@ int64_t EmulatedRuntime::workDelayOf(ridgeStream_t stream) {
   return workDelayUs_[q->device].load();
 }
 
+int EmulatedRuntime::workQueued(ridgeStream_t stream) {
+  Status ignored;
+  Queue* q = queueOf(stream, &ignored);
+  if (!q || q->device < 0 || static_cast<size_t>(q->device) >= workInFlight_.size()) return -1;
+  const int64_t now = workInFlight_[q->device].fetch_add(1) + 1;
+  int64_t peak = workInFlightPeak_[q->device].load();
+  while (now > peak && !workInFlightPeak_[q->device].compare_exchange_weak(peak, now)) {
+  }
+  return q->device;
+}
+
+void EmulatedRuntime::workFinished(int device) {
+  if (device >= 0) workInFlight_[device].fetch_sub(1);
+}
+
+int64_t EmulatedRuntime::workInFlightPeak(int device) {
+  return device >= 0 && static_cast<size_t>(device) < workInFlightPeak_.size()
+             ? workInFlightPeak_[device].load()
+             : 0;
+}
+
+void EmulatedRuntime::resetWorkInFlightPeak(int device) {
+  if (device >= 0 && static_cast<size_t>(device) < workInFlightPeak_.size())
+    workInFlightPeak_[device].store(workInFlight_[device].load());
+}
+
 Status EmulatedRuntime::copy(void* dst, const void* src, size_t bytes, ridgeStream_t stream) {
   if (copiesWaitForReleases_.load()) {
     const int device = tCurrentDevice;
@@ -432,15 +458,19 @@ Status EmulatedRuntime::copy(void* dst, const void* src, size_t bytes, ridgeStre
     index = copyLog_.size();
     copyLog_.push_back(CopyRecord{++eventCount_, 0, dst, src, bytes});
   }
-  return enqueue(stream, [this, d, from, bytes, index, delayUs] {
+  const int counted = workQueued(stream);
+  s = enqueue(stream, [this, d, from, bytes, index, delayUs, counted] {
     if (delayUs) std::this_thread::sleep_for(std::chrono::microseconds(delayUs));
     std::memmove(d, from, bytes);
     if (index != SIZE_MAX) {
       std::lock_guard<std::mutex> lock(copyLogMutex_);
       if (index < copyLog_.size()) copyLog_[index].ran = ++eventCount_;
     }
+    workFinished(counted);
     return Status::ok();
   });
+  if (!s.isOk()) workFinished(counted);
+  return s;
 }
 
 void EmulatedRuntime::setRecordCopies(bool on) {
@@ -518,11 +548,15 @@ Status EmulatedRuntime::launchReduce(void* dst, const void* const* srcs, int nsr
   }
   if (!loaded && releaseWaitPending(tCurrentDevice)) launchesBeforePreload_.fetch_add(1);
   const int64_t delayUs = workDelayOf(stream);
-  return enqueue(stream, [=] {
+  const int counted = workQueued(stream);
+  s = enqueue(stream, [=, this] {
     if (delayUs) std::this_thread::sleep_for(std::chrono::microseconds(delayUs));
     reduceMany(d, from.data(), nsrcs, count, type, op, finalDivisor);
+    workFinished(counted);
     return Status::ok();
   });
+  if (!s.isOk()) workFinished(counted);
+  return s;
 }
 
 Status EmulatedRuntime::preloadKernels() {

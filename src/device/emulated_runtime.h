@@ -130,6 +130,11 @@ class EmulatedRuntime final : public DeviceRuntime {
   // on the stream's worker (0: no delay): a slow device, so that tests can show that work
   // of another rank never runs ahead of what it depends on.
   void setWorkDelay(int device, std::chrono::microseconds delay);
+  // Copies and reductions queued on streams of `device` that have not finished running: the
+  // most there were at once since the last reset (a caller that waited for each before
+  // queueing the next never exceeds 1 on one device). Evidence that work is queued ahead.
+  int64_t workInFlightPeak(int device);
+  void resetWorkInFlightPeak(int device);
   // ---- P2P test helpers ----
   void setPeerAccess(bool allowed, PeerLinkKind kind = PeerLinkKind::Unknown) {
     peerAccess_.store(allowed);
@@ -246,6 +251,12 @@ class EmulatedRuntime final : public DeviceRuntime {
   std::set<int> preloaded_;  // devices preloadKernels has loaded (preloadMutex_)
   std::atomic<uint64_t> launchesBeforePreload_{0};
   std::array<std::atomic<int64_t>, 16> workDelayUs_{};  // by device (setWorkDelay)
+  // By device: copies and reductions queued and not finished, and the most at once.
+  std::array<std::atomic<int64_t>, 16> workInFlight_{}, workInFlightPeak_{};
+  // Counts one more piece of work in flight on the device of `stream`; its index for
+  // workFinished (-1: not counted).
+  int workQueued(ridgeStream_t stream);
+  void workFinished(int device);
   std::atomic<uint64_t> classifyCount_{0};
   std::mutex pinnedMutex_;
   std::map<void*, size_t> pinned_;  // under pinnedMutex_, as the next three

@@ -6,13 +6,15 @@
 // and reduces) or are staged through pinned host memory.
 //
 // Checked on 2 and 3 ranks: send/receive, allreduce and reduce-scatter (ring, device
-// reductions), allgather and broadcast, against the higher-precision host reference with
-// random inputs and poisoned outputs; counters that prove the path (no staged batch,
-// dma-buf exports, flushes under RIDGE_GDR_FLUSH=read, device reductions launched); host
-// collectives on the same communicator between device ones; a rank whose buffer is managed
-// memory votes no and every rank stages; operations the device network does not carry
-// (reduce) stage; RIDGE_GDR_DATA_PATH=off and a runtime without dma-buf build no device
-// network.
+// reductions), reduce (chain, device reductions), allgather, broadcast and alltoall, against
+// the higher-precision host reference with random inputs and poisoned outputs; counters that
+// prove the path (no staged batch, dma-buf exports, flushes under RIDGE_GDR_FLUSH=read,
+// device reductions launched); a group mixing device-network collectives with sends and
+// receives; on a slow emulated device, that device work is queued ahead (more than one
+// operation in flight per device: the data ops do not wait for each); host collectives on
+// the same communicator between device ones; a rank whose buffer is managed memory votes no
+// and every rank stages; RIDGE_GDR_DATA_PATH=off and a runtime without dma-buf build no
+// device network.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -20,6 +22,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <iterator>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -157,53 +161,162 @@ TEST(GdrDataPath, AllGatherAndBroadcastThreeRanks) {
   runOnDeviceNetwork(3, copies(), false);
 }
 
-// Each rank sends a message to the next rank and receives one from the previous, in one
-// group, through the device network: random bytes, poisoned destinations.
-void runRingExchange(int n, size_t bytes) {
-  auto pattern = [](int rank, size_t bytes) {
-    std::vector<unsigned char> v(bytes);
-    std::mt19937 gen(0xC0FFEEu + static_cast<uint32_t>(rank));
-    for (auto& b : v) b = static_cast<unsigned char>(gen());
-    return v;
-  };
+// Reduce (the chain, reductions on the device; off the root the output stays poisoned) and
+// alltoall (all-pairs, device copies). Roots are n / 2 (runCall).
+std::vector<Call> reduceAndAlltoAll() {
+  return {
+      {Op::Reduce, ridgeFloat32, ridgeSum, 40001},       {Op::Reduce, ridgeFloat16, ridgeAvg, 1531},
+      {Op::Reduce, ridgeInt32, ridgeProd, 9000},         {Op::Reduce, ridgeBfloat16, ridgeMax, 20011},
+      {Op::Reduce, ridgeFloat64, ridgeMin, 3001},        {Op::Reduce, ridgeUint8, ridgeSum, 1},
+      {Op::Reduce, ridgeFloat32, ridgeSum, 12345, true}, {Op::AlltoAll, ridgeFloat32, ridgeSum, 9001},
+      {Op::AlltoAll, ridgeUint8, ridgeSum, 3},           {Op::AlltoAll, ridgeFloat64, ridgeSum, 6007},
+      {Op::AlltoAll, ridgeBfloat16, ridgeSum, 1},        {Op::AlltoAll, ridgeInt32, ridgeSum, 7001, true}};
+}
+
+TEST(GdrDataPath, ReduceAndAlltoAllTwoRanks) {
+  runOnDeviceNetwork(2, reduceAndAlltoAll(), true);
+}
+
+TEST(GdrDataPath, ReduceAndAlltoAllThreeRanks) {
+  runOnDeviceNetwork(3, reduceAndAlltoAll(), true);
+}
+
+// Random bytes of `rank`'s message.
+std::vector<unsigned char> messageOf(int rank, size_t bytes, uint32_t salt = 0) {
+  std::vector<unsigned char> v(bytes);
+  std::mt19937 gen(0xC0FFEEu + salt + static_cast<uint32_t>(rank));
+  for (auto& b : v) b = static_cast<unsigned char>(gen());
+  return v;
+}
+
+// One collective of a mixed group (runGroups).
+struct GroupPart {
+  Op op;
+  ridgeDataType_t dt;
+  ridgeRedOp_t red;
+  size_t count;
+};
+
+// One group per round on every rank: a send of `bytes` random bytes to the next rank and a
+// receive from the previous one (host connectors, chunk by chunk copied by the copy engine:
+// runExchanges), and `parts` (voted onto the device network), all on device memory. Exact
+// outputs (reference in higher precision, outputs poisoned, off-root reduce output untouched).
+// Without collectives nothing is voted on (sends and receives never are) and each group is a
+// staged batch; with them every group runs on the device network and nothing is staged.
+void runGroups(int n, size_t bytes, const std::vector<GroupPart>& parts) {
   constexpr int kRounds = 3;
   withGdrRanks(
       n,
       [&](EmulatedRuntime& rt, TestRank& t) {
-        const int next = (t.rank + 1) % n, prev = (t.rank + n - 1) % n;
-        DevMem send(rt, bytes), recv(rt, bytes);
-        send.put(pattern(t.rank, bytes));
+        const int r = t.rank, root = n / 2, next = (r + 1) % n, prev = (r + n - 1) % n;
         for (int round = 0; round < kRounds; ++round) {
+          std::vector<std::unique_ptr<DevMem>> ins, outs;
+          std::vector<std::vector<uint32_t>> keys;
+          for (size_t i = 0; i < parts.size(); ++i) {
+            const GroupPart& p = parts[i];
+            const size_t es = dtSize(p.dt);
+            std::vector<uint32_t> k(n);
+            for (int j = 0; j < n; ++j) k[j] = rankKey(900u + 10u * uint32_t(round) + uint32_t(i), j);
+            std::vector<unsigned char> in(inputElems(p.op, p.count, n) * es);
+            fillRankInput(p.op, p.dt, p.red, in.data(), p.count, n, k[r]);
+            ins.push_back(std::make_unique<DevMem>(rt, in.size()));
+            ins.back()->put(in);
+            outs.push_back(std::make_unique<DevMem>(rt, outputElems(p.op, p.count, n) * es));
+            outs.back()->put(std::vector<unsigned char>(outs.back()->bytes, kPoison));
+            keys.push_back(std::move(k));
+          }
+          DevMem send(rt, bytes), recv(rt, bytes);
+          send.put(messageOf(r, bytes, uint32_t(round)));
           recv.put(std::vector<unsigned char>(bytes, kPoison));
           ASSERT_EQ(ridgeGroupStart(), ridgeSuccess);
           ASSERT_EQ(ridgeSend(send.p, bytes, ridgeUint8, next, t.comm, t.stream), ridgeSuccess)
               << errorText();
+          for (size_t i = 0; i < parts.size(); ++i) {
+            const GroupPart& p = parts[i];
+            ASSERT_EQ(issue(p.op, ins[i]->p, outs[i]->p, p.count, p.dt, p.red, root, t.comm, t.stream),
+                      ridgeSuccess)
+                << errorText();
+          }
           ASSERT_EQ(ridgeRecv(recv.p, bytes, ridgeUint8, prev, t.comm, t.stream), ridgeSuccess)
               << errorText();
           ASSERT_EQ(ridgeGroupEnd(), ridgeSuccess) << errorText();
           expectStreamDone(rt, t);
           if (::testing::Test::HasFatalFailure()) return;
-          EXPECT_TRUE(recv.get(0, bytes) == pattern(prev, bytes)) << "rank " << t.rank << " round " << round;
+          for (size_t i = 0; i < parts.size(); ++i) {
+            const GroupPart& p = parts[i];
+            Mismatches mm;
+            const std::vector<unsigned char> got = outs[i]->get(0, outs[i]->bytes);
+            checkRankOutput(p.op, p.dt, p.red, got.data(), p.count, keys[i], r, root, kPoison, mm);
+            EXPECT_EQ(mm.count, 0u) << opText(p.op) << " rank " << r << " round " << round << ": " << mm.text;
+          }
+          EXPECT_TRUE(recv.get(0, bytes) == messageOf(prev, bytes, uint32_t(round)))
+              << "rank " << r << " round " << round;
         }
-        // Sends and receives are never voted onto the device network: they go through the
-        // host connectors, chunk by chunk copied by the copy engine (runExchanges).
-        EXPECT_EQ(t.comm->deviceNetBatches, 0u) << "rank " << t.rank;
-        EXPECT_EQ(t.comm->deviceNetDeclined, 0u)
-            << "rank " << t.rank << ": a send/receive batch was voted on";
-        EXPECT_EQ(t.comm->stagedBatches, uint64_t(kRounds)) << "rank " << t.rank;
+        if (!parts.empty()) {
+          expectPath(t, kRounds, 0);
+          return;
+        }
+        EXPECT_EQ(t.comm->deviceNetBatches, 0u) << "rank " << r;
+        EXPECT_EQ(t.comm->deviceNetDeclined, 0u) << "rank " << r << ": a send/receive batch was voted on";
+        EXPECT_EQ(t.comm->stagedBatches, uint64_t(kRounds)) << "rank " << r;
       },
       [&](EmulatedRuntime& rt) {
         expectCleanRuntime(rt, n);
-        EXPECT_EQ(rt.reducesLaunched(), 0u);
+        if (parts.empty())
+          EXPECT_EQ(rt.reducesLaunched(), 0u);
+        else
+          EXPECT_GT(rt.reducesLaunched(), 0u);
       });
 }
 
 TEST(GdrDataPath, SendRecvTwoRanks) {
-  runRingExchange(2, 200003);
+  runGroups(2, 200003, {});
 }
 
 TEST(GdrDataPath, SendRecvThreeRanks) {
-  runRingExchange(3, 70001);
+  runGroups(3, 70001, {});
+}
+
+// A reduce, an alltoall and an allreduce in one group with a send and a receive.
+std::vector<GroupPart> mixedCollectives() {
+  return {{Op::Reduce, ridgeFloat32, ridgeSum, 20011},
+          {Op::AlltoAll, ridgeInt32, ridgeSum, 3001},
+          {Op::AllReduce, ridgeBfloat16, ridgeSum, 9001}};
+}
+
+TEST(GdrDataPath, MixedGroupWithSendsAndReceivesTwoRanks) {
+  runGroups(2, 70001, mixedCollectives());
+}
+
+TEST(GdrDataPath, MixedGroupWithSendsAndReceivesThreeRanks) {
+  runGroups(3, 70001, mixedCollectives());
+}
+
+// A slow device (every copy and reduction sleeps first on the stream's worker): the proxy
+// must not wait for each device operation before queueing the next where nothing depends on
+// it (data_ops.h: one settle per step), so each rank's device holds at least two operations
+// at once; with a synchronize after each, the peak stays 1. Results still exact.
+TEST(GdrDataPath, DeviceWorkIsQueuedAheadOnASlowDevice) {
+  constexpr int n = 3;
+  withGdrRanks(
+      n,
+      [&](EmulatedRuntime& rt, TestRank& t) {
+        // Every rank's device slow from its own thread: each call covers one device only.
+        rt.setWorkDelay(t.rank, std::chrono::microseconds(300));
+        rt.resetWorkInFlightPeak(t.rank);
+        uint32_t seed = 4242;
+        for (const Call& c : {Call{Op::AllReduce, ridgeFloat32, ridgeSum, 30011},
+                              Call{Op::Broadcast, ridgeInt32, ridgeSum, 20011},
+                              Call{Op::AlltoAll, ridgeFloat64, ridgeSum, 5003}}) {
+          runCall(rt, t, c, seed++);
+          if (::testing::Test::HasFatalFailure()) return;
+        }
+        expectPath(t, 3, 0);
+        EXPECT_GE(rt.workInFlightPeak(t.rank), 2)
+            << "rank " << t.rank << ": the device never held two operations at once";
+        rt.setWorkDelay(t.rank, std::chrono::microseconds(0));
+      },
+      [&](EmulatedRuntime& rt) { expectCleanRuntime(rt, n); });
 }
 
 // Host-memory collectives between device ones keep to the host connectors and stay exact
@@ -246,8 +359,7 @@ TEST(GdrDataPath, HostCollectivesInterleaved) {
 }
 
 // A rank whose output is managed memory votes no: every rank stages that batch, and the next
-// batch (device memory everywhere) is on the device network again. A reduce, which the
-// device network does not carry, stages too.
+// batch (device memory everywhere) is on the device network again, a reduce as well.
 TEST(GdrDataPath, ManagedMemoryOnOneRankStagesEveryone) {
   withGdrRanks(
       3,
@@ -260,7 +372,7 @@ TEST(GdrDataPath, ManagedMemoryOnOneRankStagesEveryone) {
         if (::testing::Test::HasFatalFailure()) return;
         runCall(rt, t, {Op::Reduce, ridgeFloat32, ridgeSum, 3001}, 7);
         if (::testing::Test::HasFatalFailure()) return;
-        expectPath(t, 1, 2);
+        expectPath(t, 2, 1);
       },
       [](EmulatedRuntime&) {});
 }
@@ -304,6 +416,44 @@ TEST(GdrDataPath, AbortInsideADeviceNetworkBatchReleasesTheStream) {
       },
       /*destroy=*/false);
   EXPECT_EQ(rank1DeviceBatches.load(), 1u) << "the batch did not reach the device network's data phase";
+}
+
+// ridgeCommAbort while the proxy waits for its device inside a device-network batch: rank 1's
+// device takes 100 ms per copy or reduction, so its allreduce (dozens of device steps) is
+// waiting for a settle most of the time when rank 1 aborts, 300 ms in. The stream must be
+// released at once (the queued device work drains in a few hundred ms), with the batch on
+// the device network.
+TEST(GdrDataPath, AbortWhileTheDeviceWorksReleasesTheStream) {
+  GdrEnv env;
+  EmulatedRuntime rt(3);
+  ScopedRuntimeForTesting scope(&rt);
+  const size_t count = 60000;
+  std::atomic<bool> rank1Done{false};
+  std::atomic<uint64_t> rank1DeviceBatches{0}, rank1Reductions{0};
+  withRanks(
+      rt, 2, 2,
+      [&](TestRank& t) {
+        DevMem a(rt, count * 4);
+        if (t.rank == 1) rt.setWorkDelay(1, std::chrono::milliseconds(100));
+        ASSERT_EQ(ridgeAllReduce(a.p, a.p, count, ridgeFloat32, ridgeSum, t.comm, t.stream), ridgeSuccess)
+            << errorText();
+        if (t.rank == 0) {
+          for (const auto t0 = Clock::now();
+               !rank1Done.load() && Clock::now() - t0 < std::chrono::seconds(20);)
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          expectAbortReleasesTheStream(rt, t);
+          return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        rank1Reductions.store(rt.reducesLaunched());
+        expectAbortReleasesTheStream(rt, t);
+        rank1DeviceBatches.store(t.comm->deviceNetBatches);  // read after the proxy stopped
+        rt.setWorkDelay(1, std::chrono::microseconds(0));
+        rank1Done.store(true);
+      },
+      /*destroy=*/false);
+  EXPECT_EQ(rank1DeviceBatches.load(), 1u) << "the batch did not reach the device network's data phase";
+  EXPECT_GT(rank1Reductions.load(), 0u) << "no device reduction was under way at the abort";
 }
 
 // Sends and receives are never voted on (review B1): with a device network, a send between
