@@ -113,6 +113,81 @@ __global__ void __launch_bounds__(kLLThreads)
   }
 }
 
+// The device environment of the LL collective's per-line logic (ll_collective.h): 16-byte
+// volatile line accesses, the bounded spin that also watches the communicator's status word
+// (mapped host memory), and the element arithmetic of the reduce kernel.
+template <typename T, ridgeRedOp_t Op>
+struct DeviceLLEnv {
+  volatile uint32_t* status;
+  uint32_t statusBase;
+  uint64_t deadline;
+
+  __device__ void store(ll::Line* p, const ll::Line& l) const { storeLine(p, l); }
+
+  __device__ bool wait(const ll::Line* p, uint32_t flag, ll::Line* out) const {
+    for (uint64_t polls = 1; polls <= kMaxPolls; ++polls) {
+      const ll::Line l = loadLine(p);
+      if (ll::ready(l, flag)) {
+        *out = l;
+        return true;
+      }
+      if (polls % kPollsPerCheck == 0) {
+        if (*status != statusBase) return false;  // timed out elsewhere, or aborted
+        if (globalNs() > deadline) break;
+      }
+    }
+    // A plain store, not an atomic: system-scope atomics on host memory need PCIe atomics.
+    // A racing abort (kAborted) may be overwritten; either value stops every waiter.
+    if (*status == statusBase) {
+      *status = statusBase + ll::kTimedOut;
+      __threadfence_system();
+    }
+    return false;
+  }
+
+  // op over the 8-byte payloads srcs[0..n), `elems` elements each, folded left to right in
+  // the accumulation type and rounded once (the reduce kernel's arithmetic).
+  __device__ uint64_t reduce(const uint64_t* srcs, int n, int elems, int divisor) const {
+    using R = Arith<T>;
+    Payload<T> out, in;
+    out.raw = 0;
+    for (int e = 0; e < elems; ++e) {
+      in.raw = srcs[0];
+      typename R::Acc acc = R::load(in.e[e]);
+      for (int k = 1; k < n; ++k) {
+        in.raw = srcs[k];
+        acc = combine<Op>(acc, R::load(in.e[e]));
+      }
+      out.e[e] = R::store(finish<Op>(acc, divisor));
+    }
+    return out.raw;
+  }
+};
+
+template <typename T, ridgeRedOp_t Op>
+__global__ void __launch_bounds__(kLLThreads) llCollectiveKernel(const ll::Launch d) {
+  const DeviceLLEnv<T, Op> env{reinterpret_cast<volatile uint32_t*>(d.statusWord), d.statusBase,
+                               globalNs() + d.timeoutNs};
+  const size_t n = ll::messageLines(d);
+  const size_t first = blockIdx.x * size_t(blockDim.x) + threadIdx.x, stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = first; i < n; i += stride) ll::sendLine(d, i, env);
+  for (size_t i = first; i < n; i += stride)
+    if (!ll::receiveLine(d, i, env)) return;
+}
+
+template <typename T, ridgeRedOp_t Op>
+struct CollectiveLauncher {
+  static cudaError_t run(const ll::Launch& d, int blocks, cudaStream_t stream) {
+    llCollectiveKernel<T, Op><<<blocks, kLLThreads, 0, stream>>>(d);
+    return cudaGetLastError();
+  }
+};
+
+template <typename T, ridgeRedOp_t Op>
+struct CollectiveLoader {
+  static cudaError_t run() { return loadKernel(llCollectiveKernel<T, Op>); }
+};
+
 template <typename T, ridgeRedOp_t Op>
 struct FusedLauncher {
   static cudaError_t run(ll::Line* next, void* dst, const ll::Line* lines, const void* mine, size_t count,
@@ -159,6 +234,7 @@ Status preloadLLKernels(int* loaded) {
     ++*loaded;
     err = loadForEveryTypeAndOp<FusedLoader>(loaded);
   }
+  if (err == cudaSuccess) err = loadForEveryTypeAndOp<CollectiveLoader>(loaded);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
     return makeError(ridgeSystemError, "loading the LL kernels: %s", cudaGetErrorString(err));
@@ -206,6 +282,29 @@ Status launchLLRecvReduceSend(ll::Line* nextLines, void* dst, const ll::Line* li
                                    flagOut, timeoutNs, timedOut, grid, cudaStreamOf(stream));
   if (err != cudaSuccess)
     return makeError(ridgeSystemError, "launchLLRecvReduceSend: kernel launch failed: %s",
+                     cudaGetErrorString(err));
+  return Status::ok();
+}
+
+Status launchLLCollective(const ll::Launch& d, ridgeStream_t stream, int blocks) {
+  if (d.nranks < 2 || d.nranks > ll::kMaxRanks || d.rank < 0 || d.rank >= d.nranks || d.statusWord == 0)
+    return makeError(ridgeInvalidArgument, "launchLLCollective: bad descriptor (rank %d of %d)", d.rank,
+                     d.nranks);
+  if (d.flag == 0)
+    return makeError(ridgeInvalidArgument, "launchLLCollective: flag 0 is what an unused buffer holds");
+  const ridgeDataType_t type = static_cast<ridgeDataType_t>(d.type);
+  const ridgeRedOp_t op = static_cast<ridgeRedOp_t>(d.op);
+  const bool reduces = d.kind == ll::CollKind::AllReduce || d.kind == ll::CollKind::ReduceScatter ||
+                       d.kind == ll::CollKind::Reduce;
+  if (reduces && (!validType(type) || !validOp(op)))
+    return makeError(ridgeInvalidArgument, "launchLLCollective: invalid data type %d or op %d", d.type, d.op);
+  const size_t lines = ll::messageLines(d);
+  if (lines == 0) return Status::ok();
+  const int grid = blocksFor(lines, blocks);
+  const cudaError_t err = reduces ? withTypeAndOp<CollectiveLauncher>(type, op, d, grid, cudaStreamOf(stream))
+                                  : CollectiveLauncher<uint8_t, ridgeSum>::run(d, grid, cudaStreamOf(stream));
+  if (err != cudaSuccess)
+    return makeError(ridgeSystemError, "launchLLCollective: kernel launch failed: %s",
                      cudaGetErrorString(err));
   return Status::ok();
 }

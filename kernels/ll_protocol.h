@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "core/status.h"
+#include "kernels/ll_collective.h"
 #include "kernels/ll_line.h"
 #include "ridge/ridge.h"
 
@@ -49,7 +50,16 @@ Status launchLLRecvReduceSend(ll::Line* nextLines, void* dst, const ll::Line* li
                               uint32_t flagIn, uint32_t flagOut, uint64_t timeoutNs, int* timedOut,
                               ridgeStream_t stream, int blocks = 0);
 
-/// Loads the LL kernels (send, receive, and the fused step for every type and op) into the
+/// One LL collective (kernels/ll_collective.h), fused into one kernel: each thread sends its
+/// lines of the message to every peer, then waits for every peer's same lines and stores
+/// its output lines (copies, or the reduction in the bulk path's fold order). Gives up when
+/// a wait passes d.timeoutNs (writing d.statusBase + ll::kTimedOut into the status word) or finds the word
+/// set (abort). Reductions dispatch on d.type and d.op; the other collectives use one
+/// instantiation.
+Status launchLLCollective(const ll::Launch& d, ridgeStream_t stream, int blocks = 0);
+
+/// Loads the LL kernels (send, receive, the fused step and the collective for every type
+/// and op) into the
 /// current device context; part of preloadKernels (device_reduce.h). *loaded: how many.
 Status preloadLLKernels(int* loaded);
 

@@ -3,6 +3,7 @@
 // place where that conversion happens.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstdlib>
@@ -59,6 +60,7 @@ Status checkComm(const char* fn, ridgeComm* comm, bool allowBroken = false) {
   if (comm->magic != ridgeComm::kMagic)
     return badArg(fn, "comm is not a live communicator (destroyed or garbage)");
   if (comm->finalized) return makeError(ridgeInvalidUsage, "%s: comm was finalized", fn);
+  pollLLStatus(comm);  // a timed-out LL launch breaks the communicator
   int state = comm->asyncError.load();
   if (state == ridgeInProgress)
     return makeError(ridgeInvalidUsage, "%s: comm is still initializing (poll ridgeCommGetAsyncError)", fn);
@@ -216,14 +218,35 @@ Status runGroup(const std::vector<QueuedOp>& ops, std::vector<ridgeComm*>& comms
   return ex.run();
 }
 
-// Queues each communicator's device operations of a group as one batch of its proxy.
+// Queues each communicator's device operations of a group as one batch of its proxy, or,
+// when the LL path takes every collective of the group (llTakes: the same answer on every
+// rank, since ranks share the group's collectives but not its sends and receives), launches
+// the collectives through LL in call order and gives the proxy the sends and receives, if any.
+// So within one group the LL collectives come before the group's proxy work on each stream.
 Status submitDeviceGroup(const std::vector<QueuedOp>& ops, std::vector<ridgeComm*>& comms) {
   device::DeviceRuntime* rt = device::activeRuntime();
   std::vector<DeviceOp> batch;
   return forEachComm(ops, comms, [&](ridgeComm* c, const std::vector<QueuedOp>& mine) {
+    bool allLL = true;
+    for (const QueuedOp& o : mine) {
+      const bool pointToPoint = o.op.args.type == CollType::Send || o.op.args.type == CollType::Recv;
+      allLL = allLL && (pointToPoint || llTakes(c, o.op));
+    }
     batch.clear();
-    for (const QueuedOp& o : mine) batch.push_back(o.op);
-    return submitDeviceBatch(c, rt, batch.data(), batch.size());
+    if (allLL) {
+      std::vector<ridgeStream_t> streams;
+      for (const QueuedOp& o : mine)
+        if (llTakes(c, o.op) && std::find(streams.begin(), streams.end(), o.op.stream) == streams.end())
+          streams.push_back(o.op.stream);
+      RIDGE_TRY(joinLLStreams(c, rt, streams.data(), streams.size()));
+    }
+    for (const QueuedOp& o : mine) {
+      if (allLL && llTakes(c, o.op))
+        RIDGE_TRY(launchLL(c, rt, o.op));
+      else
+        batch.push_back(o.op);
+    }
+    return batch.empty() ? Status::ok() : submitDeviceBatch(c, rt, batch.data(), batch.size());
   });
 }
 
@@ -236,7 +259,9 @@ ridgeResult_t submit(ridgeComm* comm, const DeviceOp& op, bool device) {
   }
   comm->callsInFlight.fetch_add(1);
   Status s;
-  if (device) {
+  if (device && llTakes(comm, op)) {
+    s = launchLL(comm, device::activeRuntime(), op);
+  } else if (device) {
     s = submitDeviceBatch(comm, device::activeRuntime(), &op, 1);
   } else {
     s = drainDeviceOps(comm);
@@ -460,6 +485,7 @@ RIDGE_API ridgeResult_t ridgeCommGetAsyncError(ridgeComm_t comm, ridgeResult_t* 
     return fail(nullptr,
                 badArg("ridgeCommGetAsyncError", comm ? "comm is not a live communicator" : "comm is NULL"));
   if (!asyncError) return fail(comm, badArg("ridgeCommGetAsyncError", "asyncError is NULL"));
+  if (comm->asyncError.load() != ridgeInProgress) pollLLStatus(comm);
   *asyncError = static_cast<ridgeResult_t>(comm->asyncError.load());
   if (*asyncError != ridgeSuccess && *asyncError != ridgeInProgress) {
     std::lock_guard<std::mutex> lock(comm->lastErrorMutex);

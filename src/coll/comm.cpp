@@ -191,6 +191,7 @@ Status initComm(ridgeComm* c, const ridgeUniqueId& id) {
                        peer);
   }
   RIDGE_TRY(setupDeviceNetwork(c, setup));
+  RIDGE_TRY(setupLL(c));
   c->scratchPtrs.assign(c->nranks, nullptr);
   c->peerMemory.assign(c->nranks, nullptr);
   bool direct = c->nranks > 1;
@@ -251,6 +252,9 @@ void freeComm(ridgeComm* c) {
   // Before the connectors go: the proxy may still be using them, and every stream waiting
   // on this communicator's release word must be released.
   stopGpuProxy(c, c->aborted.load());
+  // LL launches on the users' streams write into peers' areas: wait for this rank's last one
+  // (an abort stops them) before its area and mappings go.
+  releaseLL(c);
   // The device network first (it lets its last writes drain), so that a peer still
   // finishing a device batch with this rank sees it go before the host connections; its
   // slots are freed through the allocator, so the transport goes before them.

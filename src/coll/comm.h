@@ -12,6 +12,7 @@
 
 #include "coll/algo_select.h"
 #include "coll/gpu_proxy.h"
+#include "coll/ll_path.h"
 #include "core/status.h"
 #include "ridge/ridge.h"
 #include "transports/net/net_transport.h"
@@ -131,6 +132,10 @@ struct ridgeComm {
   // per step), never through the direct extension, and take the ring and chain algorithms
   // (alltoall: all-pairs). Null: host memory, memcpy and the host reductions.
   ridge::DeviceDataOps* deviceData = nullptr;
+  // The LL path (src/coll/ll_path.h): areas, status word, operation counter and ordering
+  // marker; built at init when every rank can take part, null otherwise. Small collectives
+  // on device memory are then launched on the caller's stream, not handed to the proxy.
+  std::unique_ptr<ridge::LLState, ridge::LLStateDeleter> ll;
   // Counters (proxy thread; read after the batches finished).
   uint64_t deviceNetBatches = 0;   // batches every rank voted onto the device network
   uint64_t deviceNetDeclined = 0;  // batches the vote left to staging

@@ -25,6 +25,7 @@
 #include "core/log.h"
 #include "device/runtime.h"
 #include "kernels/device_reduce.h"
+#include "kernels/ll_protocol.h"
 
 namespace ridge::device {
 namespace {
@@ -205,6 +206,11 @@ class CudaRuntime final : public DeviceRuntime {
     return makeError(ridgeUnhandledCudaError, "cuStreamWaitValue32: CUresult %d", static_cast<int>(r));
   }
 
+  Status waitMarker(ridgeStream_t stream, Marker* m) override {
+    RIDGE_CUDA_TRY(cudaStreamWaitEvent(asCuda(stream), reinterpret_cast<cudaEvent_t>(m), 0));
+    return Status::ok();
+  }
+
   Status copy(void* dst, const void* src, size_t bytes, ridgeStream_t stream) override {
     RIDGE_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, asCuda(stream)));
     return Status::ok();
@@ -246,6 +252,10 @@ class CudaRuntime final : public DeviceRuntime {
   Status launchReduce(void* dst, const void* const* srcs, int nsrcs, size_t count, ridgeDataType_t type,
                       ridgeRedOp_t op, int finalDivisor, ridgeStream_t stream) override {
     return gpu::launchReduce(dst, srcs, nsrcs, count, type, op, finalDivisor, stream);
+  }
+
+  Status launchLLCollective(const ll::Launch& d, ridgeStream_t stream) override {
+    return gpu::launchLLCollective(d, stream);
   }
 
   Status preloadKernels() override {

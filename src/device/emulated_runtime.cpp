@@ -160,6 +160,7 @@ Status EmulatedRuntime::allocDeviceOn(size_t bytes, void** out, int device, bool
     close(fd);
     return s;
   }
+  deviceAllocCount_.fetch_add(1);
   std::lock_guard<std::mutex> lock(regionsMutex_);
   regions_[reinterpret_cast<uintptr_t>(view)] =
       Region{len, device, managed, static_cast<char*>(alias), fd, 0, nextAllocationId_++};
@@ -734,6 +735,120 @@ size_t EmulatedRuntime::ipcViewsOpen() {
   size_t n = 0;
   for (const auto& [base, r] : regions_) n += r.ipcOpens > 0 ? 1 : 0;
   return n;
+}
+
+}  // namespace ridge::device
+
+// ---- LL collectives ---------------------------------------------------------------------
+
+namespace ridge::device {
+
+namespace {
+
+// The emulator's environment for the LL per-line logic (kernels/ll_collective.h). Lines
+// move as two 8-byte halves, each {4 data bytes, flag}, with release stores and acquire
+// loads: the 8-byte unit a peer sees whole, as on the GPU.
+struct EmulatedLLEnv {
+  ridgeDataType_t type;
+  ridgeRedOp_t op;
+  volatile uint32_t* status;
+  uint32_t statusBase;
+  std::chrono::steady_clock::time_point deadline;
+
+  static uint64_t half(uint32_t data, uint32_t flag) { return uint64_t(data) | (uint64_t(flag) << 32); }
+
+  void store(ll::Line* p, const ll::Line& l) const {
+    auto* w = reinterpret_cast<uint64_t*>(p);
+    __atomic_store_n(w, half(l.data0, l.flag0), __ATOMIC_RELEASE);
+    __atomic_store_n(w + 1, half(l.data1, l.flag1), __ATOMIC_RELEASE);
+  }
+
+  // Spins (yielding) until the line carries `flag`; false when the status word is set or
+  // the deadline passed (then it sets the word to base + kTimedOut, as the kernel does).
+  bool wait(const ll::Line* p, uint32_t flag, ll::Line* out) const {
+    const auto* w = reinterpret_cast<const uint64_t*>(p);
+    constexpr uint64_t kPollsPerCheck = 64;
+    constexpr uint64_t kMaxPolls = uint64_t(1) << 40;  // a bound in count too
+    for (uint64_t polls = 1; polls <= kMaxPolls; ++polls) {
+      const uint64_t lo = __atomic_load_n(w, __ATOMIC_ACQUIRE), hi = __atomic_load_n(w + 1, __ATOMIC_ACQUIRE);
+      ll::Line l{uint32_t(lo), uint32_t(lo >> 32), uint32_t(hi), uint32_t(hi >> 32)};
+      if (ll::ready(l, flag)) {
+        *out = l;
+        return true;
+      }
+      if (polls % kPollsPerCheck == 0) {
+        if (__atomic_load_n(status, __ATOMIC_ACQUIRE) != statusBase) return false;
+        if (std::chrono::steady_clock::now() >= deadline) break;
+      }
+      std::this_thread::yield();
+    }
+    uint32_t expected = statusBase;
+    __atomic_compare_exchange_n(status, &expected, statusBase + ll::kTimedOut, false, __ATOMIC_ACQ_REL,
+                                __ATOMIC_ACQUIRE);
+    return false;
+  }
+
+  uint64_t reduce(const uint64_t* srcs, int n, int elems, int divisor) const {
+    const void* from[ll::kMaxRanks];
+    for (int k = 0; k < n; ++k) from[k] = &srcs[k];
+    uint64_t out = 0;
+    reduceMany(&out, from, n, static_cast<size_t>(elems), type, op, divisor);
+    return out;
+  }
+};
+
+}  // namespace
+
+Status EmulatedRuntime::waitMarker(ridgeStream_t stream, Marker* m) {
+  std::shared_ptr<MarkerState> state = asEmulated(m)->state;
+  const uint64_t generation = state->recorded.load();
+  return enqueue(stream, [this, state, generation] {
+    auto passed = [&] { return state->completed.load(std::memory_order_acquire) >= generation; };
+    if (boundedWait(passed, waitTimeout())) return Status::ok();
+    return makeError(ridgeTimeout, "emulated stream: a marker wait did not pass within %lld ms",
+                     static_cast<long long>(waitTimeout().count()));
+  });
+}
+
+Status EmulatedRuntime::launchLLCollective(const ll::Launch& d, ridgeStream_t stream) {
+  if (d.nranks < 2 || d.nranks > ll::kMaxRanks || d.rank < 0 || d.rank >= d.nranks || d.flag == 0 ||
+      d.statusWord == 0 || d.elemBytes <= 0 || d.elemBytes > 8)
+    return makeError(ridgeInvalidArgument, "emulated LL launch: bad descriptor (rank %d of %d, flag %u)",
+                     d.rank, d.nranks, d.flag);
+  // The private aliases of every pointer the launch touches, for the extent it touches.
+  ll::Launch x = d;
+  const size_t bytes = ll::messageBytes(d), lineBytes = ll::messageLines(d) * sizeof(ll::Line);
+  const bool blocks = d.kind == ll::CollKind::ReduceScatter || d.kind == ll::CollKind::AlltoAll;
+  const bool gathers = d.kind == ll::CollKind::AllGather || d.kind == ll::CollKind::AlltoAll;
+  const bool readsSend = d.kind != ll::CollKind::Broadcast || d.rank == d.root;
+  const bool writesRecv = d.kind != ll::CollKind::Reduce || d.rank == d.root;
+  Status s;
+  if (readsSend && !(x.send = translate(d.send, blocks ? bytes * size_t(d.nranks) : bytes, &s))) return s;
+  if (writesRecv && !(x.recv = translate(d.recv, gathers ? bytes * size_t(d.nranks) : bytes, &s))) return s;
+  for (int j = 0; j < d.nranks; ++j) {
+    if (j == d.rank) continue;
+    if (!(x.peerSlot[j] = reinterpret_cast<ll::Line*>(translate(d.peerSlot[j], lineBytes, &s)))) return s;
+    if (!(x.mySlot[j] = reinterpret_cast<const ll::Line*>(translate(d.mySlot[j], lineBytes, &s)))) return s;
+  }
+  llLaunchCount_.fetch_add(1);
+  bool loaded;
+  {
+    std::lock_guard<std::mutex> lock(preloadMutex_);
+    loaded = preloaded_.count(tCurrentDevice) > 0;
+  }
+  if (!loaded && releaseWaitPending(tCurrentDevice)) launchesBeforePreload_.fetch_add(1);
+  const int64_t delayUs = workDelayOf(stream);
+  return enqueue(stream, [x, delayUs] {
+    if (delayUs) std::this_thread::sleep_for(std::chrono::microseconds(delayUs));
+    EmulatedLLEnv env{static_cast<ridgeDataType_t>(x.type), static_cast<ridgeRedOp_t>(x.op),
+                      reinterpret_cast<volatile uint32_t*>(static_cast<uintptr_t>(x.statusWord)),
+                      x.statusBase, std::chrono::steady_clock::now() + std::chrono::nanoseconds(x.timeoutNs)};
+    const size_t lines = ll::messageLines(x);
+    for (size_t i = 0; i < lines; ++i) ll::sendLine(x, i, env);
+    for (size_t i = 0; i < lines; ++i)
+      if (!ll::receiveLine(x, i, env)) break;  // the host reads why in the status word
+    return Status::ok();
+  });
 }
 
 }  // namespace ridge::device

@@ -54,12 +54,21 @@ class EmulatedRuntime final : public DeviceRuntime {
   Status recordMarker(Marker* m, ridgeStream_t stream) override;
   Status queryMarker(Marker* m, bool* done) override;
   Status waitWord(ridgeStream_t stream, const ReleaseWord& word, uint32_t value) override;
+  // A queue entry that waits (bounded by waitTimeout()) until the marker's last record passed.
+  Status waitMarker(ridgeStream_t stream, Marker* m) override;
 
   Status copy(void* dst, const void* src, size_t bytes, ridgeStream_t stream) override;
   Status allocPinned(size_t bytes, void** out) override;
   void freePinned(void* p) override;
   Status launchReduce(void* dst, const void* const* srcs, int nsrcs, size_t count, ridgeDataType_t type,
                       ridgeRedOp_t op, int finalDivisor, ridgeStream_t stream) override;
+
+  // Runs the LL collective's per-line logic (kernels/ll_collective.h) on the stream's worker:
+  // phase 1 then phase 2 over every line, lines stored and loaded as two 8-byte
+  // release/acquire halves through the private aliases, waits spinning with yields and
+  // watching the status word and the deadline, reductions with the host kernels (the same
+  // arithmetic as launchReduce here).
+  Status launchLLCollective(const ll::Launch& d, ridgeStream_t stream) override;
 
   // Marks the current device's kernels loaded (see launchesBeforePreloadWhileStreamsWait).
   Status preloadKernels() override;
@@ -173,6 +182,10 @@ class EmulatedRuntime final : public DeviceRuntime {
   Status reallocateInPlace(void* base);
   size_t ipcViewsOpen();
   uint64_t reducesLaunched() const { return reduceCount_.load(); }
+  // Device (and managed) allocations so far, through allocDevice or allocDeviceOn.
+  uint64_t deviceAllocations() const { return deviceAllocCount_.load(); }
+  // launchLLCollective calls so far (tests tell the LL path from the proxy path by it).
+  uint64_t llLaunches() const { return llLaunchCount_.load(); }
   // Reductions launched with a destination or source not 16-byte aligned: the GPU kernel's
   // scalar path (a P2P slice cut where the vector path cannot follow it).
   uint64_t misalignedReduces() const { return misalignedReduceCount_.load(); }
@@ -246,6 +259,8 @@ class EmulatedRuntime final : public DeviceRuntime {
   std::atomic<bool> allocationIdsSupported_{true};
   std::atomic<int> ipcOpenFailures_{0};
   std::atomic<uint64_t> reduceCount_{0};
+  std::atomic<uint64_t> llLaunchCount_{0};
+  std::atomic<uint64_t> deviceAllocCount_{0};
   std::atomic<uint64_t> misalignedReduceCount_{0};
   std::mutex preloadMutex_;
   std::set<int> preloaded_;  // devices preloadKernels has loaded (preloadMutex_)

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "kernels/ll_collective.h"
 #include "ridge/ridge.h"
 
 namespace ridge::device {
@@ -91,6 +92,10 @@ class DeviceRuntime {
   virtual Status queryMarker(Marker* m, bool* done) = 0;
   // Makes `stream` wait (without blocking the caller) until sequenceReached(*word, value).
   virtual Status waitWord(ridgeStream_t stream, const ReleaseWord& word, uint32_t value) = 0;
+  // Makes `stream` wait (without blocking the caller) until the stream `m` was last recorded
+  // on has passed that record (CUDA: cudaStreamWaitEvent). How the LL collectives of one
+  // communicator keep their issue order when the caller alternates streams.
+  virtual Status waitMarker(ridgeStream_t stream, Marker* m) = 0;
 
   // ---- data movement on an internal stream ----
   // Asynchronous on `stream` (an internal stream): `dst`/`src` may each be device, managed
@@ -115,6 +120,14 @@ class DeviceRuntime {
   virtual Status launchReduce(void* dst, const void* const* srcs, int nsrcs, size_t count,
                               ridgeDataType_t type, ridgeRedOp_t op, int finalDivisor,
                               ridgeStream_t stream) = 0;
+
+  // One LL collective (kernels/ll_collective.h: every rank's launch sends its lines into its
+  // peers' LL areas and waits for theirs) on `stream`, the caller's stream. Never blocks the
+  // caller. A wait that passes d.timeoutNs, or finds the status word set, gives up; a timeout
+  // writes ll::kTimedOut into the status word (the host turns it into the communicator's
+  // asynchronous error). CUDA: the fused kernel of kernels/ll_protocol.cu; the emulator runs
+  // the same per-line logic on the stream's worker thread.
+  virtual Status launchLLCollective(const ll::Launch& d, ridgeStream_t stream) = 0;
 
   // Loads every kernel launchReduce may run into the calling thread's current device, once
   // per device (later calls for that device return at once). The proxy calls it in its setup,

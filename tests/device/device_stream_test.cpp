@@ -35,6 +35,11 @@ using namespace ridgetest;
 using ridge::Status;
 using ridge::device::EmulatedRuntime;
 using ridge::device::ScopedRuntimeForTesting;
+
+// These tests are about the proxy path (P2P and staged): small collectives would take the LL
+// path (src/coll/ll_path.h, tested in tests/device/ll_collective_test.cpp), so it is off here
+// unless RIDGE_LL is set. Before main, so before any communicator reads it.
+[[maybe_unused]] const bool kLLOffForTheseTests = setenv("RIDGE_LL", "off", 0) == 0;
 using Clock = std::chrono::steady_clock;
 
 constexpr unsigned char kPoison = 0xA5;

@@ -16,7 +16,7 @@ build=${GPUPACK_BUILD_DIR:-build-cuda}
 jobs=${GPUPACK_JOBS:-2}
 pack="$root/.gpupack"
 max_bytes=$((48 << 20)) # well under the 64 MiB a device call carries
-bins=(test_gpu_kernels test_gpu_stream test_gpu_p2p test_gpu_ll test_ll_line test_gpu_dmabuf
+bins=(test_gpu_kernels test_gpu_stream test_gpu_p2p test_gpu_ll test_gpu_ll_collective test_ll_line test_gpu_dmabuf
   ridge-gpu-kernel-bw ridge-gpu-ll-lat ridge-bench)
 
 launchers=()

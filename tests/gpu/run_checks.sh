@@ -157,6 +157,7 @@ export RIDGE_DEBUG=INFO  # the registrar says which dma-buf path it took
 step "dma-buf export" 60 test_gpu_dmabuf --gtest_brief=1
 unset RIDGE_DEBUG
 step "stream-ordered collectives" 120 test_gpu_stream --gtest_brief=1
+step "LL collectives (ranks as threads on one GPU)" 120 test_gpu_ll_collective --gtest_brief=1
 step "P2P transport (two processes, CUDA IPC)" 120 test_gpu_p2p --gtest_brief=1
 # The two-GPU case skips itself with fewer GPUs; say so rather than let "passed" cover it.
 [ "$gpus" -ge 2 ] || say "P2P between two GPUs: skipped (one GPU)"
@@ -196,6 +197,7 @@ fi
 # hang here (bounded by timeout) costs none of the checks above.
 export CUDA_MODULE_LOADING=LAZY
 step "stream-ordered collectives, lazy module loading" 90 test_gpu_stream --gtest_brief=1
+step "LL collectives, lazy module loading" 90 test_gpu_ll_collective --gtest_brief=1
 step "P2P transport, lazy module loading" 90 test_gpu_p2p --gtest_brief=1 \
   --gtest_filter=GpuP2p.EveryCollectiveTwoProcessesOneGpu
 step "LL send/recv and ring steps, lazy module loading" 90 test_gpu_ll --gtest_brief=1 \

@@ -6,6 +6,8 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -20,6 +22,11 @@
 #include "tests/gpu/gpu_test_util.h"
 
 namespace {
+
+// These tests are about the proxy path (P2P and staged): small collectives would take the LL
+// path (src/coll/ll_path.h, tested in tests/device/ll_collective_test.cpp and tests/gpu/test_gpu_ll_collective.cpp), so it is off here
+// unless RIDGE_LL is set. Before main, so before any communicator reads it.
+[[maybe_unused]] const bool kLLOffForTheseTests = setenv("RIDGE_LL", "off", 0) == 0;
 
 std::string lastError() {
   const char* e = ridgeGetLastError(nullptr);

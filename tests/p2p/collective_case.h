@@ -24,6 +24,18 @@ inline const char* opText(Op o) {
 inline bool reduces(Op o) {
   return o == Op::AllReduce || o == Op::ReduceScatter || o == Op::Reduce;
 }
+// The type and reduction pairs the device tests run every collective with (fp16/bf16
+// included; each reduction op once).
+struct TypedCase {
+  ridgeDataType_t dt;
+  ridgeRedOp_t red;
+};
+inline constexpr TypedCase kTypedCases[] = {{ridgeFloat32, ridgeSum}, {ridgeFloat16, ridgeAvg},
+                                            {ridgeInt32, ridgeProd},  {ridgeBfloat16, ridgeMax},
+                                            {ridgeFloat64, ridgeMin}, {ridgeUint8, ridgeSum}};
+inline constexpr Op kEveryOp[] = {Op::AllReduce, Op::ReduceScatter, Op::Reduce,
+                                  Op::AllGather, Op::Broadcast,     Op::AlltoAll};
+
 // Elements of one rank's input and output for `cnt` (the API's count) on n ranks.
 inline size_t inputElems(Op o, size_t cnt, int n) {
   return o == Op::ReduceScatter || o == Op::AlltoAll ? cnt * size_t(n) : cnt;

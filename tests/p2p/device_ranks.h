@@ -59,8 +59,9 @@ using Body = std::function<void(TestRank&)>;
 
 // Runs `body` on `n` rank threads (thread r binds device r % devices first, so its
 // communicator serves that device), then destroys the communicators (unless `destroy` is
-// false: the body aborted them).
-inline void withRanks(EmulatedRuntime& rt, int n, int devices, const Body& body, bool destroy = true) {
+// false: the body aborted them). `timeoutSeconds`: each communicator's timeout.
+inline void withRanks(EmulatedRuntime& rt, int n, int devices, const Body& body, bool destroy = true,
+                      int timeoutSeconds = 30) {
   ridgeUniqueId id;
   ASSERT_EQ(ridgeGetUniqueId(&id), ridgeSuccess) << errorText();
   std::vector<std::thread> threads;
@@ -68,7 +69,7 @@ inline void withRanks(EmulatedRuntime& rt, int n, int devices, const Body& body,
     threads.emplace_back([&, r] {
       ASSERT_TRUE(rt.bindThread(r % devices).isOk());
       ridgeConfig_t cfg = RIDGE_CONFIG_INITIALIZER;
-      cfg.timeoutSeconds = 30;
+      cfg.timeoutSeconds = timeoutSeconds;
       TestRank tr{r, n, nullptr, nullptr};
       ASSERT_EQ(ridgeCommInitRankConfig(&tr.comm, n, id, r, &cfg), ridgeSuccess) << errorText();
       ASSERT_TRUE(rt.createStream(&tr.stream).isOk());

@@ -48,6 +48,11 @@ using ridge::device::EmulatedRuntime;
 using ridge::device::ScopedRuntimeForTesting;
 using Clock = std::chrono::steady_clock;
 
+// These tests are about the proxy path (P2P and staged): small collectives would take the LL
+// path (src/coll/ll_path.h, tested in tests/device/ll_collective_test.cpp), so it is off here
+// unless RIDGE_LL is set. Before main, so before any communicator reads it.
+[[maybe_unused]] const bool kLLOffForTheseTests = setenv("RIDGE_LL", "off", 0) == 0;
+
 // RIDGE_P2P for one test.
 struct P2pSetting {
   explicit P2pSetting(const char* v) { setenv("RIDGE_P2P", v, 1); }
@@ -55,15 +60,10 @@ struct P2pSetting {
 };
 
 std::vector<Call> everyCollective() {
-  const struct {
-    ridgeDataType_t dt;
-    ridgeRedOp_t red;
-  } typed[] = {{ridgeFloat32, ridgeSum},  {ridgeFloat16, ridgeAvg}, {ridgeInt32, ridgeProd},
-               {ridgeBfloat16, ridgeMax}, {ridgeFloat64, ridgeMin}, {ridgeUint8, ridgeSum}};
   std::vector<Call> v;
   int i = 0;
-  for (Op op : {Op::AllReduce, Op::ReduceScatter, Op::Reduce, Op::AllGather, Op::Broadcast, Op::AlltoAll}) {
-    for (const auto& t : typed) {
+  for (Op op : kEveryOp) {
+    for (const TypedCase& t : kTypedCases) {
       // Odd sizes: slices of unequal length, one below a page, one of several pages.
       v.push_back({op, t.dt, t.red, ++i % 2 ? size_t(1531) : size_t(40001)});
     }

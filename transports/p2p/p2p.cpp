@@ -13,6 +13,7 @@
 #include "coll/batch.h"
 #include "coll/comm.h"
 #include "coll/executor.h"
+#include "coll/fold_order.h"
 #include "coll/task.h"
 #include "core/log.h"
 #include "core/settings.h"
@@ -27,8 +28,6 @@ namespace {
 
 constexpr uint32_t kDescMagic = 0x31503250u;  // "P2P1"
 constexpr uint32_t kEndMagic = 0x44503250u;   // "P2PD"
-// Sources one launchReduce takes (kernels/device_reduce.h); more are reduced in rounds.
-constexpr int kMaxReduceSources = 8;
 // Most operations of a batch queued between two barriers (a barrier: the internal stream
 // synchronized and the end messages exchanged). Bounds the mappings one segment may hold
 // in the cache (each operation maps at most two buffers per peer) and the cost of the
@@ -404,17 +403,17 @@ Status addressOf(Context& x, ridgeComm* c, int j, const BufferDesc& d, char** ou
   return Status::ok();
 }
 
-// dst = op over srcs[0..n) (dst may be srcs[0]), in rounds of at most kMaxReduceSources; the
+// dst = op over srcs[0..n) (dst may be srcs[0]), in rounds of at most kFoldSources; the
 // final divisor (average) applies once, to the last round.
 Status reduceInto(Context& x, char* dst, const void** srcs, int n, size_t count, const CollArgs& a,
                   int divisor) {
-  int done = std::min(n, kMaxReduceSources);
+  int done = std::min(n, kFoldSources);
   RIDGE_TRY(x.rt->launchReduce(dst, srcs, done, count, a.dtype, a.op, done == n ? divisor : 0, x.stream));
   while (done < n) {
-    const void* round[kMaxReduceSources];
+    const void* round[kFoldSources];
     int k = 0;
     round[k++] = dst;
-    while (k < kMaxReduceSources && done < n) round[k++] = srcs[done++];
+    while (k < kFoldSources && done < n) round[k++] = srcs[done++];
     RIDGE_TRY(x.rt->launchReduce(dst, round, k, count, a.dtype, a.op, done == n ? divisor : 0, x.stream));
   }
   return Status::ok();
@@ -429,14 +428,8 @@ const void** sourcesAt(Context& x, ridgeComm* c, size_t byteOffset) {
   return x.srcs.data();
 }
 
-// Rank k's allreduce slice starts at element sliceStart(count, es, k, P) (k = P: the end).
-// Cut at whole 16-byte vectors, so that a slice of buffers that start 16-byte aligned starts
-// aligned too and the reduce kernel can take its vector path (an even share per rank would
-// leave every slice but the first misaligned whenever count is not a multiple of 16 / es * P).
 size_t sliceStart(size_t count, size_t es, int k, int P) {
-  if (k >= P) return count;
-  const size_t perVector = 16 / es;  // every element size divides 16
-  return count * size_t(k) / size_t(P) / perVector * perVector;
+  return allReduceSliceStart(count, es, k, P);
 }
 
 // The device work of one operation on this rank, queued on the internal stream.
@@ -682,41 +675,6 @@ int localDeviceOf(ridgeComm* c, DeviceRuntime* rt, int j) {
   return bus.empty() ? p.cudaDevice : rt->deviceByPciBusId(bus);
 }
 
-// What this rank can judge only from its own view of the devices: that it sees every
-// rank's device, that every pair allows P2P, and that its kernels may reach the devices of
-// peers in this process. Empty when all holds. Ranks may see differently, so the answer is
-// voted on (OpDesc::pairsOk), never used alone.
-std::string checkPairsHere(Context& x, ridgeComm* c, int* worstKind) {
-  DeviceRuntime* rt = x.rt;
-  const int P = c->nranks, r = c->rank;
-  std::vector<int> local(static_cast<size_t>(P));
-  for (int j = 0; j < P; ++j) {
-    local[j] = localDeviceOf(c, rt, j);
-    if (local[j] < 0)
-      return "rank " + std::to_string(j) + "'s device (bus id " + c->peers[j].busId +
-             ") is not visible to rank " + std::to_string(r) + " (CUDA_VISIBLE_DEVICES?)";
-  }
-  for (int a = 0; a < P; ++a) {
-    for (int b = 0; b < P; ++b) {
-      if (a == b) continue;
-      const DeviceRuntime::PeerLink link = classifyPair(rt, local[a], local[b]);
-      if (!link.allowed)
-        return "device " + std::to_string(local[a]) + " (rank " + std::to_string(a) +
-               ") cannot access device " + std::to_string(local[b]) + " (rank " + std::to_string(b) +
-               ") (the runtime refuses P2P, or the topology puts the socket link between them)";
-      *worstKind = std::max(*worstKind, static_cast<int>(link.kind));
-    }
-  }
-  // Peers that are threads of this process on other devices are reached through their own
-  // pointers: this device's kernels need access to theirs.
-  for (int j = 0; j < P; ++j) {
-    if (j == r || !isThisProcess(c->peers[j]) || rt->ipcWithinProcess() || local[j] == local[r]) continue;
-    Status s = rt->enablePeerAccess(local[j]);
-    if (!s.isOk()) return "enabling access to device " + std::to_string(local[j]) + ": " + s.message();
-  }
-  return "";
-}
-
 // Decides once per communicator whether device collectives take part in P2P votes: from
 // what every rank told at init, so every rank computes the same answer. What each rank
 // judges from its own view (checkPairsHere) goes into the first vote.
@@ -725,25 +683,15 @@ Status createContext(ridgeComm* c, DeviceRuntime* rt) {
   std::unique_ptr<Context, ContextDeleter> x(new Context());
   x->rt = rt;
   const int P = c->nranks, r = c->rank;
-  std::string why;
-  for (int j = 0; j < P && why.empty(); ++j) {
-    const PeerInfo& p = c->peers[j];
-    if (p.hostHash != c->peers[r].hostHash)
-      why = "rank " + std::to_string(j) + " is on another host";
-    else if (!p.p2pAllowed)
-      why = "rank " + std::to_string(j) + " set RIDGE_P2P=off";
-    else if (p.cudaDevice < 0)
-      why = "rank " + std::to_string(j) + " serves no device";
-    else if (!isThisProcess(p) || rt->ipcWithinProcess())
-      x->exportHandles = true;
-  }
+  bool exportHandles = false;
+  std::string why = communicatorRefusal(c, rt, &exportHandles);
+  x->exportHandles = exportHandles;
   for (int j = 0; j < P && why.empty(); ++j)
     if (j != r && c->sendTo[j]->slotBytes() < sizeof(OpDesc))
       why = "connector slots too small for P2P messages";
-  if (P < 2 && why.empty()) why = "a single rank";
   x->capable = why.empty();
   int worstKind = static_cast<int>(DeviceRuntime::PeerLinkKind::SameDevice);
-  if (x->capable) x->localWhy = checkPairsHere(*x, c, &worstKind);
+  if (x->capable) x->localWhy = pairsRefusalHere(c, rt, &worstKind);
   if (x->capable) {
     RIDGE_TRY(rt->createStream(&x->stream));
     // Every operation opens at most two buffers per peer, and a segment's mappings stay in
@@ -778,6 +726,53 @@ Status createContext(ridgeComm* c, DeviceRuntime* rt) {
 }
 
 }  // namespace
+
+std::string communicatorRefusal(ridgeComm* c, DeviceRuntime* rt, bool* exportHandles) {
+  *exportHandles = false;
+  const int P = c->nranks, r = c->rank;
+  for (int j = 0; j < P; ++j) {
+    const PeerInfo& p = c->peers[j];
+    if (p.hostHash != c->peers[r].hostHash) return "rank " + std::to_string(j) + " is on another host";
+    if (!p.p2pAllowed) return "rank " + std::to_string(j) + " set RIDGE_P2P=off";
+    if (p.cudaDevice < 0) return "rank " + std::to_string(j) + " serves no device";
+    if (!isThisProcess(p) || rt->ipcWithinProcess()) *exportHandles = true;
+  }
+  return P < 2 ? "a single rank" : "";
+}
+
+// What this rank can judge only from its own view of the devices: that it sees every
+// rank's device, that every pair allows P2P, and that its kernels may reach the devices of
+// peers in this process. Empty when all holds. Ranks may see differently, so the answer is
+// voted on (OpDesc::pairsOk), never used alone.
+std::string pairsRefusalHere(ridgeComm* c, DeviceRuntime* rt, int* worstKind) {
+  const int P = c->nranks, r = c->rank;
+  std::vector<int> local(static_cast<size_t>(P));
+  for (int j = 0; j < P; ++j) {
+    local[j] = localDeviceOf(c, rt, j);
+    if (local[j] < 0)
+      return "rank " + std::to_string(j) + "'s device (bus id " + c->peers[j].busId +
+             ") is not visible to rank " + std::to_string(r) + " (CUDA_VISIBLE_DEVICES?)";
+  }
+  for (int a = 0; a < P; ++a) {
+    for (int b = 0; b < P; ++b) {
+      if (a == b) continue;
+      const DeviceRuntime::PeerLink link = classifyPair(rt, local[a], local[b]);
+      if (!link.allowed)
+        return "device " + std::to_string(local[a]) + " (rank " + std::to_string(a) +
+               ") cannot access device " + std::to_string(local[b]) + " (rank " + std::to_string(b) +
+               ") (the runtime refuses P2P, or the topology puts the socket link between them)";
+      *worstKind = std::max(*worstKind, static_cast<int>(link.kind));
+    }
+  }
+  // Peers that are threads of this process on other devices are reached through their own
+  // pointers: this device's kernels need access to theirs.
+  for (int j = 0; j < P; ++j) {
+    if (j == r || !isThisProcess(c->peers[j]) || rt->ipcWithinProcess() || local[j] == local[r]) continue;
+    Status s = rt->enablePeerAccess(local[j]);
+    if (!s.isOk()) return "enabling access to device " + std::to_string(local[j]) + ": " + s.message();
+  }
+  return "";
+}
 
 bool linkFromTopology(const topo::Topology& t, const std::string& busA, const std::string& busB,
                       DeviceRuntime::PeerLink* out) {

@@ -73,6 +73,18 @@ uint64_t processNonce();
 // namespaces on one host can give two processes the same pid; the host hash matches then).
 bool isThisProcess(const PeerInfo& peer);
 
+// The rules every rank judges alike from the ranks' PeerInfo: "" when there are at least two
+// ranks, all on this host, each serving a device and none with RIDGE_P2P=off; else why not.
+// *exportHandles: some peer is another process (or the runtime wants handles within one), so
+// device memory travels as IPC handles. The LL collectives (src/coll/ll_path.h) apply the same.
+std::string communicatorRefusal(ridgeComm* comm, device::DeviceRuntime* rt, bool* exportHandles);
+// What this rank can judge only from its own view of the devices: that it sees every rank's
+// device, that every pair allows P2P (the runtime, refined by the topology), and that its
+// kernels may reach the devices of peers in this process (enabling that access, which may
+// synchronize the device: call at setup only). "" when all holds; *worstKind: the slowest
+// link kind found. Ranks may see differently, so callers agree on the answer.
+std::string pairsRefusalHere(ridgeComm* comm, device::DeviceRuntime* rt, int* worstKind);
+
 // Decides whether the communicator can use P2P and creates the context (internal stream,
 // peer access). Called by the proxy thread's setup, which completes before the first
 // release wait is queued on a user's stream: stream creation and enabling peer access may

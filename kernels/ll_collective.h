@@ -1,0 +1,172 @@
+// The one-shot LL collective: what one launch does, line by line, for every collective.
+//
+// Every rank of the communicator runs one fused launch per operation (src/coll/ll_path.h
+// queues it on the caller's stream). Each rank owns an LL area in device memory with one
+// slot per peer and parity; `peerSlot[j]` is where this rank writes for peer j (peer j's
+// slot for this rank), `mySlot[j]` where peer j's lines land here. A message of `count`
+// elements is linesFor(count * elemBytes) lines; line i carries bytes [8i, 8i + 8).
+//
+// Phase 1 (send): for each line i this rank owns, store line i of what each peer needs from
+// it, tagged with the operation's flag: the whole input (allreduce, allgather), the peer's
+// block (reduce-scatter, alltoall), the root's data (broadcast; reduce: everyone's input to
+// the root). Pairs that carry no data this operation still exchange one "token" line (line
+// 0): every pair exchanges every operation, which is what makes two parities enough (a rank
+// starts operation k + 2 only after its operation k + 1 received lines from every peer, which
+// each peer sent after it had finished operation k, so nobody overwrites a slot still read).
+// Phase 2 (receive): for each of the same lines, wait for every expected peer line, then
+// store the output: copies, or a reduction in the bulk P2P path's order (src/coll/fold_order.h:
+// from the slice's owner, in rounds of kFoldSources) so that LL and bulk give the same bits.
+//
+// The same thread handles line i in both phases, so in place (the output over the input)
+// each input line is read before it is overwritten. The functions are RIDGE_HOST_DEVICE
+// templates over an environment that supplies the memory accesses and the arithmetic: the
+// CUDA kernel (ll_protocol.cu: 16-byte volatile stores and loads, the device element
+// arithmetic) and the emulated runtime (src/device/emulated_runtime.cpp: 8-byte
+// release/acquire accesses, the host reduction) run this same logic. Kept to C++17.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "coll/fold_order.h"
+#include "core/host_device.h"
+#include "kernels/ll_line.h"
+#include "ridge/ridge.h"
+
+namespace ridge::ll {
+
+// Most ranks an LL collective serves (the descriptor holds a pointer per peer and phase 2 a
+// payload per peer). Larger communicators take the proxy path.
+constexpr int kMaxRanks = 32;
+
+enum class CollKind : int32_t { AllReduce, ReduceScatter, Reduce, AllGather, Broadcast, AlltoAll };
+
+// Everything one launch needs, as plain data (a kernel parameter).
+struct Launch {
+  CollKind kind = CollKind::AllReduce;
+  int32_t rank = 0, nranks = 0, root = 0;
+  int32_t type = 0;       // ridgeDataType_t
+  int32_t op = 0;         // ridgeRedOp_t (reductions)
+  int32_t divisor = 0;    // avg: nranks; 0 otherwise
+  int32_t elemBytes = 1;  // size of one element of `type`
+  uint32_t flag = 0;      // flagForStep(the communicator's LL operation number); never 0
+  uint64_t count = 0;     // elements per peer message (the API's count)
+  uint64_t timeoutNs = 0;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  Line* peerSlot[kMaxRanks] = {};      // by peer: where this rank's lines for it go
+  const Line* mySlot[kMaxRanks] = {};  // by peer: where its lines for this rank arrive
+  uint64_t statusWord = 0;             // device address of the communicator's status word (uint32)
+  uint32_t statusBase = 0;             // the word's value while all is well
+};
+
+// The status word holds statusBase while all is well; a launch whose wait passed its deadline
+// writes statusBase + kTimedOut, the host writes statusBase + kAborted (abort, destroy of a
+// broken communicator); any other value makes every waiting launch give up. Offsets from a
+// base, not fixed values: the word comes from the runtime's release-word pool, whose words
+// only move forward (a stream may still hold a wait on a recycled word's older value).
+constexpr uint32_t kTimedOut = 1, kAborted = 2;
+
+RIDGE_HOST_DEVICE inline size_t messageBytes(const Launch& d) {
+  return size_t(d.count) * size_t(d.elemBytes);
+}
+RIDGE_HOST_DEVICE inline size_t messageLines(const Launch& d) {
+  return linesFor(messageBytes(d));
+}
+
+// Whether rank `from` sends its data (not just a token) to rank `to` in this operation.
+RIDGE_HOST_DEVICE inline bool carriesData(const Launch& d, int from, int to) {
+  switch (d.kind) {
+    case CollKind::Broadcast: return from == d.root;
+    case CollKind::Reduce: return to == d.root;
+    default: return true;
+  }
+}
+
+// Where the bytes that rank `rank` sends to `peer` start in its send buffer.
+RIDGE_HOST_DEVICE inline const unsigned char* sendBlock(const Launch& d, int peer) {
+  const unsigned char* s = static_cast<const unsigned char*>(d.send);
+  return d.kind == CollKind::ReduceScatter || d.kind == CollKind::AlltoAll
+             ? s + size_t(peer) * messageBytes(d)
+             : s;
+}
+
+// Phase 1 for line i: every peer's line (data or, on line 0, a token).
+template <class Env>
+RIDGE_HOST_DEVICE inline void sendLine(const Launch& d, size_t i, Env& env) {
+  const size_t bytes = messageBytes(d);
+  for (int k = 1; k < d.nranks; ++k) {
+    const int j = (d.rank + k) % d.nranks;
+    if (carriesData(d, d.rank, j))
+      env.store(d.peerSlot[j] + i, encode(loadPayload(sendBlock(d, j), bytes, i), d.flag));
+    else if (i == 0)
+      env.store(d.peerSlot[j], encode(0, d.flag));
+  }
+}
+
+// Folds the payloads `ordered[0..n)` (8 bytes each, `elems` elements) the way the bulk path's
+// reduceInto does: one reduction of up to kFoldSources sources, then rounds that fold the
+// previous result first; the divisor (avg) applies to the last round only.
+template <class Env>
+RIDGE_HOST_DEVICE inline uint64_t foldPayloads(const Launch& d, const uint64_t* ordered, int n, int elems,
+                                               Env& env) {
+  int done = n < kFoldSources ? n : kFoldSources;
+  uint64_t acc = env.reduce(ordered, done, elems, done == n ? d.divisor : 0);
+  while (done < n) {
+    uint64_t round[kFoldSources];
+    int k = 0;
+    round[k++] = acc;
+    while (k < kFoldSources && done < n) round[k++] = ordered[done++];
+    acc = env.reduce(round, k, elems, done == n ? d.divisor : 0);
+  }
+  return acc;
+}
+
+// Phase 2 for line i: waits for every expected peer line, then stores the output. False when
+// a wait gave up (timeout or abort: the status word says which).
+template <class Env>
+RIDGE_HOST_DEVICE inline bool receiveLine(const Launch& d, size_t i, Env& env) {
+  const int n = d.nranks, r = d.rank;
+  const size_t bytes = messageBytes(d);
+  uint64_t got[kMaxRanks];
+  for (int k = 1; k < n; ++k) {
+    const int j = (r + k) % n;
+    const bool data = carriesData(d, j, r);
+    if (!data && i != 0) continue;
+    Line l;
+    if (!env.wait(d.mySlot[j] + i, d.flag, &l)) return false;
+    got[j] = payloadOf(l);
+  }
+  unsigned char* out = static_cast<unsigned char*>(d.recv);
+  switch (d.kind) {
+    case CollKind::AllReduce:
+    case CollKind::ReduceScatter:
+    case CollKind::Reduce: {
+      if (d.kind == CollKind::Reduce && r != d.root) return true;
+      got[r] = loadPayload(sendBlock(d, r), bytes, i);
+      const size_t perLine = kLinePayload / size_t(d.elemBytes);
+      const size_t first = i * perLine;
+      const size_t left = size_t(d.count) - first;
+      const int elems = static_cast<int>(left < perLine ? left : perLine);
+      // The fold starts at the rank that reduces this element on the bulk path.
+      const int owner = d.kind == CollKind::AllReduce
+                            ? allReduceSliceOwner(size_t(d.count), size_t(d.elemBytes), first, n)
+                            : r;
+      uint64_t ordered[kMaxRanks];
+      for (int k = 0; k < n; ++k) ordered[k] = got[(owner + k) % n];
+      storePayload(out, bytes, i, foldPayloads(d, ordered, n, elems, env));
+      return true;
+    }
+    case CollKind::AllGather:
+    case CollKind::AlltoAll:
+      got[r] = loadPayload(sendBlock(d, r), bytes, i);
+      for (int j = 0; j < n; ++j) storePayload(out + size_t(j) * bytes, bytes, i, got[j]);
+      return true;
+    case CollKind::Broadcast:
+      storePayload(out, bytes, i, r == d.root ? loadPayload(sendBlock(d, r), bytes, i) : got[d.root]);
+      return true;
+  }
+  return true;
+}
+
+}  // namespace ridge::ll

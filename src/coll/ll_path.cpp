@@ -1,0 +1,371 @@
+#include "coll/ll_path.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bootstrap/bootstrap.h"
+#include "coll/comm.h"
+#include "core/log.h"
+#include "core/settings.h"
+#include "kernels/ll_collective.h"
+#include "reduce/reduce.h"
+#include "transports/p2p/p2p.h"
+
+namespace ridge {
+
+using device::DeviceRuntime;
+
+struct LLState {
+  DeviceRuntime* rt = nullptr;
+  size_t maxBytes = 0;   // agreed: the smallest RIDGE_LL_MAX_BYTES
+  size_t slotLines = 0;  // linesFor(maxBytes): lines of one slot
+  void* area = nullptr;  // this rank's area: nranks x 2 slots (allocDevice)
+  size_t areaBytes = 0;
+  std::vector<void*> peerArea;   // by rank: each peer's area as this rank addresses it
+  std::vector<bool> opened;      // by rank: peerArea came from ipcOpen (closed at release)
+  device::ReleaseWord status{};  // statusBase, or statusBase + ll::kTimedOut / kAborted
+  uint32_t statusBase = 0;       // its value when taken (pool words only move forward)
+  bool haveStatus = false;
+  device::Marker* last = nullptr;  // recorded after every launch
+  device::Marker* join = nullptr;  // joins a group's streams (joinLLStreams)
+  ridgeStream_t lastStream = nullptr;
+  bool launched = false;
+  uint64_t nextOp = 0;
+  uint64_t launches = 0;
+  uint64_t timeoutNs = 0;
+};
+
+void LLStateDeleter::operator()(LLState* s) const {
+  delete s;
+}
+
+namespace {
+
+// What each rank tells the others at init (fixed size: bootstrap all-gather).
+struct LLInfo {
+  int32_t capable;  // 1: this rank allocated and exported its area
+  int32_t rank;
+  uint64_t maxBytes;  // its RIDGE_LL_MAX_BYTES
+  uint64_t area;      // its area's address (for peers in this process when no handle is needed)
+  DeviceRuntime::IpcHandle handle;
+};
+
+// Line offset of the slot where `from`'s lines land for `parity`, in any rank's area.
+size_t slotOffset(const LLState& x, int from, int parity) {
+  return (size_t(from) * 2 + size_t(parity)) * x.slotLines;
+}
+
+ll::Line* slotOf(void* area, const LLState& x, int from, int parity) {
+  return static_cast<ll::Line*>(area) + slotOffset(x, from, parity);
+}
+
+// Two ranks of `c` that are separate processes serving the same device (or possibly the same:
+// a device without a bus id is not told apart): their kernels are time-sliced without MPS.
+bool processesShareADevice(const ridgeComm* c) {
+  for (int a = 0; a < c->nranks; ++a)
+    for (int b = a + 1; b < c->nranks; ++b) {
+      const PeerInfo &pa = c->peers[a], &pb = c->peers[b];
+      if (pa.pid == pb.pid && pa.processNonce == pb.processNonce) continue;
+      const std::string busA(pa.busId, strnlen(pa.busId, sizeof pa.busId));
+      const std::string busB(pb.busId, strnlen(pb.busId, sizeof pb.busId));
+      if (busA.empty() || busB.empty() || busA == busB) return true;
+    }
+  return false;
+}
+
+// Why this rank cannot take part in LL ("" when it can).
+std::string localRefusal(ridgeComm* c, DeviceRuntime* rt, const std::string& mode, bool* exportHandles) {
+  if (mode == "off") return "RIDGE_LL=off";
+  if (!rt || c->cudaDevice < 0) return "no device";
+  if (c->nranks > ll::kMaxRanks) return "more than " + std::to_string(ll::kMaxRanks) + " ranks";
+  std::string why = p2p::communicatorRefusal(c, rt, exportHandles);
+  if (!why.empty()) return why;
+  if (mode != "on" && processesShareADevice(c))
+    return "ranks in separate processes share a device (time-sliced without MPS; RIDGE_LL=on forces LL)";
+  int worstKind = 0;
+  return p2p::pairsRefusalHere(c, rt, &worstKind);
+}
+
+// Zeroes the area (cudaMalloc memory is not): flag 0 is never a step's flag, so a zeroed
+// line is never ready. Through an internal stream, synchronized: init only.
+Status zeroArea(DeviceRuntime* rt, void* area, size_t bytes) {
+  std::vector<char> zeros(bytes, 0);
+  ridgeStream_t s = nullptr;
+  RIDGE_TRY(rt->createStream(&s));
+  Status st = rt->copy(area, zeros.data(), bytes, s);
+  const Status synced = rt->synchronize(s);
+  if (st.isOk()) st = synced;
+  rt->destroyStream(s);
+  return st;
+}
+
+// Frees what `x` holds. Only when no launch can still touch it.
+void freeState(LLState& x) {
+  for (size_t j = 0; j < x.peerArea.size(); ++j)
+    if (x.opened[j] && x.peerArea[j]) (void)x.rt->ipcClose(x.peerArea[j]);
+  x.peerArea.clear();
+  x.opened.clear();
+  if (x.area) x.rt->freeDevice(x.area);
+  x.area = nullptr;
+  if (x.last) x.rt->destroyMarker(x.last);
+  if (x.join) x.rt->destroyMarker(x.join);
+  x.last = x.join = nullptr;
+  if (x.haveStatus) x.rt->returnReleaseWord(x.status);
+  x.haveStatus = false;
+}
+
+// This rank's part: settings, the rules, the area, its handle. Leaves info->capable 0 and sets
+// *why when the rules refuse; not ok when a setting is invalid or a runtime call failed.
+Status prepareLocal(ridgeComm* c, DeviceRuntime* rt, LLState& x, LLInfo* info, bool* exportHandles,
+                    std::string* why) {
+  const std::string mode = settingString(Setting::LL);
+  if (mode != "auto" && mode != "on" && mode != "off")
+    RIDGE_WARN("RIDGE_LL=%s: expected auto, on or off; using auto", mode.c_str());
+  const int64_t maxBytes = settingSize(Setting::LL_MAX_BYTES);
+  if (maxBytes < int64_t(kMinLLMaxBytes) || maxBytes > int64_t(kMaxLLMaxBytes)) {
+    // Reported after the exchange (maxBytes 0), so that every rank fails init alike.
+    *why = "RIDGE_LL_MAX_BYTES=" + std::to_string(maxBytes) + " is not a size from 8 to 1M";
+    return Status::ok();
+  }
+  info->maxBytes = static_cast<uint64_t>(maxBytes);
+  *why = localRefusal(c, rt, mode, exportHandles);
+  if (!why->empty()) return Status::ok();
+  RIDGE_TRY(rt->bindThread(c->cudaDevice));
+  // The launches happen on the caller's thread, maybe while a stream of this device waits on
+  // a proxy's release word: their kernels must be loaded now (lazy loading would load them at
+  // the first launch, which may wait for the device).
+  RIDGE_TRY(rt->preloadKernels());
+  x.rt = rt;
+  x.slotLines = ll::linesFor(size_t(maxBytes));
+  x.areaBytes = size_t(c->nranks) * 2 * x.slotLines * sizeof(ll::Line);
+  RIDGE_TRY(rt->allocDevice(x.areaBytes, &x.area));
+  RIDGE_TRY(zeroArea(rt, x.area, x.areaBytes));
+  if (*exportHandles) RIDGE_TRY(rt->ipcExport(x.area, &info->handle));
+  info->area = reinterpret_cast<uintptr_t>(x.area);
+  RIDGE_TRY(rt->takeReleaseWord(&x.status));
+  x.haveStatus = true;
+  x.statusBase = __atomic_load_n(x.status.host, __ATOMIC_ACQUIRE);
+  RIDGE_TRY(rt->createMarker(&x.last));
+  RIDGE_TRY(rt->createMarker(&x.join));
+  info->capable = 1;
+  return Status::ok();
+}
+
+// Opens every peer's area (agreed layout: the smallest maxBytes).
+Status openPeers(ridgeComm* c, LLState& x, const std::vector<LLInfo>& all) {
+  x.peerArea.assign(c->nranks, nullptr);
+  x.opened.assign(c->nranks, false);
+  x.peerArea[c->rank] = x.area;
+  for (int j = 0; j < c->nranks; ++j) {
+    if (j == c->rank) continue;
+    if (p2p::isThisProcess(c->peers[j]) && !x.rt->ipcWithinProcess()) {
+      x.peerArea[j] = reinterpret_cast<void*>(static_cast<uintptr_t>(all[j].area));
+      continue;
+    }
+    RIDGE_TRY(x.rt->ipcOpen(all[j].handle, &x.peerArea[j]));
+    x.opened[j] = true;
+  }
+  return Status::ok();
+}
+
+ll::CollKind kindOf(CollType t) {
+  switch (t) {
+    case CollType::AllReduce: return ll::CollKind::AllReduce;
+    case CollType::ReduceScatter: return ll::CollKind::ReduceScatter;
+    case CollType::Reduce: return ll::CollKind::Reduce;
+    case CollType::AllGather: return ll::CollKind::AllGather;
+    case CollType::Broadcast: return ll::CollKind::Broadcast;
+    default: return ll::CollKind::AlltoAll;
+  }
+}
+
+}  // namespace
+
+Status setupLL(ridgeComm* c) {
+  DeviceRuntime* rt = device::activeRuntime();
+  std::unique_ptr<LLState, LLStateDeleter> x(new LLState());
+  x->rt = rt;
+  LLInfo mine{};
+  mine.rank = c->rank;
+  bool exportHandles = false;
+  std::string why;
+  const Status local = prepareLocal(c, rt, *x, &mine, &exportHandles, &why);
+  if (!local.isOk()) why = "rank " + std::to_string(c->rank) + ": " + local.message();
+  if (!why.empty()) mine.capable = 0;
+  std::vector<LLInfo> all(c->nranks);
+  all[c->rank] = mine;
+  Status s = c->bootstrap->allGather(all.data(), sizeof(LLInfo));
+  if (!s.isOk()) {
+    freeState(*x);
+    return s;
+  }
+  size_t agreed = kMaxLLMaxBytes;
+  for (const LLInfo& i : all) {
+    if (i.maxBytes == 0) {
+      freeState(*x);
+      return makeError(ridgeInvalidArgument, "rank %d's RIDGE_LL_MAX_BYTES is not a size from 8 to 1M",
+                       i.rank);
+    }
+    if (why.empty() && !i.capable) why = "rank " + std::to_string(i.rank) + " cannot take part";
+    agreed = std::min(agreed, static_cast<size_t>(i.maxBytes));
+  }
+  int32_t ok = 0;
+  if (why.empty()) {
+    x->maxBytes = agreed;
+    x->slotLines = ll::linesFor(agreed);
+    const Status opened = openPeers(c, *x, all);
+    if (opened.isOk())
+      ok = 1;
+    else
+      why = "rank " + std::to_string(c->rank) + " could not open a peer's LL area: " + opened.message();
+  }
+  // Every rank confirms that it opened every area: all enable LL or none does.
+  std::vector<int32_t> oks(c->nranks, 0);
+  oks[c->rank] = ok;
+  s = c->bootstrap->allGather(oks.data(), sizeof(int32_t));
+  if (!s.isOk()) {
+    freeState(*x);
+    return s;
+  }
+  for (int j = 0; j < c->nranks && why.empty(); ++j)
+    if (!oks[j]) why = "rank " + std::to_string(j) + " could not open every LL area";
+  if (!why.empty()) {
+    freeState(*x);
+    RIDGE_INFO("comm %s: rank %d: small device collectives take the proxy path, not LL: %s", c->name.c_str(),
+               c->rank, why.c_str());
+    return Status::ok();
+  }
+  x->timeoutNs = uint64_t(c->timeoutSec) * 1000000000ull;
+  RIDGE_INFO(
+      "comm %s: rank %d: device collectives up to %zu bytes per peer take the LL path (%zu bytes of LL "
+      "area, %s)",
+      c->name.c_str(), c->rank, x->maxBytes, x->areaBytes, exportHandles ? "IPC handles" : "pointers");
+  c->ll = std::move(x);
+  return Status::ok();
+}
+
+void releaseLL(ridgeComm* c) {
+  if (!c->ll) return;
+  LLState& x = *c->ll;
+  if (c->aborted.load() || c->asyncError.load() != ridgeSuccess)
+    __atomic_store_n(x.status.host, x.statusBase + ll::kAborted, __ATOMIC_RELEASE);
+  bool done = !x.launched;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(c->timeoutSec + 5);
+  while (!done) {
+    if (!x.rt->queryMarker(x.last, &done).isOk()) break;
+    if (done || std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (!done) {
+    RIDGE_WARN("comm %s: rank %d: an LL launch has not left its stream; its LL area is leaked, not freed",
+               c->name.c_str(), c->rank);
+    (void)c->ll.release();
+    return;
+  }
+  freeState(x);
+  c->ll.reset();
+}
+
+bool llTakes(const ridgeComm* c, const DeviceOp& op) {
+  if (!c->ll) return false;
+  const CollArgs& a = op.args;
+  if (a.type == CollType::Send || a.type == CollType::Recv || a.count == 0) return false;
+  const size_t es = dataTypeSize(a.dtype);
+  return es != 0 && a.count <= c->ll->maxBytes / es;
+}
+
+Status launchLL(ridgeComm* c, DeviceRuntime* rt, const DeviceOp& op) {
+  LLState& x = *c->ll;
+  const CollArgs& a = op.args;
+  ll::Launch d;
+  d.kind = kindOf(a.type);
+  d.rank = c->rank;
+  d.nranks = c->nranks;
+  d.root = a.root;
+  d.type = a.dtype;
+  d.op = a.op;
+  d.divisor = a.op == ridgeAvg ? c->nranks : 0;
+  d.elemBytes = static_cast<int32_t>(dataTypeSize(a.dtype));
+  d.count = a.count;
+  d.timeoutNs = x.timeoutNs;
+  d.send = a.send;
+  d.recv = a.recv;
+  d.statusWord = x.status.deviceAddress;
+  d.statusBase = x.statusBase;
+  const int parity = static_cast<int>(x.nextOp & 1);
+  d.flag = ll::flagForStep(x.nextOp);
+  for (int j = 0; j < c->nranks; ++j) {
+    if (j == c->rank) continue;
+    d.peerSlot[j] = slotOf(x.peerArea[j], x, c->rank, parity);
+    d.mySlot[j] = slotOf(x.area, x, j, parity);
+  }
+  Status s;
+  // Issue order across streams: this launch starts after the previous one left its stream.
+  if (x.launched && op.stream != x.lastStream) s = rt->waitMarker(op.stream, x.last);
+  if (s.isOk()) s = rt->launchLLCollective(d, op.stream);
+  if (s.isOk()) s = rt->recordMarker(x.last, op.stream);
+  if (!s.isOk()) {
+    // The peers' launches wait for lines this rank will not send: the communicator is broken.
+    int expected = ridgeSuccess;
+    c->asyncError.compare_exchange_strong(expected, s.code());
+    return Status(s.code(), "rank " + std::to_string(c->rank) + ": LL launch: " + s.message());
+  }
+  ++x.nextOp;
+  ++x.launches;
+  x.lastStream = op.stream;
+  x.launched = true;
+  return Status::ok();
+}
+
+Status joinLLStreams(ridgeComm* c, DeviceRuntime* rt, const ridgeStream_t* streams, size_t n) {
+  if (n < 2) return Status::ok();
+  LLState& x = *c->ll;
+  // One marker passed along the streams: each waits for the previous one's record and
+  // records after it, so the last record follows every stream's earlier work; the first
+  // stream then waits for it. (A wait takes the marker's record at the time of the call.)
+  Status s = rt->recordMarker(x.join, streams[0]);
+  for (size_t i = 1; i < n && s.isOk(); ++i) {
+    s = rt->waitMarker(streams[i], x.join);
+    if (s.isOk()) s = rt->recordMarker(x.join, streams[i]);
+  }
+  if (s.isOk()) s = rt->waitMarker(streams[0], x.join);
+  if (!s.isOk())
+    return Status(s.code(),
+                  "rank " + std::to_string(c->rank) + ": joining a group's streams: " + s.message());
+  return Status::ok();
+}
+
+void pollLLStatus(ridgeComm* c) {
+  if (!c->ll || !c->ll->haveStatus) return;
+  const uint32_t v = __atomic_load_n(c->ll->status.host, __ATOMIC_ACQUIRE);
+  if (v - c->ll->statusBase != ll::kTimedOut) return;
+  int expected = ridgeSuccess;
+  if (!c->asyncError.compare_exchange_strong(expected, ridgeTimeout)) return;
+  std::lock_guard<std::mutex> lock(c->lastErrorMutex);
+  c->lastError = "rank " + std::to_string(c->rank) +
+                 ": an LL collective on device memory timed out waiting for a peer's lines (RIDGE_TIMEOUT " +
+                 std::to_string(c->timeoutSec) +
+                 " s; did every rank call the same collectives in the same order, all on device memory?)";
+}
+
+LLStats llStats(const ridgeComm* c) {
+  LLStats s;
+  if (!c->ll) return s;
+  s.enabled = true;
+  s.maxBytes = c->ll->maxBytes;
+  s.launches = c->ll->launches;
+  s.nextOp = c->ll->nextOp;
+  return s;
+}
+
+void setNextLLOpForTesting(ridgeComm* c, uint64_t op) {
+  // Same parity as the number it replaces: operation k + 1 must use the other slots than
+  // operation k (a peer may still read k's lines), which a jump of odd length would break.
+  if (c->ll) c->ll->nextOp = op + ((op ^ c->ll->nextOp) & 1);
+}
+
+}  // namespace ridge

@@ -1,0 +1,614 @@
+// The LL collectives (src/coll/ll_path.h) on the emulated device runtime: small collectives on
+// device memory launched straight onto the caller's stream, every pair of ranks exchanging
+// flagged lines through each other's LL areas (opened through the emulator's IPC, a second
+// PROT_NONE view: a host dereference would kill the test).
+//
+// Checked: every collective, several types and ops, 2, 3 and 4 ranks, in place, against the
+// higher-precision host reference (random inputs, poisoned outputs); the LL path ran (the
+// emulator's LL launches, no proxy started, no release wait queued) and above-threshold
+// operations did not; LL and bulk P2P give the same bits (3 and 9 ranks: the fold order);
+// back-to-back operations on one stream and on alternating streams (a gated stream shows the
+// issue order is kept); a group over two streams waits for both; LL interleaved with proxy
+// operations; abort unblocks a rank whose peer never calls; a timeout is an asynchronous
+// error, not a hang; a rank with host memory beside peers with device memory ends in errors;
+// RIDGE_LL=off; the flags across their 2^32 - 1 wrap; separate processes (forked).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coll/comm.h"
+#include "coll/ll_path.h"
+#include "collective_case.h"
+#include "device/emulated_runtime.h"
+#include "device_ranks.h"
+#include "rank_launcher.h"
+#include "ridge/ridge.h"
+#include "transports/p2p/p2p.h"
+
+namespace {
+
+using namespace ridgetest;
+using namespace p2ptest;
+using ridge::Status;
+using ridge::device::EmulatedRuntime;
+using ridge::device::ScopedRuntimeForTesting;
+using Clock = std::chrono::steady_clock;
+
+// One environment variable for the scope of a test.
+struct EnvSetting {
+  const char* name;
+  EnvSetting(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
+  ~EnvSetting() { unsetenv(name); }
+};
+
+// A closure queued on a stream that holds it until `open` (bounded by the emulator's wait).
+struct Gate {
+  std::atomic<bool> open{false};
+  Status enqueue(EmulatedRuntime& rt, ridgeStream_t s) {
+    return rt.enqueue(s, [this] {
+      for (int i = 0; i < 20000 && !open.load(); ++i)
+        std::this_thread::sleep_for(std::chrono::microseconds(500));
+      return Status::ok();
+    });
+  }
+};
+
+// Waits (bounded: 10 s) until `flag` is set: a rank that stays out of a collective until its
+// peer is done with it.
+void waitFor(const std::atomic<bool>& flag) {
+  for (int i = 0; i < 2000 && !flag.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+}
+
+std::vector<Call> smallCalls() {
+  std::vector<Call> v;
+  int i = 0;
+  for (Op op : kEveryOp) {
+    for (const TypedCase& t : kTypedCases) {
+      // One element, a partial last line, several hundred lines.
+      const size_t counts[] = {1, 13, 1531};
+      v.push_back({op, t.dt, t.red, counts[i++ % 3]});
+    }
+  }
+  v.push_back({Op::AllReduce, ridgeFloat32, ridgeSum, 999, true});
+  v.push_back({Op::AllReduce, ridgeBfloat16, ridgeAvg, 77, true});
+  v.push_back({Op::ReduceScatter, ridgeFloat16, ridgeSum, 301, true});
+  v.push_back({Op::AllGather, ridgeInt64, ridgeSum, 45, true});
+  v.push_back({Op::Broadcast, ridgeInt8, ridgeSum, 33, true});
+  return v;
+}
+
+// Every call went LL: launches counted, no proxy started (so no batch, no host connector byte,
+// no release wait).
+void expectAllLL(const TestRank& t, uint64_t calls) {
+  const ridge::LLStats s = ridge::llStats(t.comm);
+  EXPECT_TRUE(s.enabled) << "rank " << t.rank;
+  EXPECT_EQ(s.launches, calls) << "rank " << t.rank;
+  EXPECT_EQ(t.comm->gpuProxy, nullptr) << "rank " << t.rank << ": the proxy was started";
+}
+
+void runAllLL(int n, int devices) {
+  EmulatedRuntime rt(devices);
+  ScopedRuntimeForTesting scope(&rt);
+  const std::vector<Call> calls = smallCalls();
+  withRanks(rt, n, devices, [&](TestRank& t) {
+    uint32_t seed = 0x11u + static_cast<uint32_t>(n);
+    for (const Call& c : calls) {
+      runCall(rt, t, c, seed++);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    expectAllLL(t, calls.size());
+  });
+  EXPECT_EQ(rt.llLaunches(), uint64_t(n) * calls.size());
+  EXPECT_EQ(rt.releaseWaitsQueued(), 0u);
+  EXPECT_EQ(rt.ipcViewsOpen(), 0u) << "LL areas left mapped after destroy";
+  EXPECT_EQ(rt.launchesBeforePreloadWhileStreamsWait(), 0u);
+}
+
+TEST(LLCollectives, EveryCollectiveTwoRanks) {
+  runAllLL(2, 1);
+}
+
+TEST(LLCollectives, EveryCollectiveThreeRanks) {
+  runAllLL(3, 1);
+}
+
+TEST(LLCollectives, FourRanksOnTwoDevices) {
+  runAllLL(4, 2);
+}
+
+// The outputs of `calls` (same seeds) on n ranks: out[rank][call] bytes.
+using Outputs = std::vector<std::vector<std::vector<unsigned char>>>;
+Outputs outputsOf(int n, const std::vector<Call>& calls, bool expectLL) {
+  EmulatedRuntime rt(1);
+  ScopedRuntimeForTesting scope(&rt);
+  Outputs out(n);
+  withRanks(rt, n, 1, [&](TestRank& t) {
+    uint32_t seed = 0x77u;
+    for (const Call& c : calls) {
+      const size_t es = dtSize(c.dt);
+      DevMem send(rt, inputElems(c.op, c.count, n) * es), recv(rt, outputElems(c.op, c.count, n) * es);
+      runCall(rt, t, c, seed++, &send, &recv);
+      out[t.rank].push_back(recv.get(0, recv.bytes));
+    }
+    EXPECT_EQ(ridge::llStats(t.comm).launches, expectLL ? calls.size() : 0u);
+    if (!expectLL) EXPECT_EQ(ridge::p2p::stats(t.comm).p2pOps, calls.size());
+  });
+  return out;
+}
+
+void expectSameBitsAsBulk(int n) {
+  // Float sums depend on the order of the operands: only the bulk path's order gives its bits.
+  const std::vector<Call> calls = {
+      {Op::AllReduce, ridgeFloat32, ridgeSum, 2000},    {Op::AllReduce, ridgeFloat16, ridgeSum, 1500},
+      {Op::AllReduce, ridgeBfloat16, ridgeAvg, 999},    {Op::AllReduce, ridgeFloat64, ridgeSum, 777},
+      {Op::ReduceScatter, ridgeFloat32, ridgeSum, 500}, {Op::Reduce, ridgeFloat16, ridgeAvg, 1001}};
+  const Outputs ll = outputsOf(n, calls, true);
+  Outputs bulk;
+  {
+    EnvSetting off("RIDGE_LL", "off");
+    bulk = outputsOf(n, calls, false);
+  }
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < calls.size(); ++i)
+      EXPECT_TRUE(ll[r][i] == bulk[r][i])
+          << opText(calls[i].op) << " " << dtName(calls[i].dt) << " rank " << r << ": LL and bulk P2P differ";
+}
+
+TEST(LLCollectives, SameBitsAsBulkP2pThreeRanks) {
+  expectSameBitsAsBulk(3);
+}
+
+TEST(LLCollectives, SameBitsAsBulkP2pNineRanksFoldInRounds) {
+  expectSameBitsAsBulk(9);
+}
+
+TEST(LLCollectives, AboveTheThresholdTakesTheProxy) {
+  EnvSetting max("RIDGE_LL_MAX_BYTES", "1K");
+  EmulatedRuntime rt(1);
+  ScopedRuntimeForTesting scope(&rt);
+  withRanks(rt, 2, 1, [&](TestRank& t) {
+    runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 256}, 1);      // 1 KiB per peer: LL
+    runCall(rt, t, {Op::AllGather, ridgeFloat32, ridgeSum, 257}, 2);      // 1028 bytes: proxy
+    runCall(rt, t, {Op::ReduceScatter, ridgeFloat64, ridgeSum, 128}, 3);  // 1 KiB per peer: LL
+    runCall(rt, t, {Op::AlltoAll, ridgeFloat64, ridgeSum, 129}, 4);       // proxy
+    const ridge::LLStats s = ridge::llStats(t.comm);
+    EXPECT_EQ(s.maxBytes, 1024u);
+    EXPECT_EQ(s.launches, 2u);
+    EXPECT_EQ(ridge::p2p::stats(t.comm).p2pOps, 2u);
+  });
+  EXPECT_EQ(rt.llLaunches(), 4u);
+}
+
+// Ranks with different RIDGE_LL_MAX_BYTES use the smallest.
+TEST(LLCollectives, RanksAgreeOnTheSmallestThreshold) {
+  EmulatedRuntime rt(1);
+  ScopedRuntimeForTesting scope(&rt);
+  ridgeUniqueId id;
+  ASSERT_EQ(ridgeGetUniqueId(&id), ridgeSuccess);
+  std::vector<size_t> seen(2);
+  std::vector<std::thread> threads;
+  // Settings are read per process; the init of rank 1 starts after rank 0 read its own.
+  setenv("RIDGE_LL_MAX_BYTES", "2K", 1);
+  std::atomic<bool> rank0Read{false};
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      if (r == 1) {
+        while (!rank0Read.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      ridgeComm_t comm = nullptr;
+      ASSERT_EQ(ridgeCommInitRank(&comm, 2, id, r), ridgeSuccess) << errorText();
+      seen[r] = ridge::llStats(comm).maxBytes;
+      EXPECT_EQ(ridgeCommDestroy(comm), ridgeSuccess);
+    });
+  // Rank 0 reads the setting during its init, which waits for rank 1 in the exchange.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  setenv("RIDGE_LL_MAX_BYTES", "512", 1);
+  rank0Read.store(true);
+  for (auto& t : threads) t.join();
+  unsetenv("RIDGE_LL_MAX_BYTES");
+  EXPECT_EQ(seen[0], 512u);
+  EXPECT_EQ(seen[1], 512u);
+}
+
+TEST(LLCollectives, InvalidThresholdFailsInitOnEveryRank) {
+  EnvSetting max("RIDGE_LL_MAX_BYTES", "2M");
+  EmulatedRuntime rt(1);
+  ScopedRuntimeForTesting scope(&rt);
+  ridgeUniqueId id;
+  ASSERT_EQ(ridgeGetUniqueId(&id), ridgeSuccess);
+  std::vector<ridgeResult_t> res(2, ridgeSuccess);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      ridgeComm_t comm = nullptr;
+      res[r] = ridgeCommInitRank(&comm, 2, id, r);
+      if (res[r] == ridgeSuccess)
+        ridgeCommDestroy(comm);
+      else
+        EXPECT_NE(errorText().find("RIDGE_LL_MAX_BYTES"), std::string::npos) << errorText();
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(res[0], ridgeInvalidArgument);
+  EXPECT_EQ(res[1], ridgeInvalidArgument);
+}
+
+TEST(LLCollectives, OffTakesTheProxy) {
+  EnvSetting off("RIDGE_LL", "off");
+  EmulatedRuntime rt(1);
+  ScopedRuntimeForTesting scope(&rt);
+  withRanks(rt, 2, 1, [&](TestRank& t) {
+    runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 100}, 1);
+    EXPECT_FALSE(ridge::llStats(t.comm).enabled);
+    EXPECT_EQ(ridge::p2p::stats(t.comm).p2pOps, 1u);
+  });
+  EXPECT_EQ(rt.llLaunches(), 0u);
+}
+
+// Issues `k` allreduces back to back (no synchronization between them) on streams[i % size],
+// each reading the previous output, then checks the last: sum of n inputs, then times n per
+// further step (integers: exact).
+void backToBack(int n, int k, bool alternate) {
+  EmulatedRuntime rt(1);
+  ScopedRuntimeForTesting scope(&rt);
+  withRanks(rt, n, 1, [&](TestRank& t) {
+    ridgeStream_t other = nullptr;
+    ASSERT_TRUE(rt.createStream(&other).isOk());
+    const size_t count = 333;
+    std::vector<DevMem*> bufs;
+    for (int i = 0; i <= k; ++i) bufs.push_back(new DevMem(rt, count * 8));
+    std::vector<int64_t> in(count);
+    for (size_t e = 0; e < count; ++e) in[e] = int64_t(e) * 7 + t.rank;
+    std::vector<unsigned char> bytes(count * 8);
+    std::memcpy(bytes.data(), in.data(), bytes.size());
+    bufs[0]->put(bytes);
+    for (int i = 0; i < k; ++i) {
+      ridgeStream_t s = alternate && i % 2 ? other : t.stream;
+      ASSERT_EQ(ridgeAllReduce(bufs[i]->p, bufs[i + 1]->p, count, ridgeInt64, ridgeSum, t.comm, s),
+                ridgeSuccess)
+          << errorText();
+    }
+    ASSERT_TRUE(rt.synchronize(t.stream).isOk());
+    ASSERT_TRUE(rt.synchronize(other).isOk());
+    const std::vector<unsigned char> got = bufs[k]->get(0, count * 8);
+    size_t bad = 0;
+    for (size_t e = 0; e < count; ++e) {
+      int64_t want = 0;
+      for (int r = 0; r < n; ++r) want += int64_t(e) * 7 + r;
+      for (int i = 1; i < k; ++i) want *= n;
+      int64_t v;
+      std::memcpy(&v, got.data() + e * 8, 8);
+      bad += v != want;
+    }
+    EXPECT_EQ(bad, 0u) << "rank " << t.rank;
+    EXPECT_EQ(ridge::llStats(t.comm).launches, uint64_t(k));
+    for (DevMem* b : bufs) delete b;
+    rt.destroyStream(other);
+  });
+}
+
+TEST(LLCollectives, BackToBackOnOneStream) {
+  backToBack(3, 24, false);
+}
+
+TEST(LLCollectives, BackToBackOnAlternatingStreams) {
+  backToBack(3, 24, true);
+}
+
+// Every rank: operation 1 on a gated stream A, operation 2 on stream B. Operation 2 must not
+// run before operation 1 (issue order), although every rank's operation 2 could complete on
+// its own: without the marker chaining, B would finish while A is held.
+TEST(LLCollectives, AlternatingStreamsKeepIssueOrder) {
+  EmulatedRuntime rt(1);
+  ScopedRuntimeForTesting scope(&rt);
+  withRanks(rt, 2, 1, [&](TestRank& t) {
+    ridgeStream_t b = nullptr;
+    ASSERT_TRUE(rt.createStream(&b).isOk());
+    const size_t count = 64;
+    DevMem in1(rt, count * 4), out1(rt, count * 4), in2(rt, count * 4), out2(rt, count * 4);
+    std::vector<unsigned char> ones(count * 4);
+    for (size_t e = 0; e < count; ++e) {
+      const int32_t v = t.rank + 1;
+      std::memcpy(ones.data() + e * 4, &v, 4);
+    }
+    in1.put(ones);
+    in2.put(ones);
+    Gate gate;
+    ASSERT_TRUE(gate.enqueue(rt, t.stream).isOk());
+    ASSERT_EQ(ridgeAllReduce(in1.p, out1.p, count, ridgeInt32, ridgeSum, t.comm, t.stream), ridgeSuccess);
+    ASSERT_EQ(ridgeAllReduce(in2.p, out2.p, count, ridgeInt32, ridgeSum, t.comm, b), ridgeSuccess);
+    std::atomic<bool> bDone{false};
+    ASSERT_TRUE(rt.enqueue(b, [&] {
+                    bDone.store(true);
+                    return Status::ok();
+                  }).isOk());
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_FALSE(bDone.load()) << "rank " << t.rank << ": operation 2 ran before operation 1";
+    gate.open.store(true);
+    ASSERT_TRUE(rt.synchronize(t.stream).isOk());
+    ASSERT_TRUE(rt.synchronize(b).isOk());
+    EXPECT_TRUE(bDone.load());
+    for (const DevMem* m : {&out1, &out2}) {
+      const std::vector<unsigned char> got = m->get(0, count * 4);
+      int32_t v;
+      std::memcpy(&v, got.data() + (count - 1) * 4, 4);
+      EXPECT_EQ(v, 3);
+    }
+    rt.destroyStream(b);
+  });
+}
+
+// A group's LL operations start only once every stream of the group reached it, as a proxy
+// batch does.
+TEST(LLCollectives, GroupOverTwoStreamsWaitsForBoth) {
+  EmulatedRuntime rt(1);
+  ScopedRuntimeForTesting scope(&rt);
+  withRanks(rt, 2, 1, [&](TestRank& t) {
+    ridgeStream_t b = nullptr;
+    ASSERT_TRUE(rt.createStream(&b).isOk());
+    const size_t count = 500;
+    DevMem a(rt, count * 4), ar(rt, count * 4), bc(rt, count * 4);
+    const uint32_t keys[2] = {rankKey(41, 0), rankKey(41, 1)};
+    std::vector<unsigned char> in(count * 4);
+    fillRankInput(Op::AllReduce, ridgeFloat32, ridgeMax, in.data(), count, 2, keys[t.rank]);
+    a.put(in);
+    fillRankInput(Op::Broadcast, ridgeFloat32, ridgeSum, in.data(), count, 2, keys[t.rank]);
+    bc.put(in);
+    ar.put(std::vector<unsigned char>(count * 4, kPoison));
+    Gate gateB;
+    ASSERT_TRUE(gateB.enqueue(rt, b).isOk());
+    ridgeGroupStart();
+    ridgeAllReduce(a.p, ar.p, count, ridgeFloat32, ridgeMax, t.comm, t.stream);
+    ridgeBroadcast(bc.p, bc.p, count, ridgeFloat32, 1, t.comm, b);
+    ASSERT_EQ(ridgeGroupEnd(), ridgeSuccess) << errorText();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const std::vector<unsigned char> early = ar.get(0, count * 4);
+    size_t written = 0;
+    for (unsigned char c : early) written += c != kPoison;
+    EXPECT_EQ(written, 0u) << "the group's LL operations ran before every stream reached the group";
+    gateB.open.store(true);
+    ASSERT_TRUE(rt.synchronize(t.stream).isOk());
+    ASSERT_TRUE(rt.synchronize(b).isOk());
+    Mismatches mm;
+    std::vector<unsigned char> got = ar.get(0, count * 4);
+    checkRankOutput(Op::AllReduce, ridgeFloat32, ridgeMax, got.data(), count, {keys[0], keys[1]}, t.rank, 1,
+                    -1, mm);
+    got = bc.get(0, count * 4);
+    checkRankOutput(Op::Broadcast, ridgeFloat32, ridgeSum, got.data(), count, {keys[0], keys[1]}, t.rank, 1,
+                    -1, mm);
+    EXPECT_EQ(mm.count, 0u) << mm.text;
+    EXPECT_EQ(ridge::llStats(t.comm).launches, 2u);
+    rt.destroyStream(b);
+  });
+  EXPECT_EQ(rt.releaseWaitsQueued(), 0u);
+}
+
+// Small (LL) and large (proxy) operations in one sequence, without synchronization between
+// them, on one stream and on two: each reads the previous output.
+void interleaved(bool twoStreams) {
+  EnvSetting max("RIDGE_LL_MAX_BYTES", "4K");
+  EmulatedRuntime rt(1);
+  ScopedRuntimeForTesting scope(&rt);
+  withRanks(rt, 2, 1, [&](TestRank& t) {
+    ridgeStream_t other = nullptr;
+    ASSERT_TRUE(rt.createStream(&other).isOk());
+    const size_t small = 100, large = 5000;  // int32: 400 B (LL), 20000 B (proxy)
+    DevMem s0(rt, large * 4), s1(rt, large * 4), s2(rt, large * 4), s3(rt, large * 4), s4(rt, large * 4);
+    std::vector<unsigned char> bytes(large * 4);
+    for (size_t e = 0; e < large; ++e) {
+      const int32_t v = static_cast<int32_t>(e % 97) + t.rank;
+      std::memcpy(bytes.data() + e * 4, &v, 4);
+    }
+    s0.put(bytes);
+    ridgeStream_t second = twoStreams ? other : t.stream;
+    ASSERT_EQ(ridgeAllReduce(s0.p, s1.p, small, ridgeInt32, ridgeSum, t.comm, t.stream), ridgeSuccess);
+    ASSERT_EQ(ridgeAllReduce(s0.p, s2.p, large, ridgeInt32, ridgeSum, t.comm, t.stream), ridgeSuccess);
+    if (twoStreams) {
+      // The caller orders its own streams; Ridge orders its LL operations among themselves.
+      ASSERT_TRUE(rt.synchronize(t.stream).isOk());
+    }
+    ASSERT_EQ(ridgeAllReduce(s2.p, s3.p, small, ridgeInt32, ridgeSum, t.comm, second), ridgeSuccess);
+    ASSERT_EQ(ridgeAllReduce(s1.p, s4.p, small, ridgeInt32, ridgeSum, t.comm, t.stream), ridgeSuccess);
+    ASSERT_TRUE(rt.synchronize(t.stream).isOk());
+    ASSERT_TRUE(rt.synchronize(other).isOk());
+    size_t bad = 0;
+    const std::vector<unsigned char> g2 = s2.get(0, large * 4), g3 = s3.get(0, small * 4),
+                                     g4 = s4.get(0, small * 4);
+    for (size_t e = 0; e < large; ++e) {
+      const int32_t base = 2 * static_cast<int32_t>(e % 97) + 1;
+      int32_t v;
+      std::memcpy(&v, g2.data() + e * 4, 4);
+      bad += v != base;
+      if (e >= small) continue;
+      std::memcpy(&v, g3.data() + e * 4, 4);
+      bad += v != 2 * base;
+      std::memcpy(&v, g4.data() + e * 4, 4);
+      bad += v != 2 * base;
+    }
+    EXPECT_EQ(bad, 0u) << "rank " << t.rank;
+    EXPECT_EQ(ridge::llStats(t.comm).launches, 3u);
+    EXPECT_EQ(ridge::p2p::stats(t.comm).p2pOps, 1u);
+    rt.destroyStream(other);
+  });
+}
+
+TEST(LLCollectives, InterleavedWithProxyOperationsOnOneStream) {
+  interleaved(false);
+}
+
+TEST(LLCollectives, InterleavedWithProxyOperationsOnTwoStreams) {
+  interleaved(true);
+}
+
+// Rank 0 calls, rank 1 never does: rank 0's launch spins until the abort stops it.
+TEST(LLCollectives, AbortUnblocksARankWhosePeerNeverCalls) {
+  EmulatedRuntime rt(1);
+  ScopedRuntimeForTesting scope(&rt);
+  std::atomic<bool> rank0Done{false};
+  withRanks(
+      rt, 2, 1,
+      [&](TestRank& t) {
+        if (t.rank == 0) {
+          DevMem in(rt, 400), out(rt, 400);
+          ASSERT_EQ(ridgeAllReduce(in.p, out.p, 100, ridgeFloat32, ridgeSum, t.comm, t.stream), ridgeSuccess);
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          bool done = false;
+          ridge::device::Marker* m = nullptr;
+          ASSERT_TRUE(rt.createMarker(&m).isOk());
+          ASSERT_TRUE(rt.recordMarker(m, t.stream).isOk());
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          ASSERT_TRUE(rt.queryMarker(m, &done).isOk());
+          EXPECT_FALSE(done) << "the LL launch did not wait for the peer";
+          rt.destroyMarker(m);
+          expectAbortReleasesTheStream(rt, t);
+          rank0Done.store(true);
+        } else {
+          waitFor(rank0Done);
+          EXPECT_EQ(ridgeCommAbort(t.comm), ridgeSuccess);
+        }
+      },
+      /*destroy=*/false);
+}
+
+// A peer that never calls: the launch gives up at the timeout, the stream moves on, and the
+// communicator reports ridgeTimeout asynchronously and refuses later calls.
+TEST(LLCollectives, TimeoutIsAnAsyncErrorNotAHang) {
+  EmulatedRuntime rt(1);
+  ScopedRuntimeForTesting scope(&rt);
+  std::atomic<bool> rank0Done{false};
+  withRanks(
+      rt, 2, 1,
+      [&](TestRank& t) {
+        if (t.rank == 0) {
+          DevMem in(rt, 400), out(rt, 400);
+          const auto t0 = Clock::now();
+          ASSERT_EQ(ridgeAllReduce(in.p, out.p, 100, ridgeFloat32, ridgeSum, t.comm, t.stream), ridgeSuccess);
+          ASSERT_TRUE(rt.synchronize(t.stream).isOk());
+          const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+          EXPECT_GE(waited, 0.9);
+          EXPECT_LT(waited, 5.0);
+          ridgeResult_t async = ridgeSuccess;
+          ASSERT_EQ(ridgeCommGetAsyncError(t.comm, &async), ridgeSuccess);
+          EXPECT_EQ(async, ridgeTimeout);
+          EXPECT_NE(errorText().find("LL collective"), std::string::npos) << errorText();
+          EXPECT_EQ(ridgeAllReduce(in.p, out.p, 100, ridgeFloat32, ridgeSum, t.comm, t.stream), ridgeTimeout);
+          rank0Done.store(true);
+        } else {
+          waitFor(rank0Done);
+        }
+        EXPECT_EQ(ridgeCommAbort(t.comm), ridgeSuccess);
+      },
+      /*destroy=*/false, /*timeoutSeconds=*/1);
+}
+
+// A mix the ranks cannot see without talking: rank 0 passes host memory (host path), rank 1
+// device memory (LL). Both end in errors within the timeout; nothing hangs or crashes.
+TEST(LLCollectives, HostMemoryOnOneRankEndsInErrorsNotAHang) {
+  EmulatedRuntime rt(1);
+  ScopedRuntimeForTesting scope(&rt);
+  const auto t0 = Clock::now();
+  withRanks(
+      rt, 2, 1,
+      [&](TestRank& t) {
+        const size_t count = 100;
+        if (t.rank == 0) {
+          std::vector<float> in(count, 1.0f), out(count, 0.0f);
+          EXPECT_NE(ridgeAllReduce(in.data(), out.data(), count, ridgeFloat32, ridgeSum, t.comm, nullptr),
+                    ridgeSuccess);
+        } else {
+          DevMem in(rt, count * 4), out(rt, count * 4);
+          ASSERT_EQ(ridgeAllReduce(in.p, out.p, count, ridgeFloat32, ridgeSum, t.comm, t.stream),
+                    ridgeSuccess);
+          ASSERT_TRUE(rt.synchronize(t.stream).isOk());
+          ridgeResult_t async = ridgeSuccess;
+          ASSERT_EQ(ridgeCommGetAsyncError(t.comm, &async), ridgeSuccess);
+          EXPECT_EQ(async, ridgeTimeout);
+        }
+        EXPECT_EQ(ridgeCommAbort(t.comm), ridgeSuccess);
+      },
+      /*destroy=*/false, /*timeoutSeconds=*/2);
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 15.0);
+}
+
+// Flags are flagForStep(operation number): across the 2^32 - 1 wrap they stay non-zero and
+// differ from the previous use of each slot.
+TEST(LLCollectives, FlagsAcrossTheWrap) {
+  EmulatedRuntime rt(1);
+  ScopedRuntimeForTesting scope(&rt);
+  withRanks(rt, 3, 1, [&](TestRank& t) {
+    // Used first at small numbers (0 and 1), so the slots hold lines with small flags; the
+    // jump keeps the parity alternating (2 and 0xFFFFFFFA are even).
+    runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 300}, 1);
+    runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 300}, 2);
+    ridge::setNextLLOpForTesting(t.comm, 0xFFFFFFFFull - 5);
+    uint32_t seed = 10;
+    for (int i = 0; i < 8; ++i) {
+      runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 300}, seed++);
+      runCall(rt, t, {Op::AllGather, ridgeInt32, ridgeSum, 100}, seed++);
+    }
+    EXPECT_EQ(ridge::llStats(t.comm).nextOp, 0xFFFFFFFFull - 5 + 16);
+  });
+}
+
+// Separate processes: the emulator's IPC works within one process only. With auto, ranks in
+// separate processes on one device (no bus ids) do not use LL: no LL area is even allocated;
+// with on, each rank allocates its area, opening the peer's fails on every rank and the
+// confirmation turns LL off everywhere. Either way the collective is right (on managed memory,
+// which the proxy stages: the emulator's P2P cannot cross processes either).
+void forkedRanks(const char* mode, uint64_t areasAtInit) {
+  ridgeUniqueId id;
+  ASSERT_TRUE(makeUniqueId(&id));
+  const LaunchResult res = launchRanks(2, 60, [&](int rank, Reporter& rep) {
+    setenv("RIDGE_LL", mode, 1);
+    setLoopbackEnv();
+    EmulatedRuntime rt(1);
+    ScopedRuntimeForTesting scope(&rt);
+    ridgeComm_t comm = initRank(2, id, rank, rep);
+    if (!comm) return 1;
+    if (ridge::llStats(comm).enabled) rep.fail("ll", "LL enabled between processes the emulator cannot map");
+    if (rt.deviceAllocations() != areasAtInit)
+      rep.fail("ll", std::to_string(rt.deviceAllocations()) + " device allocations at init, expected " +
+                         std::to_string(areasAtInit));
+    ridgeStream_t s = nullptr;
+    if (!rt.createStream(&s).isOk()) return 1;
+    const size_t count = 200;
+    void *in = nullptr, *out = nullptr;
+    if (!rt.allocDeviceOn(count * 4, &in, -1, true).isOk() ||
+        !rt.allocDeviceOn(count * 4, &out, -1, true).isOk())
+      return 1;
+    std::vector<int32_t> h(count, rank + 1);
+    (void)rt.copyToDevice(in, h.data(), count * 4);
+    const ridgeResult_t r = ridgeAllReduce(in, out, count, ridgeInt32, ridgeSum, comm, s);
+    if (r != ridgeSuccess) rep.fail("allreduce", describeResult(r, comm));
+    if (!rt.synchronize(s).isOk()) rep.fail("sync", "stream failed");
+    (void)rt.copyToHost(h.data(), out, count * 4);
+    for (size_t e = 0; e < count; ++e)
+      if (h[e] != 3) {
+        rep.fail("result", "element " + std::to_string(e) + " is " + std::to_string(h[e]));
+        break;
+      }
+    if (ridgeCommDestroy(comm) != ridgeSuccess) rep.fail("destroy", "failed");
+    rt.destroyStream(s);
+    rt.freeDevice(in);
+    rt.freeDevice(out);
+    return rep.failures() ? 1 : 0;
+  });
+  reportChildFailures(res, std::string("RIDGE_LL=") + mode);
+}
+
+TEST(LLCollectives, SeparateProcessesOnOneDeviceAutoIsOff) {
+  forkedRanks("auto", 0);
+}
+
+TEST(LLCollectives, SeparateProcessesOnAgreeWhenAnAreaCannotOpen) {
+  forkedRanks("on", 1);
+}
+
+}  // namespace

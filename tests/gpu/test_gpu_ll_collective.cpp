@@ -1,0 +1,131 @@
+// The LL collectives (src/coll/ll_path.h) on a real GPU: ranks as threads of this process on
+// one GPU (their kernels run concurrently, so a spinning receiver sees its peers' lines), every
+// collective on cudaMalloc memory through the C API on each rank's own stream, against the
+// higher-precision host reference (random inputs, poisoned outputs), the LL path counted, and
+// LL against the bulk P2P path bit for bit. Without a CUDA device every test reports
+// "skipped: no CUDA device". tests/device/ll_collective_test.cpp proves the same on the
+// emulated runtime in every build.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coll/comm.h"
+#include "coll/ll_path.h"
+#include "collective_case.h"
+#include "ridge/ridge.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace {
+
+using namespace ridgetest;
+using namespace p2ptest;
+
+constexpr unsigned char kPoison = 0x5A;
+
+std::string lastError() {
+  const char* e = ridgeGetLastError(nullptr);
+  return e ? e : "";
+}
+
+struct Call {
+  Op op;
+  ridgeDataType_t dt;
+  ridgeRedOp_t red;
+  size_t count;
+};
+
+// Runs `calls` on n rank threads on GPU 0; outputs[rank][call] gets each output's bytes.
+void runRanks(int n, const std::vector<Call>& calls, bool expectLL,
+              std::vector<std::vector<std::vector<unsigned char>>>* outputs) {
+  ridgeUniqueId id;
+  ASSERT_EQ(ridgeGetUniqueId(&id), ridgeSuccess) << lastError();
+  outputs->assign(n, {});
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+      ridgeComm_t comm = nullptr;
+      ASSERT_EQ(ridgeCommInitRank(&comm, n, id, r), ridgeSuccess) << lastError();
+      cudaStream_t stream;
+      ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+      uint32_t seed = 0x3131u;
+      for (const Call& c : calls) {
+        const size_t es = dtSize(c.dt), inBytes = inputElems(c.op, c.count, n) * es,
+                     outBytes = outputElems(c.op, c.count, n) * es;
+        std::vector<uint32_t> keys(n);
+        for (int j = 0; j < n; ++j) keys[j] = rankKey(seed, j);
+        ++seed;
+        void *send = nullptr, *recv = nullptr;
+        ASSERT_EQ(cudaMalloc(&send, inBytes), cudaSuccess);
+        ASSERT_EQ(cudaMalloc(&recv, outBytes), cudaSuccess);
+        std::vector<unsigned char> in(inBytes), out(outBytes, kPoison);
+        fillRankInput(c.op, c.dt, c.red, in.data(), c.count, n, keys[r]);
+        ASSERT_EQ(cudaMemcpy(send, in.data(), inBytes, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(recv, out.data(), outBytes, cudaMemcpyHostToDevice), cudaSuccess);
+        const int root = n / 2;
+        ASSERT_EQ(issue(c.op, send, recv, c.count, c.dt, c.red, root, comm,
+                        reinterpret_cast<ridgeStream_t>(stream)),
+                  ridgeSuccess)
+            << lastError();
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        ridgeResult_t async = ridgeSuccess;
+        ASSERT_EQ(ridgeCommGetAsyncError(comm, &async), ridgeSuccess);
+        ASSERT_EQ(async, ridgeSuccess) << lastError();
+        ASSERT_EQ(cudaMemcpy(out.data(), recv, outBytes, cudaMemcpyDeviceToHost), cudaSuccess);
+        Mismatches mm;
+        checkRankOutput(c.op, c.dt, c.red, out.data(), c.count, keys, r, root, kPoison, mm);
+        EXPECT_EQ(mm.count, 0u) << opText(c.op) << " " << dtName(c.dt) << " " << opName(c.red) << " count "
+                                << c.count << " rank " << r << ": " << mm.text;
+        (*outputs)[r].push_back(out);
+        cudaFree(send);
+        cudaFree(recv);
+      }
+      EXPECT_EQ(ridge::llStats(comm).launches, expectLL ? calls.size() : 0u) << "rank " << r;
+      EXPECT_EQ(ridgeCommDestroy(comm), ridgeSuccess) << lastError();
+      cudaStreamDestroy(stream);
+    });
+  for (auto& t : threads) t.join();
+}
+
+std::vector<Call> everyCollective() {
+  std::vector<Call> v;
+  int i = 0;
+  for (Op op : kEveryOp)
+    for (const TypedCase& t : kTypedCases) {
+      const size_t counts[] = {1, 13, 1531};
+      v.push_back({op, t.dt, t.red, counts[i++ % 3]});
+    }
+  return v;
+}
+
+TEST(GpuLLCollective, EveryCollectiveTwoAndThreeRanksOnOneGpu) {
+  SKIP_WITHOUT_GPU();
+  setenv("RIDGE_LL", "on", 1);
+  std::vector<std::vector<std::vector<unsigned char>>> out;
+  for (int n : {2, 3}) runRanks(n, everyCollective(), true, &out);
+  unsetenv("RIDGE_LL");
+}
+
+TEST(GpuLLCollective, SameBitsAsBulkP2p) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<Call> calls = {{Op::AllReduce, ridgeFloat32, ridgeSum, 2000},
+                                   {Op::AllReduce, ridgeFloat16, ridgeSum, 1500},
+                                   {Op::AllReduce, ridgeBfloat16, ridgeAvg, 999},
+                                   {Op::ReduceScatter, ridgeFloat32, ridgeSum, 500}};
+  std::vector<std::vector<std::vector<unsigned char>>> ll, bulk;
+  setenv("RIDGE_LL", "on", 1);
+  runRanks(3, calls, true, &ll);
+  setenv("RIDGE_LL", "off", 1);
+  runRanks(3, calls, false, &bulk);
+  unsetenv("RIDGE_LL");
+  for (size_t r = 0; r < ll.size() && r < bulk.size(); ++r)
+    for (size_t i = 0; i < calls.size() && i < ll[r].size() && i < bulk[r].size(); ++i)
+      EXPECT_TRUE(ll[r][i] == bulk[r][i]) << "call " << i << " rank " << r << ": LL and bulk P2P differ";
+}
+
+}  // namespace
