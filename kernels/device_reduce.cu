@@ -310,13 +310,11 @@ Status preloadKernels(int* loaded) {
   int n = 0;
   cudaError_t err = loadForEveryTypeAndOp<ReduceLoader>(&n);
   if (err == cudaSuccess && (err = loadKernel(copyKernel)) == cudaSuccess) ++n;
-  Status s;
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    s = makeError(ridgeSystemError, "loading the reduce and copy kernels: %s", cudaGetErrorString(err));
-  } else {
-    s = preloadLLKernels(&n);
-  }
+  if (err != cudaSuccess) (void)cudaGetLastError();
+  // One initialization, not assignments: nvcc's front end warns on assigning a [[nodiscard]] Status.
+  Status s = err != cudaSuccess ? makeError(ridgeSystemError, "loading the reduce and copy kernels: %s",
+                                            cudaGetErrorString(err))
+                                : preloadLLKernels(&n);
   if (loaded) *loaded = n;
   return s;
 }

@@ -104,38 +104,35 @@ RIDGE_HOST_DEVICE inline void sendLine(const Launch& d, size_t i, Env& env) {
   }
 }
 
-// Folds the payloads `ordered[0..n)` (8 bytes each, `elems` elements) the way the bulk path's
-// reduceInto does: one reduction of up to kFoldSources sources, then rounds that fold the
-// previous result first; the divisor (avg) applies to the last round only.
+// Line i's payload from rank j: this rank's own input, or peer j's line once it has arrived.
+// False when the wait gave up.
 template <class Env>
-RIDGE_HOST_DEVICE inline uint64_t foldPayloads(const Launch& d, const uint64_t* ordered, int n, int elems,
-                                               Env& env) {
-  int done = n < kFoldSources ? n : kFoldSources;
-  uint64_t acc = env.reduce(ordered, done, elems, done == n ? d.divisor : 0);
-  while (done < n) {
-    uint64_t round[kFoldSources];
-    int k = 0;
-    round[k++] = acc;
-    while (k < kFoldSources && done < n) round[k++] = ordered[done++];
-    acc = env.reduce(round, k, elems, done == n ? d.divisor : 0);
+RIDGE_HOST_DEVICE inline bool payloadFrom(const Launch& d, size_t i, int j, Env& env, uint64_t* v) {
+  if (j == d.rank) {
+    *v = loadPayload(sendBlock(d, j), messageBytes(d), i);
+    return true;
   }
-  return acc;
+  Line l;
+  if (!env.wait(d.mySlot[j] + i, d.flag, &l)) return false;
+  *v = payloadOf(l);
+  return true;
 }
 
 // Phase 2 for line i: waits for every expected peer line, then stores the output. False when
-// a wait gave up (timeout or abort: the status word says which).
+// a wait gave up (timeout or abort: the status word says which). Payloads are consumed as
+// they are taken, never gathered per rank: an array of one payload per rank would cost every
+// thread a stack frame of kMaxRanks * 8 bytes twice over in local memory.
 template <class Env>
 RIDGE_HOST_DEVICE inline bool receiveLine(const Launch& d, size_t i, Env& env) {
   const int n = d.nranks, r = d.rank;
   const size_t bytes = messageBytes(d);
-  uint64_t got[kMaxRanks];
-  for (int k = 1; k < n; ++k) {
-    const int j = (r + k) % n;
-    const bool data = carriesData(d, j, r);
-    if (!data && i != 0) continue;
-    Line l;
-    if (!env.wait(d.mySlot[j] + i, d.flag, &l)) return false;
-    got[j] = payloadOf(l);
+  // Tokens (line 0 of the pairs that carry no data this operation): awaited, never used.
+  if (i == 0) {
+    for (int k = 1; k < n; ++k) {
+      const int j = (r + k) % n;
+      Line l;
+      if (!carriesData(d, j, r) && !env.wait(d.mySlot[j], d.flag, &l)) return false;
+    }
   }
   unsigned char* out = static_cast<unsigned char*>(d.recv);
   switch (d.kind) {
@@ -143,28 +140,44 @@ RIDGE_HOST_DEVICE inline bool receiveLine(const Launch& d, size_t i, Env& env) {
     case CollKind::ReduceScatter:
     case CollKind::Reduce: {
       if (d.kind == CollKind::Reduce && r != d.root) return true;
-      got[r] = loadPayload(sendBlock(d, r), bytes, i);
       const size_t perLine = kLinePayload / size_t(d.elemBytes);
       const size_t first = i * perLine;
       const size_t left = size_t(d.count) - first;
       const int elems = static_cast<int>(left < perLine ? left : perLine);
-      // The fold starts at the rank that reduces this element on the bulk path.
+      // The fold starts at the rank that reduces this element on the bulk path and runs as
+      // that path's reduceInto does: one reduction of up to kFoldSources sources, then rounds
+      // that fold the previous result first; the divisor (avg) applies to the last round only.
       const int owner = d.kind == CollKind::AllReduce
                             ? allReduceSliceOwner(size_t(d.count), size_t(d.elemBytes), first, n)
                             : r;
-      uint64_t ordered[kMaxRanks];
-      for (int k = 0; k < n; ++k) ordered[k] = got[(owner + k) % n];
-      storePayload(out, bytes, i, foldPayloads(d, ordered, n, elems, env));
+      uint64_t round[kFoldSources];
+      uint64_t acc = 0;
+      int k = 0;
+      for (int t = 0; t < n; ++t) {
+        if (!payloadFrom(d, i, (owner + t) % n, env, &round[k++])) return false;
+        if (k == kFoldSources || t == n - 1) {
+          acc = env.reduce(round, k, elems, t == n - 1 ? d.divisor : 0);
+          round[0] = acc;
+          k = 1;
+        }
+      }
+      storePayload(out, bytes, i, acc);
       return true;
     }
     case CollKind::AllGather:
     case CollKind::AlltoAll:
-      got[r] = loadPayload(sendBlock(d, r), bytes, i);
-      for (int j = 0; j < n; ++j) storePayload(out + size_t(j) * bytes, bytes, i, got[j]);
+      for (int j = 0; j < n; ++j) {
+        uint64_t v;
+        if (!payloadFrom(d, i, j, env, &v)) return false;
+        storePayload(out + size_t(j) * bytes, bytes, i, v);
+      }
       return true;
-    case CollKind::Broadcast:
-      storePayload(out, bytes, i, r == d.root ? loadPayload(sendBlock(d, r), bytes, i) : got[d.root]);
+    case CollKind::Broadcast: {
+      uint64_t v;
+      if (!payloadFrom(d, i, d.root, env, &v)) return false;
+      storePayload(out, bytes, i, v);
       return true;
+    }
   }
   return true;
 }

@@ -139,7 +139,9 @@ Outputs outputsOf(int n, const std::vector<Call>& calls, bool expectLL) {
       out[t.rank].push_back(recv.get(0, recv.bytes));
     }
     EXPECT_EQ(ridge::llStats(t.comm).launches, expectLL ? calls.size() : 0u);
-    if (!expectLL) EXPECT_EQ(ridge::p2p::stats(t.comm).p2pOps, calls.size());
+    if (!expectLL) {
+      EXPECT_EQ(ridge::p2p::stats(t.comm).p2pOps, calls.size());
+    }
   });
   return out;
 }
