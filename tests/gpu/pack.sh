@@ -17,7 +17,7 @@ jobs=${GPUPACK_JOBS:-2}
 pack="$root/.gpupack"
 max_bytes=$((48 << 20)) # well under the 64 MiB a device call carries
 bins=(test_gpu_kernels test_gpu_stream test_gpu_p2p test_gpu_ll test_gpu_ll_collective test_ll_line test_gpu_dmabuf
-  ridge-gpu-kernel-bw ridge-gpu-ll-lat ridge-bench)
+  ridge-gpu-kernel-bw ridge-gpu-ll-lat ridge-gpu-coll-lat ridge-bench)
 
 launchers=()
 if command -v ccache >/dev/null 2>&1; then

@@ -52,7 +52,7 @@ if ! timeout 300 cmake -S . -B build-gpu -G Ninja -DRIDGE_WITH_CUDA=ON -DCMAKE_B
   build_failed "cmake configure"
 fi
 if ! timeout 480 ninja -C build-gpu -j"$jobs" test_gpu_kernels test_gpu_stream test_gpu_p2p test_gpu_ll test_gpu_ll_collective \
-  test_ll_line test_gpu_dmabuf ridge-gpu-kernel-bw ridge-gpu-ll-lat ridge-bench >>"$build_log" 2>&1; then
+  test_ll_line test_gpu_dmabuf ridge-gpu-kernel-bw ridge-gpu-ll-lat ridge-gpu-coll-lat ridge-bench >>"$build_log" 2>&1; then
   build_failed "ninja"
 fi
 echo "build: $SECONDS s" >>"$build_log"

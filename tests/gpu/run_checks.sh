@@ -163,6 +163,7 @@ step "P2P transport (two processes, CUDA IPC)" 120 test_gpu_p2p --gtest_brief=1
 [ "$gpus" -ge 2 ] || say "P2P between two GPUs: skipped (one GPU)"
 step "kernel bandwidth" 60 ridge-gpu-kernel-bw 256 20
 step "LL vs bulk, one hop at small sizes" 60 ridge-gpu-ll-lat 2000
+step "small allreduce: LL path vs proxy path (ranks as threads)" 60 ridge-gpu-coll-lat 2 300 5
 # The issue's figure: a 4-rank allreduce on the one GPU (Ridge on device buffers, P2P between
 # the ranks' processes).
 step "4 ranks on one GPU, device buffers" 180 ridge-bench allreduce -np 4 --ridge-buffers device \
