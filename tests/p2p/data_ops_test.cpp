@@ -1,25 +1,34 @@
 // Waiting for the device on the GPUDirect RDMA data path (coll/data_ops.h, docs/gpu.md),
-// without communicators: the executor's idle path while a strand waits for the device.
+// without communicators: the executor's idle path while a strand waits for the device, and
+// the settles of DeviceDataOps on a slow emulated device.
 //
 // - A strand waiting for the device is woken by no transport, and a transport may sleep
-//   longer than asked (verbs: whole milliseconds), so the executor never sleeps on the
+//   longer than asked (a millisecond timeout), so the executor never sleeps on the
 //   transport while one does (review F1); a strand waiting for a peer still does (the
 //   control: the counting transport is on the idle path).
+// - A settle is never moved behind later settles of other strands (review F2): with more
+//   settles pending than pooled markers, the first is ready as soon as its own copy ran;
+//   and no settle is ever ready before the copies queued ahead of it ran.
+#include "coll/data_ops.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "bootstrap/bootstrap.h"
 #include "coll/comm.h"
 #include "coll/executor.h"
 #include "coll/task.h"
+#include "device/emulated_runtime.h"
 
 namespace {
 
 using ridge::Status;
+using ridge::device::EmulatedRuntime;
 using Clock = std::chrono::steady_clock;
 
 // A transport that connects nobody and counts the executor's sleeps on it; each sleep
@@ -117,6 +126,86 @@ TEST(ExecutorDeviceWait, ADeviceWaitAmongPeerWaitsKeepsSlicesShort) {
   EXPECT_TRUE(s.isOk()) << s.message();
   EXPECT_EQ(resumed, 2);
   EXPECT_EQ(c.transport->waits.load(), 0);
+}
+
+// One emulated device, a stream on it and two device buffers of `kBytes`.
+struct SlowDevice {
+  static constexpr size_t kBytes = 4096;
+  EmulatedRuntime rt{1};
+  ridgeStream_t stream = nullptr;
+  void* a = nullptr;
+  void* b = nullptr;
+  explicit SlowDevice(std::chrono::microseconds perOp) {
+    EXPECT_TRUE(rt.bindThread(0).isOk());
+    EXPECT_TRUE(rt.createStream(&stream).isOk());
+    EXPECT_TRUE(rt.allocDevice(kBytes, &a).isOk());
+    EXPECT_TRUE(rt.allocDevice(kBytes, &b).isOk());
+    rt.setWorkDelay(0, perOp);
+    rt.setRecordCopies(true);
+  }
+  ~SlowDevice() {
+    EXPECT_TRUE(rt.synchronize(stream).isOk());
+    rt.setWorkDelay(0, std::chrono::microseconds(0));
+    rt.freeDevice(a);
+    rt.freeDevice(b);
+    rt.destroyStream(stream);
+  }
+};
+
+// The reviewer's case: copy 1 and settle A, then copies 2..9 each with its own settle, more
+// settles than pooled markers, on a device taking 10 ms per copy. A is ready once copy 1
+// ran, before copy 9 did; and each settle, when first seen ready, has its own copy behind
+// it (never too short, the pool's overflow included).
+TEST(DeviceDataOps, ASettleIsNotMovedBehindLaterOnes) {
+  constexpr int kCopies = 9;
+  static_assert(kCopies > static_cast<int>(ridge::DeviceDataOps::kMarkers));
+  SlowDevice dev(std::chrono::milliseconds(10));
+  ridge::DeviceDataOps ops(&dev.rt, dev.stream);
+  ASSERT_TRUE(ops.createMarkers().isOk());
+  std::vector<ridge::DataSettled> settles;
+  settles.reserve(kCopies);
+  for (int i = 0; i < kCopies; ++i) {
+    ASSERT_TRUE(ops.copy(i % 2 ? dev.a : dev.b, i % 2 ? dev.b : dev.a, SlowDevice::kBytes).isOk());
+    settles.push_back(ops.settle());
+    ASSERT_TRUE(settles.back().status.isOk()) << settles.back().status.message();
+  }
+  std::vector<bool> seen(kCopies, false);
+  int ready = 0;
+  for (const auto t0 = Clock::now(); ready < kCopies && Clock::now() - t0 < std::chrono::seconds(10);) {
+    for (int i = 0; i < kCopies; ++i) {
+      if (seen[i] || !settles[i].ready(&settles[i])) continue;
+      seen[i] = true;
+      ++ready;
+      ASSERT_TRUE(settles[i].status.isOk()) << settles[i].status.message();
+      const std::vector<EmulatedRuntime::CopyRecord> log = dev.rt.copyLog();
+      ASSERT_EQ(log.size(), static_cast<size_t>(kCopies));
+      EXPECT_NE(log[i].ran, 0u) << "settle " << i + 1 << " ready before its copy ran";
+      if (i == 0)
+        EXPECT_EQ(log[kCopies - 1].ran, 0u)
+            << "the first settle waited for the last copy: moved behind later settles";
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  EXPECT_EQ(ready, kCopies);
+}
+
+// Nothing queued: ready at once; a settle with nothing queued since the last one shares it;
+// after synchronize every settle is done without a query.
+TEST(DeviceDataOps, SettlesShareAndSynchronizeCompletes) {
+  SlowDevice dev(std::chrono::milliseconds(50));
+  ridge::DeviceDataOps ops(&dev.rt, dev.stream);
+  ASSERT_TRUE(ops.createMarkers().isOk());
+  ridge::DataSettled none = ops.settle();
+  EXPECT_TRUE(none.await_ready());
+  ASSERT_TRUE(ops.copy(dev.a, dev.b, SlowDevice::kBytes).isOk());
+  ridge::DataSettled first = ops.settle();
+  ridge::DataSettled again = ops.settle();
+  EXPECT_EQ(first.seq, again.seq);
+  EXPECT_FALSE(first.await_ready()) << "ready before a 50 ms copy ran";
+  ASSERT_TRUE(ops.synchronize().isOk());
+  EXPECT_NE(dev.rt.copyLog().at(0).ran, 0u);
+  EXPECT_TRUE(first.await_ready());
+  EXPECT_TRUE(again.await_ready());
 }
 
 }  // namespace
