@@ -418,42 +418,71 @@ TEST(GdrDataPath, AbortInsideADeviceNetworkBatchReleasesTheStream) {
   EXPECT_EQ(rank1DeviceBatches.load(), 1u) << "the batch did not reach the device network's data phase";
 }
 
-// ridgeCommAbort while the proxy waits for its device inside a device-network batch: rank 1's
-// device takes 100 ms per copy or reduction, so its allreduce (dozens of device steps) is
-// waiting for a settle most of the time when rank 1 aborts, 300 ms in. The stream must be
-// released at once (the queued device work drains in a few hundred ms), with the batch on
-// the device network.
+// An abort while the proxy waits for its device inside a device-network batch: rank 1's device
+// takes 500 ms per copy or reduction, and rank 1 raises the abort flag 100 ms after its device
+// began a reduction (the proxy has queued the step's reduction and copy and waits in their
+// settle; rank 0 stays in the allreduce). The flag is the one ridgeCommAbort raises first, set
+// here directly so that the communicator (which ridgeCommAbort frees) can be watched while the
+// proxy reacts: the batch must fail with ridgeAborted within 300 ms, while the device still
+// works on that step. An executor that did not check for abort while a strand waits for the
+// device (review F3) would see it only once the settle is done (>= 900 ms, nothing in
+// flight). Then ridgeCommAbort releases the stream, with the batch on the device network.
 TEST(GdrDataPath, AbortWhileTheDeviceWorksReleasesTheStream) {
   GdrEnv env;
   EmulatedRuntime rt(3);
   ScopedRuntimeForTesting scope(&rt);
   const size_t count = 60000;
+  constexpr int kSlowDevice = 1;  // rank 1's (withRanks: device rank % 2)
   std::atomic<bool> rank1Done{false};
   std::atomic<uint64_t> rank1DeviceBatches{0}, rank1Reductions{0};
+  std::atomic<int64_t> inFlightAtAbort{0}, inFlightWhenFailed{-1};
+  std::atomic<int> failure{ridgeSuccess};
+  std::atomic<double> reactionSeconds{-1};
   withRanks(
       rt, 2, 2,
       [&](TestRank& t) {
         DevMem a(rt, count * 4);
-        if (t.rank == 1) rt.setWorkDelay(1, std::chrono::milliseconds(100));
+        if (t.rank == 1) rt.setWorkDelay(kSlowDevice, std::chrono::milliseconds(500));
         ASSERT_EQ(ridgeAllReduce(a.p, a.p, count, ridgeFloat32, ridgeSum, t.comm, t.stream), ridgeSuccess)
             << errorText();
         if (t.rank == 0) {
           for (const auto t0 = Clock::now();
-               !rank1Done.load() && Clock::now() - t0 < std::chrono::seconds(20);)
+               !rank1Done.load() && Clock::now() - t0 < std::chrono::seconds(30);)
             std::this_thread::sleep_for(std::chrono::milliseconds(5));
           expectAbortReleasesTheStream(rt, t);
           return;
         }
-        std::this_thread::sleep_for(std::chrono::milliseconds(300));
-        rank1Reductions.store(rt.reducesLaunched());
+        for (const auto t0 = Clock::now(); Clock::now() - t0 < std::chrono::seconds(20);) {
+          if (rt.reducesLaunchedOn(kSlowDevice) > 0 && rt.workInFlight(kSlowDevice) > 0) break;
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        rank1Reductions.store(rt.reducesLaunchedOn(kSlowDevice));
+        inFlightAtAbort.store(rt.workInFlight(kSlowDevice));
+        const auto abortedAt = Clock::now();
+        t.comm->aborted.store(true);
+        while (Clock::now() - abortedAt < std::chrono::seconds(10)) {
+          const int e = t.comm->asyncError.load();
+          if (e != ridgeSuccess) {
+            inFlightWhenFailed.store(rt.workInFlight(kSlowDevice));
+            reactionSeconds.store(std::chrono::duration<double>(Clock::now() - abortedAt).count());
+            failure.store(e);
+            break;
+          }
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
         expectAbortReleasesTheStream(rt, t);
         rank1DeviceBatches.store(t.comm->deviceNetBatches);  // read after the proxy stopped
-        rt.setWorkDelay(1, std::chrono::microseconds(0));
+        rt.setWorkDelay(kSlowDevice, std::chrono::microseconds(0));
         rank1Done.store(true);
       },
       /*destroy=*/false);
   EXPECT_EQ(rank1DeviceBatches.load(), 1u) << "the batch did not reach the device network's data phase";
-  EXPECT_GT(rank1Reductions.load(), 0u) << "no device reduction was under way at the abort";
+  EXPECT_GT(rank1Reductions.load(), 0u) << "rank 1's device had run no reduction at the abort";
+  EXPECT_GT(inFlightAtAbort.load(), 0) << "rank 1's device was idle at the abort";
+  EXPECT_EQ(failure.load(), ridgeAborted) << "the batch did not fail with ridgeAborted";
+  EXPECT_LT(reactionSeconds.load(), 0.3) << "the proxy saw the abort only after its device wait";
+  EXPECT_GT(inFlightWhenFailed.load(), 0) << "the batch failed only once the device had finished the step";
 }
 
 // Sends and receives are never voted on (review B1): with a device network, a send between
