@@ -7,16 +7,18 @@
 //
 // Device memory (comm->deviceData set by the GPU proxy while a batch runs on the device
 // network, or while it runs a batch's sends and receives, docs/gpu.md): dataCopy and
-// dataReduce2 only queue the device runtime's copy or reduction kernel on the proxy's
-// internal stream and return. `co_await dataSettled(c)` then records one of a few pooled
-// markers behind everything queued so far, under the next settle number, and suspends the
-// coroutine until the device has passed it: the executor meanwhile resumes other strands
-// (other peers' sends and receives) and polls the connectors, and the operations a step
-// queued before one settle run back to back on the device. The algorithms settle before every post (a slot is
-// posted, and the NIC reads it, only once the device has written it) and before every release (a received
-// slot goes back to the sender only once the device has read it). A copy that gates neither
-// (the own block of an allgather or alltoall into the output) is left to the stream; the
-// proxy synchronizes the stream at the end of every batch, before the user's stream is
+// dataReduce2 only queue the device runtime's copy or reduction kernel on the proxy's internal
+// stream and return. `co_await dataSettled(c)` then records one of a few pooled markers behind
+// everything queued so far, under the next settle number, and suspends the coroutine until the
+// device has passed it. Meanwhile the executor polls the connectors (completions, credits) and
+// resumes the other strands, and the operations a step queued before one settle run back to
+// back on the device. Strands overlap only among a batch's sends and receives (one per peer
+// and direction, run after the batch's collectives, runExchanges); the collectives of a batch
+// are one strand, in call order. The algorithms settle before every post (a slot is posted,
+// and the NIC reads it, only once the device has written it) and before every release (a
+// received slot goes back to the sender only once the device has read it). A copy that gates
+// neither (the own block of an allgather or alltoall into the output) is left to the stream;
+// the proxy synchronizes the stream at the end of every batch, before the user's stream is
 // released.
 //
 // One internal stream, not one for copies and one for reductions: the operations a step
