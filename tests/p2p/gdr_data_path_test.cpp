@@ -8,13 +8,14 @@
 // Checked on 2 and 3 ranks: send/receive, allreduce and reduce-scatter (ring, device
 // reductions), reduce (chain, device reductions), allgather, broadcast and alltoall, against
 // the higher-precision host reference with random inputs and poisoned outputs; counters that
-// prove the path (no staged batch, dma-buf exports, flushes under RIDGE_GDR_FLUSH=read,
-// device reductions launched); a group mixing device-network collectives with sends and
-// receives; on a slow emulated device, that device work is queued ahead (more than one
-// operation in flight per device: the data ops do not wait for each); host collectives on
-// the same communicator between device ones; a rank whose buffer is managed memory votes no
-// and every rank stages; RIDGE_GDR_DATA_PATH=off and a runtime without dma-buf build no
-// device network.
+// prove the path (no staged batch, dma-buf exports, flushes under RIDGE_GDR_FLUSH=read, device
+// reductions launched); a group mixing device-network collectives with sends and receives; all
+// of these once more on slow emulated devices of different speeds (a settle missing before a
+// slot is posted or released corrupts a slot every run, not by chance); on a slow emulated
+// device, that device work is queued ahead (more than one operation in flight per device: the
+// data ops do not wait for each); host collectives on the same communicator between device
+// ones; a rank whose buffer is managed memory votes no and every rank stages;
+// RIDGE_GDR_DATA_PATH=off and a runtime without dma-buf build no device network.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -107,10 +108,29 @@ void withGdrRanks(int n, const GdrBody& body, const std::function<void(EmulatedR
   after(rt);
 }
 
-void runOnDeviceNetwork(int n, const std::vector<Call>& calls, bool expectReductions) {
+// Slow devices: each rank's device sleeps before every copy or reduction for as long as the
+// object lives (on its own device, set from the rank's thread: withGdrRanks puts rank r on
+// device r). Ranks differ: rank 1, the root of every reduce (n / 2) and the receiver of rank
+// 0's sends, is the slowest, so the device work it queues behind a received slot piles up
+// faster than its sender can refill slots. A slot released before the device read it is then
+// overwritten by the sender's next chunk every time, not by chance; a slot posted before the
+// device wrote it goes out stale. Delays stay short enough that a run takes well under a
+// second.
+struct SlowDevices {
+  EmulatedRuntime& rt;
+  int device;
+  SlowDevices(EmulatedRuntime& r, const TestRank& t, bool slow) : rt(r), device(t.rank) {
+    static constexpr int64_t kDelayUs[3] = {50, 200, 50};
+    if (slow) rt.setWorkDelay(device, std::chrono::microseconds(kDelayUs[t.rank % 3]));
+  }
+  ~SlowDevices() { rt.setWorkDelay(device, std::chrono::microseconds(0)); }
+};
+
+void runOnDeviceNetwork(int n, const std::vector<Call>& calls, bool expectReductions, bool slow = false) {
   withGdrRanks(
       n,
       [&](EmulatedRuntime& rt, TestRank& t) {
+        SlowDevices slowDevices(rt, t, slow);
         uint32_t seed = 0x6d2b79f5u + static_cast<uint32_t>(n);
         for (const Call& c : calls) {
           runCall(rt, t, c, seed++);
@@ -153,12 +173,20 @@ TEST(GdrDataPath, AllReduceAndReduceScatterThreeRanks) {
   runOnDeviceNetwork(3, reductions(), true);
 }
 
+TEST(GdrDataPath, AllReduceAndReduceScatterOnSlowDevices) {
+  runOnDeviceNetwork(3, reductions(), true, /*slow=*/true);
+}
+
 TEST(GdrDataPath, AllGatherAndBroadcastTwoRanks) {
   runOnDeviceNetwork(2, copies(), false);
 }
 
 TEST(GdrDataPath, AllGatherAndBroadcastThreeRanks) {
   runOnDeviceNetwork(3, copies(), false);
+}
+
+TEST(GdrDataPath, AllGatherAndBroadcastOnSlowDevices) {
+  runOnDeviceNetwork(3, copies(), false, /*slow=*/true);
 }
 
 // Reduce (the chain, reductions on the device; off the root the output stays poisoned) and
@@ -179,6 +207,15 @@ TEST(GdrDataPath, ReduceAndAlltoAllTwoRanks) {
 
 TEST(GdrDataPath, ReduceAndAlltoAllThreeRanks) {
   runOnDeviceNetwork(3, reduceAndAlltoAll(), true);
+}
+
+// With a long reduce too: the root (rank 1, the slowest device) releases each received slot
+// only after its device reduced it; dozens of chunks make a missing settle there overwrite a
+// slot every run.
+TEST(GdrDataPath, ReduceAndAlltoAllOnSlowDevices) {
+  std::vector<Call> calls = reduceAndAlltoAll();
+  calls.push_back({Op::Reduce, ridgeFloat32, ridgeSum, 200003});
+  runOnDeviceNetwork(3, calls, true, /*slow=*/true);
 }
 
 // Random bytes of `rank`'s message.
@@ -203,11 +240,12 @@ struct GroupPart {
 // outputs (reference in higher precision, outputs poisoned, off-root reduce output untouched).
 // Without collectives nothing is voted on (sends and receives never are) and each group is a
 // staged batch; with them every group runs on the device network and nothing is staged.
-void runGroups(int n, size_t bytes, const std::vector<GroupPart>& parts) {
+void runGroups(int n, size_t bytes, const std::vector<GroupPart>& parts, bool slow = false) {
   constexpr int kRounds = 3;
   withGdrRanks(
       n,
       [&](EmulatedRuntime& rt, TestRank& t) {
+        SlowDevices slowDevices(rt, t, slow);
         const int r = t.rank, root = n / 2, next = (r + 1) % n, prev = (r + n - 1) % n;
         for (int round = 0; round < kRounds; ++round) {
           std::vector<std::unique_ptr<DevMem>> ins, outs;
@@ -277,6 +315,10 @@ TEST(GdrDataPath, SendRecvThreeRanks) {
   runGroups(3, 70001, {});
 }
 
+TEST(GdrDataPath, SendRecvOnSlowDevices) {
+  runGroups(3, 200003, {}, /*slow=*/true);
+}
+
 // A reduce, an alltoall and an allreduce in one group with a send and a receive.
 std::vector<GroupPart> mixedCollectives() {
   return {{Op::Reduce, ridgeFloat32, ridgeSum, 20011},
@@ -290,6 +332,10 @@ TEST(GdrDataPath, MixedGroupWithSendsAndReceivesTwoRanks) {
 
 TEST(GdrDataPath, MixedGroupWithSendsAndReceivesThreeRanks) {
   runGroups(3, 70001, mixedCollectives());
+}
+
+TEST(GdrDataPath, MixedGroupWithSendsAndReceivesOnSlowDevices) {
+  runGroups(3, 70001, mixedCollectives(), /*slow=*/true);
 }
 
 // A slow device (every copy and reduction sleeps first on the stream's worker): the proxy
