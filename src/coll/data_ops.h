@@ -7,16 +7,18 @@
 //
 // Device memory (comm->deviceData set by the GPU proxy while a batch runs on the device
 // network, or while it runs a batch's sends and receives, docs/gpu.md): dataCopy and
-// dataReduce2 only queue the device runtime's copy or reduction kernel on the proxy's
-// internal stream and return. `co_await dataSettled(c)` then records one of a few pooled
-// markers behind everything queued so far and suspends the coroutine until the device has
-// passed it: the executor meanwhile resumes other strands (other peers' sends and receives)
-// and polls the connectors, and the operations a step queued before one settle run back to
-// back on the device. The algorithms settle before every post (a slot is posted, and the
-// NIC reads it, only once the device has written it) and before every release (a received
-// slot goes back to the sender only once the device has read it). A copy that gates neither
-// (the own block of an allgather or alltoall into the output) is left to the stream; the
-// proxy synchronizes the stream at the end of every batch, before the user's stream is
+// dataReduce2 only queue the device runtime's copy or reduction kernel on the proxy's internal
+// stream and return. `co_await dataSettled(c)` then records one of a few pooled markers behind
+// everything queued so far, under the next settle number, and suspends the coroutine until the
+// device has passed it. Meanwhile the executor polls the connectors (completions, credits) and
+// resumes the other strands, and the operations a step queued before one settle run back to
+// back on the device. Strands overlap only among a batch's sends and receives (one per peer
+// and direction, run after the batch's collectives, runExchanges); the collectives of a batch
+// are one strand, in call order. The algorithms settle before every post (a slot is posted,
+// and the NIC reads it, only once the device has written it) and before every release (a
+// received slot goes back to the sender only once the device has read it). A copy that gates
+// neither (the own block of an allgather or alltoall into the output) is left to the stream;
+// the proxy synchronizes the stream at the end of every batch, before the user's stream is
 // released.
 //
 // One internal stream, not one for copies and one for reductions: the operations a step
@@ -41,35 +43,29 @@
 
 namespace ridge {
 
+class DeviceDataOps;
+
 // co_await: the device has run every operation queued before it on the data ops' stream.
-// Ready at once on the host (no marker).
+// Ready at once on the host (no data ops) and when nothing was queued (sequence 0).
 struct DataSettled : WaitCondition {
-  device::DeviceRuntime* rt = nullptr;
-  device::Marker* marker = nullptr;
+  DeviceDataOps* ops = nullptr;
+  uint64_t seq = 0;  // the settle's number (DeviceDataOps::settle): ready once that one is done
   Status status;
-  DataSettled() {
-    onDevice = true;
-    ready = [](WaitCondition* self) {
-      auto* w = static_cast<DataSettled*>(self);
-      bool done = false;
-      Status s = w->rt->queryMarker(w->marker, &done);
-      if (!s.isOk()) [[unlikely]] {
-        w->status = std::move(s);
-        return true;
-      }
-      return done;
-    };
-  }
-  bool await_ready() { return !marker || !status.isOk() || ready(this); }
+  DataSettled();
+  bool await_ready() { return !ops || !status.isOk() || ready(this); }
   void await_suspend(std::coroutine_handle<Task::promise_type> h) { h.promise().strand->blocked = this; }
   Status await_resume() { return std::move(status); }
 };
 
 class DeviceDataOps {
  public:
-  // Markers recorded by settles in turn. A strand still waiting on a marker that a later
-  // settle records again waits for that later point: longer, never too short (the stream
-  // runs only Ridge's own copies and reductions, so it always gets there).
+  // Markers recorded by settles, in a ring. Each recorded settle gets the next sequence
+  // number; a marker is recorded again only once the settle it carried is done (a waiter
+  // reads the done sequence, never the marker), so no waiter is moved behind later,
+  // unrelated work by another strand's settle. Only when all of them still wait does a new
+  // settle record the newest again (its waiters then wait for the later point: longer,
+  // never too short, and the stream runs only Ridge's own copies and reductions, so it
+  // always gets there).
   static constexpr size_t kMarkers = 8;
 
   DeviceDataOps(device::DeviceRuntime* rt, ridgeStream_t stream) : rt_(rt), stream_(stream) {}
@@ -99,38 +95,89 @@ class DeviceDataOps {
     ++queued_;
     return rt_->launchReduce(dst, srcs, 2, count, type, op, divisor, stream_);
   }
-  // A marker behind everything queued so far: recorded anew only when something was queued
-  // since the last settle.
+  // A settle behind everything queued so far: a marker is recorded only when something was
+  // queued since the last settle (otherwise the last settle's number is shared).
   DataSettled settle() {
     DataSettled w;
-    w.rt = rt_;
-    if (queued_ == 0) return w;  // nothing was ever queued: ready
+    w.ops = this;
     if (queued_ != covered_) {
-      last_ = markers_[next_++ % kMarkers];
-      Status s = rt_->recordMarker(last_, stream_);
+      if (pending_ == kMarkers) {
+        Status s = advance();  // free the markers the device has passed
+        if (!s.isOk()) [[unlikely]] {
+          w.status = std::move(s);
+          return w;
+        }
+      }
+      // The next free marker, or, with every one still pending, the newest again.
+      const size_t i = (oldest_ + pending_ - (pending_ == kMarkers ? 1 : 0)) % kMarkers;
+      Status s = rt_->recordMarker(markers_[i], stream_);
       if (!s.isOk()) [[unlikely]] {
         w.status = std::move(s);
         return w;
       }
+      if (pending_ < kMarkers) ++pending_;
+      markerSeq_[i] = ++recordedSeq_;
       covered_ = queued_;
     }
-    w.marker = last_;
+    w.seq = recordedSeq_;
     return w;
   }
+  // Whether settle number `seq` is done: queries the pending markers oldest first (as far
+  // as the device got) only while it is not known to be.
+  Status settled(uint64_t seq, bool* done) {
+    if (doneSeq_ < seq) RIDGE_TRY(advance());
+    *done = doneSeq_ >= seq;
+    return Status::ok();
+  }
   // Waits for the stream (the end of a batch: outputs no settle covered are written before
-  // the user's stream goes on).
-  Status synchronize() { return rt_->synchronize(stream_); }
+  // the user's stream goes on); every settle is done then.
+  Status synchronize() {
+    RIDGE_TRY(rt_->synchronize(stream_));
+    doneSeq_ = recordedSeq_;
+    pending_ = 0;
+    return Status::ok();
+  }
   ridgeStream_t stream() const { return stream_; }
 
  private:
+  // Moves doneSeq_ past every pending marker the device has passed, oldest first.
+  Status advance() {
+    while (pending_ > 0) {
+      bool passed = false;
+      RIDGE_TRY(rt_->queryMarker(markers_[oldest_], &passed));
+      if (!passed) break;
+      doneSeq_ = markerSeq_[oldest_];
+      oldest_ = (oldest_ + 1) % kMarkers;
+      --pending_;
+    }
+    return Status::ok();
+  }
+
   device::DeviceRuntime* rt_;
   ridgeStream_t stream_;
   device::Marker* markers_[kMarkers] = {};
-  size_t next_ = 0;
-  uint64_t queued_ = 0;   // operations queued so far
-  uint64_t covered_ = 0;  // of those, behind the last recorded marker
-  device::Marker* last_ = nullptr;
+  uint64_t markerSeq_[kMarkers] = {};  // the settle number each marker was last recorded for
+  size_t oldest_ = 0;                  // the ring's oldest pending marker
+  size_t pending_ = 0;                 // markers recorded and not yet seen passed
+  uint64_t recordedSeq_ = 0;           // settles recorded so far
+  uint64_t doneSeq_ = 0;               // every settle up to this one is done
+  uint64_t queued_ = 0;                // operations queued so far
+  uint64_t covered_ = 0;               // of those, behind the last recorded marker
 };
+
+inline DataSettled::DataSettled() {
+  onDevice = true;
+  ready = [](WaitCondition* self) {
+    auto* w = static_cast<DataSettled*>(self);
+    bool done = false;
+    Status s = w->ops->settled(w->seq, &done);
+    if (!s.isOk()) [[unlikely]] {
+      w->status = std::move(s);
+      return true;
+    }
+    return done;
+  };
+}
 
 // Copies payload; `streaming`: host stores that bypass the cache (the output of a large
 // collective, never read back), meaningless on the device. On the device only queued: settle

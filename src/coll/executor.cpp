@@ -1,6 +1,7 @@
 #include "coll/executor.h"
 
 #include <sched.h>
+#include <time.h>
 
 #include <chrono>
 
@@ -68,6 +69,9 @@ void freeFrame(void* p, size_t bytes) noexcept {
 }
 
 // ---- executor -------------------------------------------------------------------------
+
+// How long an idle executor sleeps while a strand waits for the device (checkIdle).
+constexpr long kDeviceWaitSliceNs = 20000;
 
 static int64_t nowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -143,14 +147,22 @@ Status Executor::checkIdle(int64_t idleNs) {
   // With several transports (shm within a host, a network transport between hosts) only
   // the first one's wake-ups reach this sleep: poll the others every 200 us.
   if (comm->transports.size() > 1) slice = std::min<int64_t>(slice, 200000);
-  // A strand waiting for the device (coll/data_ops.h) is woken by no transport: a copy or
-  // reduction of one chunk takes microseconds, so look again every 20 us.
-  for (size_t i = 0; i < used_; ++i) {
+  // A strand waiting for the device (coll/data_ops.h) is woken by no transport, and a
+  // transport may sleep longer than asked (a millisecond timeout rounds 20 us up to 1 ms):
+  // while one waits, sleep kDeviceWaitSliceNs here and poll again. A copy or reduction of
+  // one chunk takes microseconds; a peer's post is seen at most one slice later.
+  bool deviceWait = false;
+  for (size_t i = 0; i < used_ && !deviceWait; ++i) {
     const Strand& s = entries_[i]->strand;
-    if (!s.done && s.blocked && s.blocked->onDevice) slice = std::min<int64_t>(slice, 20000);
+    deviceWait = !s.done && s.blocked && s.blocked->onDevice;
   }
-  t->waitForActivity(
-      slice, [](void* self) { return !static_cast<Executor*>(self)->anyReady(); }, this);
+  if (deviceWait) {
+    timespec nap{0, kDeviceWaitSliceNs};
+    nanosleep(&nap, nullptr);
+  } else {
+    t->waitForActivity(
+        slice, [](void* self) { return !static_cast<Executor*>(self)->anyReady(); }, this);
+  }
   // A peer may post its last data and exit at once, or finish everything it had with us
   // and leave: only a peer that a blocked strand still waits for is checked.
   if (anyReady()) return Status::ok();

@@ -30,7 +30,7 @@ struct WaitCondition {
   bool (*ready)(WaitCondition* self) = nullptr;
   int peer = -1;  // the rank whose action would make it ready (for health checks)
   // Waits for the device (coll/data_ops.h), which wakes no transport: the executor then
-  // sleeps in short slices only.
+  // sleeps in short slices (nanosleep), never on a transport.
   bool onDevice = false;
 };
 

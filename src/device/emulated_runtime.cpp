@@ -438,6 +438,10 @@ int64_t EmulatedRuntime::workInFlightPeak(int device) {
              : 0;
 }
 
+int64_t EmulatedRuntime::workInFlight(int device) {
+  return device >= 0 && static_cast<size_t>(device) < workInFlight_.size() ? workInFlight_[device].load() : 0;
+}
+
 void EmulatedRuntime::resetWorkInFlightPeak(int device) {
   if (device >= 0 && static_cast<size_t>(device) < workInFlightPeak_.size())
     workInFlightPeak_[device].store(workInFlight_[device].load());
@@ -550,6 +554,7 @@ Status EmulatedRuntime::launchReduce(void* dst, const void* const* srcs, int nsr
   if (!loaded && releaseWaitPending(tCurrentDevice)) launchesBeforePreload_.fetch_add(1);
   const int64_t delayUs = workDelayOf(stream);
   const int counted = workQueued(stream);
+  if (counted >= 0) reduceCountByDevice_[counted].fetch_add(1);
   s = enqueue(stream, [=, this] {
     if (delayUs) std::this_thread::sleep_for(std::chrono::microseconds(delayUs));
     reduceMany(d, from.data(), nsrcs, count, type, op, finalDivisor);

@@ -144,6 +144,8 @@ class EmulatedRuntime final : public DeviceRuntime {
   // queueing the next never exceeds 1 on one device). Evidence that work is queued ahead.
   int64_t workInFlightPeak(int device);
   void resetWorkInFlightPeak(int device);
+  // Of those, how many there are now (0 once the device has run everything queued).
+  int64_t workInFlight(int device);
   // ---- P2P test helpers ----
   void setPeerAccess(bool allowed, PeerLinkKind kind = PeerLinkKind::Unknown) {
     peerAccess_.store(allowed);
@@ -182,6 +184,12 @@ class EmulatedRuntime final : public DeviceRuntime {
   Status reallocateInPlace(void* base);
   size_t ipcViewsOpen();
   uint64_t reducesLaunched() const { return reduceCount_.load(); }
+  // Those launched on streams of `device` (tests that run several ranks in one runtime).
+  uint64_t reducesLaunchedOn(int device) const {
+    return device >= 0 && static_cast<size_t>(device) < reduceCountByDevice_.size()
+               ? reduceCountByDevice_[device].load()
+               : 0;
+  }
   // Device (and managed) allocations so far, through allocDevice or allocDeviceOn.
   uint64_t deviceAllocations() const { return deviceAllocCount_.load(); }
   // launchLLCollective calls so far (tests tell the LL path from the proxy path by it).
@@ -268,6 +276,7 @@ class EmulatedRuntime final : public DeviceRuntime {
   std::array<std::atomic<int64_t>, 16> workDelayUs_{};  // by device (setWorkDelay)
   // By device: copies and reductions queued and not finished, and the most at once.
   std::array<std::atomic<int64_t>, 16> workInFlight_{}, workInFlightPeak_{};
+  std::array<std::atomic<uint64_t>, 16> reduceCountByDevice_{};  // reducesLaunchedOn
   // Counts one more piece of work in flight on the device of `stream`; its index for
   // workFinished (-1: not counted).
   int workQueued(ridgeStream_t stream);

@@ -8,13 +8,14 @@
 // Checked on 2 and 3 ranks: send/receive, allreduce and reduce-scatter (ring, device
 // reductions), reduce (chain, device reductions), allgather, broadcast and alltoall, against
 // the higher-precision host reference with random inputs and poisoned outputs; counters that
-// prove the path (no staged batch, dma-buf exports, flushes under RIDGE_GDR_FLUSH=read,
-// device reductions launched); a group mixing device-network collectives with sends and
-// receives; on a slow emulated device, that device work is queued ahead (more than one
-// operation in flight per device: the data ops do not wait for each); host collectives on
-// the same communicator between device ones; a rank whose buffer is managed memory votes no
-// and every rank stages; RIDGE_GDR_DATA_PATH=off and a runtime without dma-buf build no
-// device network.
+// prove the path (no staged batch, dma-buf exports, flushes under RIDGE_GDR_FLUSH=read, device
+// reductions launched); a group mixing device-network collectives with sends and receives; all
+// of these once more on slow emulated devices of different speeds (a settle missing before a
+// slot is posted or released corrupts a slot every run, not by chance); on a slow emulated
+// device, that device work is queued ahead (more than one operation in flight per device: the
+// data ops do not wait for each); host collectives on the same communicator between device
+// ones; a rank whose buffer is managed memory votes no and every rank stages;
+// RIDGE_GDR_DATA_PATH=off and a runtime without dma-buf build no device network.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -107,10 +108,29 @@ void withGdrRanks(int n, const GdrBody& body, const std::function<void(EmulatedR
   after(rt);
 }
 
-void runOnDeviceNetwork(int n, const std::vector<Call>& calls, bool expectReductions) {
+// Slow devices: each rank's device sleeps before every copy or reduction for as long as the
+// object lives (on its own device, set from the rank's thread: withGdrRanks puts rank r on
+// device r). Ranks differ: rank 1, the root of every reduce (n / 2) and the receiver of rank
+// 0's sends, is the slowest, so the device work it queues behind a received slot piles up
+// faster than its sender can refill slots. A slot released before the device read it is then
+// overwritten by the sender's next chunk every time, not by chance; a slot posted before the
+// device wrote it goes out stale. Delays stay short enough that a run takes well under a
+// second.
+struct SlowDevices {
+  EmulatedRuntime& rt;
+  int device;
+  SlowDevices(EmulatedRuntime& r, const TestRank& t, bool slow) : rt(r), device(t.rank) {
+    static constexpr int64_t kDelayUs[3] = {50, 200, 50};
+    if (slow) rt.setWorkDelay(device, std::chrono::microseconds(kDelayUs[t.rank % 3]));
+  }
+  ~SlowDevices() { rt.setWorkDelay(device, std::chrono::microseconds(0)); }
+};
+
+void runOnDeviceNetwork(int n, const std::vector<Call>& calls, bool expectReductions, bool slow = false) {
   withGdrRanks(
       n,
       [&](EmulatedRuntime& rt, TestRank& t) {
+        SlowDevices slowDevices(rt, t, slow);
         uint32_t seed = 0x6d2b79f5u + static_cast<uint32_t>(n);
         for (const Call& c : calls) {
           runCall(rt, t, c, seed++);
@@ -153,12 +173,20 @@ TEST(GdrDataPath, AllReduceAndReduceScatterThreeRanks) {
   runOnDeviceNetwork(3, reductions(), true);
 }
 
+TEST(GdrDataPath, AllReduceAndReduceScatterOnSlowDevices) {
+  runOnDeviceNetwork(3, reductions(), true, /*slow=*/true);
+}
+
 TEST(GdrDataPath, AllGatherAndBroadcastTwoRanks) {
   runOnDeviceNetwork(2, copies(), false);
 }
 
 TEST(GdrDataPath, AllGatherAndBroadcastThreeRanks) {
   runOnDeviceNetwork(3, copies(), false);
+}
+
+TEST(GdrDataPath, AllGatherAndBroadcastOnSlowDevices) {
+  runOnDeviceNetwork(3, copies(), false, /*slow=*/true);
 }
 
 // Reduce (the chain, reductions on the device; off the root the output stays poisoned) and
@@ -179,6 +207,15 @@ TEST(GdrDataPath, ReduceAndAlltoAllTwoRanks) {
 
 TEST(GdrDataPath, ReduceAndAlltoAllThreeRanks) {
   runOnDeviceNetwork(3, reduceAndAlltoAll(), true);
+}
+
+// With a long reduce too: the root (rank 1, the slowest device) releases each received slot
+// only after its device reduced it; dozens of chunks make a missing settle there overwrite a
+// slot every run.
+TEST(GdrDataPath, ReduceAndAlltoAllOnSlowDevices) {
+  std::vector<Call> calls = reduceAndAlltoAll();
+  calls.push_back({Op::Reduce, ridgeFloat32, ridgeSum, 200003});
+  runOnDeviceNetwork(3, calls, true, /*slow=*/true);
 }
 
 // Random bytes of `rank`'s message.
@@ -203,11 +240,12 @@ struct GroupPart {
 // outputs (reference in higher precision, outputs poisoned, off-root reduce output untouched).
 // Without collectives nothing is voted on (sends and receives never are) and each group is a
 // staged batch; with them every group runs on the device network and nothing is staged.
-void runGroups(int n, size_t bytes, const std::vector<GroupPart>& parts) {
+void runGroups(int n, size_t bytes, const std::vector<GroupPart>& parts, bool slow = false) {
   constexpr int kRounds = 3;
   withGdrRanks(
       n,
       [&](EmulatedRuntime& rt, TestRank& t) {
+        SlowDevices slowDevices(rt, t, slow);
         const int r = t.rank, root = n / 2, next = (r + 1) % n, prev = (r + n - 1) % n;
         for (int round = 0; round < kRounds; ++round) {
           std::vector<std::unique_ptr<DevMem>> ins, outs;
@@ -277,6 +315,10 @@ TEST(GdrDataPath, SendRecvThreeRanks) {
   runGroups(3, 70001, {});
 }
 
+TEST(GdrDataPath, SendRecvOnSlowDevices) {
+  runGroups(3, 200003, {}, /*slow=*/true);
+}
+
 // A reduce, an alltoall and an allreduce in one group with a send and a receive.
 std::vector<GroupPart> mixedCollectives() {
   return {{Op::Reduce, ridgeFloat32, ridgeSum, 20011},
@@ -290,6 +332,10 @@ TEST(GdrDataPath, MixedGroupWithSendsAndReceivesTwoRanks) {
 
 TEST(GdrDataPath, MixedGroupWithSendsAndReceivesThreeRanks) {
   runGroups(3, 70001, mixedCollectives());
+}
+
+TEST(GdrDataPath, MixedGroupWithSendsAndReceivesOnSlowDevices) {
+  runGroups(3, 70001, mixedCollectives(), /*slow=*/true);
 }
 
 // A slow device (every copy and reduction sleeps first on the stream's worker): the proxy
@@ -418,42 +464,71 @@ TEST(GdrDataPath, AbortInsideADeviceNetworkBatchReleasesTheStream) {
   EXPECT_EQ(rank1DeviceBatches.load(), 1u) << "the batch did not reach the device network's data phase";
 }
 
-// ridgeCommAbort while the proxy waits for its device inside a device-network batch: rank 1's
-// device takes 100 ms per copy or reduction, so its allreduce (dozens of device steps) is
-// waiting for a settle most of the time when rank 1 aborts, 300 ms in. The stream must be
-// released at once (the queued device work drains in a few hundred ms), with the batch on
-// the device network.
+// An abort while the proxy waits for its device inside a device-network batch: rank 1's device
+// takes 500 ms per copy or reduction, and rank 1 raises the abort flag 100 ms after its device
+// began a reduction (the proxy has queued the step's reduction and copy and waits in their
+// settle; rank 0 stays in the allreduce). The flag is the one ridgeCommAbort raises first, set
+// here directly so that the communicator (which ridgeCommAbort frees) can be watched while the
+// proxy reacts: the batch must fail with ridgeAborted within 300 ms, while the device still
+// works on that step. An executor that did not check for abort while a strand waits for the
+// device (review F3) would see it only once the settle is done (>= 900 ms, nothing in
+// flight). Then ridgeCommAbort releases the stream, with the batch on the device network.
 TEST(GdrDataPath, AbortWhileTheDeviceWorksReleasesTheStream) {
   GdrEnv env;
   EmulatedRuntime rt(3);
   ScopedRuntimeForTesting scope(&rt);
   const size_t count = 60000;
+  constexpr int kSlowDevice = 1;  // rank 1's (withRanks: device rank % 2)
   std::atomic<bool> rank1Done{false};
   std::atomic<uint64_t> rank1DeviceBatches{0}, rank1Reductions{0};
+  std::atomic<int64_t> inFlightAtAbort{0}, inFlightWhenFailed{-1};
+  std::atomic<int> failure{ridgeSuccess};
+  std::atomic<double> reactionSeconds{-1};
   withRanks(
       rt, 2, 2,
       [&](TestRank& t) {
         DevMem a(rt, count * 4);
-        if (t.rank == 1) rt.setWorkDelay(1, std::chrono::milliseconds(100));
+        if (t.rank == 1) rt.setWorkDelay(kSlowDevice, std::chrono::milliseconds(500));
         ASSERT_EQ(ridgeAllReduce(a.p, a.p, count, ridgeFloat32, ridgeSum, t.comm, t.stream), ridgeSuccess)
             << errorText();
         if (t.rank == 0) {
           for (const auto t0 = Clock::now();
-               !rank1Done.load() && Clock::now() - t0 < std::chrono::seconds(20);)
+               !rank1Done.load() && Clock::now() - t0 < std::chrono::seconds(30);)
             std::this_thread::sleep_for(std::chrono::milliseconds(5));
           expectAbortReleasesTheStream(rt, t);
           return;
         }
-        std::this_thread::sleep_for(std::chrono::milliseconds(300));
-        rank1Reductions.store(rt.reducesLaunched());
+        for (const auto t0 = Clock::now(); Clock::now() - t0 < std::chrono::seconds(20);) {
+          if (rt.reducesLaunchedOn(kSlowDevice) > 0 && rt.workInFlight(kSlowDevice) > 0) break;
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        rank1Reductions.store(rt.reducesLaunchedOn(kSlowDevice));
+        inFlightAtAbort.store(rt.workInFlight(kSlowDevice));
+        const auto abortedAt = Clock::now();
+        t.comm->aborted.store(true);
+        while (Clock::now() - abortedAt < std::chrono::seconds(10)) {
+          const int e = t.comm->asyncError.load();
+          if (e != ridgeSuccess) {
+            inFlightWhenFailed.store(rt.workInFlight(kSlowDevice));
+            reactionSeconds.store(std::chrono::duration<double>(Clock::now() - abortedAt).count());
+            failure.store(e);
+            break;
+          }
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
         expectAbortReleasesTheStream(rt, t);
         rank1DeviceBatches.store(t.comm->deviceNetBatches);  // read after the proxy stopped
-        rt.setWorkDelay(1, std::chrono::microseconds(0));
+        rt.setWorkDelay(kSlowDevice, std::chrono::microseconds(0));
         rank1Done.store(true);
       },
       /*destroy=*/false);
   EXPECT_EQ(rank1DeviceBatches.load(), 1u) << "the batch did not reach the device network's data phase";
-  EXPECT_GT(rank1Reductions.load(), 0u) << "no device reduction was under way at the abort";
+  EXPECT_GT(rank1Reductions.load(), 0u) << "rank 1's device had run no reduction at the abort";
+  EXPECT_GT(inFlightAtAbort.load(), 0) << "rank 1's device was idle at the abort";
+  EXPECT_EQ(failure.load(), ridgeAborted) << "the batch did not fail with ridgeAborted";
+  EXPECT_LT(reactionSeconds.load(), 0.3) << "the proxy saw the abort only after its device wait";
+  EXPECT_GT(inFlightWhenFailed.load(), 0) << "the batch failed only once the device had finished the step";
 }
 
 // Sends and receives are never voted on (review B1): with a device network, a send between

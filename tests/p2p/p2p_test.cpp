@@ -451,6 +451,9 @@ TEST(P2pExportCache, AnAllocationAtAFreedOnesAddressIsExportedAgain) {
   }
 }
 
+// Pair 0 is used again after pairs 1..h were cached, so it is no longer the oldest entry;
+// then enough new pairs to evict two pairs' worth. Least recently used: pairs 1 and 2 go and
+// pair 0 stays (an eviction in insertion order would drop pair 0 first).
 TEST(P2pExportCache, BoundedAndEvictsTheLeastRecentlyUsed) {
   EmulatedRuntime rt;
   ScopedRuntimeForTesting scope(&rt);
@@ -458,28 +461,47 @@ TEST(P2pExportCache, BoundedAndEvictsTheLeastRecentlyUsed) {
     const size_t cnt = 256;
     const Call call{Op::AllReduce, ridgeFloat32, ridgeSum, cnt};
     std::vector<std::unique_ptr<DevMem>> bufs;
-    for (int i = 0; i < 2; ++i) bufs.push_back(std::make_unique<DevMem>(rt, cnt * 4));
-    runCall(rt, t, call, 499, bufs[0].get(), bufs[1].get());  // the first call creates the cache
+    auto pair = [&](size_t i) {
+      while (bufs.size() < 2 * i + 2) bufs.push_back(std::make_unique<DevMem>(rt, cnt * 4));
+      return std::make_pair(bufs[2 * i].get(), bufs[2 * i + 1].get());
+    };
+    uint32_t seed = 499;
+    auto use = [&](size_t i) {
+      const auto [send, recv] = pair(i);
+      runCall(rt, t, call, seed++, send, recv);
+    };
+    auto exports = [&] { return ridge::p2p::stats(t.comm).ipcExports; };
+    use(0);  // the first call creates the cache
+    if (::testing::Test::HasFatalFailure()) return;
     const size_t capacity = ridge::p2p::stats(t.comm).exportCacheCapacity;
-    ASSERT_GT(capacity, 0u);
-    // More live allocations than the cache holds, each pair used once in order.
-    const size_t pairs = capacity / 2 + 4;
-    while (bufs.size() < 2 * pairs) bufs.push_back(std::make_unique<DevMem>(rt, cnt * 4));
-    for (size_t i = 1; i < pairs; ++i) {
-      runCall(rt, t, call, 500 + static_cast<uint32_t>(i), bufs[2 * i].get(), bufs[2 * i + 1].get());
+    ASSERT_GE(capacity, 8u);
+    // About half full: pairs 0..h.
+    const size_t h = capacity / 4;
+    for (size_t i = 1; i <= h; ++i) {
+      use(i);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    ASSERT_EQ(exports(), 2 * (h + 1));
+    use(0);  // a hit: pair 0 becomes the most recently used
+    if (::testing::Test::HasFatalFailure()) return;
+    EXPECT_EQ(exports(), 2 * (h + 1)) << "pair 0 was exported again";
+    // New pairs until four entries (pairs 1 and 2) had to go.
+    const size_t added = (capacity - 2 * (h + 1)) / 2 + 2;
+    for (size_t i = h + 1; i <= h + added; ++i) {
+      use(i);
       if (::testing::Test::HasFatalFailure()) return;
       ASSERT_LE(ridge::p2p::stats(t.comm).exportsCached, capacity);
     }
-    ridge::p2p::Stats s = ridge::p2p::stats(t.comm);
-    EXPECT_EQ(s.ipcExports, 2 * pairs);
-    EXPECT_EQ(s.exportsCached, capacity);
-    // The last pair is still cached; the first was evicted (least recently used).
-    runCall(rt, t, call, 700, bufs[2 * pairs - 2].get(), bufs[2 * pairs - 1].get());
-    EXPECT_EQ(ridge::p2p::stats(t.comm).ipcExports, 2 * pairs);
-    runCall(rt, t, call, 701, bufs[0].get(), bufs[1].get());
-    s = ridge::p2p::stats(t.comm);
-    EXPECT_EQ(s.ipcExports, 2 * pairs + 2);
-    EXPECT_EQ(s.exportsCached, capacity);
+    const uint64_t exported = exports();
+    EXPECT_EQ(exported, 2 * (h + 1 + added));
+    EXPECT_EQ(ridge::p2p::stats(t.comm).exportsCached, capacity);
+    use(0);
+    EXPECT_EQ(exports(), exported) << "pair 0, used after pairs 1..h, was evicted before them";
+    use(h + added);
+    EXPECT_EQ(exports(), exported) << "the newest pair was evicted";
+    use(1);
+    EXPECT_EQ(exports(), exported + 2) << "pair 1, the least recently used, was still cached";
+    EXPECT_EQ(ridge::p2p::stats(t.comm).exportsCached, capacity);
   });
   EXPECT_EQ(rt.ipcViewsOpen(), 0u);
 }

@@ -13,6 +13,7 @@
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -150,8 +151,11 @@ class IbvCq final : public CompletionQueue {
     // A completion that arrived before arming produces no event: re-check first.
     if (stillIdle && !stillIdle(arg)) return;
     pollfd p{ch_->fd, POLLIN, 0};
-    int ms = static_cast<int>(std::max<int64_t>(1, maxWaitNs / 1000000));
-    if (::poll(&p, 1, ms) > 0) {
+    // ppoll, not poll: the wait may be shorter than a millisecond (the executor's slices),
+    // and poll's millisecond timeout would round it up to one.
+    const int64_t ns = std::max<int64_t>(0, maxWaitNs);
+    const timespec timeout{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+    if (::ppoll(&p, 1, &timeout, nullptr) > 0) {
       ibv_cq* cq = nullptr;
       void* ctx = nullptr;
       if (ibv_get_cq_event(ch_, &cq, &ctx) == 0 && ++unacked_ >= 64) {
