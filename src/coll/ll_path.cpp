@@ -339,6 +339,17 @@ Status joinLLStreams(ridgeComm* c, DeviceRuntime* rt, const ridgeStream_t* strea
   return Status::ok();
 }
 
+Status leaveLLGroup(ridgeComm* c, DeviceRuntime* rt, const ridgeStream_t* streams, size_t n) {
+  LLState& x = *c->ll;
+  Status s;
+  for (size_t i = 0; i < n && s.isOk(); ++i)
+    if (streams[i] != x.lastStream) s = rt->waitMarker(streams[i], x.last);
+  if (!s.isOk())
+    return Status(s.code(),
+                  "rank " + std::to_string(c->rank) + ": leaving a group's streams: " + s.message());
+  return Status::ok();
+}
+
 void pollLLStatus(ridgeComm* c) {
   if (!c->ll || !c->ll->haveStatus) return;
   const uint32_t v = __atomic_load_n(c->ll->status.host, __ATOMIC_ACQUIRE);

@@ -69,6 +69,13 @@ Status launchLL(ridgeComm* comm, device::DeviceRuntime* rt, const DeviceOp& op);
 // stream of the group reached the group, as a proxy batch does. Never blocks.
 Status joinLLStreams(ridgeComm* comm, device::DeviceRuntime* rt, const ridgeStream_t* streams, size_t n);
 
+// Makes every one of `streams` (the group's distinct LL streams) wait for the group's last LL
+// launch. Each launch starts after the previous one finished (issue order, launchLL), so the
+// last one's end is the end of the whole group: work the caller queues next on any stream of
+// the group sees every output of the group, as after a proxy batch (docs/gpu.md, "Groups").
+// Never blocks.
+Status leaveLLGroup(ridgeComm* comm, device::DeviceRuntime* rt, const ridgeStream_t* streams, size_t n);
+
 // Turns a status word set by a timed-out launch into the communicator's asynchronous error
 // (ridgeTimeout, with a text saying so). Cheap: one load of a host word.
 void pollLLStatus(ridgeComm* comm);

@@ -61,6 +61,30 @@ struct Gate {
   }
 };
 
+// A closure queued on `s` that sets `ran` when the stream reaches it.
+Status enqueueMark(EmulatedRuntime& rt, ridgeStream_t s, std::atomic<bool>& ran) {
+  return rt.enqueue(s, [&ran] {
+    ran.store(true);
+    return Status::ok();
+  });
+}
+
+// `count` int32 elements of value rank + 1 into `m`; and the last int32 of `count` in `m`.
+void putRankPlusOne(DevMem& m, size_t count, int rank) {
+  std::vector<unsigned char> bytes(count * 4);
+  for (size_t e = 0; e < count; ++e) {
+    const int32_t v = rank + 1;
+    std::memcpy(bytes.data() + e * 4, &v, 4);
+  }
+  m.put(bytes);
+}
+int32_t lastInt32(const DevMem& m, size_t count) {
+  const std::vector<unsigned char> got = m.get(0, count * 4);
+  int32_t v;
+  std::memcpy(&v, got.data() + (count - 1) * 4, 4);
+  return v;
+}
+
 // Waits (bounded: 10 s) until `flag` is set: a rank that stays out of a collective until its
 // peer is done with it.
 void waitFor(const std::atomic<bool>& flag) {
@@ -315,22 +339,14 @@ TEST(LLCollectives, AlternatingStreamsKeepIssueOrder) {
     ASSERT_TRUE(rt.createStream(&b).isOk());
     const size_t count = 64;
     DevMem in1(rt, count * 4), out1(rt, count * 4), in2(rt, count * 4), out2(rt, count * 4);
-    std::vector<unsigned char> ones(count * 4);
-    for (size_t e = 0; e < count; ++e) {
-      const int32_t v = t.rank + 1;
-      std::memcpy(ones.data() + e * 4, &v, 4);
-    }
-    in1.put(ones);
-    in2.put(ones);
+    putRankPlusOne(in1, count, t.rank);
+    putRankPlusOne(in2, count, t.rank);
     Gate gate;
     ASSERT_TRUE(gate.enqueue(rt, t.stream).isOk());
     ASSERT_EQ(ridgeAllReduce(in1.p, out1.p, count, ridgeInt32, ridgeSum, t.comm, t.stream), ridgeSuccess);
     ASSERT_EQ(ridgeAllReduce(in2.p, out2.p, count, ridgeInt32, ridgeSum, t.comm, b), ridgeSuccess);
     std::atomic<bool> bDone{false};
-    ASSERT_TRUE(rt.enqueue(b, [&] {
-                    bDone.store(true);
-                    return Status::ok();
-                  }).isOk());
+    ASSERT_TRUE(enqueueMark(rt, b, bDone).isOk());
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     EXPECT_FALSE(bDone.load()) << "rank " << t.rank << ": operation 2 ran before operation 1";
     gate.open.store(true);
@@ -338,10 +354,7 @@ TEST(LLCollectives, AlternatingStreamsKeepIssueOrder) {
     ASSERT_TRUE(rt.synchronize(b).isOk());
     EXPECT_TRUE(bDone.load());
     for (const DevMem* m : {&out1, &out2}) {
-      const std::vector<unsigned char> got = m->get(0, count * 4);
-      int32_t v;
-      std::memcpy(&v, got.data() + (count - 1) * 4, 4);
-      EXPECT_EQ(v, 3);
+      EXPECT_EQ(lastInt32(*m, count), 3);
     }
     rt.destroyStream(b);
   });
@@ -390,6 +403,51 @@ TEST(LLCollectives, GroupOverTwoStreamsWaitsForBoth) {
     rt.destroyStream(b);
   });
   EXPECT_EQ(rt.releaseWaitsQueued(), 0u);
+}
+
+// After a group, every stream of the group waits for the whole group, as after a proxy batch:
+// rank 0 groups {op 1 on stream A, op 2 on stream B}, rank 1 issues the same operations
+// ungrouped with a gate before op 2, so rank 0's op 2 cannot finish while the gate is closed.
+// Work rank 0 queues on A after the group must wait for it (without the wait at the group's
+// exit, A went on as soon as op 1 finished).
+TEST(LLCollectives, GroupExitEveryStreamWaitsForTheWholeGroup) {
+  EmulatedRuntime rt(1);
+  ScopedRuntimeForTesting scope(&rt);
+  withRanks(rt, 2, 1, [&](TestRank& t) {
+    ridgeStream_t b = nullptr;
+    ASSERT_TRUE(rt.createStream(&b).isOk());
+    const size_t count = 64;
+    DevMem in(rt, count * 4), out1(rt, count * 4), out2(rt, count * 4);
+    putRankPlusOne(in, count, t.rank);
+    Gate gate;
+    std::atomic<bool> afterGroupRan{false};
+    if (t.rank == 0) {
+      ridgeGroupStart();
+      ridgeAllReduce(in.p, out1.p, count, ridgeInt32, ridgeSum, t.comm, t.stream);
+      ridgeAllReduce(in.p, out2.p, count, ridgeInt32, ridgeSum, t.comm, b);
+      ASSERT_EQ(ridgeGroupEnd(), ridgeSuccess) << errorText();
+      ASSERT_TRUE(enqueueMark(rt, t.stream, afterGroupRan).isOk());
+    } else {
+      ASSERT_EQ(ridgeAllReduce(in.p, out1.p, count, ridgeInt32, ridgeSum, t.comm, t.stream), ridgeSuccess);
+      ASSERT_TRUE(gate.enqueue(rt, b).isOk());
+      ASSERT_EQ(ridgeAllReduce(in.p, out2.p, count, ridgeInt32, ridgeSum, t.comm, b), ridgeSuccess);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    if (t.rank == 0) {
+      EXPECT_FALSE(afterGroupRan.load())
+          << "stream A went past the group before its operation on stream B ended";
+    }
+    gate.open.store(true);
+    ASSERT_TRUE(rt.synchronize(t.stream).isOk());
+    ASSERT_TRUE(rt.synchronize(b).isOk());
+    if (t.rank == 0) {
+      EXPECT_TRUE(afterGroupRan.load());
+    }
+    for (const DevMem* m : {&out1, &out2}) {
+      EXPECT_EQ(lastInt32(*m, count), 3) << "rank " << t.rank;
+    }
+    rt.destroyStream(b);
+  });
 }
 
 // Small (LL) and large (proxy) operations in one sequence, without synchronization between
