@@ -63,13 +63,22 @@ ll::Line* slotOf(void* area, const LLState& x, int from, int parity) {
   return static_cast<ll::Line*>(area) + slotOffset(x, from, parity);
 }
 
-// Two ranks of `c` that are separate processes serving the same device (or possibly the same:
-// a device without a bus id is not told apart): their kernels are time-sliced without MPS.
-bool processesShareADevice(const ridgeComm* c) {
+// Two ranks of `c` on the same device (or possibly the same: between processes a device
+// without a bus id is not told apart). Separate processes: their kernels are time-sliced
+// without MPS, so a spinning receiver waits for a time slice. One process: the ranks' threads
+// must then never make a device-synchronizing call (cudaFree, cudaDeviceSynchronize, some
+// cudaMalloc) while a peer's LL launch spins, since that call waits for the spinning kernel,
+// which waits for this thread's launch; and two ranks on the NULL stream share one queue,
+// where the second launch waits for the first, which waits for the second. NCCL refuses two
+// ranks on one device for the same reasons.
+bool ranksShareADevice(const ridgeComm* c) {
   for (int a = 0; a < c->nranks; ++a)
     for (int b = a + 1; b < c->nranks; ++b) {
       const PeerInfo &pa = c->peers[a], &pb = c->peers[b];
-      if (pa.pid == pb.pid && pa.processNonce == pb.processNonce) continue;
+      if (pa.pid == pb.pid && pa.processNonce == pb.processNonce) {
+        if (pa.cudaDevice == pb.cudaDevice) return true;
+        continue;
+      }
       const std::string busA(pa.busId, strnlen(pa.busId, sizeof pa.busId));
       const std::string busB(pb.busId, strnlen(pb.busId, sizeof pb.busId));
       if (busA.empty() || busB.empty() || busA == busB) return true;
@@ -84,8 +93,9 @@ std::string localRefusal(ridgeComm* c, DeviceRuntime* rt, const std::string& mod
   if (c->nranks > ll::kMaxRanks) return "more than " + std::to_string(ll::kMaxRanks) + " ranks";
   std::string why = p2p::communicatorRefusal(c, rt, exportHandles);
   if (!why.empty()) return why;
-  if (mode != "on" && processesShareADevice(c))
-    return "ranks in separate processes share a device (time-sliced without MPS; RIDGE_LL=on forces LL)";
+  if (mode != "on" && ranksShareADevice(c))
+    return "two ranks share a device (RIDGE_LL=on forces LL: see docs/gpu.md, \"LL collectives\", for "
+           "what that asks of the caller)";
   int worstKind = 0;
   return p2p::pairsRefusalHere(c, rt, &worstKind);
 }

@@ -168,7 +168,27 @@ Status EmulatedRuntime::allocDeviceOn(size_t bytes, void** out, int device, bool
   return Status::ok();
 }
 
+bool EmulatedRuntime::streamsIdle(int device) {
+  std::lock_guard<std::mutex> lock(queuesMutex_);
+  for (Queue* q : queues_) {
+    if (q->device != device) continue;
+    std::lock_guard<std::mutex> ql(q->mutex);
+    if (q->busy || !q->items.empty()) return false;
+  }
+  return true;
+}
+
 void EmulatedRuntime::freeDevice(void* p) {
+  if (freesWaitForStreams_.load()) {
+    int device = -1;
+    {
+      std::lock_guard<std::mutex> lock(regionsMutex_);
+      auto it = regions_.find(reinterpret_cast<uintptr_t>(p));
+      if (it != regions_.end()) device = it->second.device;
+    }
+    if (device >= 0 && !boundedWait([&] { return streamsIdle(device); }, waitTimeout()))
+      freesStalled_.fetch_add(1);
+  }
   std::lock_guard<std::mutex> lock(regionsMutex_);
   auto it = regions_.find(reinterpret_cast<uintptr_t>(p));
   if (it == regions_.end()) return;

@@ -135,6 +135,12 @@ class EmulatedRuntime final : public DeviceRuntime {
   // caller's device is pending: a runtime call stuck the way an implicitly synchronizing CUDA
   // call would be, for tests that abort a communicator whose proxy is blocked inside it.
   void setCopiesWaitForReleases(bool on) { copiesWaitForReleases_.store(on); }
+  // While on, freeDevice (and ipcClose) first waits, as cudaFree does, until every stream of
+  // the allocation's device is idle: bounded by waitTimeout(), after which it frees anyway
+  // and counts the free in freesStalledByStreams(). A test whose rank frees while a peer's
+  // launch on the same device waits for that rank (a hang on a GPU) then shows a count.
+  void setFreesWaitForStreams(bool on) { freesWaitForStreams_.store(on); }
+  uint64_t freesStalledByStreams() const { return freesStalled_.load(); }
   // Every copy and reduction queued on a stream of `device` from now on first sleeps `delay`
   // on the stream's worker (0: no delay): a slow device, so that tests can show that work
   // of another rank never runs ahead of what it depends on.
@@ -247,6 +253,10 @@ class EmulatedRuntime final : public DeviceRuntime {
   std::atomic<uint64_t> releaseWaits_{0};
   std::atomic<uint64_t> allocationsWhileStreamsWait_{0};
   std::atomic<bool> copiesWaitForReleases_{false};
+  std::atomic<bool> freesWaitForStreams_{false};
+  std::atomic<uint64_t> freesStalled_{0};
+  // Whether every stream of `device` has nothing queued and nothing running.
+  bool streamsIdle(int device);
   std::mutex pendingMutex_;
   std::map<uint64_t, PendingWait> pending_;  // by a serial number; under pendingMutex_
   uint64_t nextPendingId_ = 0;               // under pendingMutex_

@@ -42,11 +42,25 @@ using ridge::device::EmulatedRuntime;
 using ridge::device::ScopedRuntimeForTesting;
 using Clock = std::chrono::steady_clock;
 
-// One environment variable for the scope of a test.
+// RIDGE_LL=on unless set: these tests put several ranks (threads) on one emulated device,
+// which auto refuses (docs/gpu.md, "LL collectives"). Before main, so before any communicator
+// reads it; the tests of auto and off set it themselves.
+[[maybe_unused]] const bool kLLOnForTheseTests = setenv("RIDGE_LL", "on", 0) == 0;
+
+// One environment variable for the scope of a test (the previous value comes back after).
 struct EnvSetting {
   const char* name;
-  EnvSetting(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
-  ~EnvSetting() { unsetenv(name); }
+  bool had;
+  std::string old;
+  EnvSetting(const char* n, const char* v) : name(n), had(getenv(n) != nullptr), old(had ? getenv(n) : "") {
+    setenv(n, v, 1);
+  }
+  ~EnvSetting() {
+    if (had)
+      setenv(name, old.c_str(), 1);
+    else
+      unsetenv(name);
+  }
 };
 
 // A closure queued on a stream that holds it until `open` (bounded by the emulator's wait).
@@ -118,18 +132,30 @@ void expectAllLL(const TestRank& t, uint64_t calls) {
   EXPECT_EQ(t.comm->gpuProxy, nullptr) << "rank " << t.rank << ": the proxy was started";
 }
 
+// Buffers are allocated once per rank, at the largest size: a free waits for the device's
+// streams, as cudaFree does, and a peer's next launch may already spin on this device
+// waiting for this rank (the emulator counts such a free: freesStalledByStreams).
 void runAllLL(int n, int devices) {
   EmulatedRuntime rt(devices);
   ScopedRuntimeForTesting scope(&rt);
+  rt.setFreesWaitForStreams(true);
   const std::vector<Call> calls = smallCalls();
+  size_t sendBytes = 0, recvBytes = 0;
+  for (const Call& c : calls) {
+    sendBytes = std::max(sendBytes, inputElems(c.op, c.count, n) * dtSize(c.dt));
+    recvBytes = std::max(recvBytes, outputElems(c.op, c.count, n) * dtSize(c.dt));
+  }
   withRanks(rt, n, devices, [&](TestRank& t) {
+    DevMem send(rt, sendBytes), recv(rt, recvBytes);
     uint32_t seed = 0x11u + static_cast<uint32_t>(n);
     for (const Call& c : calls) {
-      runCall(rt, t, c, seed++);
+      runCall(rt, t, c, seed++, &send, &recv);
       if (::testing::Test::HasFatalFailure()) return;
     }
     expectAllLL(t, calls.size());
   });
+  EXPECT_EQ(rt.freesStalledByStreams(), 0u)
+      << "a rank freed while a peer's launch on its device waited for it";
   EXPECT_EQ(rt.llLaunches(), uint64_t(n) * calls.size());
   EXPECT_EQ(rt.releaseWaitsQueued(), 0u);
   EXPECT_EQ(rt.ipcViewsOpen(), 0u) << "LL areas left mapped after destroy";
@@ -264,6 +290,22 @@ TEST(LLCollectives, InvalidThresholdFailsInitOnEveryRank) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(res[0], ridgeInvalidArgument);
   EXPECT_EQ(res[1], ridgeInvalidArgument);
+}
+
+// auto refuses two ranks on one device even within one process (a device-synchronizing call
+// on one rank's thread would wait for a peer's spinning launch; two ranks on the NULL stream
+// would wait for each other), and takes one rank per device.
+TEST(LLCollectives, AutoRefusesTwoRanksOnOneDeviceInOneProcess) {
+  EnvSetting autoMode("RIDGE_LL", "auto");
+  for (int devices : {1, 2}) {
+    EmulatedRuntime rt(devices);
+    ScopedRuntimeForTesting scope(&rt);
+    withRanks(rt, 2, devices, [&](TestRank& t) {
+      runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 100}, 1);
+      EXPECT_EQ(ridge::llStats(t.comm).enabled, devices == 2) << devices << " devices, rank " << t.rank;
+    });
+    EXPECT_EQ(rt.llLaunches(), devices == 2 ? 2u : 0u) << devices << " devices";
+  }
 }
 
 TEST(LLCollectives, OffTakesTheProxy) {
