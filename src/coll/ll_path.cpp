@@ -182,6 +182,28 @@ Status openPeers(ridgeComm* c, LLState& x, const std::vector<LLInfo>& all) {
   return Status::ok();
 }
 
+// Makes the communicator's device current on the calling thread for its scope and gives the
+// caller's back after: launches and event records on the caller's thread must run with the
+// stream's device current (CUDA fails a launch on another device's stream, and a NULL stream
+// would be the current device's legacy stream), and the caller may drive several
+// communicators on several devices from one thread without cudaSetDevice between calls.
+class CommDeviceScope {
+ public:
+  CommDeviceScope(DeviceRuntime* rt, int device) : rt_(rt), previous_(rt->currentDevice()) {
+    if (previous_ != device) bound_ = rt->bindThread(device);
+  }
+  ~CommDeviceScope() {
+    if (bound_.isOk() && previous_ >= 0 && previous_ != rt_->currentDevice())
+      (void)rt_->bindThread(previous_);
+  }
+  const Status& status() const { return bound_; }
+
+ private:
+  DeviceRuntime* rt_;
+  int previous_;
+  Status bound_;
+};
+
 ll::CollKind kindOf(CollType t) {
   switch (t) {
     case CollType::AllReduce: return ll::CollKind::AllReduce;
@@ -313,9 +335,10 @@ Status launchLL(ridgeComm* c, DeviceRuntime* rt, const DeviceOp& op) {
     d.peerSlot[j] = slotOf(x.peerArea[j], x, c->rank, parity);
     d.mySlot[j] = slotOf(x.area, x, j, parity);
   }
-  Status s;
+  const CommDeviceScope onDevice(rt, c->cudaDevice);
+  Status s = onDevice.status();
   // Issue order across streams: this launch starts after the previous one left its stream.
-  if (x.launched && op.stream != x.lastStream) s = rt->waitMarker(op.stream, x.last);
+  if (s.isOk() && x.launched && op.stream != x.lastStream) s = rt->waitMarker(op.stream, x.last);
   if (s.isOk()) s = rt->launchLLCollective(d, op.stream);
   if (s.isOk()) s = rt->recordMarker(x.last, op.stream);
   if (!s.isOk()) {
@@ -337,7 +360,9 @@ Status joinLLStreams(ridgeComm* c, DeviceRuntime* rt, const ridgeStream_t* strea
   // One marker passed along the streams: each waits for the previous one's record and
   // records after it, so the last record follows every stream's earlier work; the first
   // stream then waits for it. (A wait takes the marker's record at the time of the call.)
-  Status s = rt->recordMarker(x.join, streams[0]);
+  const CommDeviceScope onDevice(rt, c->cudaDevice);
+  Status s = onDevice.status();
+  if (s.isOk()) s = rt->recordMarker(x.join, streams[0]);
   for (size_t i = 1; i < n && s.isOk(); ++i) {
     s = rt->waitMarker(streams[i], x.join);
     if (s.isOk()) s = rt->recordMarker(x.join, streams[i]);
@@ -351,7 +376,8 @@ Status joinLLStreams(ridgeComm* c, DeviceRuntime* rt, const ridgeStream_t* strea
 
 Status leaveLLGroup(ridgeComm* c, DeviceRuntime* rt, const ridgeStream_t* streams, size_t n) {
   LLState& x = *c->ll;
-  Status s;
+  const CommDeviceScope onDevice(rt, c->cudaDevice);
+  Status s = onDevice.status();
   for (size_t i = 0; i < n && s.isOk(); ++i)
     if (streams[i] != x.lastStream) s = rt->waitMarker(streams[i], x.last);
   if (!s.isOk())

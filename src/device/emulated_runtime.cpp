@@ -835,6 +835,17 @@ Status EmulatedRuntime::launchLLCollective(const ll::Launch& d, ridgeStream_t st
       d.statusWord == 0 || d.elemBytes <= 0 || d.elemBytes > 8)
     return makeError(ridgeInvalidArgument, "emulated LL launch: bad descriptor (rank %d of %d, flag %u)",
                      d.rank, d.nranks, d.flag);
+  // As CUDA: a launch on a stream of another device than the current one fails (the NULL
+  // stream is the current device's own).
+  if (stream) {
+    Status bad;
+    Queue* q = queueOf(stream, &bad);
+    if (!q) return bad;
+    if (q->device != tCurrentDevice)
+      return makeError(ridgeInvalidUsage,
+                       "emulated LL launch: the stream belongs to device %d but device %d is current",
+                       q->device, tCurrentDevice);
+  }
   // The private aliases of every pointer the launch touches, for the extent it touches.
   ll::Launch x = d;
   const size_t bytes = ll::messageBytes(d), lineBytes = ll::messageLines(d) * sizeof(ll::Line);

@@ -67,7 +67,8 @@ class EmulatedRuntime final : public DeviceRuntime {
   // phase 1 then phase 2 over every line, lines stored and loaded as two 8-byte
   // release/acquire halves through the private aliases, waits spinning with yields and
   // watching the status word and the deadline, reductions with the host kernels (the same
-  // arithmetic as launchReduce here).
+  // arithmetic as launchReduce here). Refused, as by CUDA, on a stream of a device that is
+  // not the calling thread's current one.
   Status launchLLCollective(const ll::Launch& d, ridgeStream_t stream) override;
 
   // Marks the current device's kernels loaded (see launchesBeforePreloadWhileStreamsWait).

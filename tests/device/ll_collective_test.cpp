@@ -492,6 +492,40 @@ TEST(LLCollectives, GroupExitEveryStreamWaitsForTheWholeGroup) {
   });
 }
 
+// One thread drives a communicator of device 0 while device 1 is current (as a thread that
+// drives communicators on several devices without cudaSetDevice between calls): the LL
+// launches, group joins and exits bind the communicator's device (the emulator, like CUDA,
+// refuses a launch on another device's stream) and give the caller's device back.
+TEST(LLCollectives, LaunchBindsTheCommunicatorsDevice) {
+  EmulatedRuntime rt(2);
+  ScopedRuntimeForTesting scope(&rt);
+  withRanks(rt, 2, 1, [&](TestRank& t) {
+    ridgeStream_t b = nullptr;
+    ASSERT_TRUE(rt.createStream(&b).isOk());
+    const size_t count = 64;
+    DevMem in(rt, count * 4), out1(rt, count * 4), out2(rt, count * 4), out3(rt, count * 4);
+    putRankPlusOne(in, count, t.rank);
+    ASSERT_TRUE(rt.bindThread(1).isOk());
+    EXPECT_EQ(ridgeAllReduce(in.p, out1.p, count, ridgeInt32, ridgeSum, t.comm, t.stream), ridgeSuccess)
+        << errorText();
+    EXPECT_EQ(rt.currentDevice(), 1) << "the caller's device was not given back";
+    ridgeGroupStart();
+    ridgeAllReduce(in.p, out2.p, count, ridgeInt32, ridgeSum, t.comm, t.stream);
+    ridgeAllReduce(in.p, out3.p, count, ridgeInt32, ridgeSum, t.comm, b);
+    EXPECT_EQ(ridgeGroupEnd(), ridgeSuccess) << errorText();
+    EXPECT_EQ(rt.currentDevice(), 1) << "the caller's device was not given back";
+    ASSERT_TRUE(rt.bindThread(0).isOk());
+    ASSERT_TRUE(rt.synchronize(t.stream).isOk());
+    ASSERT_TRUE(rt.synchronize(b).isOk());
+    ridgeResult_t async = ridgeSuccess;
+    ASSERT_EQ(ridgeCommGetAsyncError(t.comm, &async), ridgeSuccess);
+    EXPECT_EQ(async, ridgeSuccess) << errorText();
+    for (const DevMem* m : {&out1, &out2, &out3}) EXPECT_EQ(lastInt32(*m, count), 3) << "rank " << t.rank;
+    EXPECT_EQ(ridge::llStats(t.comm).launches, 3u);
+    rt.destroyStream(b);
+  });
+}
+
 // Small (LL) and large (proxy) operations in one sequence, without synchronization between
 // them, on one stream and on two: each reads the previous output.
 void interleaved(bool twoStreams) {
