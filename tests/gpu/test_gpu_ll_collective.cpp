@@ -55,8 +55,11 @@ void arriveAndWait(std::atomic<int>& arrived, int n) {
 // frees them after the last, all ranks between barriers: cudaMalloc and cudaFree may wait for
 // the whole device, where a peer's LL launch spins until this rank launches too (a hang).
 // Copies go on the rank's own non-blocking stream for the same reason.
+// With `pendingUserError`, each rank leaves a CUDA error pending on its thread before every
+// call (a failed runtime call nobody checked, as after a bad launch of the caller's): the call
+// must succeed and leave the error pending, the caller's to see.
 void runRanks(int n, const std::vector<Call>& calls, bool expectLL,
-              std::vector<std::vector<std::vector<unsigned char>>>* outputs) {
+              std::vector<std::vector<std::vector<unsigned char>>>* outputs, bool pendingUserError = false) {
   ridgeUniqueId id;
   ASSERT_EQ(ridgeGetUniqueId(&id), ridgeSuccess) << lastError();
   outputs->assign(n, {});
@@ -90,10 +93,15 @@ void runRanks(int n, const std::vector<Call>& calls, bool expectLL,
         ASSERT_EQ(cudaMemcpyAsync(send, in.data(), inBytes, cudaMemcpyHostToDevice, stream), cudaSuccess);
         ASSERT_EQ(cudaMemcpyAsync(recv, out.data(), outBytes, cudaMemcpyHostToDevice, stream), cudaSuccess);
         const int root = n / 2;
+        cudaDeviceProp prop;
+        if (pendingUserError) ASSERT_EQ(cudaGetDeviceProperties(&prop, -1), cudaErrorInvalidDevice);
         ASSERT_EQ(issue(c.op, send, recv, c.count, c.dt, c.red, root, comm,
                         reinterpret_cast<ridgeStream_t>(stream)),
                   ridgeSuccess)
             << lastError();
+        if (pendingUserError) {
+          EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidDevice) << "the caller's pending error was consumed";
+        }
         ASSERT_EQ(cudaMemcpyAsync(out.data(), recv, outBytes, cudaMemcpyDeviceToHost, stream), cudaSuccess);
         ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
         ridgeResult_t async = ridgeSuccess;
@@ -131,6 +139,17 @@ TEST(GpuLLCollective, EveryCollectiveTwoAndThreeRanksOnOneGpu) {
   setenv("RIDGE_LL", "on", 1);
   std::vector<std::vector<std::vector<unsigned char>>> out;
   for (int n : {2, 3}) runRanks(n, everyCollective(), true, &out);
+  unsetenv("RIDGE_LL");
+}
+
+// An LL launch on the caller's thread takes its own launch's error, not an error the caller
+// left pending there (which would break the communicator and be lost to the caller).
+TEST(GpuLLCollective, PendingCallerErrorIsNotTheLaunchsError) {
+  SKIP_WITHOUT_GPU();
+  setenv("RIDGE_LL", "on", 1);
+  std::vector<std::vector<std::vector<unsigned char>>> out;
+  runRanks(2, {{Op::AllReduce, ridgeFloat32, ridgeSum, 100}, {Op::AllGather, ridgeInt32, ridgeSum, 7}}, true,
+           &out, /*pendingUserError=*/true);
   unsetenv("RIDGE_LL");
 }
 
