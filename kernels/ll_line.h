@@ -22,7 +22,9 @@
 //
 // Flags: a buffer starts zeroed, so flag 0 is never used; each use of a buffer (a "step")
 // takes flagForStep(step), which differs from the previous step's flag, so stale lines
-// from the last use never look ready. Receivers never have to clear a buffer.
+// from the last use never look ready, and receivers need not clear a buffer between steps.
+// A line that is never rewritten, though, meets its flag again 2^32 - 1 steps later: the LL
+// collectives (ll_collective.h) therefore zero every line they consumed.
 //
 // The functions are plain inline code usable from host and device (`__host__ __device__`
 // under nvcc, ordinary inline functions elsewhere): the device kernels in ll_protocol.cu

@@ -34,6 +34,9 @@ struct LLState {
   device::Marker* join = nullptr;  // joins a group's streams (joinLLStreams)
   ridgeStream_t lastStream = nullptr;
   bool launched = false;
+  // A launch whose marker could not be recorded after it: releaseLL cannot tell when it has
+  // ended, so it never frees what the launch may touch.
+  bool untracked = false;
   uint64_t nextOp = 0;
   uint64_t launches = 0;
   uint64_t timeoutNs = 0;
@@ -44,6 +47,10 @@ void LLStateDeleter::operator()(LLState* s) const {
 }
 
 namespace {
+
+// How long an abort waits for this rank's last LL launch to leave its stream before it leaks
+// the LL memory instead (running launches stop within microseconds of the status word).
+constexpr int kAbortWaitSec = 1;
 
 // What each rank tells the others at init (fixed size: bootstrap all-gather).
 struct LLInfo {
@@ -283,20 +290,36 @@ Status setupLL(ridgeComm* c) {
 void releaseLL(ridgeComm* c) {
   if (!c->ll) return;
   LLState& x = *c->ll;
-  if (c->aborted.load() || c->asyncError.load() != ridgeSuccess)
-    __atomic_store_n(x.status.host, x.statusBase + ll::kAborted, __ATOMIC_RELEASE);
+  const bool aborted = c->aborted.load();
+  const bool broken = aborted || c->asyncError.load() != ridgeSuccess;
+  if (broken) __atomic_store_n(x.status.host, x.statusBase + ll::kAborted, __ATOMIC_RELEASE);
+  // Running launches see the status word within microseconds; a launch still queued behind
+  // other work on a user's stream may not start for long. Abort must return promptly (what
+  // is not known finished is leaked); destroy waits up to the launches' own timeout.
+  const auto bound = aborted ? std::chrono::seconds(kAbortWaitSec) : std::chrono::seconds(c->timeoutSec + 5);
   bool done = !x.launched;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(c->timeoutSec + 5);
-  while (!done) {
+  const auto deadline = std::chrono::steady_clock::now() + bound;
+  while (!done && !x.untracked) {
     if (!x.rt->queryMarker(x.last, &done).isOk()) break;
     if (done || std::chrono::steady_clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  if (!done) {
+  if (!done || x.untracked) {
     RIDGE_WARN("comm %s: rank %d: an LL launch has not left its stream; its LL area is leaked, not freed",
                c->name.c_str(), c->rank);
     (void)c->ll.release();
     return;
+  }
+  if (broken) {
+    // This rank's launches have ended, but a peer's may still be queued and will store its
+    // lines into this rank's area when it starts (phase 1 stores before any wait): within one
+    // process the freed range could already hold someone else's memory. Only a clean
+    // destroy, after which every line a peer wrote was awaited here, frees the area.
+    RIDGE_INFO(
+        "comm %s: rank %d: communicator %s: its LL area (%zu bytes) is leaked, not freed, since a "
+        "peer's launch may still write into it",
+        c->name.c_str(), c->rank, aborted ? "aborted" : "broken", x.areaBytes);
+    x.area = nullptr;
   }
   freeState(x);
   c->ll.reset();
@@ -340,7 +363,10 @@ Status launchLL(ridgeComm* c, DeviceRuntime* rt, const DeviceOp& op) {
   // Issue order across streams: this launch starts after the previous one left its stream.
   if (s.isOk() && x.launched && op.stream != x.lastStream) s = rt->waitMarker(op.stream, x.last);
   if (s.isOk()) s = rt->launchLLCollective(d, op.stream);
-  if (s.isOk()) s = rt->recordMarker(x.last, op.stream);
+  if (s.isOk()) {
+    s = rt->recordMarker(x.last, op.stream);
+    x.untracked = x.untracked || !s.isOk();
+  }
   if (!s.isOk()) {
     // The peers' launches wait for lines this rank will not send: the communicator is broken.
     int expected = ridgeSuccess;

@@ -47,9 +47,11 @@ constexpr size_t kMaxLLMaxBytes = size_t(1) << 20;
 Status setupLL(ridgeComm* comm);
 
 // Frees the areas, mappings, marker and status word (destroy and abort). Moves the status word
-// to base + kAborted first when the communicator was aborted or broken, then waits (bounded by
-// its timeout) until the last LL launch has left the stream; if it has not, leaks the memory
-// rather than free what a kernel may still touch.
+// to base + kAborted first when the communicator was aborted or broken, then waits until the
+// last LL launch has left the stream (destroy: up to its timeout + 5 s; abort: 1 s); if it has
+// not (or a launch's marker could not be recorded), leaks the memory rather than free what a
+// kernel may still touch. An aborted or broken communicator never frees its own area: a
+// peer's queued launch may still store lines into it.
 void releaseLL(ridgeComm* comm);
 
 // Whether `op` goes through LL on this communicator: LL is on, the operation is a collective

@@ -757,6 +757,13 @@ size_t EmulatedRuntime::ipcViewsOpen() {
   return n;
 }
 
+size_t EmulatedRuntime::liveDeviceAllocations() {
+  std::lock_guard<std::mutex> lock(regionsMutex_);
+  size_t n = 0;
+  for (const auto& [base, r] : regions_) n += r.ipcOpens == 0 ? 1 : 0;
+  return n;
+}
+
 }  // namespace ridge::device
 
 // ---- LL collectives ---------------------------------------------------------------------
@@ -859,7 +866,7 @@ Status EmulatedRuntime::launchLLCollective(const ll::Launch& d, ridgeStream_t st
   for (int j = 0; j < d.nranks; ++j) {
     if (j == d.rank) continue;
     if (!(x.peerSlot[j] = reinterpret_cast<ll::Line*>(translate(d.peerSlot[j], lineBytes, &s)))) return s;
-    if (!(x.mySlot[j] = reinterpret_cast<const ll::Line*>(translate(d.mySlot[j], lineBytes, &s)))) return s;
+    if (!(x.mySlot[j] = reinterpret_cast<ll::Line*>(translate(d.mySlot[j], lineBytes, &s)))) return s;
   }
   llLaunchCount_.fetch_add(1);
   bool loaded;

@@ -188,6 +188,8 @@ class EmulatedRuntime final : public DeviceRuntime {
   // in between. Views opened with ipcOpen keep the old memory. Nothing may be queued on it.
   Status reallocateInPlace(void* base);
   size_t ipcViewsOpen();
+  // Device (and managed) allocations not yet freed, ipcOpen views not counted.
+  size_t liveDeviceAllocations();
   uint64_t reducesLaunched() const { return reduceCount_.load(); }
   // Device (and managed) allocations so far, through allocDevice or allocDeviceOn.
   uint64_t deviceAllocations() const { return deviceAllocCount_.load(); }

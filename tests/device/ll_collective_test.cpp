@@ -29,6 +29,7 @@
 #include "collective_case.h"
 #include "device/emulated_runtime.h"
 #include "device_ranks.h"
+#include "kernels/ll_line.h"
 #include "rank_launcher.h"
 #include "ridge/ridge.h"
 #include "transports/p2p/p2p.h"
@@ -613,6 +614,87 @@ TEST(LLCollectives, AbortUnblocksARankWhosePeerNeverCalls) {
       /*destroy=*/false);
 }
 
+// After an abort, a peer's launch queued earlier still stores its lines into this rank's area
+// when it starts: the aborted rank must not free the area (ranks of one process address each
+// other's areas by pointer, as under CUDA). Rank 1 queues operation 1 behind a closed gate,
+// rank 0 aborts and allocates memory of the area's size (which may take its freed place),
+// then rank 1's launch runs: the area is still allocated and the new memory untouched.
+TEST(LLCollectives, AbortNeverFreesTheAreaAPeerMayStillWrite) {
+  EmulatedRuntime rt(1);
+  rt.setIpcWithinProcess(false);
+  ScopedRuntimeForTesting scope(&rt);
+  Gate gate;
+  std::atomic<bool> queued{false}, rank0Aborted{false}, rank1Ran{false};
+  withRanks(
+      rt, 2, 1,
+      [&](TestRank& t) {
+        runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 300}, 1);
+        if (t.rank == 1) {
+          DevMem in(rt, 4096), out(rt, 4096);
+          ASSERT_TRUE(gate.enqueue(rt, t.stream).isOk());
+          ASSERT_EQ(ridgeAllReduce(in.p, out.p, 1000, ridgeFloat32, ridgeSum, t.comm, t.stream),
+                    ridgeSuccess);
+          queued.store(true);
+          waitFor(rank0Aborted);
+          gate.open.store(true);
+          (void)rt.synchronize(t.stream);  // its wait for rank 0 times out
+          rank1Ran.store(true);
+        } else {
+          waitFor(queued);
+          const size_t live = rt.liveDeviceAllocations();
+          EXPECT_EQ(ridgeCommAbort(t.comm), ridgeSuccess);
+          EXPECT_EQ(rt.liveDeviceAllocations(), live) << "the aborted rank freed its LL area";
+          const size_t areaBytes = 2 * 2 * ridge::ll::linesFor(ridge::llStats(t.comm).maxBytes) * 16;
+          std::vector<DevMem*> fresh;
+          for (int i = 0; i < 4; ++i) {
+            fresh.push_back(new DevMem(rt, areaBytes));
+            fresh.back()->put(std::vector<unsigned char>(areaBytes, kPoison));
+          }
+          rank0Aborted.store(true);
+          waitFor(rank1Ran);
+          for (DevMem* m : fresh) {
+            const std::vector<unsigned char> got = m->get(0, areaBytes);
+            size_t changed = 0;
+            for (unsigned char c : got) changed += c != kPoison;
+            EXPECT_EQ(changed, 0u) << "a peer's launch wrote into memory allocated after the abort";
+            delete m;
+          }
+        }
+        if (t.rank == 1) {
+          EXPECT_EQ(ridgeCommAbort(t.comm), ridgeSuccess);
+        }
+      },
+      /*destroy=*/false, /*timeoutSeconds=*/1);
+}
+
+// Abort returns promptly although this rank's LL launch is still queued behind other work on
+// the stream (a closed gate): it leaks what the launch may touch instead of waiting for it.
+TEST(LLCollectives, AbortReturnsPromptlyWithALaunchQueuedBehindAGate) {
+  EmulatedRuntime rt(1);
+  ScopedRuntimeForTesting scope(&rt);
+  Gate gate;
+  std::atomic<bool> rank0Done{false};
+  withRanks(
+      rt, 2, 1,
+      [&](TestRank& t) {
+        if (t.rank == 0) {
+          DevMem in(rt, 400), out(rt, 400);
+          ASSERT_TRUE(gate.enqueue(rt, t.stream).isOk());
+          ASSERT_EQ(ridgeAllReduce(in.p, out.p, 100, ridgeFloat32, ridgeSum, t.comm, t.stream), ridgeSuccess);
+          const auto t0 = Clock::now();
+          EXPECT_EQ(ridgeCommAbort(t.comm), ridgeSuccess);
+          EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 5.0);
+          gate.open.store(true);
+          (void)rt.synchronize(t.stream);  // the launch starts, sees the abort and ends
+          rank0Done.store(true);
+        } else {
+          waitFor(rank0Done);
+          EXPECT_EQ(ridgeCommAbort(t.comm), ridgeSuccess);
+        }
+      },
+      /*destroy=*/false, /*timeoutSeconds=*/30);
+}
+
 // A peer that never calls: the launch gives up at the timeout, the stream moves on, and the
 // communicator reports ridgeTimeout asynchronously and refuses later calls.
 TEST(LLCollectives, TimeoutIsAnAsyncErrorNotAHang) {
@@ -690,6 +772,46 @@ TEST(LLCollectives, FlagsAcrossTheWrap) {
       runCall(rt, t, {Op::AllGather, ridgeInt32, ridgeSum, 100}, seed++);
     }
     EXPECT_EQ(ridge::llStats(t.comm).nextOp, 0xFFFFFFFFull - 5 + 16);
+  });
+}
+
+// A slot line left from long ago must not look ready when the flags come round again:
+// operation 1 (parity 1, flag 2) fills 150 lines of each slot; the counter then jumps to
+// 2^33 - 2 (flag 1, parity 0: a small allgather), so operation 2^33 - 1 has parity 1 and flag
+// 2 again. Rank 1 holds that operation behind a closed gate: rank 0 must wait for rank 1's
+// new lines, not finish with operation 1's lines still in its slot (without the receivers'
+// zeroing of consumed lines its output is operation 1's sum, not this one's).
+TEST(LLCollectives, StaleLineFromBeforeTheFlagWrapIsNotReady) {
+  EmulatedRuntime rt(1);
+  ScopedRuntimeForTesting scope(&rt);
+  Gate gate;
+  withRanks(rt, 2, 1, [&](TestRank& t) {
+    runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 300}, 1);
+    runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 300}, 2);
+    ridge::setNextLLOpForTesting(t.comm, (uint64_t(1) << 33) - 3);
+    ASSERT_EQ(ridge::llStats(t.comm).nextOp, (uint64_t(1) << 33) - 2);
+    runCall(rt, t, {Op::AllGather, ridgeInt32, ridgeSum, 50}, 3);
+    const size_t count = 300;
+    DevMem in(rt, count * 4), out(rt, count * 4);
+    const uint32_t keys[2] = {rankKey(4, 0), rankKey(4, 1)};
+    std::vector<unsigned char> bytes(count * 4);
+    fillRankInput(Op::AllReduce, ridgeFloat32, ridgeSum, bytes.data(), count, 2, keys[t.rank]);
+    in.put(bytes);
+    out.put(std::vector<unsigned char>(count * 4, kPoison));
+    if (t.rank == 1) {
+      ASSERT_TRUE(gate.enqueue(rt, t.stream).isOk());
+    }
+    ASSERT_EQ(ridgeAllReduce(in.p, out.p, count, ridgeFloat32, ridgeSum, t.comm, t.stream), ridgeSuccess);
+    if (t.rank == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      gate.open.store(true);
+    }
+    ASSERT_TRUE(rt.synchronize(t.stream).isOk());
+    Mismatches mm;
+    const std::vector<unsigned char> got = out.get(0, count * 4);
+    checkRankOutput(Op::AllReduce, ridgeFloat32, ridgeSum, got.data(), count, {keys[0], keys[1]}, t.rank, 1,
+                    kPoison, mm);
+    EXPECT_EQ(mm.count, 0u) << "rank " << t.rank << ": " << mm.text;
   });
 }
 
