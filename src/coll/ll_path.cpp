@@ -1,6 +1,7 @@
 #include "coll/ll_path.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -56,10 +57,26 @@ constexpr int kAbortWaitSec = 1;
 struct LLInfo {
   int32_t capable;  // 1: this rank allocated and exported its area
   int32_t rank;
+  int32_t badSetting;  // a BadSetting: this rank's settings are invalid (every rank fails init)
+  int32_t reserved;
   uint64_t maxBytes;  // its RIDGE_LL_MAX_BYTES
   uint64_t area;      // its area's address (for peers in this process when no handle is needed)
   DeviceRuntime::IpcHandle handle;
 };
+
+enum BadSetting : int32_t { kSettingsValid = 0, kBadMode = 1, kBadMaxBytes = 2 };
+
+const char* badSettingText(int32_t bad) {
+  return bad == kBadMode ? "RIDGE_LL is not auto, on or off"
+                         : "RIDGE_LL_MAX_BYTES is not a size from 8 to 1M";
+}
+
+// RIDGE_LL, lower-cased; "" when it is not auto, on or off.
+std::string llMode() {
+  std::string mode = settingString(Setting::LL);
+  for (char& ch : mode) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return mode == "auto" || mode == "on" || mode == "off" ? mode : "";
+}
 
 // Line offset of the slot where `from`'s lines land for `parity`, in any rank's area.
 size_t slotOffset(const LLState& x, int from, int parity) {
@@ -139,13 +156,17 @@ void freeState(LLState& x) {
 // *why when the rules refuse; not ok when a setting is invalid or a runtime call failed.
 Status prepareLocal(ridgeComm* c, DeviceRuntime* rt, LLState& x, LLInfo* info, bool* exportHandles,
                     std::string* why) {
-  const std::string mode = settingString(Setting::LL);
-  if (mode != "auto" && mode != "on" && mode != "off")
-    RIDGE_WARN("RIDGE_LL=%s: expected auto, on or off; using auto", mode.c_str());
-  const int64_t maxBytes = settingSize(Setting::LL_MAX_BYTES);
-  if (maxBytes < int64_t(kMinLLMaxBytes) || maxBytes > int64_t(kMaxLLMaxBytes)) {
-    // Reported after the exchange (maxBytes 0), so that every rank fails init alike.
-    *why = "RIDGE_LL_MAX_BYTES=" + std::to_string(maxBytes) + " is not a size from 8 to 1M";
+  // Invalid settings are reported after the exchange (badSetting), so that every rank fails
+  // init alike, as RIDGE_STAGING_BYTES does.
+  const std::string mode = llMode();
+  const std::string maxText = settingString(Setting::LL_MAX_BYTES);
+  int64_t maxBytes = 0;
+  const bool maxValid = parseSize(maxText, &maxBytes) && maxBytes >= int64_t(kMinLLMaxBytes) &&
+                        maxBytes <= int64_t(kMaxLLMaxBytes);
+  if (mode.empty() || !maxValid) {
+    info->badSetting = mode.empty() ? kBadMode : kBadMaxBytes;
+    *why = std::string(badSettingText(info->badSetting)) + " (RIDGE_LL='" + settingString(Setting::LL) +
+           "', RIDGE_LL_MAX_BYTES='" + maxText + "')";
     return Status::ok();
   }
   info->maxBytes = static_cast<uint64_t>(maxBytes);
@@ -244,10 +265,10 @@ Status setupLL(ridgeComm* c) {
   }
   size_t agreed = kMaxLLMaxBytes;
   for (const LLInfo& i : all) {
-    if (i.maxBytes == 0) {
+    if (i.badSetting != kSettingsValid) {
       freeState(*x);
-      return makeError(ridgeInvalidArgument, "rank %d's RIDGE_LL_MAX_BYTES is not a size from 8 to 1M",
-                       i.rank);
+      if (i.rank == c->rank) return makeError(ridgeInvalidArgument, "rank %d: %s", i.rank, why.c_str());
+      return makeError(ridgeInvalidArgument, "rank %d's %s", i.rank, badSettingText(i.badSetting));
     }
     if (why.empty() && !i.capable) why = "rank " + std::to_string(i.rank) + " cannot take part";
     agreed = std::min(agreed, static_cast<size_t>(i.maxBytes));
@@ -361,7 +382,9 @@ Status launchLL(ridgeComm* c, DeviceRuntime* rt, const DeviceOp& op) {
   const CommDeviceScope onDevice(rt, c->cudaDevice);
   Status s = onDevice.status();
   // Issue order across streams: this launch starts after the previous one left its stream.
-  if (s.isOk() && x.launched && op.stream != x.lastStream) s = rt->waitMarker(op.stream, x.last);
+  // Always, even on the previous launch's stream (then nearly free): a stream handle equal to
+  // the last one may be a new stream that reuses a destroyed one's handle.
+  if (s.isOk() && x.launched) s = rt->waitMarker(op.stream, x.last);
   if (s.isOk()) s = rt->launchLLCollective(d, op.stream);
   if (s.isOk()) {
     s = rt->recordMarker(x.last, op.stream);

@@ -271,8 +271,9 @@ TEST(LLCollectives, RanksAgreeOnTheSmallestThreshold) {
   EXPECT_EQ(seen[1], 512u);
 }
 
-TEST(LLCollectives, InvalidThresholdFailsInitOnEveryRank) {
-  EnvSetting max("RIDGE_LL_MAX_BYTES", "2M");
+// An invalid LL setting (`name`=`value`) fails init on every rank, with a text naming it.
+void expectInitFailsOnEveryRank(const char* name, const char* value) {
+  EnvSetting bad(name, value);
   EmulatedRuntime rt(1);
   ScopedRuntimeForTesting scope(&rt);
   ridgeUniqueId id;
@@ -286,11 +287,35 @@ TEST(LLCollectives, InvalidThresholdFailsInitOnEveryRank) {
       if (res[r] == ridgeSuccess)
         ridgeCommDestroy(comm);
       else
-        EXPECT_NE(errorText().find("RIDGE_LL_MAX_BYTES"), std::string::npos) << errorText();
+        EXPECT_NE(errorText().find(std::string(name) + " is not"), std::string::npos) << errorText();
     });
   for (auto& t : threads) t.join();
-  EXPECT_EQ(res[0], ridgeInvalidArgument);
-  EXPECT_EQ(res[1], ridgeInvalidArgument);
+  EXPECT_EQ(res[0], ridgeInvalidArgument) << name << "=" << value;
+  EXPECT_EQ(res[1], ridgeInvalidArgument) << name << "=" << value;
+}
+
+TEST(LLCollectives, InvalidThresholdFailsInitOnEveryRank) {
+  expectInitFailsOnEveryRank("RIDGE_LL_MAX_BYTES", "2M");
+  // Not a size at all: refused too (it used to fall back to 64K with a warning).
+  expectInitFailsOnEveryRank("RIDGE_LL_MAX_BYTES", "abc");
+}
+
+// RIDGE_LL that is not auto, on or off (in any case) fails init rather than turn LL on.
+TEST(LLCollectives, InvalidModeFailsInitOnEveryRank) {
+  expectInitFailsOnEveryRank("RIDGE_LL", "false");
+}
+
+// RIDGE_LL is read whatever its case: OFF is off (it used to be taken for auto, which takes
+// LL for one rank per device, as here).
+TEST(LLCollectives, ModeIsCaseInsensitive) {
+  EnvSetting off("RIDGE_LL", "OFF");
+  EmulatedRuntime rt(2);
+  ScopedRuntimeForTesting scope(&rt);
+  withRanks(rt, 2, 2, [&](TestRank& t) {
+    runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 100}, 1);
+    EXPECT_FALSE(ridge::llStats(t.comm).enabled);
+  });
+  EXPECT_EQ(rt.llLaunches(), 0u);
 }
 
 // auto refuses two ranks on one device even within one process (a device-synchronizing call
