@@ -11,11 +11,12 @@
 //     bytes 12..15  flag
 //
 // Why two flags and not 8 bytes of data + one 8-byte flag: the sender writes the line with
-// one 16-byte store, but only 8-byte aligned accesses are guaranteed to be seen whole by
-// another agent (a peer GPU over NVLink/PCIe, or the host); a 16-byte store may become two
-// 8-byte writes that land in either order. With {data, flag, data, flag} every 8-byte half
-// carries its own flag, so "both flags equal the expected value" proves both halves are
-// this step's, whatever the order. With {8 B data, 8 B flag} the flag half could land
+// one 16-byte store, which another agent (a peer GPU over NVLink/PCIe, or the host) need not
+// see whole: it may become two 8-byte writes that land in either order. (The PTX model
+// guarantees only 4-byte elements of a vector store; an aligned 8-byte half seen whole is
+// relied on, as NCCL's LL does with the same layout.) With {data, flag, data, flag} every
+// 8-byte half carries its own flag, so "both flags equal the expected value" proves both
+// halves are this step's, whatever the order. With {8 B data, 8 B flag} the flag half could land
 // first and the receiver would read the previous step's data. The price is 50% payload
 // efficiency, which is why LL is for small messages only and bulk transfers use the
 // plain copy/reduce kernels.

@@ -3,7 +3,10 @@
 // Lines are moved with one 16-byte volatile store and read with one 16-byte volatile load
 // (st/ld.volatile.global.v4.u32): volatile so that every poll really goes to memory and the
 // compiler keeps the stores in order; no fence is needed because the flags travel in the
-// same 8-byte units as the data they vouch for. Each thread owns the lines i, i + stride,
+// same 8-byte units as the data they vouch for. The PTX model guarantees only each 4-byte
+// element of a vector access; that an aligned 8-byte half is seen whole is relied on, as
+// NCCL's LL does with the same layout and accesses (docs/gpu.md, "LL protocol"). Each thread owns the lines
+// i, i + stride,
 // ... of the message, so there is no sharing and no synchronisation between threads.
 #include <cuda_runtime.h>
 
