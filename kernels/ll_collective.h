@@ -54,10 +54,10 @@ struct Launch {
   uint64_t timeoutNs = 0;
   const void* send = nullptr;
   void* recv = nullptr;
-  Line* peerSlot[kMaxRanks] = {};      // by peer: where this rank's lines for it go
-  const Line* mySlot[kMaxRanks] = {};  // by peer: where its lines for this rank arrive
-  uint64_t statusWord = 0;             // device address of the communicator's status word (uint32)
-  uint32_t statusBase = 0;             // the word's value while all is well
+  Line* peerSlot[kMaxRanks] = {};  // by peer: where this rank's lines for it go
+  Line* mySlot[kMaxRanks] = {};    // by peer: where its lines for this rank arrive
+  uint64_t statusWord = 0;         // device address of the communicator's status word (uint32)
+  uint32_t statusBase = 0;         // the word's value while all is well
 };
 
 // The status word holds statusBase while all is well; a launch whose wait passed its deadline
@@ -118,22 +118,14 @@ RIDGE_HOST_DEVICE inline bool payloadFrom(const Launch& d, size_t i, int j, Env&
   return true;
 }
 
-// Phase 2 for line i: waits for every expected peer line, then stores the output. False when
-// a wait gave up (timeout or abort: the status word says which). Payloads are consumed as
-// they are taken, never gathered per rank: an array of one payload per rank would cost every
-// thread a stack frame of kMaxRanks * 8 bytes twice over in local memory.
+// Phase 2's output for line i: waits for every expected peer data line, then stores the
+// output. False when a wait gave up (timeout or abort: the status word says which). Payloads
+// are consumed as they are taken, never gathered per rank: an array of one payload per rank
+// would cost every thread a stack frame of kMaxRanks * 8 bytes twice over in local memory.
 template <class Env>
-RIDGE_HOST_DEVICE inline bool receiveLine(const Launch& d, size_t i, Env& env) {
+RIDGE_HOST_DEVICE inline bool receiveOutputLine(const Launch& d, size_t i, Env& env) {
   const int n = d.nranks, r = d.rank;
   const size_t bytes = messageBytes(d);
-  // Tokens (line 0 of the pairs that carry no data this operation): awaited, never used.
-  if (i == 0) {
-    for (int k = 1; k < n; ++k) {
-      const int j = (r + k) % n;
-      Line l;
-      if (!carriesData(d, j, r) && !env.wait(d.mySlot[j], d.flag, &l)) return false;
-    }
-  }
   unsigned char* out = static_cast<unsigned char*>(d.recv);
   switch (d.kind) {
     case CollKind::AllReduce:
@@ -178,6 +170,34 @@ RIDGE_HOST_DEVICE inline bool receiveLine(const Launch& d, size_t i, Env& env) {
       storePayload(out, bytes, i, v);
       return true;
     }
+  }
+  return true;
+}
+
+// Phase 2 for line i: the tokens (line 0 of the pairs that carry no data this operation:
+// awaited, never used), the output, then every peer line this thread consumed is zeroed in
+// this rank's own slots. Zeroing keeps a slot line from holding an old flag for ever: a line
+// written in operation k0 and not rewritten since (later operations being shorter) would
+// otherwise look ready to operation k with flagForStep(k) == flagForStep(k0) and the same
+// parity, 2^32 - 1 operations later, and pass stale data. Safe: every line a peer writes in
+// operation k is awaited (so already here) in operation k, and the peer's next write to this
+// slot (operation k + 2) starts only after this launch ended (the two-parity argument), which
+// orders these local stores first. False when a wait gave up.
+template <class Env>
+RIDGE_HOST_DEVICE inline bool receiveLine(const Launch& d, size_t i, Env& env) {
+  const int n = d.nranks, r = d.rank;
+  if (i == 0) {
+    for (int k = 1; k < n; ++k) {
+      const int j = (r + k) % n;
+      Line l;
+      if (!carriesData(d, j, r) && !env.wait(d.mySlot[j], d.flag, &l)) return false;
+    }
+  }
+  if (!receiveOutputLine(d, i, env)) return false;
+  const Line zero = encode(0, 0);
+  for (int k = 1; k < n; ++k) {
+    const int j = (r + k) % n;
+    if (i == 0 || carriesData(d, j, r)) env.store(d.mySlot[j] + i, zero);
   }
   return true;
 }

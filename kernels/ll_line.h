@@ -11,18 +11,21 @@
 //     bytes 12..15  flag
 //
 // Why two flags and not 8 bytes of data + one 8-byte flag: the sender writes the line with
-// one 16-byte store, but only 8-byte aligned accesses are guaranteed to be seen whole by
-// another agent (a peer GPU over NVLink/PCIe, or the host); a 16-byte store may become two
-// 8-byte writes that land in either order. With {data, flag, data, flag} every 8-byte half
-// carries its own flag, so "both flags equal the expected value" proves both halves are
-// this step's, whatever the order. With {8 B data, 8 B flag} the flag half could land
+// one 16-byte store, which another agent (a peer GPU over NVLink/PCIe, or the host) need not
+// see whole: it may become two 8-byte writes that land in either order. (The PTX model
+// guarantees only 4-byte elements of a vector store; an aligned 8-byte half seen whole is
+// relied on, as NCCL's LL does with the same layout.) With {data, flag, data, flag} every
+// 8-byte half carries its own flag, so "both flags equal the expected value" proves both
+// halves are this step's, whatever the order. With {8 B data, 8 B flag} the flag half could land
 // first and the receiver would read the previous step's data. The price is 50% payload
 // efficiency, which is why LL is for small messages only and bulk transfers use the
 // plain copy/reduce kernels.
 //
 // Flags: a buffer starts zeroed, so flag 0 is never used; each use of a buffer (a "step")
 // takes flagForStep(step), which differs from the previous step's flag, so stale lines
-// from the last use never look ready. Receivers never have to clear a buffer.
+// from the last use never look ready, and receivers need not clear a buffer between steps.
+// A line that is never rewritten, though, meets its flag again 2^32 - 1 steps later: the LL
+// collectives (ll_collective.h) therefore zero every line they consumed.
 //
 // The functions are plain inline code usable from host and device (`__host__ __device__`
 // under nvcc, ordinary inline functions elsewhere): the device kernels in ll_protocol.cu

@@ -3,9 +3,14 @@
 // Lines are moved with one 16-byte volatile store and read with one 16-byte volatile load
 // (st/ld.volatile.global.v4.u32): volatile so that every poll really goes to memory and the
 // compiler keeps the stores in order; no fence is needed because the flags travel in the
-// same 8-byte units as the data they vouch for. Each thread owns the lines i, i + stride,
+// same 8-byte units as the data they vouch for. The PTX model guarantees only each 4-byte
+// element of a vector access; that an aligned 8-byte half is seen whole is relied on, as
+// NCCL's LL does with the same layout and accesses (docs/gpu.md, "LL protocol"). Each thread owns the lines
+// i, i + stride,
 // ... of the message, so there is no sharing and no synchronisation between threads.
 #include <cuda_runtime.h>
+
+#include <utility>
 
 #include "kernels/device_ops.cuh"
 #include "kernels/ll_protocol.h"
@@ -175,11 +180,24 @@ __global__ void __launch_bounds__(kLLThreads) llCollectiveKernel(const ll::Launc
     if (!ll::receiveLine(d, i, env)) return;
 }
 
+// Launches `kernel` with `blocks` x kLLThreads on `stream` and returns this launch's own error.
+// Not <<<>>> then cudaGetLastError: the LL collectives launch on the caller's thread, and
+// cudaGetLastError would also return (and clear) an error an earlier launch of the caller
+// left pending there, blaming Ridge and breaking the communicator for the caller's mistake.
+template <typename... Params, typename... Args>
+cudaError_t launchKernel(void (*kernel)(Params...), int blocks, cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(kLLThreads);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
 template <typename T, ridgeRedOp_t Op>
 struct CollectiveLauncher {
   static cudaError_t run(const ll::Launch& d, int blocks, cudaStream_t stream) {
-    llCollectiveKernel<T, Op><<<blocks, kLLThreads, 0, stream>>>(d);
-    return cudaGetLastError();
+    return launchKernel(llCollectiveKernel<T, Op>, blocks, stream, d);
   }
 };
 
@@ -193,10 +211,8 @@ struct FusedLauncher {
   static cudaError_t run(ll::Line* next, void* dst, const ll::Line* lines, const void* mine, size_t count,
                          int divisor, uint32_t flagIn, uint32_t flagOut, uint64_t timeoutNs, int* timedOut,
                          int blocks, cudaStream_t stream) {
-    llRecvReduceSendKernel<T, Op>
-        <<<blocks, kLLThreads, 0, stream>>>(next, static_cast<T*>(dst), lines, static_cast<const T*>(mine),
-                                            count, divisor, flagIn, flagOut, timeoutNs, timedOut);
-    return cudaGetLastError();
+    return launchKernel(llRecvReduceSendKernel<T, Op>, blocks, stream, next, static_cast<T*>(dst), lines,
+                        static_cast<const T*>(mine), count, divisor, flagIn, flagOut, timeoutNs, timedOut);
   }
 };
 
@@ -211,8 +227,7 @@ int blocksFor(size_t lines, int blocks) {
   return want < 1 ? 1 : want > size_t(kLLDefaultBlocks) ? kLLDefaultBlocks : static_cast<int>(want);
 }
 
-Status launched(const char* what) {
-  const cudaError_t err = cudaGetLastError();
+Status launched(const char* what, cudaError_t err) {
   if (err != cudaSuccess)
     return makeError(ridgeSystemError, "%s: kernel launch failed: %s", what, cudaGetErrorString(err));
   return Status::ok();
@@ -248,9 +263,9 @@ Status launchLLSend(ll::Line* peerLines, const void* src, size_t bytes, uint32_t
   if (flag == 0)
     return makeError(ridgeInvalidArgument, "launchLLSend: flag 0 is what an unused buffer holds");
   if (bytes == 0) return Status::ok();
-  llSendKernel<<<blocksFor(ll::linesFor(bytes), blocks), kLLThreads, 0, cudaStreamOf(stream)>>>(
-      peerLines, static_cast<const unsigned char*>(src), bytes, flag);
-  return launched("launchLLSend");
+  return launched("launchLLSend",
+                  launchKernel(llSendKernel, blocksFor(ll::linesFor(bytes), blocks), cudaStreamOf(stream),
+                               peerLines, static_cast<const unsigned char*>(src), bytes, flag));
 }
 
 Status launchLLRecv(void* dst, const ll::Line* lines, size_t bytes, uint32_t flag, uint64_t timeoutNs,
@@ -259,9 +274,9 @@ Status launchLLRecv(void* dst, const ll::Line* lines, size_t bytes, uint32_t fla
   if (flag == 0)
     return makeError(ridgeInvalidArgument, "launchLLRecv: flag 0 is what an unused buffer holds");
   if (bytes == 0) return Status::ok();
-  llRecvKernel<<<blocksFor(ll::linesFor(bytes), blocks), kLLThreads, 0, cudaStreamOf(stream)>>>(
-      static_cast<unsigned char*>(dst), lines, bytes, flag, timeoutNs, timedOut);
-  return launched("launchLLRecv");
+  return launched("launchLLRecv",
+                  launchKernel(llRecvKernel, blocksFor(ll::linesFor(bytes), blocks), cudaStreamOf(stream),
+                               static_cast<unsigned char*>(dst), lines, bytes, flag, timeoutNs, timedOut));
 }
 
 Status launchLLRecvReduceSend(ll::Line* nextLines, void* dst, const ll::Line* lines, const void* mine,

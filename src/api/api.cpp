@@ -233,8 +233,8 @@ Status submitDeviceGroup(const std::vector<QueuedOp>& ops, std::vector<ridgeComm
       allLL = allLL && (pointToPoint || llTakes(c, o.op));
     }
     batch.clear();
+    std::vector<ridgeStream_t> streams;
     if (allLL) {
-      std::vector<ridgeStream_t> streams;
       for (const QueuedOp& o : mine)
         if (llTakes(c, o.op) && std::find(streams.begin(), streams.end(), o.op.stream) == streams.end())
           streams.push_back(o.op.stream);
@@ -246,6 +246,8 @@ Status submitDeviceGroup(const std::vector<QueuedOp>& ops, std::vector<ridgeComm
       else
         batch.push_back(o.op);
     }
+    // Every stream of the group waits for the whole group, as for a proxy batch.
+    if (streams.size() > 1) RIDGE_TRY(leaveLLGroup(c, rt, streams.data(), streams.size()));
     return batch.empty() ? Status::ok() : submitDeviceBatch(c, rt, batch.data(), batch.size());
   });
 }

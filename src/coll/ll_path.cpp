@@ -1,6 +1,7 @@
 #include "coll/ll_path.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -34,6 +35,9 @@ struct LLState {
   device::Marker* join = nullptr;  // joins a group's streams (joinLLStreams)
   ridgeStream_t lastStream = nullptr;
   bool launched = false;
+  // A launch whose marker could not be recorded after it: releaseLL cannot tell when it has
+  // ended, so it never frees what the launch may touch.
+  bool untracked = false;
   uint64_t nextOp = 0;
   uint64_t launches = 0;
   uint64_t timeoutNs = 0;
@@ -45,14 +49,34 @@ void LLStateDeleter::operator()(LLState* s) const {
 
 namespace {
 
+// How long an abort waits for this rank's last LL launch to leave its stream before it leaks
+// the LL memory instead (running launches stop within microseconds of the status word).
+constexpr int kAbortWaitSec = 1;
+
 // What each rank tells the others at init (fixed size: bootstrap all-gather).
 struct LLInfo {
   int32_t capable;  // 1: this rank allocated and exported its area
   int32_t rank;
+  int32_t badSetting;  // a BadSetting: this rank's settings are invalid (every rank fails init)
+  int32_t reserved;
   uint64_t maxBytes;  // its RIDGE_LL_MAX_BYTES
   uint64_t area;      // its area's address (for peers in this process when no handle is needed)
   DeviceRuntime::IpcHandle handle;
 };
+
+enum BadSetting : int32_t { kSettingsValid = 0, kBadMode = 1, kBadMaxBytes = 2 };
+
+const char* badSettingText(int32_t bad) {
+  return bad == kBadMode ? "RIDGE_LL is not auto, on or off"
+                         : "RIDGE_LL_MAX_BYTES is not a size from 8 to 1M";
+}
+
+// RIDGE_LL, lower-cased; "" when it is not auto, on or off.
+std::string llMode() {
+  std::string mode = settingString(Setting::LL);
+  for (char& ch : mode) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return mode == "auto" || mode == "on" || mode == "off" ? mode : "";
+}
 
 // Line offset of the slot where `from`'s lines land for `parity`, in any rank's area.
 size_t slotOffset(const LLState& x, int from, int parity) {
@@ -63,13 +87,22 @@ ll::Line* slotOf(void* area, const LLState& x, int from, int parity) {
   return static_cast<ll::Line*>(area) + slotOffset(x, from, parity);
 }
 
-// Two ranks of `c` that are separate processes serving the same device (or possibly the same:
-// a device without a bus id is not told apart): their kernels are time-sliced without MPS.
-bool processesShareADevice(const ridgeComm* c) {
+// Two ranks of `c` on the same device (or possibly the same: between processes a device
+// without a bus id is not told apart). Separate processes: their kernels are time-sliced
+// without MPS, so a spinning receiver waits for a time slice. One process: the ranks' threads
+// must then never make a device-synchronizing call (cudaFree, cudaDeviceSynchronize, some
+// cudaMalloc) while a peer's LL launch spins, since that call waits for the spinning kernel,
+// which waits for this thread's launch; and two ranks on the NULL stream share one queue,
+// where the second launch waits for the first, which waits for the second. NCCL refuses two
+// ranks on one device for the same reasons.
+bool ranksShareADevice(const ridgeComm* c) {
   for (int a = 0; a < c->nranks; ++a)
     for (int b = a + 1; b < c->nranks; ++b) {
       const PeerInfo &pa = c->peers[a], &pb = c->peers[b];
-      if (pa.pid == pb.pid && pa.processNonce == pb.processNonce) continue;
+      if (pa.pid == pb.pid && pa.processNonce == pb.processNonce) {
+        if (pa.cudaDevice == pb.cudaDevice) return true;
+        continue;
+      }
       const std::string busA(pa.busId, strnlen(pa.busId, sizeof pa.busId));
       const std::string busB(pb.busId, strnlen(pb.busId, sizeof pb.busId));
       if (busA.empty() || busB.empty() || busA == busB) return true;
@@ -84,8 +117,9 @@ std::string localRefusal(ridgeComm* c, DeviceRuntime* rt, const std::string& mod
   if (c->nranks > ll::kMaxRanks) return "more than " + std::to_string(ll::kMaxRanks) + " ranks";
   std::string why = p2p::communicatorRefusal(c, rt, exportHandles);
   if (!why.empty()) return why;
-  if (mode != "on" && processesShareADevice(c))
-    return "ranks in separate processes share a device (time-sliced without MPS; RIDGE_LL=on forces LL)";
+  if (mode != "on" && ranksShareADevice(c))
+    return "two ranks share a device (RIDGE_LL=on forces LL: see docs/gpu.md, \"LL collectives\", for "
+           "what that asks of the caller)";
   int worstKind = 0;
   return p2p::pairsRefusalHere(c, rt, &worstKind);
 }
@@ -122,13 +156,17 @@ void freeState(LLState& x) {
 // *why when the rules refuse; not ok when a setting is invalid or a runtime call failed.
 Status prepareLocal(ridgeComm* c, DeviceRuntime* rt, LLState& x, LLInfo* info, bool* exportHandles,
                     std::string* why) {
-  const std::string mode = settingString(Setting::LL);
-  if (mode != "auto" && mode != "on" && mode != "off")
-    RIDGE_WARN("RIDGE_LL=%s: expected auto, on or off; using auto", mode.c_str());
-  const int64_t maxBytes = settingSize(Setting::LL_MAX_BYTES);
-  if (maxBytes < int64_t(kMinLLMaxBytes) || maxBytes > int64_t(kMaxLLMaxBytes)) {
-    // Reported after the exchange (maxBytes 0), so that every rank fails init alike.
-    *why = "RIDGE_LL_MAX_BYTES=" + std::to_string(maxBytes) + " is not a size from 8 to 1M";
+  // Invalid settings are reported after the exchange (badSetting), so that every rank fails
+  // init alike, as RIDGE_STAGING_BYTES does.
+  const std::string mode = llMode();
+  const std::string maxText = settingString(Setting::LL_MAX_BYTES);
+  int64_t maxBytes = 0;
+  const bool maxValid = parseSize(maxText, &maxBytes) && maxBytes >= int64_t(kMinLLMaxBytes) &&
+                        maxBytes <= int64_t(kMaxLLMaxBytes);
+  if (mode.empty() || !maxValid) {
+    info->badSetting = mode.empty() ? kBadMode : kBadMaxBytes;
+    *why = std::string(badSettingText(info->badSetting)) + " (RIDGE_LL='" + settingString(Setting::LL) +
+           "', RIDGE_LL_MAX_BYTES='" + maxText + "')";
     return Status::ok();
   }
   info->maxBytes = static_cast<uint64_t>(maxBytes);
@@ -172,6 +210,28 @@ Status openPeers(ridgeComm* c, LLState& x, const std::vector<LLInfo>& all) {
   return Status::ok();
 }
 
+// Makes the communicator's device current on the calling thread for its scope and gives the
+// caller's back after: launches and event records on the caller's thread must run with the
+// stream's device current (CUDA fails a launch on another device's stream, and a NULL stream
+// would be the current device's legacy stream), and the caller may drive several
+// communicators on several devices from one thread without cudaSetDevice between calls.
+class CommDeviceScope {
+ public:
+  CommDeviceScope(DeviceRuntime* rt, int device) : rt_(rt), previous_(rt->currentDevice()) {
+    if (previous_ != device) bound_ = rt->bindThread(device);
+  }
+  ~CommDeviceScope() {
+    if (bound_.isOk() && previous_ >= 0 && previous_ != rt_->currentDevice())
+      (void)rt_->bindThread(previous_);
+  }
+  const Status& status() const { return bound_; }
+
+ private:
+  DeviceRuntime* rt_;
+  int previous_;
+  Status bound_;
+};
+
 ll::CollKind kindOf(CollType t) {
   switch (t) {
     case CollType::AllReduce: return ll::CollKind::AllReduce;
@@ -205,10 +265,10 @@ Status setupLL(ridgeComm* c) {
   }
   size_t agreed = kMaxLLMaxBytes;
   for (const LLInfo& i : all) {
-    if (i.maxBytes == 0) {
+    if (i.badSetting != kSettingsValid) {
       freeState(*x);
-      return makeError(ridgeInvalidArgument, "rank %d's RIDGE_LL_MAX_BYTES is not a size from 8 to 1M",
-                       i.rank);
+      if (i.rank == c->rank) return makeError(ridgeInvalidArgument, "rank %d: %s", i.rank, why.c_str());
+      return makeError(ridgeInvalidArgument, "rank %d's %s", i.rank, badSettingText(i.badSetting));
     }
     if (why.empty() && !i.capable) why = "rank " + std::to_string(i.rank) + " cannot take part";
     agreed = std::min(agreed, static_cast<size_t>(i.maxBytes));
@@ -251,20 +311,36 @@ Status setupLL(ridgeComm* c) {
 void releaseLL(ridgeComm* c) {
   if (!c->ll) return;
   LLState& x = *c->ll;
-  if (c->aborted.load() || c->asyncError.load() != ridgeSuccess)
-    __atomic_store_n(x.status.host, x.statusBase + ll::kAborted, __ATOMIC_RELEASE);
+  const bool aborted = c->aborted.load();
+  const bool broken = aborted || c->asyncError.load() != ridgeSuccess;
+  if (broken) __atomic_store_n(x.status.host, x.statusBase + ll::kAborted, __ATOMIC_RELEASE);
+  // Running launches see the status word within microseconds; a launch still queued behind
+  // other work on a user's stream may not start for long. Abort must return promptly (what
+  // is not known finished is leaked); destroy waits up to the launches' own timeout.
+  const auto bound = aborted ? std::chrono::seconds(kAbortWaitSec) : std::chrono::seconds(c->timeoutSec + 5);
   bool done = !x.launched;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(c->timeoutSec + 5);
-  while (!done) {
+  const auto deadline = std::chrono::steady_clock::now() + bound;
+  while (!done && !x.untracked) {
     if (!x.rt->queryMarker(x.last, &done).isOk()) break;
     if (done || std::chrono::steady_clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  if (!done) {
+  if (!done || x.untracked) {
     RIDGE_WARN("comm %s: rank %d: an LL launch has not left its stream; its LL area is leaked, not freed",
                c->name.c_str(), c->rank);
     (void)c->ll.release();
     return;
+  }
+  if (broken) {
+    // This rank's launches have ended, but a peer's may still be queued and will store its
+    // lines into this rank's area when it starts (phase 1 stores before any wait): within one
+    // process the freed range could already hold someone else's memory. Only a clean
+    // destroy, after which every line a peer wrote was awaited here, frees the area.
+    RIDGE_INFO(
+        "comm %s: rank %d: communicator %s: its LL area (%zu bytes) is leaked, not freed, since a "
+        "peer's launch may still write into it",
+        c->name.c_str(), c->rank, aborted ? "aborted" : "broken", x.areaBytes);
+    x.area = nullptr;
   }
   freeState(x);
   c->ll.reset();
@@ -303,11 +379,17 @@ Status launchLL(ridgeComm* c, DeviceRuntime* rt, const DeviceOp& op) {
     d.peerSlot[j] = slotOf(x.peerArea[j], x, c->rank, parity);
     d.mySlot[j] = slotOf(x.area, x, j, parity);
   }
-  Status s;
+  const CommDeviceScope onDevice(rt, c->cudaDevice);
+  Status s = onDevice.status();
   // Issue order across streams: this launch starts after the previous one left its stream.
-  if (x.launched && op.stream != x.lastStream) s = rt->waitMarker(op.stream, x.last);
+  // Always, even on the previous launch's stream (then nearly free): a stream handle equal to
+  // the last one may be a new stream that reuses a destroyed one's handle.
+  if (s.isOk() && x.launched) s = rt->waitMarker(op.stream, x.last);
   if (s.isOk()) s = rt->launchLLCollective(d, op.stream);
-  if (s.isOk()) s = rt->recordMarker(x.last, op.stream);
+  if (s.isOk()) {
+    s = rt->recordMarker(x.last, op.stream);
+    x.untracked = x.untracked || !s.isOk();
+  }
   if (!s.isOk()) {
     // The peers' launches wait for lines this rank will not send: the communicator is broken.
     int expected = ridgeSuccess;
@@ -327,7 +409,9 @@ Status joinLLStreams(ridgeComm* c, DeviceRuntime* rt, const ridgeStream_t* strea
   // One marker passed along the streams: each waits for the previous one's record and
   // records after it, so the last record follows every stream's earlier work; the first
   // stream then waits for it. (A wait takes the marker's record at the time of the call.)
-  Status s = rt->recordMarker(x.join, streams[0]);
+  const CommDeviceScope onDevice(rt, c->cudaDevice);
+  Status s = onDevice.status();
+  if (s.isOk()) s = rt->recordMarker(x.join, streams[0]);
   for (size_t i = 1; i < n && s.isOk(); ++i) {
     s = rt->waitMarker(streams[i], x.join);
     if (s.isOk()) s = rt->recordMarker(x.join, streams[i]);
@@ -336,6 +420,18 @@ Status joinLLStreams(ridgeComm* c, DeviceRuntime* rt, const ridgeStream_t* strea
   if (!s.isOk())
     return Status(s.code(),
                   "rank " + std::to_string(c->rank) + ": joining a group's streams: " + s.message());
+  return Status::ok();
+}
+
+Status leaveLLGroup(ridgeComm* c, DeviceRuntime* rt, const ridgeStream_t* streams, size_t n) {
+  LLState& x = *c->ll;
+  const CommDeviceScope onDevice(rt, c->cudaDevice);
+  Status s = onDevice.status();
+  for (size_t i = 0; i < n && s.isOk(); ++i)
+    if (streams[i] != x.lastStream) s = rt->waitMarker(streams[i], x.last);
+  if (!s.isOk())
+    return Status(s.code(),
+                  "rank " + std::to_string(c->rank) + ": leaving a group's streams: " + s.message());
   return Status::ok();
 }
 

@@ -47,9 +47,11 @@ constexpr size_t kMaxLLMaxBytes = size_t(1) << 20;
 Status setupLL(ridgeComm* comm);
 
 // Frees the areas, mappings, marker and status word (destroy and abort). Moves the status word
-// to base + kAborted first when the communicator was aborted or broken, then waits (bounded by
-// its timeout) until the last LL launch has left the stream; if it has not, leaks the memory
-// rather than free what a kernel may still touch.
+// to base + kAborted first when the communicator was aborted or broken, then waits until the
+// last LL launch has left the stream (destroy: up to its timeout + 5 s; abort: 1 s); if it has
+// not (or a launch's marker could not be recorded), leaks the memory rather than free what a
+// kernel may still touch. An aborted or broken communicator never frees its own area: a
+// peer's queued launch may still store lines into it.
 void releaseLL(ridgeComm* comm);
 
 // Whether `op` goes through LL on this communicator: LL is on, the operation is a collective
@@ -68,6 +70,13 @@ Status launchLL(ridgeComm* comm, device::DeviceRuntime* rt, const DeviceOp& op);
 // operations, launched next in call order (each after the previous one), start only once every
 // stream of the group reached the group, as a proxy batch does. Never blocks.
 Status joinLLStreams(ridgeComm* comm, device::DeviceRuntime* rt, const ridgeStream_t* streams, size_t n);
+
+// Makes every one of `streams` (the group's distinct LL streams) wait for the group's last LL
+// launch. Each launch starts after the previous one finished (issue order, launchLL), so the
+// last one's end is the end of the whole group: work the caller queues next on any stream of
+// the group sees every output of the group, as after a proxy batch (docs/gpu.md, "Groups").
+// Never blocks.
+Status leaveLLGroup(ridgeComm* comm, device::DeviceRuntime* rt, const ridgeStream_t* streams, size_t n);
 
 // Turns a status word set by a timed-out launch into the communicator's asynchronous error
 // (ridgeTimeout, with a text saying so). Cheap: one load of a host word.

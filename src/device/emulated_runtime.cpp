@@ -168,7 +168,27 @@ Status EmulatedRuntime::allocDeviceOn(size_t bytes, void** out, int device, bool
   return Status::ok();
 }
 
+bool EmulatedRuntime::streamsIdle(int device) {
+  std::lock_guard<std::mutex> lock(queuesMutex_);
+  for (Queue* q : queues_) {
+    if (q->device != device) continue;
+    std::lock_guard<std::mutex> ql(q->mutex);
+    if (q->busy || !q->items.empty()) return false;
+  }
+  return true;
+}
+
 void EmulatedRuntime::freeDevice(void* p) {
+  if (freesWaitForStreams_.load()) {
+    int device = -1;
+    {
+      std::lock_guard<std::mutex> lock(regionsMutex_);
+      auto it = regions_.find(reinterpret_cast<uintptr_t>(p));
+      if (it != regions_.end()) device = it->second.device;
+    }
+    if (device >= 0 && !boundedWait([&] { return streamsIdle(device); }, waitTimeout()))
+      freesStalled_.fetch_add(1);
+  }
   std::lock_guard<std::mutex> lock(regionsMutex_);
   auto it = regions_.find(reinterpret_cast<uintptr_t>(p));
   if (it == regions_.end()) return;
@@ -742,6 +762,13 @@ size_t EmulatedRuntime::ipcViewsOpen() {
   return n;
 }
 
+size_t EmulatedRuntime::liveDeviceAllocations() {
+  std::lock_guard<std::mutex> lock(regionsMutex_);
+  size_t n = 0;
+  for (const auto& [base, r] : regions_) n += r.ipcOpens == 0 ? 1 : 0;
+  return n;
+}
+
 }  // namespace ridge::device
 
 // ---- LL collectives ---------------------------------------------------------------------
@@ -820,6 +847,17 @@ Status EmulatedRuntime::launchLLCollective(const ll::Launch& d, ridgeStream_t st
       d.statusWord == 0 || d.elemBytes <= 0 || d.elemBytes > 8)
     return makeError(ridgeInvalidArgument, "emulated LL launch: bad descriptor (rank %d of %d, flag %u)",
                      d.rank, d.nranks, d.flag);
+  // As CUDA: a launch on a stream of another device than the current one fails (the NULL
+  // stream is the current device's own).
+  if (stream) {
+    Status bad;
+    Queue* q = queueOf(stream, &bad);
+    if (!q) return bad;
+    if (q->device != tCurrentDevice)
+      return makeError(ridgeInvalidUsage,
+                       "emulated LL launch: the stream belongs to device %d but device %d is current",
+                       q->device, tCurrentDevice);
+  }
   // The private aliases of every pointer the launch touches, for the extent it touches.
   ll::Launch x = d;
   const size_t bytes = ll::messageBytes(d), lineBytes = ll::messageLines(d) * sizeof(ll::Line);
@@ -833,7 +871,7 @@ Status EmulatedRuntime::launchLLCollective(const ll::Launch& d, ridgeStream_t st
   for (int j = 0; j < d.nranks; ++j) {
     if (j == d.rank) continue;
     if (!(x.peerSlot[j] = reinterpret_cast<ll::Line*>(translate(d.peerSlot[j], lineBytes, &s)))) return s;
-    if (!(x.mySlot[j] = reinterpret_cast<const ll::Line*>(translate(d.mySlot[j], lineBytes, &s)))) return s;
+    if (!(x.mySlot[j] = reinterpret_cast<ll::Line*>(translate(d.mySlot[j], lineBytes, &s)))) return s;
   }
   llLaunchCount_.fetch_add(1);
   bool loaded;

@@ -67,7 +67,8 @@ class EmulatedRuntime final : public DeviceRuntime {
   // phase 1 then phase 2 over every line, lines stored and loaded as two 8-byte
   // release/acquire halves through the private aliases, waits spinning with yields and
   // watching the status word and the deadline, reductions with the host kernels (the same
-  // arithmetic as launchReduce here).
+  // arithmetic as launchReduce here). Refused, as by CUDA, on a stream of a device that is
+  // not the calling thread's current one.
   Status launchLLCollective(const ll::Launch& d, ridgeStream_t stream) override;
 
   // Marks the current device's kernels loaded (see launchesBeforePreloadWhileStreamsWait).
@@ -135,6 +136,12 @@ class EmulatedRuntime final : public DeviceRuntime {
   // caller's device is pending: a runtime call stuck the way an implicitly synchronizing CUDA
   // call would be, for tests that abort a communicator whose proxy is blocked inside it.
   void setCopiesWaitForReleases(bool on) { copiesWaitForReleases_.store(on); }
+  // While on, freeDevice (and ipcClose) first waits, as cudaFree does, until every stream of
+  // the allocation's device is idle: bounded by waitTimeout(), after which it frees anyway
+  // and counts the free in freesStalledByStreams(). A test whose rank frees while a peer's
+  // launch on the same device waits for that rank (a hang on a GPU) then shows a count.
+  void setFreesWaitForStreams(bool on) { freesWaitForStreams_.store(on); }
+  uint64_t freesStalledByStreams() const { return freesStalled_.load(); }
   // Every copy and reduction queued on a stream of `device` from now on first sleeps `delay`
   // on the stream's worker (0: no delay): a slow device, so that tests can show that work
   // of another rank never runs ahead of what it depends on.
@@ -183,6 +190,8 @@ class EmulatedRuntime final : public DeviceRuntime {
   // in between. Views opened with ipcOpen keep the old memory. Nothing may be queued on it.
   Status reallocateInPlace(void* base);
   size_t ipcViewsOpen();
+  // Device (and managed) allocations not yet freed, ipcOpen views not counted.
+  size_t liveDeviceAllocations();
   uint64_t reducesLaunched() const { return reduceCount_.load(); }
   // Those launched on streams of `device` (tests that run several ranks in one runtime).
   uint64_t reducesLaunchedOn(int device) const {
@@ -255,6 +264,10 @@ class EmulatedRuntime final : public DeviceRuntime {
   std::atomic<uint64_t> releaseWaits_{0};
   std::atomic<uint64_t> allocationsWhileStreamsWait_{0};
   std::atomic<bool> copiesWaitForReleases_{false};
+  std::atomic<bool> freesWaitForStreams_{false};
+  std::atomic<uint64_t> freesStalled_{0};
+  // Whether every stream of `device` has nothing queued and nothing running.
+  bool streamsIdle(int device);
   std::mutex pendingMutex_;
   std::map<uint64_t, PendingWait> pending_;  // by a serial number; under pendingMutex_
   uint64_t nextPendingId_ = 0;               // under pendingMutex_

@@ -29,6 +29,7 @@
 #include "collective_case.h"
 #include "device/emulated_runtime.h"
 #include "device_ranks.h"
+#include "kernels/ll_line.h"
 #include "rank_launcher.h"
 #include "ridge/ridge.h"
 #include "transports/p2p/p2p.h"
@@ -42,11 +43,25 @@ using ridge::device::EmulatedRuntime;
 using ridge::device::ScopedRuntimeForTesting;
 using Clock = std::chrono::steady_clock;
 
-// One environment variable for the scope of a test.
+// RIDGE_LL=on unless set: these tests put several ranks (threads) on one emulated device,
+// which auto refuses (docs/gpu.md, "LL collectives"). Before main, so before any communicator
+// reads it; the tests of auto and off set it themselves.
+[[maybe_unused]] const bool kLLOnForTheseTests = setenv("RIDGE_LL", "on", 0) == 0;
+
+// One environment variable for the scope of a test (the previous value comes back after).
 struct EnvSetting {
   const char* name;
-  EnvSetting(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
-  ~EnvSetting() { unsetenv(name); }
+  bool had;
+  std::string old;
+  EnvSetting(const char* n, const char* v) : name(n), had(getenv(n) != nullptr), old(had ? getenv(n) : "") {
+    setenv(n, v, 1);
+  }
+  ~EnvSetting() {
+    if (had)
+      setenv(name, old.c_str(), 1);
+    else
+      unsetenv(name);
+  }
 };
 
 // A closure queued on a stream that holds it until `open` (bounded by the emulator's wait).
@@ -60,6 +75,30 @@ struct Gate {
     });
   }
 };
+
+// A closure queued on `s` that sets `ran` when the stream reaches it.
+Status enqueueMark(EmulatedRuntime& rt, ridgeStream_t s, std::atomic<bool>& ran) {
+  return rt.enqueue(s, [&ran] {
+    ran.store(true);
+    return Status::ok();
+  });
+}
+
+// `count` int32 elements of value rank + 1 into `m`; and the last int32 of `count` in `m`.
+void putRankPlusOne(DevMem& m, size_t count, int rank) {
+  std::vector<unsigned char> bytes(count * 4);
+  for (size_t e = 0; e < count; ++e) {
+    const int32_t v = rank + 1;
+    std::memcpy(bytes.data() + e * 4, &v, 4);
+  }
+  m.put(bytes);
+}
+int32_t lastInt32(const DevMem& m, size_t count) {
+  const std::vector<unsigned char> got = m.get(0, count * 4);
+  int32_t v;
+  std::memcpy(&v, got.data() + (count - 1) * 4, 4);
+  return v;
+}
 
 // Waits (bounded: 10 s) until `flag` is set: a rank that stays out of a collective until its
 // peer is done with it.
@@ -94,18 +133,30 @@ void expectAllLL(const TestRank& t, uint64_t calls) {
   EXPECT_EQ(t.comm->gpuProxy, nullptr) << "rank " << t.rank << ": the proxy was started";
 }
 
+// Buffers are allocated once per rank, at the largest size: a free waits for the device's
+// streams, as cudaFree does, and a peer's next launch may already spin on this device
+// waiting for this rank (the emulator counts such a free: freesStalledByStreams).
 void runAllLL(int n, int devices) {
   EmulatedRuntime rt(devices);
   ScopedRuntimeForTesting scope(&rt);
+  rt.setFreesWaitForStreams(true);
   const std::vector<Call> calls = smallCalls();
+  size_t sendBytes = 0, recvBytes = 0;
+  for (const Call& c : calls) {
+    sendBytes = std::max(sendBytes, inputElems(c.op, c.count, n) * dtSize(c.dt));
+    recvBytes = std::max(recvBytes, outputElems(c.op, c.count, n) * dtSize(c.dt));
+  }
   withRanks(rt, n, devices, [&](TestRank& t) {
+    DevMem send(rt, sendBytes), recv(rt, recvBytes);
     uint32_t seed = 0x11u + static_cast<uint32_t>(n);
     for (const Call& c : calls) {
-      runCall(rt, t, c, seed++);
+      runCall(rt, t, c, seed++, &send, &recv);
       if (::testing::Test::HasFatalFailure()) return;
     }
     expectAllLL(t, calls.size());
   });
+  EXPECT_EQ(rt.freesStalledByStreams(), 0u)
+      << "a rank freed while a peer's launch on its device waited for it";
   EXPECT_EQ(rt.llLaunches(), uint64_t(n) * calls.size());
   EXPECT_EQ(rt.releaseWaitsQueued(), 0u);
   EXPECT_EQ(rt.ipcViewsOpen(), 0u) << "LL areas left mapped after destroy";
@@ -220,8 +271,9 @@ TEST(LLCollectives, RanksAgreeOnTheSmallestThreshold) {
   EXPECT_EQ(seen[1], 512u);
 }
 
-TEST(LLCollectives, InvalidThresholdFailsInitOnEveryRank) {
-  EnvSetting max("RIDGE_LL_MAX_BYTES", "2M");
+// An invalid LL setting (`name`=`value`) fails init on every rank, with a text naming it.
+void expectInitFailsOnEveryRank(const char* name, const char* value) {
+  EnvSetting bad(name, value);
   EmulatedRuntime rt(1);
   ScopedRuntimeForTesting scope(&rt);
   ridgeUniqueId id;
@@ -235,11 +287,51 @@ TEST(LLCollectives, InvalidThresholdFailsInitOnEveryRank) {
       if (res[r] == ridgeSuccess)
         ridgeCommDestroy(comm);
       else
-        EXPECT_NE(errorText().find("RIDGE_LL_MAX_BYTES"), std::string::npos) << errorText();
+        EXPECT_NE(errorText().find(std::string(name) + " is not"), std::string::npos) << errorText();
     });
   for (auto& t : threads) t.join();
-  EXPECT_EQ(res[0], ridgeInvalidArgument);
-  EXPECT_EQ(res[1], ridgeInvalidArgument);
+  EXPECT_EQ(res[0], ridgeInvalidArgument) << name << "=" << value;
+  EXPECT_EQ(res[1], ridgeInvalidArgument) << name << "=" << value;
+}
+
+TEST(LLCollectives, InvalidThresholdFailsInitOnEveryRank) {
+  expectInitFailsOnEveryRank("RIDGE_LL_MAX_BYTES", "2M");
+  // Not a size at all: refused too (it used to fall back to 64K with a warning).
+  expectInitFailsOnEveryRank("RIDGE_LL_MAX_BYTES", "abc");
+}
+
+// RIDGE_LL that is not auto, on or off (in any case) fails init rather than turn LL on.
+TEST(LLCollectives, InvalidModeFailsInitOnEveryRank) {
+  expectInitFailsOnEveryRank("RIDGE_LL", "false");
+}
+
+// RIDGE_LL is read whatever its case: OFF is off (it used to be taken for auto, which takes
+// LL for one rank per device, as here).
+TEST(LLCollectives, ModeIsCaseInsensitive) {
+  EnvSetting off("RIDGE_LL", "OFF");
+  EmulatedRuntime rt(2);
+  ScopedRuntimeForTesting scope(&rt);
+  withRanks(rt, 2, 2, [&](TestRank& t) {
+    runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 100}, 1);
+    EXPECT_FALSE(ridge::llStats(t.comm).enabled);
+  });
+  EXPECT_EQ(rt.llLaunches(), 0u);
+}
+
+// auto refuses two ranks on one device even within one process (a device-synchronizing call
+// on one rank's thread would wait for a peer's spinning launch; two ranks on the NULL stream
+// would wait for each other), and takes one rank per device.
+TEST(LLCollectives, AutoRefusesTwoRanksOnOneDeviceInOneProcess) {
+  EnvSetting autoMode("RIDGE_LL", "auto");
+  for (int devices : {1, 2}) {
+    EmulatedRuntime rt(devices);
+    ScopedRuntimeForTesting scope(&rt);
+    withRanks(rt, 2, devices, [&](TestRank& t) {
+      runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 100}, 1);
+      EXPECT_EQ(ridge::llStats(t.comm).enabled, devices == 2) << devices << " devices, rank " << t.rank;
+    });
+    EXPECT_EQ(rt.llLaunches(), devices == 2 ? 2u : 0u) << devices << " devices";
+  }
 }
 
 TEST(LLCollectives, OffTakesTheProxy) {
@@ -315,22 +407,14 @@ TEST(LLCollectives, AlternatingStreamsKeepIssueOrder) {
     ASSERT_TRUE(rt.createStream(&b).isOk());
     const size_t count = 64;
     DevMem in1(rt, count * 4), out1(rt, count * 4), in2(rt, count * 4), out2(rt, count * 4);
-    std::vector<unsigned char> ones(count * 4);
-    for (size_t e = 0; e < count; ++e) {
-      const int32_t v = t.rank + 1;
-      std::memcpy(ones.data() + e * 4, &v, 4);
-    }
-    in1.put(ones);
-    in2.put(ones);
+    putRankPlusOne(in1, count, t.rank);
+    putRankPlusOne(in2, count, t.rank);
     Gate gate;
     ASSERT_TRUE(gate.enqueue(rt, t.stream).isOk());
     ASSERT_EQ(ridgeAllReduce(in1.p, out1.p, count, ridgeInt32, ridgeSum, t.comm, t.stream), ridgeSuccess);
     ASSERT_EQ(ridgeAllReduce(in2.p, out2.p, count, ridgeInt32, ridgeSum, t.comm, b), ridgeSuccess);
     std::atomic<bool> bDone{false};
-    ASSERT_TRUE(rt.enqueue(b, [&] {
-                    bDone.store(true);
-                    return Status::ok();
-                  }).isOk());
+    ASSERT_TRUE(enqueueMark(rt, b, bDone).isOk());
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     EXPECT_FALSE(bDone.load()) << "rank " << t.rank << ": operation 2 ran before operation 1";
     gate.open.store(true);
@@ -338,10 +422,7 @@ TEST(LLCollectives, AlternatingStreamsKeepIssueOrder) {
     ASSERT_TRUE(rt.synchronize(b).isOk());
     EXPECT_TRUE(bDone.load());
     for (const DevMem* m : {&out1, &out2}) {
-      const std::vector<unsigned char> got = m->get(0, count * 4);
-      int32_t v;
-      std::memcpy(&v, got.data() + (count - 1) * 4, 4);
-      EXPECT_EQ(v, 3);
+      EXPECT_EQ(lastInt32(*m, count), 3);
     }
     rt.destroyStream(b);
   });
@@ -390,6 +471,85 @@ TEST(LLCollectives, GroupOverTwoStreamsWaitsForBoth) {
     rt.destroyStream(b);
   });
   EXPECT_EQ(rt.releaseWaitsQueued(), 0u);
+}
+
+// After a group, every stream of the group waits for the whole group, as after a proxy batch:
+// rank 0 groups {op 1 on stream A, op 2 on stream B}, rank 1 issues the same operations
+// ungrouped with a gate before op 2, so rank 0's op 2 cannot finish while the gate is closed.
+// Work rank 0 queues on A after the group must wait for it (without the wait at the group's
+// exit, A went on as soon as op 1 finished).
+TEST(LLCollectives, GroupExitEveryStreamWaitsForTheWholeGroup) {
+  EmulatedRuntime rt(1);
+  ScopedRuntimeForTesting scope(&rt);
+  withRanks(rt, 2, 1, [&](TestRank& t) {
+    ridgeStream_t b = nullptr;
+    ASSERT_TRUE(rt.createStream(&b).isOk());
+    const size_t count = 64;
+    DevMem in(rt, count * 4), out1(rt, count * 4), out2(rt, count * 4);
+    putRankPlusOne(in, count, t.rank);
+    Gate gate;
+    std::atomic<bool> afterGroupRan{false};
+    if (t.rank == 0) {
+      ridgeGroupStart();
+      ridgeAllReduce(in.p, out1.p, count, ridgeInt32, ridgeSum, t.comm, t.stream);
+      ridgeAllReduce(in.p, out2.p, count, ridgeInt32, ridgeSum, t.comm, b);
+      ASSERT_EQ(ridgeGroupEnd(), ridgeSuccess) << errorText();
+      ASSERT_TRUE(enqueueMark(rt, t.stream, afterGroupRan).isOk());
+    } else {
+      ASSERT_EQ(ridgeAllReduce(in.p, out1.p, count, ridgeInt32, ridgeSum, t.comm, t.stream), ridgeSuccess);
+      ASSERT_TRUE(gate.enqueue(rt, b).isOk());
+      ASSERT_EQ(ridgeAllReduce(in.p, out2.p, count, ridgeInt32, ridgeSum, t.comm, b), ridgeSuccess);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    if (t.rank == 0) {
+      EXPECT_FALSE(afterGroupRan.load())
+          << "stream A went past the group before its operation on stream B ended";
+    }
+    gate.open.store(true);
+    ASSERT_TRUE(rt.synchronize(t.stream).isOk());
+    ASSERT_TRUE(rt.synchronize(b).isOk());
+    if (t.rank == 0) {
+      EXPECT_TRUE(afterGroupRan.load());
+    }
+    for (const DevMem* m : {&out1, &out2}) {
+      EXPECT_EQ(lastInt32(*m, count), 3) << "rank " << t.rank;
+    }
+    rt.destroyStream(b);
+  });
+}
+
+// One thread drives a communicator of device 0 while device 1 is current (as a thread that
+// drives communicators on several devices without cudaSetDevice between calls): the LL
+// launches, group joins and exits bind the communicator's device (the emulator, like CUDA,
+// refuses a launch on another device's stream) and give the caller's device back.
+TEST(LLCollectives, LaunchBindsTheCommunicatorsDevice) {
+  EmulatedRuntime rt(2);
+  ScopedRuntimeForTesting scope(&rt);
+  withRanks(rt, 2, 1, [&](TestRank& t) {
+    ridgeStream_t b = nullptr;
+    ASSERT_TRUE(rt.createStream(&b).isOk());
+    const size_t count = 64;
+    DevMem in(rt, count * 4), out1(rt, count * 4), out2(rt, count * 4), out3(rt, count * 4);
+    putRankPlusOne(in, count, t.rank);
+    ASSERT_TRUE(rt.bindThread(1).isOk());
+    EXPECT_EQ(ridgeAllReduce(in.p, out1.p, count, ridgeInt32, ridgeSum, t.comm, t.stream), ridgeSuccess)
+        << errorText();
+    EXPECT_EQ(rt.currentDevice(), 1) << "the caller's device was not given back";
+    ridgeGroupStart();
+    ridgeAllReduce(in.p, out2.p, count, ridgeInt32, ridgeSum, t.comm, t.stream);
+    ridgeAllReduce(in.p, out3.p, count, ridgeInt32, ridgeSum, t.comm, b);
+    EXPECT_EQ(ridgeGroupEnd(), ridgeSuccess) << errorText();
+    EXPECT_EQ(rt.currentDevice(), 1) << "the caller's device was not given back";
+    ASSERT_TRUE(rt.bindThread(0).isOk());
+    ASSERT_TRUE(rt.synchronize(t.stream).isOk());
+    ASSERT_TRUE(rt.synchronize(b).isOk());
+    ridgeResult_t async = ridgeSuccess;
+    ASSERT_EQ(ridgeCommGetAsyncError(t.comm, &async), ridgeSuccess);
+    EXPECT_EQ(async, ridgeSuccess) << errorText();
+    for (const DevMem* m : {&out1, &out2, &out3}) EXPECT_EQ(lastInt32(*m, count), 3) << "rank " << t.rank;
+    EXPECT_EQ(ridge::llStats(t.comm).launches, 3u);
+    rt.destroyStream(b);
+  });
 }
 
 // Small (LL) and large (proxy) operations in one sequence, without synchronization between
@@ -479,6 +639,87 @@ TEST(LLCollectives, AbortUnblocksARankWhosePeerNeverCalls) {
       /*destroy=*/false);
 }
 
+// After an abort, a peer's launch queued earlier still stores its lines into this rank's area
+// when it starts: the aborted rank must not free the area (ranks of one process address each
+// other's areas by pointer, as under CUDA). Rank 1 queues operation 1 behind a closed gate,
+// rank 0 aborts and allocates memory of the area's size (which may take its freed place),
+// then rank 1's launch runs: the area is still allocated and the new memory untouched.
+TEST(LLCollectives, AbortNeverFreesTheAreaAPeerMayStillWrite) {
+  EmulatedRuntime rt(1);
+  rt.setIpcWithinProcess(false);
+  ScopedRuntimeForTesting scope(&rt);
+  Gate gate;
+  std::atomic<bool> queued{false}, rank0Aborted{false}, rank1Ran{false};
+  withRanks(
+      rt, 2, 1,
+      [&](TestRank& t) {
+        runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 300}, 1);
+        if (t.rank == 1) {
+          DevMem in(rt, 4096), out(rt, 4096);
+          ASSERT_TRUE(gate.enqueue(rt, t.stream).isOk());
+          ASSERT_EQ(ridgeAllReduce(in.p, out.p, 1000, ridgeFloat32, ridgeSum, t.comm, t.stream),
+                    ridgeSuccess);
+          queued.store(true);
+          waitFor(rank0Aborted);
+          gate.open.store(true);
+          (void)rt.synchronize(t.stream);  // its wait for rank 0 times out
+          rank1Ran.store(true);
+        } else {
+          waitFor(queued);
+          const size_t live = rt.liveDeviceAllocations();
+          EXPECT_EQ(ridgeCommAbort(t.comm), ridgeSuccess);
+          EXPECT_EQ(rt.liveDeviceAllocations(), live) << "the aborted rank freed its LL area";
+          const size_t areaBytes = 2 * 2 * ridge::ll::linesFor(ridge::llStats(t.comm).maxBytes) * 16;
+          std::vector<DevMem*> fresh;
+          for (int i = 0; i < 4; ++i) {
+            fresh.push_back(new DevMem(rt, areaBytes));
+            fresh.back()->put(std::vector<unsigned char>(areaBytes, kPoison));
+          }
+          rank0Aborted.store(true);
+          waitFor(rank1Ran);
+          for (DevMem* m : fresh) {
+            const std::vector<unsigned char> got = m->get(0, areaBytes);
+            size_t changed = 0;
+            for (unsigned char c : got) changed += c != kPoison;
+            EXPECT_EQ(changed, 0u) << "a peer's launch wrote into memory allocated after the abort";
+            delete m;
+          }
+        }
+        if (t.rank == 1) {
+          EXPECT_EQ(ridgeCommAbort(t.comm), ridgeSuccess);
+        }
+      },
+      /*destroy=*/false, /*timeoutSeconds=*/1);
+}
+
+// Abort returns promptly although this rank's LL launch is still queued behind other work on
+// the stream (a closed gate): it leaks what the launch may touch instead of waiting for it.
+TEST(LLCollectives, AbortReturnsPromptlyWithALaunchQueuedBehindAGate) {
+  EmulatedRuntime rt(1);
+  ScopedRuntimeForTesting scope(&rt);
+  Gate gate;
+  std::atomic<bool> rank0Done{false};
+  withRanks(
+      rt, 2, 1,
+      [&](TestRank& t) {
+        if (t.rank == 0) {
+          DevMem in(rt, 400), out(rt, 400);
+          ASSERT_TRUE(gate.enqueue(rt, t.stream).isOk());
+          ASSERT_EQ(ridgeAllReduce(in.p, out.p, 100, ridgeFloat32, ridgeSum, t.comm, t.stream), ridgeSuccess);
+          const auto t0 = Clock::now();
+          EXPECT_EQ(ridgeCommAbort(t.comm), ridgeSuccess);
+          EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 5.0);
+          gate.open.store(true);
+          (void)rt.synchronize(t.stream);  // the launch starts, sees the abort and ends
+          rank0Done.store(true);
+        } else {
+          waitFor(rank0Done);
+          EXPECT_EQ(ridgeCommAbort(t.comm), ridgeSuccess);
+        }
+      },
+      /*destroy=*/false, /*timeoutSeconds=*/30);
+}
+
 // A peer that never calls: the launch gives up at the timeout, the stream moves on, and the
 // communicator reports ridgeTimeout asynchronously and refuses later calls.
 TEST(LLCollectives, TimeoutIsAnAsyncErrorNotAHang) {
@@ -556,6 +797,46 @@ TEST(LLCollectives, FlagsAcrossTheWrap) {
       runCall(rt, t, {Op::AllGather, ridgeInt32, ridgeSum, 100}, seed++);
     }
     EXPECT_EQ(ridge::llStats(t.comm).nextOp, 0xFFFFFFFFull - 5 + 16);
+  });
+}
+
+// A slot line left from long ago must not look ready when the flags come round again:
+// operation 1 (parity 1, flag 2) fills 150 lines of each slot; the counter then jumps to
+// 2^33 - 2 (flag 1, parity 0: a small allgather), so operation 2^33 - 1 has parity 1 and flag
+// 2 again. Rank 1 holds that operation behind a closed gate: rank 0 must wait for rank 1's
+// new lines, not finish with operation 1's lines still in its slot (without the receivers'
+// zeroing of consumed lines its output is operation 1's sum, not this one's).
+TEST(LLCollectives, StaleLineFromBeforeTheFlagWrapIsNotReady) {
+  EmulatedRuntime rt(1);
+  ScopedRuntimeForTesting scope(&rt);
+  Gate gate;
+  withRanks(rt, 2, 1, [&](TestRank& t) {
+    runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 300}, 1);
+    runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 300}, 2);
+    ridge::setNextLLOpForTesting(t.comm, (uint64_t(1) << 33) - 3);
+    ASSERT_EQ(ridge::llStats(t.comm).nextOp, (uint64_t(1) << 33) - 2);
+    runCall(rt, t, {Op::AllGather, ridgeInt32, ridgeSum, 50}, 3);
+    const size_t count = 300;
+    DevMem in(rt, count * 4), out(rt, count * 4);
+    const uint32_t keys[2] = {rankKey(4, 0), rankKey(4, 1)};
+    std::vector<unsigned char> bytes(count * 4);
+    fillRankInput(Op::AllReduce, ridgeFloat32, ridgeSum, bytes.data(), count, 2, keys[t.rank]);
+    in.put(bytes);
+    out.put(std::vector<unsigned char>(count * 4, kPoison));
+    if (t.rank == 1) {
+      ASSERT_TRUE(gate.enqueue(rt, t.stream).isOk());
+    }
+    ASSERT_EQ(ridgeAllReduce(in.p, out.p, count, ridgeFloat32, ridgeSum, t.comm, t.stream), ridgeSuccess);
+    if (t.rank == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      gate.open.store(true);
+    }
+    ASSERT_TRUE(rt.synchronize(t.stream).isOk());
+    Mismatches mm;
+    const std::vector<unsigned char> got = out.get(0, count * 4);
+    checkRankOutput(Op::AllReduce, ridgeFloat32, ridgeSum, got.data(), count, {keys[0], keys[1]}, t.rank, 1,
+                    kPoison, mm);
+    EXPECT_EQ(mm.count, 0u) << "rank " << t.rank << ": " << mm.text;
   });
 }
 

@@ -8,6 +8,9 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <string>
@@ -39,20 +42,45 @@ struct Call {
   size_t count;
 };
 
+// Waits (bounded: 60 s) until all `n` rank threads arrived: the ranks never make a
+// device-synchronizing call while a peer's LL launch may spin waiting for them.
+void arriveAndWait(std::atomic<int>& arrived, int n) {
+  arrived.fetch_add(1);
+  for (int i = 0; i < 60000 && arrived.load() < n; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
 // Runs `calls` on n rank threads on GPU 0; outputs[rank][call] gets each output's bytes.
+// Every rank allocates its stream and buffers (the largest call's) before the first call and
+// frees them after the last, all ranks between barriers: cudaMalloc and cudaFree may wait for
+// the whole device, where a peer's LL launch spins until this rank launches too (a hang).
+// Copies go on the rank's own non-blocking stream for the same reason.
+// With `pendingUserError`, each rank leaves a CUDA error pending on its thread before every
+// call (a failed runtime call nobody checked, as after a bad launch of the caller's): the call
+// must succeed and leave the error pending, the caller's to see.
 void runRanks(int n, const std::vector<Call>& calls, bool expectLL,
-              std::vector<std::vector<std::vector<unsigned char>>>* outputs) {
+              std::vector<std::vector<std::vector<unsigned char>>>* outputs, bool pendingUserError = false) {
   ridgeUniqueId id;
   ASSERT_EQ(ridgeGetUniqueId(&id), ridgeSuccess) << lastError();
   outputs->assign(n, {});
+  size_t maxIn = 0, maxOut = 0;
+  for (const Call& c : calls) {
+    maxIn = std::max(maxIn, inputElems(c.op, c.count, n) * dtSize(c.dt));
+    maxOut = std::max(maxOut, outputElems(c.op, c.count, n) * dtSize(c.dt));
+  }
+  std::atomic<int> ready{0}, done{0};
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
       ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-      ridgeComm_t comm = nullptr;
-      ASSERT_EQ(ridgeCommInitRank(&comm, n, id, r), ridgeSuccess) << lastError();
       cudaStream_t stream;
       ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+      void *send = nullptr, *recv = nullptr;
+      ASSERT_EQ(cudaMalloc(&send, maxIn), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&recv, maxOut), cudaSuccess);
+      ridgeComm_t comm = nullptr;
+      ASSERT_EQ(ridgeCommInitRank(&comm, n, id, r), ridgeSuccess) << lastError();
+      arriveAndWait(ready, n);
       uint32_t seed = 0x3131u;
       for (const Call& c : calls) {
         const size_t es = dtSize(c.dt), inBytes = inputElems(c.op, c.count, n) * es,
@@ -60,33 +88,36 @@ void runRanks(int n, const std::vector<Call>& calls, bool expectLL,
         std::vector<uint32_t> keys(n);
         for (int j = 0; j < n; ++j) keys[j] = rankKey(seed, j);
         ++seed;
-        void *send = nullptr, *recv = nullptr;
-        ASSERT_EQ(cudaMalloc(&send, inBytes), cudaSuccess);
-        ASSERT_EQ(cudaMalloc(&recv, outBytes), cudaSuccess);
         std::vector<unsigned char> in(inBytes), out(outBytes, kPoison);
         fillRankInput(c.op, c.dt, c.red, in.data(), c.count, n, keys[r]);
-        ASSERT_EQ(cudaMemcpy(send, in.data(), inBytes, cudaMemcpyHostToDevice), cudaSuccess);
-        ASSERT_EQ(cudaMemcpy(recv, out.data(), outBytes, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemcpyAsync(send, in.data(), inBytes, cudaMemcpyHostToDevice, stream), cudaSuccess);
+        ASSERT_EQ(cudaMemcpyAsync(recv, out.data(), outBytes, cudaMemcpyHostToDevice, stream), cudaSuccess);
         const int root = n / 2;
+        cudaDeviceProp prop;
+        if (pendingUserError) ASSERT_EQ(cudaGetDeviceProperties(&prop, -1), cudaErrorInvalidDevice);
         ASSERT_EQ(issue(c.op, send, recv, c.count, c.dt, c.red, root, comm,
                         reinterpret_cast<ridgeStream_t>(stream)),
                   ridgeSuccess)
             << lastError();
+        if (pendingUserError) {
+          EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidDevice) << "the caller's pending error was consumed";
+        }
+        ASSERT_EQ(cudaMemcpyAsync(out.data(), recv, outBytes, cudaMemcpyDeviceToHost, stream), cudaSuccess);
         ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
         ridgeResult_t async = ridgeSuccess;
         ASSERT_EQ(ridgeCommGetAsyncError(comm, &async), ridgeSuccess);
         ASSERT_EQ(async, ridgeSuccess) << lastError();
-        ASSERT_EQ(cudaMemcpy(out.data(), recv, outBytes, cudaMemcpyDeviceToHost), cudaSuccess);
         Mismatches mm;
         checkRankOutput(c.op, c.dt, c.red, out.data(), c.count, keys, r, root, kPoison, mm);
         EXPECT_EQ(mm.count, 0u) << opText(c.op) << " " << dtName(c.dt) << " " << opName(c.red) << " count "
                                 << c.count << " rank " << r << ": " << mm.text;
         (*outputs)[r].push_back(out);
-        cudaFree(send);
-        cudaFree(recv);
       }
       EXPECT_EQ(ridge::llStats(comm).launches, expectLL ? calls.size() : 0u) << "rank " << r;
+      arriveAndWait(done, n);
       EXPECT_EQ(ridgeCommDestroy(comm), ridgeSuccess) << lastError();
+      cudaFree(send);
+      cudaFree(recv);
       cudaStreamDestroy(stream);
     });
   for (auto& t : threads) t.join();
@@ -108,6 +139,17 @@ TEST(GpuLLCollective, EveryCollectiveTwoAndThreeRanksOnOneGpu) {
   setenv("RIDGE_LL", "on", 1);
   std::vector<std::vector<std::vector<unsigned char>>> out;
   for (int n : {2, 3}) runRanks(n, everyCollective(), true, &out);
+  unsetenv("RIDGE_LL");
+}
+
+// An LL launch on the caller's thread takes its own launch's error, not an error the caller
+// left pending there (which would break the communicator and be lost to the caller).
+TEST(GpuLLCollective, PendingCallerErrorIsNotTheLaunchsError) {
+  SKIP_WITHOUT_GPU();
+  setenv("RIDGE_LL", "on", 1);
+  std::vector<std::vector<std::vector<unsigned char>>> out;
+  runRanks(2, {{Op::AllReduce, ridgeFloat32, ridgeSum, 100}, {Op::AllGather, ridgeInt32, ridgeSum, 7}}, true,
+           &out, /*pendingUserError=*/true);
   unsetenv("RIDGE_LL");
 }
 

@@ -113,7 +113,8 @@ struct Call {
 
 // Runs one call on rank `t` with fresh inputs (seeded per call) and checks the output
 // against the host reference. `send`/`recv` (may be null: allocated here) let a test reuse
-// buffers across calls.
+// buffers across calls (in-place reduce-scatter works in `send`, other in-place calls in
+// `recv`).
 inline void runCall(EmulatedRuntime& rt, TestRank& t, const Call& c, uint32_t seed,
                     const DevMem* sendMem = nullptr, const DevMem* recvMem = nullptr) {
   const int n = t.nranks, r = t.rank, root = n / 2;
@@ -128,7 +129,8 @@ inline void runCall(EmulatedRuntime& rt, TestRank& t, const Call& c, uint32_t se
   const bool rsInPlace = c.inPlace && c.op == Op::ReduceScatter;
   if (rsInPlace) recvMem = nullptr;
   if (!sendMem && !c.inPlace) sendMem = (ownSend = std::make_unique<DevMem>(rt, inElems * es)).get();
-  if (c.inPlace) sendMem = rsInPlace ? (ownSend = std::make_unique<DevMem>(rt, inElems * es)).get() : recvMem;
+  if (c.inPlace && !rsInPlace) sendMem = recvMem;
+  if (rsInPlace && !sendMem) sendMem = (ownSend = std::make_unique<DevMem>(rt, inElems * es)).get();
   const size_t sendOff = c.inPlace && c.op == Op::AllGather ? size_t(r) * cnt * es : 0;
   const size_t recvOff = rsInPlace ? size_t(r) * cnt * es : 0;
   const DevMem* out = rsInPlace ? sendMem : recvMem;
