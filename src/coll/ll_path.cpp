@@ -34,12 +34,11 @@ struct LLState {
   device::Marker* last = nullptr;  // recorded after every launch
   device::Marker* join = nullptr;  // joins a group's streams (joinLLStreams)
   ridgeStream_t lastStream = nullptr;
-  bool launched = false;
   // A launch whose marker could not be recorded after it: releaseLL cannot tell when it has
   // ended, so it never frees what the launch may touch.
   bool untracked = false;
   uint64_t nextOp = 0;
-  uint64_t launches = 0;
+  uint64_t launches = 0;  // operations launched (the last one's marker is in `last`)
   uint64_t timeoutNs = 0;
 };
 
@@ -318,7 +317,7 @@ void releaseLL(ridgeComm* c) {
   // other work on a user's stream may not start for long. Abort must return promptly (what
   // is not known finished is leaked); destroy waits up to the launches' own timeout.
   const auto bound = aborted ? std::chrono::seconds(kAbortWaitSec) : std::chrono::seconds(c->timeoutSec + 5);
-  bool done = !x.launched;
+  bool done = x.launches == 0;
   const auto deadline = std::chrono::steady_clock::now() + bound;
   while (!done && !x.untracked) {
     if (!x.rt->queryMarker(x.last, &done).isOk()) break;
@@ -384,7 +383,7 @@ Status launchLL(ridgeComm* c, DeviceRuntime* rt, const DeviceOp& op) {
   // Issue order across streams: this launch starts after the previous one left its stream.
   // Always, even on the previous launch's stream (then nearly free): a stream handle equal to
   // the last one may be a new stream that reuses a destroyed one's handle.
-  if (s.isOk() && x.launched) s = rt->waitMarker(op.stream, x.last);
+  if (s.isOk() && x.launches > 0) s = rt->waitMarker(op.stream, x.last);
   if (s.isOk()) s = rt->launchLLCollective(d, op.stream);
   if (s.isOk()) {
     s = rt->recordMarker(x.last, op.stream);
@@ -399,7 +398,6 @@ Status launchLL(ridgeComm* c, DeviceRuntime* rt, const DeviceOp& op) {
   ++x.nextOp;
   ++x.launches;
   x.lastStream = op.stream;
-  x.launched = true;
   return Status::ok();
 }
 
