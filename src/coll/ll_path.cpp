@@ -348,7 +348,7 @@ void releaseLL(ridgeComm* c) {
 bool llTakes(const ridgeComm* c, const DeviceOp& op) {
   if (!c->ll) return false;
   const CollArgs& a = op.args;
-  if (a.type == CollType::Send || a.type == CollType::Recv || a.count == 0) return false;
+  if (isExchange(a.type) || a.count == 0) return false;
   const size_t es = dataTypeSize(a.dtype);
   return es != 0 && a.count <= c->ll->maxBytes / es;
 }
