@@ -176,7 +176,6 @@ Status prepareLocal(ridgeComm* c, DeviceRuntime* rt, LLState& x, LLInfo* info, b
   // a proxy's release word: their kernels must be loaded now (lazy loading would load them at
   // the first launch, which may wait for the device).
   RIDGE_TRY(rt->preloadKernels());
-  x.rt = rt;
   x.slotLines = ll::linesFor(size_t(maxBytes));
   x.areaBytes = size_t(c->nranks) * 2 * x.slotLines * sizeof(ll::Line);
   RIDGE_TRY(rt->allocDevice(x.areaBytes, &x.area));
@@ -434,7 +433,7 @@ Status leaveLLGroup(ridgeComm* c, DeviceRuntime* rt, const ridgeStream_t* stream
 }
 
 void pollLLStatus(ridgeComm* c) {
-  if (!c->ll || !c->ll->haveStatus) return;
+  if (!c->ll) return;  // an LL state always holds its status word
   const uint32_t v = __atomic_load_n(c->ll->status.host, __ATOMIC_ACQUIRE);
   if (v - c->ll->statusBase != ll::kTimedOut) return;
   int expected = ridgeSuccess;
