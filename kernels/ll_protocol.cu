@@ -5,9 +5,9 @@
 // compiler keeps the stores in order; no fence is needed because the flags travel in the
 // same 8-byte units as the data they vouch for. The PTX model guarantees only each 4-byte
 // element of a vector access; that an aligned 8-byte half is seen whole is relied on, as
-// NCCL's LL does with the same layout and accesses (docs/gpu.md, "LL protocol"). Each thread owns the lines
-// i, i + stride,
-// ... of the message, so there is no sharing and no synchronisation between threads.
+// NCCL's LL does with the same layout and accesses (docs/gpu.md, "LL protocol"). Each thread
+// owns the lines i, i + stride, ... of the message, so there is no sharing and no
+// synchronisation between threads.
 #include <cuda_runtime.h>
 
 #include <utility>
@@ -316,12 +316,9 @@ Status launchLLCollective(const ll::Launch& d, ridgeStream_t stream, int blocks)
   const size_t lines = ll::messageLines(d);
   if (lines == 0) return Status::ok();
   const int grid = blocksFor(lines, blocks);
-  const cudaError_t err = reduces ? withTypeAndOp<CollectiveLauncher>(type, op, d, grid, cudaStreamOf(stream))
-                                  : CollectiveLauncher<uint8_t, ridgeSum>::run(d, grid, cudaStreamOf(stream));
-  if (err != cudaSuccess)
-    return makeError(ridgeSystemError, "launchLLCollective: kernel launch failed: %s",
-                     cudaGetErrorString(err));
-  return Status::ok();
+  return launched("launchLLCollective",
+                  reduces ? withTypeAndOp<CollectiveLauncher>(type, op, d, grid, cudaStreamOf(stream))
+                          : CollectiveLauncher<uint8_t, ridgeSum>::run(d, grid, cudaStreamOf(stream)));
 }
 
 }  // namespace ridge::gpu

@@ -53,14 +53,14 @@ Status launchLLRecvReduceSend(ll::Line* nextLines, void* dst, const ll::Line* li
 /// One LL collective (kernels/ll_collective.h), fused into one kernel: each thread sends its
 /// lines of the message to every peer, then waits for every peer's same lines and stores
 /// its output lines (copies, or the reduction in the bulk path's fold order). Gives up when
-/// a wait passes d.timeoutNs (writing d.statusBase + ll::kTimedOut into the status word) or finds the word
-/// set (abort). Reductions dispatch on d.type and d.op; the other collectives use one
-/// instantiation.
+/// a wait passes d.timeoutNs (writing d.statusBase + ll::kTimedOut into the status word) or
+/// finds the word set (abort). Reductions dispatch on d.type and d.op; the other collectives
+/// use one instantiation.
 Status launchLLCollective(const ll::Launch& d, ridgeStream_t stream, int blocks = 0);
 
 /// Loads the LL kernels (send, receive, the fused step and the collective for every type
-/// and op) into the
-/// current device context; part of preloadKernels (device_reduce.h). *loaded: how many.
+/// and op) into the current device context; part of preloadKernels (device_reduce.h).
+/// *loaded: how many.
 Status preloadLLKernels(int* loaded);
 
 }  // namespace ridge::gpu

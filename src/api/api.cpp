@@ -228,10 +228,7 @@ Status submitDeviceGroup(const std::vector<QueuedOp>& ops, std::vector<ridgeComm
   std::vector<DeviceOp> batch;
   return forEachComm(ops, comms, [&](ridgeComm* c, const std::vector<QueuedOp>& mine) {
     bool allLL = true;
-    for (const QueuedOp& o : mine) {
-      const bool pointToPoint = o.op.args.type == CollType::Send || o.op.args.type == CollType::Recv;
-      allLL = allLL && (pointToPoint || llTakes(c, o.op));
-    }
+    for (const QueuedOp& o : mine) allLL = allLL && (isExchange(o.op.args.type) || llTakes(c, o.op));
     batch.clear();
     std::vector<ridgeStream_t> streams;
     if (allLL) {

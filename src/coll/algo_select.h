@@ -18,6 +18,10 @@
 namespace ridge {
 
 enum class CollType { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AlltoAll, Send, Recv };
+// Sends and receives: point to point, the rest are collectives (every rank takes part).
+inline bool isExchange(CollType t) {
+  return t == CollType::Send || t == CollType::Recv;
+}
 // Tree: a binary tree over the ring order (plan::hostTreeLinks), pipelined in chunks:
 // reduce up to the root, broadcast down, or both for allreduce. Other collectives asked to
 // run "tree" or "hier" run the ring: those are the GPU planner's algorithms

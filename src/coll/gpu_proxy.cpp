@@ -32,10 +32,6 @@ size_t roundUp(size_t bytes, size_t align) {
   return (bytes + align - 1) / align * align;
 }
 
-bool isExchange(CollType t) {
-  return t == CollType::Send || t == CollType::Recv;
-}
-
 // Blocks of `count` elements an operation reads from its send buffer and writes to its
 // receive buffer: a chunk takes the same element range [lo, lo + n) of every block.
 size_t sendBlocks(CollType t, int nranks) {

@@ -34,12 +34,11 @@ struct LLState {
   device::Marker* last = nullptr;  // recorded after every launch
   device::Marker* join = nullptr;  // joins a group's streams (joinLLStreams)
   ridgeStream_t lastStream = nullptr;
-  bool launched = false;
   // A launch whose marker could not be recorded after it: releaseLL cannot tell when it has
   // ended, so it never frees what the launch may touch.
   bool untracked = false;
   uint64_t nextOp = 0;
-  uint64_t launches = 0;
+  uint64_t launches = 0;  // operations launched (the last one's marker is in `last`)
   uint64_t timeoutNs = 0;
 };
 
@@ -177,7 +176,6 @@ Status prepareLocal(ridgeComm* c, DeviceRuntime* rt, LLState& x, LLInfo* info, b
   // a proxy's release word: their kernels must be loaded now (lazy loading would load them at
   // the first launch, which may wait for the device).
   RIDGE_TRY(rt->preloadKernels());
-  x.rt = rt;
   x.slotLines = ll::linesFor(size_t(maxBytes));
   x.areaBytes = size_t(c->nranks) * 2 * x.slotLines * sizeof(ll::Line);
   RIDGE_TRY(rt->allocDevice(x.areaBytes, &x.area));
@@ -318,7 +316,7 @@ void releaseLL(ridgeComm* c) {
   // other work on a user's stream may not start for long. Abort must return promptly (what
   // is not known finished is leaked); destroy waits up to the launches' own timeout.
   const auto bound = aborted ? std::chrono::seconds(kAbortWaitSec) : std::chrono::seconds(c->timeoutSec + 5);
-  bool done = !x.launched;
+  bool done = x.launches == 0;
   const auto deadline = std::chrono::steady_clock::now() + bound;
   while (!done && !x.untracked) {
     if (!x.rt->queryMarker(x.last, &done).isOk()) break;
@@ -349,7 +347,7 @@ void releaseLL(ridgeComm* c) {
 bool llTakes(const ridgeComm* c, const DeviceOp& op) {
   if (!c->ll) return false;
   const CollArgs& a = op.args;
-  if (a.type == CollType::Send || a.type == CollType::Recv || a.count == 0) return false;
+  if (isExchange(a.type) || a.count == 0) return false;
   const size_t es = dataTypeSize(a.dtype);
   return es != 0 && a.count <= c->ll->maxBytes / es;
 }
@@ -384,7 +382,7 @@ Status launchLL(ridgeComm* c, DeviceRuntime* rt, const DeviceOp& op) {
   // Issue order across streams: this launch starts after the previous one left its stream.
   // Always, even on the previous launch's stream (then nearly free): a stream handle equal to
   // the last one may be a new stream that reuses a destroyed one's handle.
-  if (s.isOk() && x.launched) s = rt->waitMarker(op.stream, x.last);
+  if (s.isOk() && x.launches > 0) s = rt->waitMarker(op.stream, x.last);
   if (s.isOk()) s = rt->launchLLCollective(d, op.stream);
   if (s.isOk()) {
     s = rt->recordMarker(x.last, op.stream);
@@ -399,7 +397,6 @@ Status launchLL(ridgeComm* c, DeviceRuntime* rt, const DeviceOp& op) {
   ++x.nextOp;
   ++x.launches;
   x.lastStream = op.stream;
-  x.launched = true;
   return Status::ok();
 }
 
@@ -436,7 +433,7 @@ Status leaveLLGroup(ridgeComm* c, DeviceRuntime* rt, const ridgeStream_t* stream
 }
 
 void pollLLStatus(ridgeComm* c) {
-  if (!c->ll || !c->ll->haveStatus) return;
+  if (!c->ll) return;  // an LL state always holds its status word
   const uint32_t v = __atomic_load_n(c->ll->status.host, __ATOMIC_ACQUIRE);
   if (v - c->ll->statusBase != ll::kTimedOut) return;
   int expected = ridgeSuccess;

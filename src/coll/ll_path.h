@@ -13,8 +13,8 @@
 // Per operation (launchLL, on the calling thread): one fused launch on the caller's stream
 // (DeviceRuntime::launchLLCollective, kernels/ll_collective.h) with the communicator's next
 // LL operation number: parity = number & 1 picks the slots, flagForStep(number) the flag.
-// A marker recorded after each launch orders the next one when the caller switches streams,
-// so a communicator's LL operations run in issue order on each rank. A status word (host
+// A marker recorded after each launch orders the next one, on whatever stream, so a
+// communicator's LL operations run in issue order on each rank. A status word (host
 // memory the device reads) stops spinning launches: the kernel moves it to base + ll::kTimedOut
 // on a timeout (which becomes the communicator's asynchronous error), abort and the destroy
 // of a broken communicator to base + ll::kAborted.

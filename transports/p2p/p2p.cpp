@@ -56,7 +56,7 @@ struct OpDesc {
   uint32_t eligible;
   uint32_t type, dtype, op;
   int32_t root;
-  uint32_t pairsOk;  // the sender's own view allows P2P between all devices (checkPairsHere)
+  uint32_t pairsOk;  // the sender's own view allows P2P between all devices (pairsRefusalHere)
   uint64_t count;
   BufferDesc send, recv;
 };
@@ -237,7 +237,7 @@ struct Context {
   bool exportHandles = false;        // some peer needs IPC handles (another process, or the emulator)
   bool loggedStaged = false;
   bool loggedNoAllocationIds = false;
-  std::string localWhy;  // why this rank cannot do P2P by its own view (checkPairsHere); "" if it can
+  std::string localWhy;  // why this rank cannot do P2P by its own view (pairsRefusalHere); "" if it can
   ridgeStream_t stream = nullptr;  // internal; never the legacy default stream (null)
   MappingCache cache;
   ExportCache exports;
@@ -428,10 +428,6 @@ const void** sourcesAt(Context& x, ridgeComm* c, size_t byteOffset) {
   return x.srcs.data();
 }
 
-size_t sliceStart(size_t count, size_t es, int k, int P) {
-  return allReduceSliceStart(count, es, k, P);
-}
-
 // The device work of one operation on this rank, queued on the internal stream.
 Status queueOperation(Context& x, ridgeComm* c, const CollArgs& a) {
   const int P = c->nranks, r = c->rank;
@@ -443,7 +439,8 @@ Status queueOperation(Context& x, ridgeComm* c, const CollArgs& a) {
     case CollType::AllReduce: {
       // Reduce this rank's slice from every rank's input into its own output, then copy it
       // into every peer's output. No barrier between: only this rank reads or writes slice r.
-      const size_t lo = sliceStart(a.count, es, r, P), hi = sliceStart(a.count, es, r + 1, P);
+      const size_t lo = allReduceSliceStart(a.count, es, r, P),
+                   hi = allReduceSliceStart(a.count, es, r + 1, P);
       if (hi == lo) return Status::ok();
       RIDGE_TRY(reduceInto(x, myRecv + lo * es, sourcesAt(x, c, lo * es), P, hi - lo, a, divisor));
       for (int k = 1; k < P; ++k) {
@@ -677,15 +674,13 @@ int localDeviceOf(ridgeComm* c, DeviceRuntime* rt, int j) {
 
 // Decides once per communicator whether device collectives take part in P2P votes: from
 // what every rank told at init, so every rank computes the same answer. What each rank
-// judges from its own view (checkPairsHere) goes into the first vote.
+// judges from its own view (pairsRefusalHere) goes into the first vote.
 Status createContext(ridgeComm* c, DeviceRuntime* rt) {
   if (c->p2p) return Status::ok();
   std::unique_ptr<Context, ContextDeleter> x(new Context());
   x->rt = rt;
   const int P = c->nranks, r = c->rank;
-  bool exportHandles = false;
-  std::string why = communicatorRefusal(c, rt, &exportHandles);
-  x->exportHandles = exportHandles;
+  std::string why = communicatorRefusal(c, rt, &x->exportHandles);
   for (int j = 0; j < P && why.empty(); ++j)
     if (j != r && c->sendTo[j]->slotBytes() < sizeof(OpDesc))
       why = "connector slots too small for P2P messages";
@@ -740,10 +735,8 @@ std::string communicatorRefusal(ridgeComm* c, DeviceRuntime* rt, bool* exportHan
   return P < 2 ? "a single rank" : "";
 }
 
-// What this rank can judge only from its own view of the devices: that it sees every
-// rank's device, that every pair allows P2P, and that its kernels may reach the devices of
-// peers in this process. Empty when all holds. Ranks may see differently, so the answer is
-// voted on (OpDesc::pairsOk), never used alone.
+// What it checks: p2p.h. Ranks may see differently: P2P votes on the answer (OpDesc::pairsOk),
+// LL agrees on it in its init exchange.
 std::string pairsRefusalHere(ridgeComm* c, DeviceRuntime* rt, int* worstKind) {
   const int P = c->nranks, r = c->rank;
   std::vector<int> local(static_cast<size_t>(P));
