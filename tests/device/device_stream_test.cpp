@@ -27,6 +27,7 @@
 #include "coll/gpu_proxy.h"
 #include "device/emulated_runtime.h"
 #include "ridge/ridge.h"
+#include "scoped_env.h"
 #include "test_data.h"
 
 namespace {
@@ -1148,28 +1149,6 @@ TEST_F(DeviceStreams, FinalizeWhoseDrainGaveUpButNothingWasDroppedSucceeds) {
 // ---- bounded, chunked, pipelined staging (RIDGE_STAGING_BYTES) ----------------------------
 
 namespace {
-
-// An environment variable for one test, restored afterwards.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      setenv(name_, old_.c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string old_;
-};
 
 // The smallest bound: pieces of 32 KiB, so that modest counts take many chunks.
 constexpr const char* kSmallStaging = "64K";

@@ -32,6 +32,7 @@
 #include "kernels/ll_line.h"
 #include "rank_launcher.h"
 #include "ridge/ridge.h"
+#include "scoped_env.h"
 #include "transports/p2p/p2p.h"
 
 namespace {
@@ -47,22 +48,6 @@ using Clock = std::chrono::steady_clock;
 // which auto refuses (docs/gpu.md, "LL collectives"). Before main, so before any communicator
 // reads it; the tests of auto and off set it themselves.
 [[maybe_unused]] const bool kLLOnForTheseTests = setenv("RIDGE_LL", "on", 0) == 0;
-
-// One environment variable for the scope of a test (the previous value comes back after).
-struct EnvSetting {
-  const char* name;
-  bool had;
-  std::string old;
-  EnvSetting(const char* n, const char* v) : name(n), had(getenv(n) != nullptr), old(had ? getenv(n) : "") {
-    setenv(n, v, 1);
-  }
-  ~EnvSetting() {
-    if (had)
-      setenv(name, old.c_str(), 1);
-    else
-      unsetenv(name);
-  }
-};
 
 // A closure queued on a stream that holds it until `open` (bounded by the emulator's wait).
 struct Gate {
@@ -206,7 +191,7 @@ void expectSameBitsAsBulk(int n) {
   const Outputs ll = outputsOf(n, calls, true);
   Outputs bulk;
   {
-    EnvSetting off("RIDGE_LL", "off");
+    ScopedEnv off("RIDGE_LL", "off");
     bulk = outputsOf(n, calls, false);
   }
   for (int r = 0; r < n; ++r)
@@ -224,7 +209,7 @@ TEST(LLCollectives, SameBitsAsBulkP2pNineRanksFoldInRounds) {
 }
 
 TEST(LLCollectives, AboveTheThresholdTakesTheProxy) {
-  EnvSetting max("RIDGE_LL_MAX_BYTES", "1K");
+  ScopedEnv max("RIDGE_LL_MAX_BYTES", "1K");
   EmulatedRuntime rt(1);
   ScopedRuntimeForTesting scope(&rt);
   withRanks(rt, 2, 1, [&](TestRank& t) {
@@ -273,7 +258,7 @@ TEST(LLCollectives, RanksAgreeOnTheSmallestThreshold) {
 
 // An invalid LL setting (`name`=`value`) fails init on every rank, with a text naming it.
 void expectInitFailsOnEveryRank(const char* name, const char* value) {
-  EnvSetting bad(name, value);
+  ScopedEnv bad(name, value);
   EmulatedRuntime rt(1);
   ScopedRuntimeForTesting scope(&rt);
   ridgeUniqueId id;
@@ -308,7 +293,7 @@ TEST(LLCollectives, InvalidModeFailsInitOnEveryRank) {
 // RIDGE_LL is read whatever its case: OFF is off (it used to be taken for auto, which takes
 // LL for one rank per device, as here).
 TEST(LLCollectives, ModeIsCaseInsensitive) {
-  EnvSetting off("RIDGE_LL", "OFF");
+  ScopedEnv off("RIDGE_LL", "OFF");
   EmulatedRuntime rt(2);
   ScopedRuntimeForTesting scope(&rt);
   withRanks(rt, 2, 2, [&](TestRank& t) {
@@ -322,7 +307,7 @@ TEST(LLCollectives, ModeIsCaseInsensitive) {
 // on one rank's thread would wait for a peer's spinning launch; two ranks on the NULL stream
 // would wait for each other), and takes one rank per device.
 TEST(LLCollectives, AutoRefusesTwoRanksOnOneDeviceInOneProcess) {
-  EnvSetting autoMode("RIDGE_LL", "auto");
+  ScopedEnv autoMode("RIDGE_LL", "auto");
   for (int devices : {1, 2}) {
     EmulatedRuntime rt(devices);
     ScopedRuntimeForTesting scope(&rt);
@@ -335,7 +320,7 @@ TEST(LLCollectives, AutoRefusesTwoRanksOnOneDeviceInOneProcess) {
 }
 
 TEST(LLCollectives, OffTakesTheProxy) {
-  EnvSetting off("RIDGE_LL", "off");
+  ScopedEnv off("RIDGE_LL", "off");
   EmulatedRuntime rt(1);
   ScopedRuntimeForTesting scope(&rt);
   withRanks(rt, 2, 1, [&](TestRank& t) {
@@ -555,7 +540,7 @@ TEST(LLCollectives, LaunchBindsTheCommunicatorsDevice) {
 // Small (LL) and large (proxy) operations in one sequence, without synchronization between
 // them, on one stream and on two: each reads the previous output.
 void interleaved(bool twoStreams) {
-  EnvSetting max("RIDGE_LL_MAX_BYTES", "4K");
+  ScopedEnv max("RIDGE_LL_MAX_BYTES", "4K");
   EmulatedRuntime rt(1);
   ScopedRuntimeForTesting scope(&rt);
   withRanks(rt, 2, 1, [&](TestRank& t) {
