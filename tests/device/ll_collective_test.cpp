@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -89,6 +90,25 @@ int32_t lastInt32(const DevMem& m, size_t count) {
 // peer is done with it.
 void waitFor(const std::atomic<bool>& flag) {
   for (int i = 0; i < 2000 && !flag.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+}
+
+// Two ranks on one device whose rank 1 never calls a collective: rank 0 runs `rankZero`,
+// which ends by aborting its communicator; then rank 1, told rank 0 is done, aborts its own.
+void rankOneNeverCalls(EmulatedRuntime& rt, int timeoutSeconds,
+                       const std::function<void(TestRank&)>& rankZero) {
+  std::atomic<bool> rank0Done{false};
+  withRanks(
+      rt, 2, 1,
+      [&](TestRank& t) {
+        if (t.rank == 0) {
+          rankZero(t);
+          rank0Done.store(true);
+          return;
+        }
+        waitFor(rank0Done);
+        EXPECT_EQ(ridgeCommAbort(t.comm), ridgeSuccess);
+      },
+      /*destroy=*/false, timeoutSeconds);
 }
 
 std::vector<Call> smallCalls() {
@@ -598,30 +618,20 @@ TEST(LLCollectives, InterleavedWithProxyOperationsOnTwoStreams) {
 TEST(LLCollectives, AbortUnblocksARankWhosePeerNeverCalls) {
   EmulatedRuntime rt(1);
   ScopedRuntimeForTesting scope(&rt);
-  std::atomic<bool> rank0Done{false};
-  withRanks(
-      rt, 2, 1,
-      [&](TestRank& t) {
-        if (t.rank == 0) {
-          DevMem in(rt, 400), out(rt, 400);
-          ASSERT_EQ(ridgeAllReduce(in.p, out.p, 100, ridgeFloat32, ridgeSum, t.comm, t.stream), ridgeSuccess);
-          std::this_thread::sleep_for(std::chrono::milliseconds(300));
-          bool done = false;
-          ridge::device::Marker* m = nullptr;
-          ASSERT_TRUE(rt.createMarker(&m).isOk());
-          ASSERT_TRUE(rt.recordMarker(m, t.stream).isOk());
-          std::this_thread::sleep_for(std::chrono::milliseconds(50));
-          ASSERT_TRUE(rt.queryMarker(m, &done).isOk());
-          EXPECT_FALSE(done) << "the LL launch did not wait for the peer";
-          rt.destroyMarker(m);
-          expectAbortReleasesTheStream(rt, t);
-          rank0Done.store(true);
-        } else {
-          waitFor(rank0Done);
-          EXPECT_EQ(ridgeCommAbort(t.comm), ridgeSuccess);
-        }
-      },
-      /*destroy=*/false);
+  rankOneNeverCalls(rt, 30, [&](TestRank& t) {
+    DevMem in(rt, 400), out(rt, 400);
+    ASSERT_EQ(ridgeAllReduce(in.p, out.p, 100, ridgeFloat32, ridgeSum, t.comm, t.stream), ridgeSuccess);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    bool done = false;
+    ridge::device::Marker* m = nullptr;
+    ASSERT_TRUE(rt.createMarker(&m).isOk());
+    ASSERT_TRUE(rt.recordMarker(m, t.stream).isOk());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_TRUE(rt.queryMarker(m, &done).isOk());
+    EXPECT_FALSE(done) << "the LL launch did not wait for the peer";
+    rt.destroyMarker(m);
+    expectAbortReleasesTheStream(rt, t);
+  });
 }
 
 // After an abort, a peer's launch queued earlier still stores its lines into this rank's area
@@ -683,26 +693,16 @@ TEST(LLCollectives, AbortReturnsPromptlyWithALaunchQueuedBehindAGate) {
   EmulatedRuntime rt(1);
   ScopedRuntimeForTesting scope(&rt);
   Gate gate;
-  std::atomic<bool> rank0Done{false};
-  withRanks(
-      rt, 2, 1,
-      [&](TestRank& t) {
-        if (t.rank == 0) {
-          DevMem in(rt, 400), out(rt, 400);
-          ASSERT_TRUE(gate.enqueue(rt, t.stream).isOk());
-          ASSERT_EQ(ridgeAllReduce(in.p, out.p, 100, ridgeFloat32, ridgeSum, t.comm, t.stream), ridgeSuccess);
-          const auto t0 = Clock::now();
-          EXPECT_EQ(ridgeCommAbort(t.comm), ridgeSuccess);
-          EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 5.0);
-          gate.open.store(true);
-          (void)rt.synchronize(t.stream);  // the launch starts, sees the abort and ends
-          rank0Done.store(true);
-        } else {
-          waitFor(rank0Done);
-          EXPECT_EQ(ridgeCommAbort(t.comm), ridgeSuccess);
-        }
-      },
-      /*destroy=*/false, /*timeoutSeconds=*/30);
+  rankOneNeverCalls(rt, 30, [&](TestRank& t) {
+    DevMem in(rt, 400), out(rt, 400);
+    ASSERT_TRUE(gate.enqueue(rt, t.stream).isOk());
+    ASSERT_EQ(ridgeAllReduce(in.p, out.p, 100, ridgeFloat32, ridgeSum, t.comm, t.stream), ridgeSuccess);
+    const auto t0 = Clock::now();
+    EXPECT_EQ(ridgeCommAbort(t.comm), ridgeSuccess);
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 5.0);
+    gate.open.store(true);
+    (void)rt.synchronize(t.stream);  // the launch starts, sees the abort and ends
+  });
 }
 
 // A peer that never calls: the launch gives up at the timeout, the stream moves on, and the
@@ -710,30 +710,21 @@ TEST(LLCollectives, AbortReturnsPromptlyWithALaunchQueuedBehindAGate) {
 TEST(LLCollectives, TimeoutIsAnAsyncErrorNotAHang) {
   EmulatedRuntime rt(1);
   ScopedRuntimeForTesting scope(&rt);
-  std::atomic<bool> rank0Done{false};
-  withRanks(
-      rt, 2, 1,
-      [&](TestRank& t) {
-        if (t.rank == 0) {
-          DevMem in(rt, 400), out(rt, 400);
-          const auto t0 = Clock::now();
-          ASSERT_EQ(ridgeAllReduce(in.p, out.p, 100, ridgeFloat32, ridgeSum, t.comm, t.stream), ridgeSuccess);
-          ASSERT_TRUE(rt.synchronize(t.stream).isOk());
-          const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
-          EXPECT_GE(waited, 0.9);
-          EXPECT_LT(waited, 5.0);
-          ridgeResult_t async = ridgeSuccess;
-          ASSERT_EQ(ridgeCommGetAsyncError(t.comm, &async), ridgeSuccess);
-          EXPECT_EQ(async, ridgeTimeout);
-          EXPECT_NE(errorText().find("LL collective"), std::string::npos) << errorText();
-          EXPECT_EQ(ridgeAllReduce(in.p, out.p, 100, ridgeFloat32, ridgeSum, t.comm, t.stream), ridgeTimeout);
-          rank0Done.store(true);
-        } else {
-          waitFor(rank0Done);
-        }
-        EXPECT_EQ(ridgeCommAbort(t.comm), ridgeSuccess);
-      },
-      /*destroy=*/false, /*timeoutSeconds=*/1);
+  rankOneNeverCalls(rt, 1, [&](TestRank& t) {
+    DevMem in(rt, 400), out(rt, 400);
+    const auto t0 = Clock::now();
+    ASSERT_EQ(ridgeAllReduce(in.p, out.p, 100, ridgeFloat32, ridgeSum, t.comm, t.stream), ridgeSuccess);
+    ASSERT_TRUE(rt.synchronize(t.stream).isOk());
+    const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+    EXPECT_GE(waited, 0.9);
+    EXPECT_LT(waited, 5.0);
+    ridgeResult_t async = ridgeSuccess;
+    ASSERT_EQ(ridgeCommGetAsyncError(t.comm, &async), ridgeSuccess);
+    EXPECT_EQ(async, ridgeTimeout);
+    EXPECT_NE(errorText().find("LL collective"), std::string::npos) << errorText();
+    EXPECT_EQ(ridgeAllReduce(in.p, out.p, 100, ridgeFloat32, ridgeSum, t.comm, t.stream), ridgeTimeout);
+    EXPECT_EQ(ridgeCommAbort(t.comm), ridgeSuccess);
+  });
 }
 
 // A mix the ranks cannot see without talking: rank 0 passes host memory (host path), rank 1
