@@ -487,6 +487,7 @@ bool endsWith(const std::string& s, const char* suffix) {
 
 Parse parseOptions(int argc, char** argv, Options* o, std::string* err) {
   bool haveColl = false;
+  bool sawFactor = false;
   for (int i = 0; i < argc; ++i) o->args.emplace_back(argv[i]);
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -530,6 +531,7 @@ Parse parseOptions(int argc, char** argv, Options* o, std::string* err) {
       }
       val = argv[++i];
     }
+    if (spec->shortName && std::strcmp(spec->shortName, "-f") == 0) sawFactor = true;
     std::string what;
     if (!spec->apply) {  // -J / -F: the suffix picks the format, as nccl-tests infers it
       if (endsWith(val, ".json") && val.size() > 5)
@@ -557,8 +559,11 @@ Parse parseOptions(int argc, char** argv, Options* o, std::string* err) {
     *err = "-b (minbytes) is larger than -e (maxbytes)";
     return Parse::Error;
   }
-  if (o->factor <= 1.0 && o->increment == 0) o->increment = size_t(1) << 20;  // nccl-tests' -i default
-  if (o->factor > 1.0) o->increment = 0;  // -f above 1 wins over -i, as in nccl-tests
+  // nccl-tests steps by -f when it is above 1, else by -i (default 1M). ridge-bench's default
+  // factor is 2, so -i alone means increments, as it does in nccl-tests.
+  if (o->increment && !sawFactor) o->factor = 1.0;
+  if (o->factor <= 1.0 && o->increment == 0) o->increment = size_t(1) << 20;
+  if (o->factor > 1.0) o->increment = 0;
   if (o->jsonPath == "-" && o->csvPath == "-") {
     *err = "--json - and --csv - cannot both write to stdout";
     return Parse::Error;

@@ -132,6 +132,7 @@ class Monitor {
     std::unique_lock<std::mutex> lk(mu_);
     while (!stop_) {
       double wait = 0.25;
+      if (printing_ && o_.progressSec > 0) wait = std::min(wait, o_.progressSec);
       if (o_.stepTimeoutSec > 0) wait = std::min(wait, o_.stepTimeoutSec / 4.0);
       cv_.wait_for(lk, std::chrono::duration<double>(wait));
       if (stop_) break;
