@@ -580,8 +580,10 @@ Parse parseOptions(int argc, char** argv, Options* o, std::string* err) {
     *err = "-I (per-iteration timing) and -G (CUDA graphs) exclude each other, as in nccl-tests";
     return Parse::Error;
   }
-  if (o->graphLaunches > 0 && o->blocking == 3) {
-    *err = "-z 3 and -G (CUDA graphs) exclude each other, as in nccl-tests";
+  if (o->graphLaunches > 0 && o->blocking != 0) {
+    // -z 3 as in nccl-tests; -z 1 and 2 wait for the stream, which a capturing stream refuses.
+    *err = "-z " + std::to_string(o->blocking) +
+           " and -G (CUDA graphs) exclude each other: the waits cannot be captured";
     return Parse::Error;
   }
   if (o->graphLaunches > 0 && o->streamNull) {

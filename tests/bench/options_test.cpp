@@ -191,6 +191,7 @@ TEST(BenchOptions, RefusalsSayWhy) {
       {{"-I", "1", "-K", "20"}, "-K 20 leaves no iteration of -n 20"},
       {{"-I", "1", "-G", "1"}, "-I (per-iteration timing) and -G (CUDA graphs) exclude each other"},
       {{"-z", "3", "-G", "1"}, "-z 3 and -G (CUDA graphs) exclude each other"},
+      {{"-z", "1", "-G", "1"}, "-z 1 and -G (CUDA graphs) exclude each other: the waits cannot be captured"},
       {{"-y", "1", "-G", "1"}, "-G (CUDA graphs) cannot capture the legacy default stream"},
       {{"-b", "2K", "-e", "1K"}, "-b (minbytes) is larger than -e (maxbytes)"},
       {{"--json", "-", "--csv", "-"}, "cannot both write to stdout"},
