@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -515,7 +516,10 @@ void fatal(ridgeComm_t comm, const std::string& msg) {
     std::fprintf(stderr, "ridge-bench: %s\n", msg.c_str());
   std::fflush(stdout);
   std::fflush(stderr);
-  if (comm) ridgeCommAbort(comm);  // peers see ridgeAborted/RemoteError instead of waiting
+  // Once: the -T watchdog and the main thread whose call it broke may both get here, and
+  // ridgeCommAbort frees the communicator.
+  static std::atomic<bool> aborted{false};
+  if (comm && !aborted.exchange(true)) ridgeCommAbort(comm);  // peers see ridgeAborted instead of waiting
   if (gUnderMpi) mpiAbort(kExitFailure);
   _exit(kExitFailure);
 }
