@@ -7,7 +7,9 @@
 //   nccl_peer.cpp the NCCL side of `--peer nccl` (libnccl.so.2 loaded at run time)
 //   device_mem.cpp device buffers through the CUDA runtime (stubs without CUDA)
 //   runner.cpp   the measurement loop on one communicator and the report
-//   gdr_setup.cpp --gdr-mode: the environment for the gdr transport, and modeled labels
+//   gdr_setup.cpp --gdr-mode: the environment for the gdr transport, and modeled labels;
+//                the transport class of --peer gloo (TCP on both sides)
+//   plot.cpp     --plot: the picture, through gnuplot or python3-matplotlib
 //   main.cpp     launch modes: MPI launcher, RIDGE_RANK environment, fork (-np), mpirun re-exec
 #pragma once
 
