@@ -101,10 +101,16 @@ class Monitor {
     if (printing_ && o_.progressSec == 0 && newRow && firstVariant_) printLocked();
     firstVariant_ = false;
   }
+  // Before the row is printed: a terminal's progress line is wiped so the row starts clean.
   void rowDone() {
     std::lock_guard<std::mutex> lk(mu_);
     inStep_ = false;
     firstVariant_ = true;
+    if (tty_ && shown_) {
+      std::fprintf(stderr, "\r%*s\r", int(width_), "");
+      std::fflush(stderr);
+      shown_ = false;
+    }
   }
 
  private:
