@@ -141,7 +141,7 @@ void printUsage(FILE* f) {
                "                       barrier not timed (default 0)\n"
                "  -a,--average 0..3    time of a row: 0 rank 0's, 1 mean, 2 min, 3 max over ranks\n"
                "                       (default 3; nccl-tests' default is 1)\n"
-               "  -T,--timeout S       a rank that spends more than S s in one size aborts the run (0 off)\n"
+               "  -T,--timeout S       a rank stuck over S s on one size and placement aborts the run (0 off)\n"
                "  -C,--report_cputime 0|1     time on the host until the last call returns, without the\n"
                "                       final stream wait (the cputime column)\n"
                "  -S,--report_timestamps 0|1  a timestamp at the end of every row\n"
