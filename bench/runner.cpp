@@ -1172,6 +1172,11 @@ void Bench::writeMachineReadable(const std::vector<Row>& rows, double avgBus, do
         {"ridge_buffers", o_.ridgeOnDevice ? "device" : "host"},
         {"algo", o_.algo},
         {"gdr_mode", info_.gdr.active ? info_.gdr.mode : ""},
+        {"unalign", std::to_string(o_.unalign)},
+        {"cudagraph", std::to_string(o_.graphLaunches)},
+        {"stream_null", std::to_string(o_.streamNull)},
+        {"local_register", std::to_string(regHandles_.empty() ? 0 : o_.localRegister)},  // what took effect
+        {"per_iter_skip", std::to_string(o_.perIterSkip)},
     };
     auto csvField = [](std::string v) {
       if (v.find_first_of(",\"\n") == std::string::npos) return v;
