@@ -1426,6 +1426,16 @@ int Bench::run() {
   const double avgRatio = ratioN ? ratioSum / ratioN : 0.0;
   printMemoryReport();
   if (rank_ == 0) {
+    // Why columns read n/a, once per reason.
+    std::vector<std::string> reasons;
+    for (const Row& r : rows)
+      for (int v = 0; v < kNumVariants; ++v) {
+        if (r.avail[v] || (v >= kMpiOop && !hasPeer())) continue;
+        const std::string line = std::string(v >= kMpiOop ? peerName() : "Ridge") +
+                                 ((v & 1) ? " in-place" : " out-of-place") + ": " + r.why[v];
+        if (std::find(reasons.begin(), reasons.end(), line) == reasons.end()) reasons.push_back(line);
+      }
+    for (const std::string& line : reasons) std::fprintf(out_, "# n/a: %s\n", line.c_str());
     if (checking())
       std::fprintf(out_, "# %-20s : %.0f %s\n", "Out of bounds values", wrongRidge,
                    wrongRidge == 0 ? "OK" : "FAILED");
