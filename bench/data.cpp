@@ -21,6 +21,7 @@
 // must match exactly (avg truncates like ridgeAvg does).
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <type_traits>
 
@@ -238,8 +239,21 @@ const char* opName(ridgeRedOp_t op) {
   }
 }
 
+namespace {
+constexpr ridgeRedOp_t kOps[] = {ridgeSum, ridgeProd, ridgeMax, ridgeMin, ridgeAvg};
+}  // namespace
+
+std::vector<ridgeDataType_t> allTypes() {
+  std::vector<ridgeDataType_t> out;
+  for (const auto& e : kTypes) out.push_back(e.type);
+  return out;
+}
+
+std::vector<ridgeRedOp_t> allOps() {
+  return std::vector<ridgeRedOp_t>(std::begin(kOps), std::end(kOps));
+}
+
 bool parseOp(const std::string& s, ridgeRedOp_t* out) {
-  static constexpr ridgeRedOp_t kOps[] = {ridgeSum, ridgeProd, ridgeMax, ridgeMin, ridgeAvg};
   for (auto op : kOps) {
     if (s == opName(op)) {
       *out = op;

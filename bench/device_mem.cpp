@@ -77,6 +77,46 @@ void streamDestroy(void* stream) {
   if (stream) (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream));
 }
 
+bool graphBegin(void* stream, std::string* err) {
+  // Thread-local mode: another thread's CUDA calls (Ridge's proxy) must not break the capture.
+  return !failed(cudaStreamBeginCapture(static_cast<cudaStream_t>(stream), cudaStreamCaptureModeThreadLocal),
+                 "cudaStreamBeginCapture", err);
+}
+
+void* graphEnd(void* stream, bool discard, std::string* err) {
+  cudaGraph_t graph = nullptr;
+  const cudaError_t e = cudaStreamEndCapture(static_cast<cudaStream_t>(stream), &graph);
+  if (discard) {
+    (void)cudaGetLastError();
+    if (graph) (void)cudaGraphDestroy(graph);
+    return nullptr;
+  }
+  if (failed(e, "cudaStreamEndCapture", err)) return nullptr;
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t ie = cudaGraphInstantiateWithFlags(&exec, graph, 0);
+  (void)cudaGraphDestroy(graph);
+  if (failed(ie, "cudaGraphInstantiateWithFlags", err)) return nullptr;
+  return exec;
+}
+
+bool graphLaunch(void* exec, void* stream, std::string* err) {
+  return !failed(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec), static_cast<cudaStream_t>(stream)),
+                 "cudaGraphLaunch", err);
+}
+
+void graphDestroy(void* exec) {
+  if (exec) (void)cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec));
+}
+
+long long deviceMemoryUsed() {
+  size_t freeBytes = 0, totalBytes = 0;
+  if (cudaMemGetInfo(&freeBytes, &totalBytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return static_cast<long long>(totalBytes - freeBytes);
+}
+
 std::string deviceUnavailable() {
   std::string err;
   if (cudaDevices(&err) == 0) return "no CUDA device (" + err + ")";
@@ -129,6 +169,22 @@ bool streamSync(void*, std::string* err) {
   return false;
 }
 void streamDestroy(void*) {}
+bool graphBegin(void*, std::string* err) {
+  say(err);
+  return false;
+}
+void* graphEnd(void*, bool, std::string* err) {
+  say(err);
+  return nullptr;
+}
+bool graphLaunch(void*, void*, std::string* err) {
+  say(err);
+  return false;
+}
+void graphDestroy(void*) {}
+long long deviceMemoryUsed() {
+  return -1;
+}
 
 #endif
 

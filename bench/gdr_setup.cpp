@@ -120,3 +120,59 @@ bool prepareGdr(const Options& o, bool oneHost, GdrSetup* out, std::string* err)
 }
 
 }  // namespace rbench
+
+namespace rbench {
+
+namespace {
+bool envFalse(const std::string& v) {
+  const std::string l = lower(v);
+  return l == "0" || l == "false" || l == "off" || l == "no";
+}
+}  // namespace
+
+TransportSetup prepareTransport(const Options& o, const GdrSetup& gdr) {
+  TransportSetup t;
+  std::vector<std::string> setHere;
+  // Gloo has TCP only: Ridge goes over TCP too, unless the user chose otherwise.
+  if (o.peerGloo && !gdr.active) {
+    if (!envSet("RIDGE_SHM")) {
+      setenv("RIDGE_SHM", "0", 1);
+      setHere.push_back("RIDGE_SHM=0");
+    }
+    if (!envSet("RIDGE_NET")) {
+      setenv("RIDGE_NET", "socket", 1);
+      setHere.push_back("RIDGE_NET=socket");
+    }
+  }
+  const bool shm = !envFalse(envOr("RIDGE_SHM", "1"));
+  const std::string net = lower(envOr("RIDGE_NET", "auto"));
+  t.ridge = shm ? "shared memory" : (net == "auto" || net == "socket") ? "tcp" : net;
+  std::string how = "RIDGE_SHM=" + envOr("RIDGE_SHM", "1") + ", RIDGE_NET=" + envOr("RIDGE_NET", "auto");
+  if (!setHere.empty()) {
+    std::string list;
+    for (const auto& s : setHere) list += (list.empty() ? "" : " ") + s;
+    how += "; " + list + " set by ridge-bench for --peer gloo";
+  }
+  if (o.peerGloo) {
+    t.peer = "tcp";
+    t.alike = t.ridge == "tcp";
+    if (t.alike)
+      t.notes.push_back(
+          "transport: like with like: Ridge over TCP sockets (" + how +
+          ") and Gloo's tcp device, both through this host's kernel TCP (Gloo has no shared-memory "
+          "transport)");
+    else
+      t.notes.push_back("transport: NOT alike: Ridge over " + t.ridge + " (" + how +
+                        ") vs Gloo over TCP: the ratio compares transports as well as libraries");
+  } else if (o.peerMpi) {
+    t.peer = "mpi";
+    t.notes.push_back("transport: Ridge over " + t.ridge + " (" + how +
+                      "); MPI over its own choice (on one host "
+                      "Open MPI uses shared memory, btl vader)");
+  } else {
+    t.notes.push_back("transport: Ridge ranks of one host over " + t.ridge + " (" + how + ")");
+  }
+  return t;
+}
+
+}  // namespace rbench

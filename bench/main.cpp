@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -46,6 +47,7 @@ namespace {
 int gRank = -1;
 bool gUnderMpi = false;
 GdrSetup gGdr;  // decided in main() before the ranks start; every launch mode reports it
+TransportSetup gTransport;
 
 std::string ridgeError(ridgeResult_t r, ridgeComm_t comm) {
   std::string s = ridgeGetErrorString(r);
@@ -142,6 +144,7 @@ void connectDevice(const Options& o, ridgeComm_t comm, int rank, int nranks, Run
 // Runs one rank on an initialised communicator, then tears it down.
 int runAndDestroy(const Options& o, ridgeComm_t comm, RunInfo info) {
   info.gdr = gGdr;
+  info.transport = gTransport;
   int nranks = 1, rank = 0;
   ridgeCommCount(comm, &nranks);
   ridgeCommUserRank(comm, &rank);
@@ -423,7 +426,7 @@ int runForked(const Options& o) {
   // Wait for every rank, within the bound. A rank that crashes or fails stops the run:
   // the others would only wait for it until RIDGE_TIMEOUT.
   using clock = std::chrono::steady_clock;
-  const auto deadline = clock::now() + std::chrono::seconds(o.timeoutSec);
+  const auto deadline = clock::now() + std::chrono::seconds(o.runTimeoutSec);
   int remaining = n;
   int result = kExitOk;
   std::string failure;
@@ -436,7 +439,7 @@ int runForked(const Options& o) {
     }
     if (p == 0) {
       if (clock::now() > deadline) {
-        failure = "the ranks did not finish within " + std::to_string(o.timeoutSec) + " s (--timeout)";
+        failure = "the ranks did not finish within " + std::to_string(o.runTimeoutSec) + " s (--run-timeout)";
         result = kExitFailure;
         break;
       }
@@ -513,7 +516,10 @@ void fatal(ridgeComm_t comm, const std::string& msg) {
     std::fprintf(stderr, "ridge-bench: %s\n", msg.c_str());
   std::fflush(stdout);
   std::fflush(stderr);
-  if (comm) ridgeCommAbort(comm);  // peers see ridgeAborted/RemoteError instead of waiting
+  // Once: the -T watchdog and the main thread whose call it broke may both get here, and
+  // ridgeCommAbort frees the communicator.
+  static std::atomic<bool> aborted{false};
+  if (comm && !aborted.exchange(true)) ridgeCommAbort(comm);  // peers see ridgeAborted instead of waiting
   if (gUnderMpi) mpiAbort(kExitFailure);
   _exit(kExitFailure);
 }
@@ -526,11 +532,22 @@ int main(int argc, char** argv) {
   std::string err;
   switch (parseOptions(argc, argv, &o, &err)) {
     case Parse::Help: printUsage(stdout); return kExitOk;
+    case Parse::Version: std::printf("%s\n", versionLine().c_str()); return kExitOk;
     case Parse::Error:
       std::fprintf(stderr, "ridge-bench: %s\n", err.c_str());
       printUsage(stderr);
       return kExitUsage;
     case Parse::Ok: break;
+  }
+  if (std::string why = unsupportedHere(o, cudaBuiltIn()); !why.empty()) {
+    std::fprintf(stderr, "ridge-bench: %s\n", why.c_str());
+    return kExitUsage;
+  }
+  if (!o.plotPath.empty()) {
+    if (std::string why = plotterMissing(); !why.empty()) {
+      std::fprintf(stderr, "ridge-bench: --plot %s: %s\n", o.plotPath.c_str(), why.c_str());
+      return kExitUsage;
+    }
   }
   if (!o.algo.empty()) setenv("RIDGE_ALGO", o.algo.c_str(), 1);
   if (int(o.peerGloo) + int(o.peerMpi) + int(o.peerNccl) > 1) {
@@ -563,6 +580,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ridge-bench: %s\n", err.c_str());
     return kExitUsage;
   }
+  gTransport = prepareTransport(o, gGdr);
   if (gGdr.active && oneHost && !underLauncher() && o.np < 2) {
     std::fprintf(stderr,
                  "ridge-bench: --gdr-mode needs at least 2 ranks (-np 2): one rank sends nothing "

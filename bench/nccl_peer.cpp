@@ -191,6 +191,15 @@ void* ncclStream() {
   return gStream;
 }
 
+void ncclUseNullStream() {
+  streamDestroy(gStream);
+  gStream = nullptr;  // cudaStream_t 0: the legacy default stream (-y 1)
+}
+
+int ncclGroup(bool start) {
+  return start ? gApi.groupStart() : gApi.groupEnd();
+}
+
 std::string ncclUnsupported(Coll c, bool inPlace, ridgeDataType_t t, ridgeRedOp_t op) {
   if (ncclType(t) < 0) return "NCCL has no " + std::string(typeInfo(t).name);
   if (collHasOp(c) && ncclOp(op) < 0) return "NCCL has no " + std::string(opName(op));

@@ -5,13 +5,17 @@
 #   OUT_MATCH   regular expression stdout must match (optional)
 #   OUT_MATCH2  a second one (optional)
 #   ERR_MATCH   regular expression stderr must match (optional)
+#   ERR_NOT     regular expression stderr must not match (optional)
 #   JSON_FILE   a file the run writes that must parse as JSON with a non-empty "rows" list
 #   JSON_STDOUT 1: stdout itself must be that JSON
+#   JSON_CHECK  a Python expression over the parsed JSON `d` that must be true (optional)
 #   PYTHON      interpreter for the JSON checks
+#   PICTURE     a file the run must write: an SVG (starts with <?xml or <svg) or a PNG
 #   TIMEOUT     seconds (default 50)
 #   SKIP_ERR    regular expression: a non-zero exit whose stderr matches it prints
-#               "skipped: no CUDA device" (ctest's SKIP_REGULAR_EXPRESSION) instead of
-#               failing; for GPU-only runs on machines without a GPU
+#               "skipped: <SKIP_MSG>" (ctest's SKIP_REGULAR_EXPRESSION) instead of
+#               failing; for runs that need what a machine may lack (a GPU, a plotter)
+#   SKIP_MSG    what is missing (default "no CUDA device")
 if(NOT DEFINED TIMEOUT)
   set(TIMEOUT 50)
 endif()
@@ -24,8 +28,11 @@ execute_process(COMMAND "${BENCH}" ${_args}
 string(REPLACE ";" " " _shown "${_args}")
 message("$ ridge-bench ${_shown}\n--- stdout ---\n${out}--- stderr ---\n${err}--- exit: ${rc}")
 
+if(NOT DEFINED SKIP_MSG)
+  set(SKIP_MSG "no CUDA device")
+endif()
 if(DEFINED SKIP_ERR AND NOT rc EQUAL 0 AND err MATCHES "${SKIP_ERR}")
-  message("skipped: no CUDA device")
+  message("skipped: ${SKIP_MSG}")
   return()
 endif()
 
@@ -48,6 +55,22 @@ endforeach()
 if(DEFINED ERR_MATCH AND NOT err MATCHES "${ERR_MATCH}")
   message(FATAL_ERROR "stderr does not match '${ERR_MATCH}'")
 endif()
+if(DEFINED ERR_NOT AND err MATCHES "${ERR_NOT}")
+  message(FATAL_ERROR "stderr matches '${ERR_NOT}', which it must not")
+endif()
+if(DEFINED PICTURE)
+  if(NOT EXISTS "${PICTURE}")
+    message(FATAL_ERROR "no picture at ${PICTURE}")
+  endif()
+  file(READ "${PICTURE}" _head LIMIT 64 HEX)
+  # PNG signature 89 50 4E 47; SVG text "<?xml" (3c3f786d6c) or "<svg" (3c737667).
+  if(NOT _head MATCHES "^89504e47" AND NOT _head MATCHES "^3c3f786d6c" AND NOT _head MATCHES "^3c737667")
+    message(FATAL_ERROR "${PICTURE} is neither PNG nor SVG (starts ${_head})")
+  endif()
+  file(SIZE "${PICTURE}" _size)
+  message("picture ok: ${PICTURE}, ${_size} bytes")
+  file(REMOVE "${PICTURE}")
+endif()
 
 set(_check [=[
 import json, sys
@@ -59,6 +82,9 @@ for r in rows:
     for k in ("size", "count", "time_us", "algbw", "busbw", "wrong"):
         assert k in r, "missing " + k
     assert r["wrong"] in (0, None), "wrong results in %r" % r
+check = sys.argv[2] if len(sys.argv) > 2 else ""
+if check:
+    assert eval(check, {"d": d}), "JSON_CHECK failed: " + check
 print("json ok: %d rows" % len(rows))
 ]=])
 if(JSON_STDOUT)
@@ -68,7 +94,7 @@ if(JSON_STDOUT)
   file(WRITE "${JSON_FILE}" "${out}")
 endif()
 if(DEFINED JSON_FILE)
-  execute_process(COMMAND "${PYTHON}" -c "${_check}" "${JSON_FILE}"
+  execute_process(COMMAND "${PYTHON}" -c "${_check}" "${JSON_FILE}" "${JSON_CHECK}"
                   RESULT_VARIABLE prc OUTPUT_VARIABLE pout ERROR_VARIABLE perr)
   message("${pout}${perr}")
   if(JSON_STDOUT)
