@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 PACKAGES=(cmake ninja-build g++ pkg-config python3 libhwloc-dev libibverbs-dev
-          libopenmpi-dev openmpi-bin libgtest-dev libgloo-dev graphviz)
+          libopenmpi-dev openmpi-bin libgtest-dev libgloo-dev graphviz gnuplot-nox python3-matplotlib)
 BUILD_DIR=${RIDGE_BUILD_DIR:-build}
 JOBS=$(nproc 2>/dev/null || echo 2)
 
