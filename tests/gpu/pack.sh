@@ -20,7 +20,8 @@
 # library folders hidden).
 # Environment: GPUPACK_BUILD_DIR (default build-cuda), GPUPACK_JOBS (default 2),
 # GPUPACK_NCCL_TARGET (default nccl_ridge), GPUPACK_NCCL_TESTS_SRC (default
-# ../shared/third_party/nccl-tests beside the main checkout).
+# ../shared/third_party/nccl-tests beside the main checkout), GPUPACK_NCCL_LIB (a libnccl.so.2
+# to build nccl-tests against instead of the target's: for trying this step out).
 set -euo pipefail
 shopt -s nullglob
 cd "$(dirname "$0")/../.."
@@ -80,7 +81,7 @@ done
 
 # ---- nccl-tests against Ridge's NCCL-compatible library, when both exist -------------------
 nccl_note="nccl-tests: not packed (no build target $nccl_target)"
-if [ "$have_nccl_target" -eq 1 ]; then
+if [ "$have_nccl_target" -eq 1 ] || [ -n "${GPUPACK_NCCL_LIB:-}" ]; then
   nt_src=${GPUPACK_NCCL_TESTS_SRC:-}
   if [ -z "$nt_src" ]; then
     for d in "$(git rev-parse --path-format=absolute --git-common-dir)/../../shared/third_party/nccl-tests" \
@@ -88,7 +89,7 @@ if [ "$have_nccl_target" -eq 1 ]; then
       [ -f "$d/src/Makefile" ] && nt_src=$(cd "$d" && pwd) && break
     done
   fi
-  ridge_nccl=$(find "$build" -name 'libnccl.so*' -type f 2>/dev/null | while read -r f; do
+  ridge_nccl=$(find "${GPUPACK_NCCL_LIB:-$root/$build}" -name 'libnccl.so*' -type f 2>/dev/null | while read -r f; do
     readelf -d "$f" 2>/dev/null | grep -q 'SONAME.*\[libnccl\.so\.2\]' && echo "$f"
   done | head -1) || true
   header=$(for h in "$root/nccl/include/nccl.h" "$root/nccl/nccl.h" /usr/local/cuda/include/nccl.h; do
@@ -133,6 +134,8 @@ if [ "$have_nccl_target" -eq 1 ]; then
     fi
     cp -L "$ridge_nccl" "$pack/lib/libnccl.so.2"
     cp -L "$nt_build/out/verifiable/libverifiable.so.0" "$pack/lib/"
+    chmod u+w "$pack/lib/libnccl.so.2" "$pack/lib/libverifiable.so.0"
+    strip --strip-unneeded "$pack/lib/libnccl.so.2" "$pack/lib/libverifiable.so.0"
     nccl_note="nccl-tests: ${nccl_tests[*]} against $ridge_nccl ($header)"
   fi
 fi

@@ -3,6 +3,7 @@
 # .gpupack/run.sh runs it, see tests/gpu/pack.sh; tests/gpu/run.sh builds on the device first):
 #   tests/gpu/run_checks.sh BIN_DIR OUT_DIR [LIB_DIR]
 #   tests/gpu/run_checks.sh --list-steps        (the steps' labels, one a line)
+#   tests/gpu/run_checks.sh --list-binaries     (KIND NAME of each step's binary, for tests)
 # BIN_DIR holds the binaries, directly or under tests/gpu/, tests/gdr/ and bench/ (a CMake
 # build tree). LIB_DIR (optional): libraries the binaries load first (LD_LIBRARY_PATH for them
 # alone, so that nvidia-smi, python3 and cuobjdump keep the machine's own). nccl-tests, when
@@ -26,8 +27,9 @@
 set -uo pipefail
 
 list_only=0
-if [ "${1:-}" = "--list-steps" ]; then
+if [ "${1:-}" = "--list-steps" ] || [ "${1:-}" = "--list-binaries" ]; then
   list_only=1
+  list_what=${1#--list-}
 elif [ $# -lt 2 ]; then
   echo "usage: $0 BIN_DIR OUT_DIR [LIB_DIR] | --list-steps" >&2
   exit 2
@@ -115,20 +117,27 @@ load_check() {
 # less when the budget is nearly spent), output into details.txt, one report line for the
 # outcome. Globals read (and reset) by step: step_env (VAR=VALUE words for the command),
 # step_post (a function given the output file, which adds "figure:" lines), skip_when (a
-# binary that exits 2 printing this text is recorded as skipped).
+# binary that exits 2 printing this text is recorded as skipped), step_dry (for a func step:
+# a function that says, without a device, whether what it would run loads).
 step_env=()
 step_post=
 skip_when=
+step_dry=
 step() {
   local label=$1 limit=$2 kind=$3 target=$4
   shift 4
-  local env=("${step_env[@]}") post=$step_post skip=$skip_when
+  local env=("${step_env[@]}") post=$step_post skip=$skip_when dry=$step_dry
   step_env=()
   step_post=
   skip_when=
+  step_dry=
   nsteps=$((nsteps + 1))
   if [ "$list_only" -eq 1 ]; then
-    echo "$label"
+    if [ "$list_what" = steps ]; then
+      echo "$label"
+    elif [ "$kind" != func ]; then
+      echo "$kind $target"
+    fi
     return
   fi
   local path="" how
@@ -145,6 +154,9 @@ step() {
     how="binary loads"
     if [ "$kind" = func ]; then
       how="a script step"
+      if [ -n "$dry" ] && ! how=$("$dry"); then
+        status=1
+      fi
     elif ! how="binary $(load_check "$path" "$kind")"; then
       status=1
     fi
@@ -193,7 +205,7 @@ step() {
 skip_step() {
   nsteps=$((nsteps + 1))
   if [ "$list_only" -eq 1 ]; then
-    echo "$1"
+    [ "$list_what" = binaries ] || echo "$1"
   elif [ "$gpus" -eq 0 ]; then
     note "$1: skipped: no CUDA device ($2)"
   else
@@ -210,7 +222,7 @@ figures_kernel_bw() {
          copy = $3 }
        END { if (n) printf "reduce kernel (2 sources, 256 MiB) vs device-to-device copy (%.0f GB/s), bytes read + " \
                            "written: %s; worst %.3f, target >= 0.90: %s\n", copy, types, worst,
-                           worst >= 0.9 ? "met" : "NOT met" }' "$1"
+                           (worst >= 0.9 ? "met" : "NOT met") }' "$1"
 }
 # ridge-gpu-ll-lat: "bytes LL(us) bulk(us) bulk/LL ..." rows.
 figures_ll_lat() {
@@ -298,6 +310,23 @@ run_nccl_tests() {
   echo "nccl-tests: $((SECONDS - t0)) s"
   return $rc
 }
+# Without a device: whether every packed nccl-tests binary loads.
+nccl_tests_load() {
+  local dir b how n=0
+  dir=$(nccl_tests_dir)
+  for b in "${nccl_tests_list[@]}"; do
+    if [ ! -x "$dir/${b}_perf" ]; then
+      echo "${b}_perf is not packed"
+      return 1
+    fi
+    how=$(load_check "$dir/${b}_perf" bench) || {
+      echo "${b}_perf $how"
+      return 1
+    }
+    n=$((n + 1))
+  done
+  echo "$n nccl-tests binaries load"
+}
 figures_nccl_tests() {
   sed -n 's/^nccl-tests-summary: //p' "$1"
 }
@@ -329,7 +358,7 @@ registers() {
 }
 figures_registers() {
   awk '/STACK:[1-9]|LOCAL:[1-9]/ {n++} /REG:/ {k++}
-       END {printf "registers: %d kernels, %d with a stack frame or local memory (spills, details.txt)\n", k, n}' "$1"
+       END {if (k) printf "registers: %d kernels, %d with a stack frame or local memory (spills: details.txt)\n", k, n}' "$1"
 }
 
 # ---- The run --------------------------------------------------------------------------------
@@ -375,12 +404,12 @@ all_steps() {
     skip_step "nccl-tests on Ridge's libnccl.so.2" "$not_packed"
     skip_step "nccl-tests on the device's NCCL" "$not_packed"
   else
-    step_post=figures_nccl_tests
+    step_post=figures_nccl_tests step_dry=nccl_tests_load
     step "nccl-tests on Ridge's libnccl.so.2" 60 func nccl_tests_ridge
     if [ "$list_only" -eq 0 ] && [ -z "$nccl" ] && [ "$gpus" -gt 0 ]; then
       skip_step "nccl-tests on the device's NCCL" "$no_nccl"
     else
-      step_post=figures_nccl_tests
+      step_post=figures_nccl_tests step_dry=nccl_tests_load
       step "nccl-tests on the device's NCCL" 40 func nccl_tests_nccl
     fi
   fi
@@ -398,7 +427,7 @@ all_steps() {
 
 if [ "$list_only" -eq 1 ]; then
   gpus=0
-  all_steps
+  all_steps | awk '!seen[$0]++'
   exit 0
 fi
 
