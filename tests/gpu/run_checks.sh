@@ -51,7 +51,8 @@ trap 'rm -rf "$step_log" "$work"' EXIT
 budget=${GPU_CHECKS_BUDGET_S:-290}
 min_step=${GPU_CHECKS_MIN_STEP_S:-10}
 smi=${GPU_CHECKS_NVIDIA_SMI:-nvidia-smi}
-output_cap=$((1 << 20))
+output_cap=$((1 << 20))        # of one step's output in details.txt
+details_cap=$((15 << 20))      # of details.txt (a lent device returns files of 16 MiB at most)
 start=$SECONDS
 status=0
 nsteps=0
@@ -181,7 +182,9 @@ step() {
     with_libs env "${env[@]}" timeout -k 3 "$limit" "$path" "$@" >"$step_log" 2>&1
     rc=$?
   fi
-  head -c "$output_cap" "$step_log" >>"$details"
+  local room=$((details_cap - $(stat -c %s "$details")))
+  [ "$room" -lt "$output_cap" ] || room=$output_cap
+  [ "$room" -le 0 ] || head -c "$room" "$step_log" >>"$details"
   local took=$((SECONDS - t0))
   case $rc in
     0) note "$label: passed (${took} s)" ;;
@@ -234,6 +237,11 @@ figures_coll_lat() {
   awk '$1 ~ /^[0-9]+$/ && NF >= 4 {printf "%s%s B %.1f us (proxy %.1f)", n++ ? ", " : "small allreduce, 2 ranks, LL path: ", $1, $2, $3}
        END {if (n) print ""}' "$1"
 }
+# ridge-gdr-write-check: its doorbell-to-completion and posted-write lines.
+figures_gdr_write() {
+  sed -n 's/^\(doorbell-to-completion: .*\)/GDR-write, device producer and software NIC, 64 slots of 64 KiB: \1/p
+          s/^\(posted-write bandwidth .*\)/GDR-write check: \1/p' "$1"
+}
 # ridge-bench --csv: the largest size's bus bandwidth, Ridge's and the peer's, and #wrong.
 bench_csv=
 figures_bench() {
@@ -263,7 +271,7 @@ figures_bench() {
 find_nccl() {
   local n=${GPU_CHECKS_NCCL_LIB:-}
   if [ -z "$n" ]; then
-    n=$(python3 -c 'import os, nvidia.nccl as m; print(os.path.join(list(m.__path__)[0], "lib", "libnccl.so.2"))' \
+    n=$(timeout 30 python3 -c 'import os, nvidia.nccl as m; print(os.path.join(list(m.__path__)[0], "lib", "libnccl.so.2"))' \
       2>/dev/null || true)
     [ -n "$n" ] && [ ! -f "$n" ] && n=
   fi
@@ -376,6 +384,7 @@ all_steps() {
   step "P2P transport (two processes, CUDA IPC)" 45 gtest test_gpu_p2p --gtest_brief=1
   step_env=(RIDGE_DEBUG=INFO) # the registrar says which dma-buf path it took
   step "dma-buf export" 15 gtest test_gpu_dmabuf --gtest_brief=1
+  step_post=figures_gdr_write
   step "GDR-write: device producer rings the software NIC's doorbell" 30 bench ridge-gdr-write-check
   step_post=figures_coll_lat
   step "small allreduce: LL path vs proxy path" 20 bench ridge-gpu-coll-lat 2 300 5
@@ -431,7 +440,7 @@ if [ "$list_only" -eq 1 ]; then
   exit 0
 fi
 
-gpus=$("$smi" -L 2>/dev/null | grep -c '^GPU ') || gpus=0
+gpus=$(timeout 20 "$smi" -L 2>/dev/null | grep -c '^GPU ') || gpus=0
 {
   echo "# Ridge GPU report, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "binaries: $bin_dir${lib_dir:+ (libraries: $lib_dir)}"
@@ -439,7 +448,7 @@ gpus=$("$smi" -L 2>/dev/null | grep -c '^GPU ') || gpus=0
   echo "machine: $(uname -r) ($(uname -m)), $(grep -m1 '^PRETTY_NAME=' /etc/os-release 2>/dev/null | cut -d= -f2-)," \
     "$(ldd --version 2>/dev/null | head -1)"
   if [ "$gpus" -gt 0 ]; then
-    echo "GPUs: $gpus; $("$smi" --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current \
+    echo "GPUs: $gpus; $(timeout 20 "$smi" --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current \
       --format=csv,noheader 2>&1 | head -1) (name, driver, PCIe gen, width)"
   fi
   echo "budget ${budget} s; CUDA_MODULE_LOADING=$CUDA_MODULE_LOADING RIDGE_TIMEOUT=$RIDGE_TIMEOUT" \
@@ -448,8 +457,8 @@ gpus=$("$smi" -L 2>/dev/null | grep -c '^GPU ') || gpus=0
 {
   echo "## environment"
   if [ "$gpus" -gt 0 ]; then
-    "$smi" 2>&1
-    "$smi" topo -m 2>&1
+    timeout 20 "$smi" 2>&1
+    timeout 20 "$smi" topo -m 2>&1
   fi
   command -v nvcc >/dev/null && nvcc --version | tail -2
   df -h /dev/shm 2>&1

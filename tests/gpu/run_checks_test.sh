@@ -55,6 +55,7 @@ case $me in
     echo "sum/float32 3000.0 3200.0 0.938"
     echo "sum/bfloat16 2950.0 3200.0 0.922" ;;
   ridge-gpu-pcie-premise) echo "figure: PCIe write/read stub 2.00" ;;
+  ridge-gdr-write-check) echo "doorbell-to-completion: 12.5 us per slot (stub)" ;;
   ridge-bench)
     while [ $# -gt 0 ]; do
       if [ "$1" = --csv ]; then
@@ -104,6 +105,7 @@ case $case_name in
     grep -q '^kernel tests (every dtype x op against the host): passed' "$r" || fail "a passing step is not passed"
     grep -q '^figure: PCIe write/read stub 2.00$' "$r" || fail "the binary's own figure line is missing"
     grep -q '^figure: reduce kernel .*worst 0.922, target >= 0.90: met' "$r" || fail "no kernel-bandwidth figure"
+    grep -q '^figure: GDR-write, .*doorbell-to-completion: 12.5 us per slot' "$r" || fail "no GDR-write figure"
     grep -q '^figure: Ridge beside NCCL, .*67108864 B: Ridge busbw 150 GB/s, NCCL 140 GB/s, Ridge/NCCL 1.07; #wrong Ridge 0, NCCL 0' \
       "$r" || fail "no NCCL figure"
     grep -q 'failing as told' "$tmp/out/details.txt" || fail "the step's output is not in details.txt"
