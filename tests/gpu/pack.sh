@@ -10,7 +10,7 @@
 # loader) and the driver's (libcuda.so.1, libnvidia-*)), run.sh and run_checks.sh (the runner,
 # a copy of tests/gpu/run_checks.sh), MANIFEST, googletest.tar.xz (for the fallback that builds
 # on the device, tests/gpu/run.sh). When the build has Ridge's NCCL-compatible library (target
-# GPUPACK_NCCL_TARGET, default nccl_ridge) and nccl-tests' sources are there, nccl-tests are
+# GPUPACK_NCCL_TARGET, default ridge_nccl or nccl_ridge) and nccl-tests' sources are there, nccl-tests are
 # built for sm_90 against it into nccl-tests/ (with libnccl.so.2 and libverifiable.so.0 in
 # lib/); otherwise the runner reports those steps as skipped.
 # Checks, each fatal: the pack is under 40 MiB (a device call carries 64 MiB in all); every
@@ -19,7 +19,7 @@
 # holds only glibc and the pack resolves every binary with LD_LIBRARY_PATH=lib (the host's
 # library folders hidden).
 # Environment: GPUPACK_BUILD_DIR (default build-cuda), GPUPACK_JOBS (default 2),
-# GPUPACK_NCCL_TARGET (default nccl_ridge), GPUPACK_NCCL_TESTS_SRC (default
+# GPUPACK_NCCL_TARGET (default: ridge_nccl, else nccl_ridge), GPUPACK_NCCL_TESTS_SRC (default
 # ../shared/third_party/nccl-tests beside the main checkout), GPUPACK_NCCL_LIB (a libnccl.so.2
 # to build nccl-tests against instead of the target's: for trying this step out).
 set -euo pipefail
@@ -28,7 +28,7 @@ cd "$(dirname "$0")/../.."
 root=$(pwd)
 build=${GPUPACK_BUILD_DIR:-build-cuda}
 jobs=${GPUPACK_JOBS:-2}
-nccl_target=${GPUPACK_NCCL_TARGET:-nccl_ridge}
+nccl_targets=${GPUPACK_NCCL_TARGET:-ridge_nccl nccl_ridge}
 pack="$root/.gpupack"
 max_bytes=$((40 << 20))
 bins=(test_gpu_kernels test_gpu_stream test_gpu_p2p test_gpu_ll test_gpu_ll_collective test_ll_line test_gpu_dmabuf
@@ -47,6 +47,7 @@ fi
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRIDGE_WITH_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DRIDGE_GPU_CODE_SHARED=ON -DCMAKE_CUDA_RUNTIME_LIBRARY=Shared \
   -DCMAKE_SKIP_BUILD_RPATH=ON -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$root/$build/kernels" \
+  -DCMAKE_SHARED_LINKER_FLAGS="-Wl,-rpath-link,$root/$build/kernels" \
   -DRIDGE_WITH_MPI=OFF -DCMAKE_DISABLE_FIND_PACKAGE_Gloo=ON "${launchers[@]}" >/dev/null
 for want in 'CMAKE_CUDA_ARCHITECTURES:.*=90$' 'RIDGE_GPU_CODE_SHARED:.*=ON$' 'CMAKE_SKIP_BUILD_RPATH:.*=ON$'; do
   grep -q "^$want" "$build/CMakeCache.txt" || {
@@ -56,10 +57,15 @@ for want in 'CMAKE_CUDA_ARCHITECTURES:.*=90$' 'RIDGE_GPU_CODE_SHARED:.*=ON$' 'CM
 done
 targets=("${bins[@]}")
 have_nccl_target=0
-if ninja -C "$build" -t targets all 2>/dev/null | grep -q "^$nccl_target:"; then
-  have_nccl_target=1
-  targets+=("$nccl_target")
-fi
+nccl_target=${nccl_targets%% *}
+for t in $nccl_targets; do
+  if ninja -C "$build" -t targets all 2>/dev/null | grep -q "^$t:"; then
+    have_nccl_target=1
+    nccl_target=$t
+    targets+=("$t")
+    break
+  fi
+done
 cmake --build "$build" -j"$jobs" --target "${targets[@]}"
 
 # The packed folder must never be committed, nor travel other than as a carried path.
@@ -80,7 +86,7 @@ for b in "${bins[@]}"; do
 done
 
 # ---- nccl-tests against Ridge's NCCL-compatible library, when both exist -------------------
-nccl_note="nccl-tests: not packed (no build target $nccl_target)"
+nccl_note="nccl-tests: not packed (no build target ${nccl_targets// / or })"
 if [ "$have_nccl_target" -eq 1 ] || [ -n "${GPUPACK_NCCL_LIB:-}" ]; then
   nt_src=${GPUPACK_NCCL_TESTS_SRC:-}
   if [ -z "$nt_src" ]; then
