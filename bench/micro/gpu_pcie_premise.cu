@@ -66,14 +66,14 @@ __device__ inline uint64_t globalNs() {
 // mapped pinned host memory; four loads are issued before the first store so that several
 // reads are in flight per thread (a read across PCIe waits for its completion, a write does
 // not).
-__global__ void __launch_bounds__(kThreads) storeKernel(uint4* __restrict__ dst, const uint4* __restrict__ src,
-                                                        size_t nvec) {
+__global__ void __launch_bounds__(kThreads)
+    storeKernel(uint4* __restrict__ dst, const uint4* __restrict__ src, size_t nvec) {
   const size_t stride = size_t(gridDim.x) * blockDim.x;
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < nvec; i += stride) dst[i] = src[i];
 }
 
-__global__ void __launch_bounds__(kThreads) loadKernel(uint4* __restrict__ dst, const uint4* __restrict__ src,
-                                                       size_t nvec) {
+__global__ void __launch_bounds__(kThreads)
+    loadKernel(uint4* __restrict__ dst, const uint4* __restrict__ src, size_t nvec) {
   constexpr int kUnroll = 4;
   const size_t stride = size_t(gridDim.x) * blockDim.x;
   size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -95,7 +95,7 @@ __host__ __device__ inline uint64_t slotWord(uint64_t seq, uint64_t i) {
 
 enum LoopStatus : int { kLoopOk = 0, kLoopCreditTimeout = 1 };
 
-struct LoopShared {  // mapped pinned host memory, written by both sides
+struct LoopShared {   // mapped pinned host memory, written by both sides
   uint64_t doorbell;  // GPU: the last slot published
   uint64_t credit;    // CPU: the last slot consumed
   int status;         // GPU: LoopStatus
@@ -182,7 +182,9 @@ cudaError_t issue(Mode m, const Bufs& b, size_t bytes, cudaStream_t s) {
   const int blocks = static_cast<int>(std::min<size_t>((nvec + kThreads - 1) / kThreads, b.blocksFilled));
   switch (m) {
     case kSmWrite: storeKernel<<<blocks, kThreads, 0, s>>>(b.hostDev, b.dev, nvec); return cudaGetLastError();
-    case kSmRead: loadKernel<<<blocks, kThreads, 0, s>>>(b.devOut, b.hostDev, nvec); return cudaGetLastError();
+    case kSmRead:
+      loadKernel<<<blocks, kThreads, 0, s>>>(b.devOut, b.hostDev, nvec);
+      return cudaGetLastError();
     case kCeD2H: return cudaMemcpyAsync(b.host, b.dev, bytes, cudaMemcpyDeviceToHost, s);
     default: return cudaMemcpyAsync(b.devOut, b.host, bytes, cudaMemcpyHostToDevice, s);
   }
@@ -207,7 +209,9 @@ bool checkMode(Mode m, const Bufs& b, size_t bytes, cudaStream_t s) {
     return false;
   size_t bad = 0;
   for (size_t i = 0; i < want.size(); ++i) bad += got[i] != want[i];
-  if (bad) std::printf("%s: %zu of %zu words wrong at %s\n", kModeNames[m], bad, want.size(), sizeName(bytes).c_str());
+  if (bad)
+    std::printf("%s: %zu of %zu words wrong at %s\n", kModeNames[m], bad, want.size(),
+                sizeName(bytes).c_str());
   return bad == 0;
 }
 
@@ -268,8 +272,9 @@ LoopResult doorbellLoop(size_t slotBytes, uint32_t window, uint64_t count, Clock
   nic.join();
   r.torn = torn;
   r.good = good && cpuGood && sh->status == kLoopOk && r.torn == 0;
-  if (sh->status != kLoopOk) std::printf("doorbell loop: the kernel waited over %llu ms for a credit\n",
-                                         static_cast<unsigned long long>(kSpinTimeoutNs / 1000000));
+  if (sh->status != kLoopOk)
+    std::printf("doorbell loop: the kernel waited over %llu ms for a credit\n",
+                static_cast<unsigned long long>(kSpinTimeoutNs / 1000000));
   if (!cpuGood) std::printf("doorbell loop: the CPU waited over 10 s for a doorbell\n");
   r.usPerSlot = static_cast<double>(sh->endNs - sh->startNs) / 1e3 / static_cast<double>(count);
   if (s) cudaStreamDestroy(s);
@@ -289,7 +294,8 @@ int main(int argc, char** argv) {
   const size_t maxBytes = argc > 1 ? std::strtoull(argv[1], nullptr, 0) : size_t(16) << 20;
   const int trials = argc > 2 ? std::atoi(argv[2]) : 5;
   if (maxBytes < 64 || maxBytes > (size_t(1) << 30) || maxBytes % 64 || trials < 1 || trials > 99) {
-    std::fprintf(stderr, "usage: ridge-gpu-pcie-premise [max-bytes 64..1G, a multiple of 64] [trials 1..99]\n");
+    std::fprintf(stderr,
+                 "usage: ridge-gpu-pcie-premise [max-bytes 64..1G, a multiple of 64] [trials 1..99]\n");
     return 2;
   }
   const auto runEnd = Clock::now() + kRunBudget;
@@ -349,26 +355,29 @@ int main(int argc, char** argv) {
   }
   if (lastSize) {
     std::printf(
-        "figure: PCIe write/read (SM stores vs SM loads of mapped pinned host memory), %s: %.2f vs %.2f GB/s, "
+        "figure: PCIe write/read (SM stores vs SM loads of mapped pinned host memory), %s: %.2f vs %.2f "
+        "GB/s, "
         "ratio %.2f; copy engine d2h %.2f, h2d %.2f GB/s\n",
-        sizeName(lastSize).c_str(), gbs[kSmWrite], gbs[kSmRead], gbs[kSmRead] > 0 ? gbs[kSmWrite] / gbs[kSmRead] : 0,
-        gbs[kCeD2H], gbs[kCeH2D]);
-    std::printf("figure: PCIe 64 B, time per operation (launch included): sm-write %.2f us, sm-read %.2f us, "
-                "ce-d2h %.2f us, ce-h2d %.2f us\n",
-                smallUs[kSmWrite], smallUs[kSmRead], smallUs[kCeD2H], smallUs[kCeH2D]);
+        sizeName(lastSize).c_str(), gbs[kSmWrite], gbs[kSmRead],
+        gbs[kSmRead] > 0 ? gbs[kSmWrite] / gbs[kSmRead] : 0, gbs[kCeD2H], gbs[kCeH2D]);
+    std::printf(
+        "figure: PCIe 64 B, time per operation (launch included): sm-write %.2f us, sm-read %.2f us, "
+        "ce-d2h %.2f us, ce-h2d %.2f us\n",
+        smallUs[kSmWrite], smallUs[kSmRead], smallUs[kCeD2H], smallUs[kCeH2D]);
   }
 
   // Part 2.
-  std::printf("# doorbell loop: GPU writes a slot + doorbell into pinned host memory, a CPU thread polls,\n"
-              "# checks every word and acks; 8 slots; us per slot from %%globaltimer (first wait to last ack)\n");
+  std::printf(
+      "# doorbell loop: GPU writes a slot + doorbell into pinned host memory, a CPU thread polls,\n"
+      "# checks every word and acks; 8 slots; us per slot from %%globaltimer (first wait to last ack)\n");
   std::printf("# %10s %8s %8s %12s %8s\n", "slot", "window", "slots", "us/slot", "torn");
   struct Case {
     size_t bytes;
     uint32_t window;
     uint64_t count;
   };
-  const Case cases[] = {{64, 1, 2000}, {64, 8, 2000}, {4096, 1, 2000}, {4096, 8, 2000}, {65536, 1, 500},
-                        {65536, 8, 500}};
+  const Case cases[] = {{64, 1, 2000},   {64, 8, 2000},   {4096, 1, 2000},
+                        {4096, 8, 2000}, {65536, 1, 500}, {65536, 8, 500}};
   std::string fig;
   for (const Case& c : cases) {
     if (!good) break;
@@ -381,8 +390,8 @@ int main(int argc, char** argv) {
     const LoopResult r = doorbellLoop(c.bytes, c.window, c.count, runEnd);
     good = good && r.good;
     std::printf("  %10s %8u %8llu %12.2f %8llu%s\n", sizeName(c.bytes).c_str(), c.window,
-                static_cast<unsigned long long>(c.count), r.usPerSlot, static_cast<unsigned long long>(r.torn),
-                r.good ? "" : "  FAILED");
+                static_cast<unsigned long long>(c.count), r.usPerSlot,
+                static_cast<unsigned long long>(r.torn), r.good ? "" : "  FAILED");
     char part[96];
     std::snprintf(part, sizeof part, "%s%s w%u %.2f us", fig.empty() ? "" : ", ", sizeName(c.bytes).c_str(),
                   c.window, r.usPerSlot);

@@ -158,7 +158,8 @@ unsigned long long spinLimitFor(unsigned long long waitNs) {
     cudaHostGetDevicePointer(reinterpret_cast<void**>(&dout), out, 0);
     pollCostKernel<<<1, 1>>>(dword, 1000, dout);
     if (cudaDeviceSynchronize() == cudaSuccess && out[0] > 0) limit = waitNs / out[0];
-    std::printf("mapped host memory: %llu ns per GPU poll; kernel waits bounded at %llu polls\n", out[0], limit);
+    std::printf("mapped host memory: %llu ns per GPU poll; kernel waits bounded at %llu polls\n", out[0],
+                limit);
   }
   if (word) cudaFreeHost(word);
   if (out) cudaFreeHost(out);
@@ -276,11 +277,13 @@ int main() {
   bool good = check(launchGdrSend(ch, dst, dctr, src, kBytes, spinLimit, dstatus, dcycles, 0), "launch");
   // Waits for the kernel up to the deadline (cudaDeviceSynchronize would wait for ever).
   cudaError_t run = cudaErrorNotReady;
-  while (good && (run = cudaStreamQuery(0)) == cudaErrorNotReady && std::chrono::steady_clock::now() < deadline)
+  while (good && (run = cudaStreamQuery(0)) == cudaErrorNotReady &&
+         std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   if (good && run == cudaErrorNotReady) {
-    std::printf("gdr-write GPU check: TIMED OUT (the send kernel still ran after %lld s; %llu slots written)\n",
-                static_cast<long long>(kCheckBudget.count()), (unsigned long long)ctr->slotsWritten);
+    std::printf(
+        "gdr-write GPU check: TIMED OUT (the send kernel still ran after %lld s; %llu slots written)\n",
+        static_cast<long long>(kCheckBudget.count()), (unsigned long long)ctr->slotsWritten);
     std::fflush(stdout);
     kill(child, SIGKILL);
     _exit(1);  // ends the kernel with the process
@@ -325,7 +328,8 @@ int main() {
   while ((waited = waitpid(child, &cstatus, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   if (waited != child) {
-    std::printf("rank 1 had not finished at the %lld s deadline\n", static_cast<long long>(kCheckBudget.count()));
+    std::printf("rank 1 had not finished at the %lld s deadline\n",
+                static_cast<long long>(kCheckBudget.count()));
     kill(child, SIGKILL);
     waitpid(child, &cstatus, 0);
     cstatus = 1;

@@ -419,7 +419,7 @@ all_steps() {
       skip_step "nccl-tests on the device's NCCL" "$no_nccl"
     else
       step_post=figures_nccl_tests step_dry=nccl_tests_load
-      step "nccl-tests on the device's NCCL" 40 func nccl_tests_nccl
+      step "nccl-tests on the device's NCCL" 60 func nccl_tests_nccl
     fi
   fi
   # With lazy module loading, CUDA's default, which applications get unless they ask
