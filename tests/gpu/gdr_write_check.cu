@@ -4,8 +4,12 @@
 // page (mapped into the GPU like a UAR); the softnic sends the slots to a second rank (a
 // forked process with its own softnic), which checks every byte. Reports posted-write
 // bandwidth from the GPU to host memory and the doorbell-to-completion time.
+// Every wait is bounded in time: the kernel's (launchGdrSend bounds them by a poll count) by a
+// count derived from %globaltimer, the host's by kCheckBudget; a kernel still running at the
+// deadline fails the check ("TIMED OUT"), and the process exit ends it.
 // Exit status: 0 passed, 1 failed, 3 no CUDA device ("skipped: no CUDA device").
 #include <cuda_runtime.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,6 +33,12 @@ namespace {
 constexpr uint32_t kCapacity = 64 << 10;
 constexpr uint32_t kSlots = 64;  // landing slots = slots sent: the ring never wraps, no credits back
 constexpr size_t kBytes = static_cast<size_t>(kSlots) * kCapacity;
+// The sender's waits for its kernel and for the receiving rank (whose own loop ends after 60 s,
+// or when it is killed at this deadline); and each of the kernel's waits for a credit or a
+// completion (the softnic retires a 64 KiB slot in well under a millisecond). The doorbell
+// snoop ends with the kernel wait.
+constexpr auto kCheckBudget = std::chrono::seconds(20);
+constexpr unsigned long long kKernelWaitNs = 2'000'000'000ull;
 
 struct Wire {  // rank 1 -> rank 0 over a pipe
   verbs::QpAddress qp;
@@ -120,6 +130,42 @@ T* deviceView(T* host, size_t bytes) {
   return static_cast<T*>(d);
 }
 
+// Nanoseconds one poll of a word of mapped host memory takes from the GPU, by %globaltimer:
+// launchGdrSend bounds each wait by a number of polls (each at least one such read), so
+// kKernelWaitNs / this is a poll count that bounds every wait to about kKernelWaitNs (a few
+// times that at most: an iteration reads a few such words).
+__global__ void pollCostKernel(const volatile uint32_t* word, uint32_t polls, unsigned long long* out) {
+  unsigned long long t0, t1;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  uint32_t sum = 0;
+  for (uint32_t i = 0; i < polls; ++i) sum += *word;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+  out[0] = (t1 - t0) / polls;
+  out[1] = sum;  // keeps the loads
+}
+
+unsigned long long spinLimitFor(unsigned long long waitNs) {
+  uint32_t* word = nullptr;
+  unsigned long long* out = nullptr;
+  unsigned long long limit = 1ull << 20;  // if the calibration fails: ~1 s at 1 us per poll
+  if (cudaHostAlloc(&word, sizeof *word, cudaHostAllocMapped) == cudaSuccess &&
+      cudaHostAlloc(&out, 2 * sizeof *out, cudaHostAllocMapped) == cudaSuccess) {
+    *word = 1;
+    out[0] = 0;
+    uint32_t* dword = nullptr;
+    unsigned long long* dout = nullptr;
+    cudaHostGetDevicePointer(reinterpret_cast<void**>(&dword), word, 0);
+    cudaHostGetDevicePointer(reinterpret_cast<void**>(&dout), out, 0);
+    pollCostKernel<<<1, 1>>>(dword, 1000, dout);
+    if (cudaDeviceSynchronize() == cudaSuccess && out[0] > 0) limit = waitNs / out[0];
+    std::printf("mapped host memory: %llu ns per GPU poll; kernel waits bounded at %llu polls\n", out[0],
+                limit);
+  }
+  if (word) cudaFreeHost(word);
+  if (out) cudaFreeHost(out);
+  return limit > 0 ? limit : 1;
+}
+
 }  // namespace
 
 int main() {
@@ -205,6 +251,8 @@ int main() {
       !check(cudaMemcpy(src, host.data(), kBytes, cudaMemcpyHostToDevice), "cudaMemcpy"))
     return 1;
 
+  const unsigned long long spinLimit = spinLimitFor(kKernelWaitNs);
+  const auto deadline = std::chrono::steady_clock::now() + kCheckBudget;
   // The NIC's doorbell snoop: hardware sees a UAR write at once; the softnic engine is told.
   std::atomic<bool> stop{false};
   std::thread snoop([&] {
@@ -226,8 +274,21 @@ int main() {
   cudaHostGetDevicePointer(reinterpret_cast<void**>(&dstatus), status, 0);
   cudaHostGetDevicePointer(reinterpret_cast<void**>(&dcycles), cycles, 0);
   const auto t0 = std::chrono::steady_clock::now();
-  bool good = check(launchGdrSend(ch, dst, dctr, src, kBytes, 1ull << 32, dstatus, dcycles, 0), "launch") &&
-              check(cudaDeviceSynchronize(), "kernel");
+  bool good = check(launchGdrSend(ch, dst, dctr, src, kBytes, spinLimit, dstatus, dcycles, 0), "launch");
+  // Waits for the kernel up to the deadline (cudaDeviceSynchronize would wait for ever).
+  cudaError_t run = cudaErrorNotReady;
+  while (good && (run = cudaStreamQuery(0)) == cudaErrorNotReady &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  if (good && run == cudaErrorNotReady) {
+    std::printf(
+        "gdr-write GPU check: TIMED OUT (the send kernel still ran after %lld s; %llu slots written)\n",
+        static_cast<long long>(kCheckBudget.count()), (unsigned long long)ctr->slotsWritten);
+    std::fflush(stdout);
+    kill(child, SIGKILL);
+    _exit(1);  // ends the kernel with the process
+  }
+  good = good && check(run, "kernel");
   const double sendSec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   stop.store(true);
   snoop.join();
@@ -263,7 +324,16 @@ int main() {
               static_cast<double>(kBytes) * reps / (ms * 1e6));
 
   int cstatus = 1;
-  waitpid(child, &cstatus, 0);
+  pid_t waited = 0;
+  while ((waited = waitpid(child, &cstatus, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (waited != child) {
+    std::printf("rank 1 had not finished at the %lld s deadline\n",
+                static_cast<long long>(kCheckBudget.count()));
+    kill(child, SIGKILL);
+    waitpid(child, &cstatus, 0);
+    cstatus = 1;
+  }
   good = good && WIFEXITED(cstatus) && WEXITSTATUS(cstatus) == 0;
   std::printf("%s\n", good ? "gdr-write GPU check: passed" : "gdr-write GPU check: FAILED");
   return good ? 0 : 1;

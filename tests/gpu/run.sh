@@ -5,8 +5,8 @@
 # tests/gpu/run_checks.sh on it: the GPU tests (kernels against the host reference for every
 # dtype x op, the LL protocol and channel shapes, stream-ordered collectives, P2P between
 # processes, dma-buf), the kernel bandwidth and LL-vs-bulk benchmarks, Ridge beside NCCL and
-# the register/spill report. Report: REPORT_DIR/gpu-report.txt (default build-gpu/), the
-# build's output in REPORT_DIR/build.log. On a lent device, pass $OUT so that the report comes
+# the register/spill report. Report: REPORT_DIR/report.txt and details.txt (default
+# build-gpu/), the build's output in REPORT_DIR/build.log. On a lent device, pass $OUT so that the report comes
 # back even when the command is cut off.
 # GoogleTest: the system's when the machine has one; else the sources that tests/gpu/pack.sh
 # puts in .gpupack/googletest.tar.xz (carry .gpupack), built into /tmp/gtest first.
@@ -28,7 +28,7 @@ build_failed() {
     echo "# Ridge GPU report, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "build: FAILED ($1); the end of $build_log:"
     tail -40 "$build_log"
-  } | tee "$report_dir/gpu-report.txt"
+  } | tee "$report_dir/report.txt"
   exit 1
 }
 
@@ -52,7 +52,8 @@ if ! timeout 300 cmake -S . -B build-gpu -G Ninja -DRIDGE_WITH_CUDA=ON -DCMAKE_B
   build_failed "cmake configure"
 fi
 if ! timeout 480 ninja -C build-gpu -j"$jobs" test_gpu_kernels test_gpu_stream test_gpu_p2p test_gpu_ll test_gpu_ll_collective \
-  test_ll_line test_gpu_dmabuf ridge-gpu-kernel-bw ridge-gpu-ll-lat ridge-gpu-coll-lat ridge-bench >>"$build_log" 2>&1; then
+  test_ll_line test_gpu_dmabuf ridge-gpu-kernel-bw ridge-gpu-ll-lat ridge-gpu-coll-lat ridge-gpu-pcie-premise \
+  ridge-gdr-write-check ridge-bench >>"$build_log" 2>&1; then
   build_failed "ninja"
 fi
 echo "build: $SECONDS s" >>"$build_log"

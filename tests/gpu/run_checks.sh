@@ -1,48 +1,82 @@
 #!/usr/bin/env bash
-# The GPU checks themselves, on binaries already built (shared by tests/gpu/run.sh, which
-# builds them first, and by the prebuilt pack's .gpupack/run.sh, see tests/gpu/pack.sh):
-#   tests/gpu/run_checks.sh BIN_DIR REPORT_DIR [LIB_DIR]
-# BIN_DIR holds the binaries, directly or under tests/gpu/ and bench/ (a CMake build tree).
-# LIB_DIR (optional): libraries the binaries load first (LD_LIBRARY_PATH for them alone, so
-# that nvidia-smi, python3 and cuobjdump keep the machine's own).
-# Writes REPORT_DIR/gpu-report.txt: the machine's facts, then one section per step with its
-# output, and a summary line per step. Every step is bounded by `timeout` and by an overall
-# budget (GPU_CHECKS_BUDGET_S, default 540 s, inside the 600 s a device command may run), and
-# every step's failure is recorded; no step stops the others. GPU_CHECKS_NCCL_LIB: the
-# libnccl.so.2 to run beside Ridge (default: found through python3's nvidia.nccl or under
+# The GPU checks on binaries already built, one command, bounded in time (the prebuilt pack's
+# .gpupack/run.sh runs it, see tests/gpu/pack.sh; tests/gpu/run.sh builds on the device first):
+#   tests/gpu/run_checks.sh BIN_DIR OUT_DIR [LIB_DIR]
+#   tests/gpu/run_checks.sh --list-steps        (the steps' labels, one a line)
+#   tests/gpu/run_checks.sh --list-binaries     (KIND NAME of each step's binary, for tests)
+# BIN_DIR holds the binaries, directly or under tests/gpu/, tests/gdr/ and bench/ (a CMake
+# build tree). LIB_DIR (optional): libraries the binaries load first (LD_LIBRARY_PATH for them
+# alone, so that nvidia-smi, python3 and cuobjdump keep the machine's own). nccl-tests, when
+# packed, are in BIN_DIR/../nccl-tests or BIN_DIR/nccl-tests.
+#
+# Writes two files, within what a lent device returns (at most 8 files of 16 MiB, 2 folders
+# down): OUT_DIR/report.txt, one line per step appended as soon as the step ends (so a run
+# that is cut off still reports) plus "figure:" lines (the figures the issue asks for, with
+# their labels), and OUT_DIR/details.txt, every step's output (at most 1 MiB each). stdout
+# carries the report lines only.
+#
+# Bounds: every step runs under `timeout` with its own limit, and all of them under one budget
+# (GPU_CHECKS_BUDGET_S, default 290 s: one run and its rerun fit a device lease); a step whose
+# turn comes with less than GPU_CHECKS_MIN_STEP_S (default 10) left is reported NOT RUN.
+# Without a CUDA device (`nvidia-smi -L` lists none; GPU_CHECKS_NVIDIA_SMI names another
+# nvidia-smi, the tests point it at a stub) every step is reported "skipped: no CUDA device",
+# after a check that its binary loads (libraries resolve; GoogleTest binaries list their tests).
+# GPU_CHECKS_NCCL_LIB: the NCCL to run beside Ridge (default: python3's nvidia.nccl wheel, or
 # /opt/torch/.venv, /usr/local/lib, /usr/lib).
-# Exit status: 0 all passed, 1 a step failed or timed out, 3 no CUDA device (nothing checked).
+# Exit status: 0 all passed, 1 a step failed, timed out or was not run, 3 no CUDA device.
 set -uo pipefail
-if [ $# -lt 2 ]; then
-  echo "usage: $0 BIN_DIR REPORT_DIR [LIB_DIR]" >&2
+
+list_only=0
+if [ "${1:-}" = "--list-steps" ] || [ "${1:-}" = "--list-binaries" ]; then
+  list_only=1
+  list_what=${1#--list-}
+elif [ $# -lt 2 ]; then
+  echo "usage: $0 BIN_DIR OUT_DIR [LIB_DIR] | --list-steps" >&2
   exit 2
 fi
-bin_dir=$(cd "$1" && pwd) || exit 2
-mkdir -p "$2" || exit 2
-report_dir=$(cd "$2" && pwd)
-lib_dir=${3:+$(cd "$3" && pwd)}
-report="$report_dir/gpu-report.txt"
+
+if [ "$list_only" -eq 0 ]; then
+  bin_dir=$(cd "$1" && pwd) || exit 2
+  mkdir -p "$2" || exit 2
+  out_dir=$(cd "$2" && pwd)
+  lib_dir=${3:+$(cd "$3" && pwd)}
+  report="$out_dir/report.txt"
+  details="$out_dir/details.txt"
+  : >"$report"
+  : >"$details"
+fi
 step_log=$(mktemp)
-trap 'rm -f "$step_log"' EXIT
-budget=${GPU_CHECKS_BUDGET_S:-540}
+work=$(mktemp -d)
+trap 'rm -rf "$step_log" "$work"' EXIT
+budget=${GPU_CHECKS_BUDGET_S:-290}
+min_step=${GPU_CHECKS_MIN_STEP_S:-10}
+smi=${GPU_CHECKS_NVIDIA_SMI:-nvidia-smi}
+output_cap=$((1 << 20))        # of one step's output in details.txt
+details_cap=$((15 << 20))      # of details.txt (a lent device returns files of 16 MiB at most)
 start=$SECONDS
 status=0
+nsteps=0
 
 # Lazy module loading would load a kernel at its first launch, which may wait for the device
 # to synchronize: with a stream parked on a release word or an LL receiver spinning, that
-# can hang (docs/gpu.md). Ridge preloads its kernels; this covers everything else.
+# can hang (docs/gpu.md). Ridge preloads its kernels; this covers everything else, and the
+# "lazy module loading" steps check Ridge's preload without it.
 export CUDA_MODULE_LOADING=EAGER
 export RIDGE_TIMEOUT=${RIDGE_TIMEOUT:-30}
 export RIDGE_SOCKET_IFNAME=${RIDGE_SOCKET_IFNAME:-lo}
 export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-32}
 
-say() { echo "$*" | tee -a "$report"; }
+# note LINE: a report line (report.txt and stdout).
+note() {
+  echo "$*" >>"$report"
+  echo "$*"
+}
 
 # find_bin NAME: the binary's path, or nothing.
 find_bin() {
   local d
-  for d in "$bin_dir" "$bin_dir/tests/gpu" "$bin_dir/bench"; do
-    if [ -x "$d/$1" ]; then
+  for d in "$bin_dir" "$bin_dir/tests/gpu" "$bin_dir/tests/gdr" "$bin_dir/bench"; do
+    if [ -x "$d/$1" ] && [ -f "$d/$1" ]; then
       echo "$d/$1"
       return
     fi
@@ -58,170 +92,385 @@ with_libs() {
   fi
 }
 
-# step LABEL LIMIT_S NAME ARGS...: runs binary NAME under timeout (LIMIT_S, or less when the
-# budget is nearly spent), its output into the report and on stdout; records the outcome.
-# skip_when (a variable): see below. Sets step_rc to the binary's exit status (124 or 137: timed out); its output stays in
-# $step_log until the next step.
+# load_check PATH KIND: whether the binary would start here (for the runs without a device).
+load_check() {
+  local missing listed
+  missing=$(with_libs ldd "$1" 2>&1 | awk '/not found/ {print $1}' | grep -v '^libcuda\.so' | tr '\n' ' ')
+  if [ -n "$missing" ]; then
+    echo "does NOT load: ${missing% } not found"
+    return 1
+  fi
+  if [ "$2" = gtest ]; then
+    listed=$(with_libs timeout 10 "$1" --gtest_list_tests 2>/dev/null | grep -c '^  ') || true
+    [ "${listed:-0}" -gt 0 ] || {
+      echo "does NOT load: --gtest_list_tests listed nothing"
+      return 1
+    }
+    echo "loads, $listed tests"
+    return 0
+  fi
+  echo "loads"
+}
+
+# step LABEL LIMIT_S KIND TARGET ARGS...: one check. KIND gtest or bench: TARGET is a binary
+# found by find_bin; KIND func: TARGET is a shell function of this script, called with the
+# step's limit first (it must bound its own commands by it). Runs under `timeout` (LIMIT_S,
+# less when the budget is nearly spent), output into details.txt, one report line for the
+# outcome. Globals read (and reset) by step: step_env (VAR=VALUE words for the command),
+# step_post (a function given the output file, which adds "figure:" lines), skip_when (a
+# binary that exits 2 printing this text is recorded as skipped), step_dry (for a func step:
+# a function that says, without a device, whether what it would run loads).
+step_env=()
+step_post=
+skip_when=
+step_dry=
 step() {
-  local label=$1 limit=$2 name=$3
-  shift 3
-  local path left
-  path=$(find_bin "$name")
-  left=$((budget - (SECONDS - start) - 10))
-  echo "## $label: $name $*" >>"$report"
-  : >"$step_log"
-  step_rc=0
-  if [ -z "$path" ]; then
-    say "$label: FAILED (binary $name not found under $bin_dir)"
-    status=1
-    step_rc=127
+  local label=$1 limit=$2 kind=$3 target=$4
+  shift 4
+  local env=("${step_env[@]}") post=$step_post skip=$skip_when dry=$step_dry
+  step_env=()
+  step_post=
+  skip_when=
+  step_dry=
+  nsteps=$((nsteps + 1))
+  if [ "$list_only" -eq 1 ]; then
+    if [ "$list_what" = steps ]; then
+      echo "$label"
+    elif [ "$kind" != func ]; then
+      echo "$kind $target"
+    fi
     return
   fi
-  if [ "$left" -lt 15 ]; then
-    say "$label: NOT RUN (the ${budget} s budget is spent)"
+  local path="" how
+  echo "## $label: ${env[*]} $target $*" >>"$details"
+  if [ "$kind" != func ]; then
+    path=$(find_bin "$target")
+    if [ -z "$path" ]; then
+      note "$label: FAILED (binary $target not found under $bin_dir)"
+      status=1
+      return
+    fi
+  fi
+  if [ "$gpus" -eq 0 ]; then
+    how="binary loads"
+    if [ "$kind" = func ]; then
+      how="a script step"
+      if [ -n "$dry" ] && ! how=$("$dry"); then
+        status=1
+      fi
+    elif ! how="binary $(load_check "$path" "$kind")"; then
+      status=1
+    fi
+    note "$label: skipped: no CUDA device ($how)"
+    return
+  fi
+  local left=$((budget - (SECONDS - start)))
+  if [ "$left" -lt "$min_step" ]; then
+    note "$label: NOT RUN (the ${budget} s budget is spent)"
     status=1
-    step_rc=125
     return
   fi
   [ "$limit" -gt "$left" ] && limit=$left
-  local t0=$SECONDS
-  with_libs timeout -k 5 "$limit" "$path" "$@" 2>&1 | tee -a "$report" >"$step_log"
-  step_rc=${PIPESTATUS[0]}
-  cat "$step_log"
+  local t0=$SECONDS rc
+  if [ "$kind" = func ]; then
+    (
+      [ ${#env[@]} -eq 0 ] || export "${env[@]}"
+      "$target" "$limit" "$@"
+    ) >"$step_log" 2>&1
+    rc=$?
+  else
+    with_libs env "${env[@]}" timeout -k 3 "$limit" "$path" "$@" >"$step_log" 2>&1
+    rc=$?
+  fi
+  local room=$((details_cap - $(stat -c %s "$details")))
+  [ "$room" -lt "$output_cap" ] || room=$output_cap
+  [ "$room" -le 0 ] || head -c "$room" "$step_log" >>"$details"
   local took=$((SECONDS - t0))
-  case $step_rc in
-    0) say "$label: passed (${took} s)" ;;
-    124 | 137)
-      say "$label: TIMED OUT after ${limit} s"
-      status=1
-      ;;
+  case $rc in
+    0) note "$label: passed (${took} s)" ;;
+    124 | 137) note "$label: TIMED OUT after ${limit} s" && status=1 ;;
     *)
-      if [ -n "$skip_when" ] && [ "$step_rc" -eq 2 ] && grep -q "$skip_when" "$step_log"; then
-        say "$label: skipped ($(grep -m1 "$skip_when" "$step_log"))"
+      if [ -n "$skip" ] && [ "$rc" -eq 2 ] && grep -q "$skip" "$step_log"; then
+        note "$label: skipped ($(grep -m1 "$skip" "$step_log"))"
       else
-        say "$label: FAILED (exit $step_rc, ${took} s)"
+        note "$label: FAILED (exit $rc, ${took} s)"
         status=1
       fi
       ;;
   esac
+  # The binary's own figure lines, then the step's figure extractor.
+  grep '^figure: ' "$step_log" | while read -r line; do note "$line"; done
+  [ -z "$post" ] || "$post" "$step_log" | while read -r line; do note "figure: $line"; done
 }
-# A step whose binary exits 2 printing this text is recorded as skipped, not failed.
-skip_when=
 
+# skip_step LABEL REASON: a step that cannot run here, reported as skipped (one report line,
+# as every step).
+skip_step() {
+  nsteps=$((nsteps + 1))
+  if [ "$list_only" -eq 1 ]; then
+    [ "$list_what" = binaries ] || echo "$1"
+  elif [ "$gpus" -eq 0 ]; then
+    note "$1: skipped: no CUDA device ($2)"
+  else
+    note "$1: skipped ($2)"
+  fi
+}
+
+# ---- Figures from the benchmarks' own output formats ---------------------------------------
+# ridge-gpu-kernel-bw: "sum/TYPE GB/s copyGB/s ratio" lines.
+figures_kernel_bw() {
+  awk '$1 ~ /^sum\// {
+         types = types sprintf("%s%s %.0f GB/s = %.3f", n++ ? ", " : "", substr($1, 5), $2, $4)
+         if (n == 1 || $4 < worst) worst = $4
+         copy = $3 }
+       END { if (n) printf "reduce kernel (2 sources, 256 MiB) vs device-to-device copy (%.0f GB/s), bytes read + " \
+                           "written: %s; worst %.3f, target >= 0.90: %s\n", copy, types, worst,
+                           (worst >= 0.9 ? "met" : "NOT met") }' "$1"
+}
+# ridge-gpu-ll-lat: "bytes LL(us) bulk(us) bulk/LL ..." rows.
+figures_ll_lat() {
+  awk '$1 ~ /^[0-9]+$/ && NF >= 4 {printf "%s%s B %.2f us (bulk %.2f)", n++ ? ", " : "LL one hop on one GPU: ", $1, $2, $3}
+       END {if (n) print ""}' "$1"
+}
+# ridge-gpu-coll-lat: "bytes LL(us) proxy(us) proxy/LL" rows.
+figures_coll_lat() {
+  awk '$1 ~ /^[0-9]+$/ && NF >= 4 {printf "%s%s B %.1f us (proxy %.1f)", n++ ? ", " : "small allreduce, 2 ranks, LL path: ", $1, $2, $3}
+       END {if (n) print ""}' "$1"
+}
+# ridge-gdr-write-check: its doorbell-to-completion and posted-write lines.
+figures_gdr_write() {
+  sed -n 's/^\(doorbell-to-completion: .*\)/GDR-write, device producer and software NIC, 64 slots of 64 KiB: \1/p
+          s/^\(posted-write bandwidth .*\)/GDR-write check: \1/p' "$1"
+}
+# ridge-bench --csv: the largest size's bus bandwidth, Ridge's and the peer's, and #wrong.
+bench_csv=
+figures_bench() {
+  [ -s "$bench_csv" ] || {
+    echo "$bench_label: no CSV written"
+    return
+  }
+  awk -F, -v label="$bench_label" '
+    NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+    { last = $0; split($0, f, ",")
+      wrong += f[col["wrong"]] + f[col["ip_wrong"]]
+      if ("nccl_wrong" in col) nwrong += f[col["nccl_wrong"]] + f[col["nccl_ip_wrong"]] }
+    END {
+      if (last == "") { print label ": no rows"; exit }
+      split(last, f, ",")
+      line = sprintf("%s: %s ranks, %s B: Ridge busbw %s GB/s", label, f[col["nranks"]], f[col["size"]], f[col["busbw"]])
+      if ("nccl_busbw" in col)
+        line = line sprintf(", NCCL %s GB/s, Ridge/NCCL %s", f[col["nccl_busbw"]], f[col["ratio"]])
+      line = line sprintf("; #wrong Ridge %d", wrong)
+      if ("nccl_wrong" in col) line = line sprintf(", NCCL %d", nwrong)
+      print line
+    }' "$bench_csv"
+}
+
+# ---- Steps that are not one binary ---------------------------------------------------------
+# The NCCL a device offers (the pip wheel's on these machines), or nothing.
+find_nccl() {
+  local n=${GPU_CHECKS_NCCL_LIB:-}
+  if [ -z "$n" ]; then
+    n=$(timeout 30 python3 -c 'import os, nvidia.nccl as m; print(os.path.join(list(m.__path__)[0], "lib", "libnccl.so.2"))' \
+      2>/dev/null || true)
+    [ -n "$n" ] && [ ! -f "$n" ] && n=
+  fi
+  [ -n "$n" ] || n=$(find /opt/torch/.venv /usr/local/lib /usr/lib -name 'libnccl.so.2' 2>/dev/null | head -1)
+  echo "$n"
+}
+
+nccl_tests_dir() {
+  local d
+  for d in "$bin_dir/../nccl-tests" "$bin_dir/nccl-tests"; do
+    if [ -d "$d" ] && ls "$d"/*_perf >/dev/null 2>&1; then
+      (cd "$d" && pwd)
+      return
+    fi
+  done
+}
+
+# run_nccl_tests LIMIT LIBDIR WHO: nccl-tests' collectives at small sizes on one GPU with the
+# libnccl.so.2 of LIBDIR first on the path; one line per binary with #wrong. Fails when a
+# binary fails or reports wrong values.
+nccl_tests_list=(all_reduce all_gather broadcast reduce_scatter alltoall sendrecv)
+run_nccl_tests() {
+  local limit=$1 libdir=$2 who=$3 dir t0 each rc=0 b out
+  dir=$(nccl_tests_dir)
+  t0=$SECONDS
+  each=$((limit / ${#nccl_tests_list[@]}))
+  for b in "${nccl_tests_list[@]}"; do
+    out="$work/$b.out"
+    if [ ! -x "$dir/${b}_perf" ]; then
+      echo "nccl-tests $who: ${b}_perf: not packed"
+      rc=1
+      continue
+    fi
+    LD_LIBRARY_PATH="$libdir${lib_dir:+:$lib_dir}" timeout -k 2 "$each" "$dir/${b}_perf" -b 8 -e 1M -f 8 -g 1 -c 1 \
+      -n 5 -w 2 >"$out" 2>&1
+    local brc=$?
+    cat "$out"
+    local oob busbw
+    oob=$(awk -F: '/Out of bounds values/ {gsub(/^ +| +$/, "", $2); print $2}' "$out")
+    busbw=$(awk -F: '/Avg bus bandwidth/ {gsub(/^ +| +$/, "", $2); print $2}' "$out")
+    echo "nccl-tests-summary: ${b}_perf on $who: exit $brc, #wrong ${oob:-unknown}, avg busbw ${busbw:-?} GB/s"
+    [ "$brc" -eq 0 ] && [[ ${oob:-x} == "0 OK" ]] || rc=1
+  done
+  echo "nccl-tests: $((SECONDS - t0)) s"
+  return $rc
+}
+# Without a device: whether every packed nccl-tests binary loads.
+nccl_tests_load() {
+  local dir b how n=0
+  dir=$(nccl_tests_dir)
+  for b in "${nccl_tests_list[@]}"; do
+    if [ ! -x "$dir/${b}_perf" ]; then
+      echo "${b}_perf is not packed"
+      return 1
+    fi
+    how=$(load_check "$dir/${b}_perf" bench) || {
+      echo "${b}_perf $how"
+      return 1
+    }
+    n=$((n + 1))
+  done
+  echo "$n nccl-tests binaries load"
+}
+figures_nccl_tests() {
+  sed -n 's/^nccl-tests-summary: //p' "$1"
+}
+nccl_tests_ridge() {
+  [ -f "$lib_dir/libnccl.so.2" ] || {
+    echo "Ridge's libnccl.so.2 is not in $lib_dir"
+    return 1
+  }
+  run_nccl_tests "$1" "$lib_dir" "Ridge's libnccl.so.2"
+}
+nccl_tests_nccl() {
+  run_nccl_tests "$1" "$(dirname "$nccl")" "NCCL ($nccl)"
+}
+
+# Registers, stack and local memory (spills) of every kernel, sm_90 SASS, from the library
+# or binary that holds them.
+registers() {
+  local limit=$1 cuobjdump holder
+  cuobjdump=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
+  for holder in "$lib_dir/libridge_gpu.so" "$bin_dir/kernels/libridge_gpu.so" "$(find_bin test_gpu_ll)"; do
+    [ -f "$holder" ] && break
+  done
+  [ -x "$cuobjdump" ] && [ -f "$holder" ] || {
+    echo "no cuobjdump, or no library holding the kernels"
+    return 1
+  }
+  echo "kernels of $holder"
+  timeout "$limit" "$cuobjdump" --dump-resource-usage -arch sm_90 "$holder" 2>&1 | grep -E "Function|REG|STACK|LOCAL"
+}
+figures_registers() {
+  awk '/STACK:[1-9]|LOCAL:[1-9]/ {n++} /REG:/ {k++}
+       END {if (k) printf "registers: %d kernels, %d with a stack frame or local memory (spills: details.txt)\n", k, n}' "$1"
+}
+
+# ---- The run --------------------------------------------------------------------------------
+all_steps() {
+  step "LL line format (host code)" 10 gtest test_ll_line --gtest_brief=1
+  step "kernel tests (every dtype x op against the host)" 45 gtest test_gpu_kernels --gtest_brief=1
+  step "PCIe premise: GPU writes vs reads, doorbell loop" 40 bench ridge-gpu-pcie-premise 16777216 5
+  step_post=figures_kernel_bw
+  step "kernel bandwidth: reduce vs device-to-device copy" 25 bench ridge-gpu-kernel-bw 256 20
+  step "LL protocol and channel tests" 40 gtest test_gpu_ll --gtest_brief=1
+  step_post=figures_ll_lat
+  step "LL vs bulk, one hop at small sizes" 20 bench ridge-gpu-ll-lat 2000
+  step "stream-ordered collectives" 40 gtest test_gpu_stream --gtest_brief=1
+  step "LL collectives (ranks as threads on one GPU)" 40 gtest test_gpu_ll_collective --gtest_brief=1
+  step "P2P transport (two processes, CUDA IPC)" 45 gtest test_gpu_p2p --gtest_brief=1
+  step_env=(RIDGE_DEBUG=INFO) # the registrar says which dma-buf path it took
+  step "dma-buf export" 15 gtest test_gpu_dmabuf --gtest_brief=1
+  step_post=figures_gdr_write
+  step "GDR-write: device producer rings the software NIC's doorbell" 30 bench ridge-gdr-write-check
+  step_post=figures_coll_lat
+  step "small allreduce: LL path vs proxy path" 20 bench ridge-gpu-coll-lat 2 300 5
+  rm -f "$work"/*.csv
+  bench_csv="$work/ranks4.csv" bench_label="4 ranks on one GPU, allreduce, device buffers"
+  step_post=figures_bench
+  step "4 ranks on one GPU, device buffers" 40 bench ridge-bench allreduce -np 4 --ridge-buffers device \
+    -b 1K -e 64M -f 8 -n 10 -w 3 --csv "$bench_csv"
+  # NCCL runs one rank per GPU, so as many ranks as GPUs. ridge-bench exits 2 with "cannot run
+  # here" when NCCL cannot load or see the device: NCCL's absence, not a Ridge failure.
+  nccl=$([ "$list_only" -eq 1 ] || find_nccl)
+  local no_nccl="libnccl.so.2 not found: python3's nvidia.nccl, /opt/torch/.venv, /usr/local/lib, /usr/lib"
+  if [ "$list_only" -eq 0 ] && [ -z "$nccl" ] && [ "$gpus" -gt 0 ]; then
+    skip_step "NCCL beside Ridge (ridge-bench --peer nccl)" "$no_nccl"
+  else
+    bench_csv="$work/nccl.csv" bench_label="Ridge beside NCCL, allreduce, device buffers"
+    step_post=figures_bench skip_when="cannot run here"
+    step "NCCL beside Ridge (ridge-bench --peer nccl)" 40 bench ridge-bench allreduce -np "$((gpus > 0 ? gpus : 1))" \
+      --peer nccl --ridge-buffers device --nccl-lib "${nccl:-libnccl.so.2}" -b 1K -e 64M -f 8 -n 10 -w 3 \
+      --csv "$bench_csv"
+  fi
+  # nccl-tests linked against Ridge's NCCL-compatible library (packed only when that library
+  # existed at packing time), then the same binaries on the device's NCCL for comparison.
+  local not_packed="not packed: Ridge's NCCL-compatible library or nccl-tests was absent when the pack was made"
+  if [ "$list_only" -eq 0 ] && [ -z "$(nccl_tests_dir)" ]; then
+    skip_step "nccl-tests on Ridge's libnccl.so.2" "$not_packed"
+    skip_step "nccl-tests on the device's NCCL" "$not_packed"
+  else
+    step_post=figures_nccl_tests step_dry=nccl_tests_load
+    step "nccl-tests on Ridge's libnccl.so.2" 60 func nccl_tests_ridge
+    if [ "$list_only" -eq 0 ] && [ -z "$nccl" ] && [ "$gpus" -gt 0 ]; then
+      skip_step "nccl-tests on the device's NCCL" "$no_nccl"
+    else
+      step_post=figures_nccl_tests step_dry=nccl_tests_load
+      step "nccl-tests on the device's NCCL" 60 func nccl_tests_nccl
+    fi
+  fi
+  # With lazy module loading, CUDA's default, which applications get unless they ask
+  # otherwise: Ridge's own kernel preload must be enough. Last, so that a hang here costs none
+  # of the checks above.
+  step_env=(CUDA_MODULE_LOADING=LAZY)
+  step "stream-ordered collectives, lazy module loading" 25 gtest test_gpu_stream --gtest_brief=1
+  step_env=(CUDA_MODULE_LOADING=LAZY)
+  step "LL send/recv and ring steps, lazy module loading" 25 gtest test_gpu_ll --gtest_brief=1 \
+    --gtest_filter='GpuLL.SendRecv*:GpuLL.FusedRing*'
+  step_post=figures_registers
+  step "registers and spills per kernel (sm_90)" 10 func registers
+}
+
+if [ "$list_only" -eq 1 ]; then
+  gpus=0
+  all_steps | awk '!seen[$0]++'
+  exit 0
+fi
+
+gpus=$(timeout 20 "$smi" -L 2>/dev/null | grep -c '^GPU ') || gpus=0
 {
   echo "# Ridge GPU report, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "binaries: $bin_dir${lib_dir:+ (libraries: $lib_dir)}"
   [ -f "$bin_dir/../MANIFEST" ] && sed -n '1s/^/pack: /p' "$bin_dir/../MANIFEST"
+  echo "machine: $(uname -r) ($(uname -m)), $(grep -m1 '^PRETTY_NAME=' /etc/os-release 2>/dev/null | cut -d= -f2-)," \
+    "$(ldd --version 2>/dev/null | head -1)"
+  if [ "$gpus" -gt 0 ]; then
+    echo "GPUs: $gpus; $(timeout 20 "$smi" --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current \
+      --format=csv,noheader 2>&1 | head -1) (name, driver, PCIe gen, width)"
+  fi
+  echo "budget ${budget} s; CUDA_MODULE_LOADING=$CUDA_MODULE_LOADING RIDGE_TIMEOUT=$RIDGE_TIMEOUT" \
+    "CUDA_DEVICE_MAX_CONNECTIONS=$CUDA_DEVICE_MAX_CONNECTIONS"
+} | while read -r line; do note "$line"; done
+{
   echo "## environment"
-  echo "kernel: $(uname -r) ($(uname -m))"
-  echo "os: $(grep -m1 '^PRETTY_NAME=' /etc/os-release 2>/dev/null | cut -d= -f2-)"
-  echo "glibc: $(ldd --version 2>/dev/null | head -1)"
-  if command -v nvidia-smi >/dev/null 2>&1; then
-    nvidia-smi 2>&1
-  else
-    echo "nvidia-smi: not on PATH"
+  if [ "$gpus" -gt 0 ]; then
+    timeout 20 "$smi" 2>&1
+    timeout 20 "$smi" topo -m 2>&1
   fi
-  if command -v nvcc >/dev/null 2>&1; then
-    nvcc --version | tail -2
-  elif [ -x /usr/local/cuda/bin/nvcc ]; then
-    /usr/local/cuda/bin/nvcc --version | tail -2
-  else
-    echo "nvcc: not present"
-  fi
-  echo "cmake: $(cmake --version 2>/dev/null | head -1)"
-  gtest_dirs=$(for d in /usr/include/gtest /usr/local/include/gtest; do [ -d "$d" ] && echo -n "$d "; done)
-  echo "GoogleTest headers: ${gtest_dirs:-none}"
+  command -v nvcc >/dev/null && nvcc --version | tail -2
   df -h /dev/shm 2>&1
-  echo "CUDA_MODULE_LOADING=$CUDA_MODULE_LOADING RIDGE_TIMEOUT=$RIDGE_TIMEOUT" \
-    "CUDA_DEVICE_MAX_CONNECTIONS=$CUDA_DEVICE_MAX_CONNECTIONS budget=${budget}s"
-  probe=$(find_bin test_gpu_stream)
-  if [ -n "$probe" ]; then
-    echo "ldd $probe:"
-    with_libs ldd "$probe" 2>&1
-  fi
-} >"$report" 2>&1
+} >>"$details" 2>&1
 
-if ! nvidia-smi -L >/dev/null 2>&1; then
-  say "skipped: no CUDA device"
-  echo "report: $report"
-  exit 3
+if [ "$gpus" -gt 0 ]; then
+  # A GPU is present: a GPU test that finds no usable device fails instead of skipping.
+  export RIDGE_TEST_REQUIRE_GPU=1
 fi
-# A GPU is present: a GPU test that finds no usable device fails instead of skipping.
-export RIDGE_TEST_REQUIRE_GPU=1
-gpus=$(nvidia-smi -L | wc -l)
-
-step "LL line format (host code)" 30 test_ll_line --gtest_brief=1
-step "kernel tests" 150 test_gpu_kernels --gtest_brief=1
-step "LL protocol and channel tests" 120 test_gpu_ll --gtest_brief=1
-export RIDGE_DEBUG=INFO  # the registrar says which dma-buf path it took
-step "dma-buf export" 60 test_gpu_dmabuf --gtest_brief=1
-unset RIDGE_DEBUG
-step "stream-ordered collectives" 120 test_gpu_stream --gtest_brief=1
-step "LL collectives (ranks as threads on one GPU)" 120 test_gpu_ll_collective --gtest_brief=1
-step "P2P transport (two processes, CUDA IPC)" 120 test_gpu_p2p --gtest_brief=1
-# The two-GPU case skips itself with fewer GPUs; say so rather than let "passed" cover it.
-[ "$gpus" -ge 2 ] || say "P2P between two GPUs: skipped (one GPU)"
-step "kernel bandwidth" 60 ridge-gpu-kernel-bw 256 20
-step "LL vs bulk, one hop at small sizes" 60 ridge-gpu-ll-lat 2000
-step "small allreduce: LL path vs proxy path (ranks as threads)" 60 ridge-gpu-coll-lat 2 300 5
-# The issue's figure: a 4-rank allreduce on the one GPU (Ridge on device buffers, P2P between
-# the ranks' processes).
-step "4 ranks on one GPU, device buffers" 180 ridge-bench allreduce -np 4 --ridge-buffers device \
-  -b 1K -e 256M -f 4
-
-# NCCL beside Ridge, as many ranks as GPUs (NCCL runs one rank per GPU). On these machines
-# NCCL is the pip wheel's library, not on the loader's path.
-nccl=${GPU_CHECKS_NCCL_LIB:-}
-if [ -z "$nccl" ]; then
-  nccl=$(python3 -c 'import os, nvidia.nccl as n; print(os.path.join(list(n.__path__)[0], "lib", "libnccl.so.2"))' \
-    2>/dev/null || true)
-  [ -n "$nccl" ] && [ ! -f "$nccl" ] && nccl=
-fi
-if [ -z "$nccl" ]; then
-  nccl=$(find /opt/torch/.venv /usr/local/lib /usr/lib -name 'libnccl.so.2' 2>/dev/null | head -1)
-fi
-if [ -z "$nccl" ]; then
-  say "NCCL: skipped (libnccl.so.2 not found: not in python3's nvidia.nccl, /opt/torch/.venv, /usr/local/lib, /usr/lib)"
-else
-  echo "NCCL library: $nccl" >>"$report"
-  # ridge-bench exits 2 with "cannot run here" when NCCL cannot load or see the device: that
-  # is NCCL's absence, not a Ridge failure.
-  skip_when="cannot run here"
-  step "NCCL" 120 ridge-bench allreduce -np "$gpus" --peer nccl --ridge-buffers device --nccl-lib "$nccl" \
-    -b 1K -e 256M -f 4
-  skip_when=
-fi
-
-# The same device collectives and LL tests with lazy module loading, CUDA's default, which
-# applications get unless they ask otherwise: Ridge's own kernel preload (in the proxy's setup
-# and before the LL tests' spinning receivers) must be enough without EAGER. Last, so that a
-# hang here (bounded by timeout) costs none of the checks above.
-export CUDA_MODULE_LOADING=LAZY
-step "stream-ordered collectives, lazy module loading" 90 test_gpu_stream --gtest_brief=1
-step "LL collectives, lazy module loading" 90 test_gpu_ll_collective --gtest_brief=1
-step "P2P transport, lazy module loading" 90 test_gpu_p2p --gtest_brief=1 \
-  --gtest_filter=GpuP2p.EveryCollectiveTwoProcessesOneGpu
-step "LL send/recv and ring steps, lazy module loading" 90 test_gpu_ll --gtest_brief=1 \
-  --gtest_filter='GpuLL.SendRecv*:GpuLL.FusedRing*'
-export CUDA_MODULE_LOADING=EAGER
-
-# Registers, stack and local memory (spills) of every kernel, sm_90 SASS only, from a binary
-# that links all of them.
-echo "## registers and spills per kernel (sm_90)" >>"$report"
-cuobjdump=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
-kernels_bin=$(find_bin test_gpu_ll)
-if [ -x "$cuobjdump" ] && [ -n "$kernels_bin" ]; then
-  # The pack holds sm_90 code only; a build-gpu tree may hold more (hence -arch), and should
-  # this cuobjdump not take -arch, the whole dump is better than none.
-  timeout 60 "$cuobjdump" --dump-resource-usage -arch sm_90 "$kernels_bin" 2>&1 |
-    grep -E "Function|REG|STACK|LOCAL" >>"$report" ||
-    timeout 60 "$cuobjdump" --dump-resource-usage "$kernels_bin" 2>&1 |
-    grep -E "arch|Function|REG|STACK|LOCAL" >>"$report" ||
-    say "register dump: cuobjdump printed nothing for $kernels_bin"
-else
-  say "register dump: skipped (no cuobjdump, or no test_gpu_ll)"
-fi
-
-echo "total: $((SECONDS - start)) s, exit $status" >>"$report"
-echo "report: $report"
+all_steps
+[ "$gpus" -ge 2 ] || [ "$gpus" -eq 0 ] || note "P2P between two GPUs: skipped (one GPU)"
+# Without a device: 3, unless a binary does not load (1).
+[ "$gpus" -gt 0 ] || [ "$status" -ne 0 ] || status=3
+note "total: $((SECONDS - start)) s, $nsteps steps, exit $status"
 exit $status
