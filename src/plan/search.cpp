@@ -525,8 +525,14 @@ Status buildNodeTemplate(std::shared_ptr<const topo::Topology> topology, int ran
     if (std::isfinite(c) && c > 0) caps.push_back(c);
   for (int d : tp.devices) {
     double nv = 0;
-    for (int li : t.node(d).links)
-      if (t.link(li).kind == LinkKind::NvLink) nv += t.link(li).bandwidthGBs;
+    for (int li : t.node(d).links) {
+      // GPU-to-GPU and GPU-to-NVSwitch lanes carry ring traffic; a GPU-CPU NVLink (POWER)
+      // reaches host memory, not a peer.
+      const topo::Link& l = t.link(li);
+      const topo::NodeKind far = t.node(l.other(d)).kind;
+      if (l.kind == LinkKind::NvLink && (far == topo::NodeKind::Gpu || far == topo::NodeKind::NvSwitch))
+        nv += l.bandwidthGBs;
+    }
     if (nv > 0) caps.push_back(nv);
   }
   std::vector<double> ladder = {options.maxChannelGBs};
