@@ -425,7 +425,8 @@ Status buildNodeTemplate(std::shared_ptr<const topo::Topology> topology, int ran
   if (ranksPerNode > 64 && !tp.hostRanks)
     return makeError(ridgeInvalidArgument, "planner: %d GPUs per node; at most 64 supported", ranksPerNode);
   const int k = ranksPerNode;
-  tp.nics = t.nics();
+  // Rails are the RDMA NICs; a 1 GbE management port next to them carries no collective.
+  tp.nics = t.rdmaNicsOrAll();
   // NIC bandwidth: the network description, else the NIC's fastest port, else its PCIe link.
   for (size_t s = 0; s < tp.nics.size(); ++s)
     tp.nicRail.push_back(network.rails > 0 ? static_cast<int>(s) % network.rails : static_cast<int>(s));

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "topo/gdr_placement.h"
 #include "topo/graph_build.h"
 #include "topo/load.h"
 #include "topo/model.h"
@@ -548,6 +549,59 @@ TEST(TopoReaders, NvlinkLanesFromHwlocBandwidth) {
   EXPECT_EQ(nvlinkLanesFromHwlocMBs(100000), 4);   // ambiguous: read as NVLink 2+
   EXPECT_EQ(nvlinkLanesFromHwlocMBs(1000), 1);     // never 0 lanes for a link that exists
   EXPECT_EQ(nvlinkLanesFromHwlocMBs(240000), 12);  // 12 x 20000, no multiple of 25000
+}
+
+// Which NICs are GPUDirect/RDMA targets: a verbs port decides when ports are known, else the
+// PCI identity.
+TEST(GdrTargets, RdmaCapabilityFromPortsOrPciIdentity) {
+  Node nic;
+  nic.kind = NodeKind::Nic;
+  nic.pciClass = 0x020000;
+  nic.vendor = 0x8086;
+  EXPECT_FALSE(nicHasRdma(nic));  // an Intel Ethernet function, nothing else known
+  nic.ports = {{"eno1", "eno1", "ACTIVE", "Ethernet", 1}};
+  EXPECT_FALSE(nicHasRdma(nic));  // 1 GbE, TCP only
+  nic.ports.push_back({"irdma0:1", "eno1", "ACTIVE", "Ethernet", 100});
+  EXPECT_TRUE(nicHasRdma(nic));  // a RoCE verbs device on the same function
+  Node cx;
+  cx.kind = NodeKind::Nic;
+  cx.pciClass = 0x020000;
+  cx.vendor = 0x15b3;
+  EXPECT_TRUE(nicHasRdma(cx));  // ConnectX listed by PCI identity only
+  cx.ports = {{"ens1f0", "ens1f0", "ACTIVE", "Ethernet", 100}};
+  EXPECT_FALSE(nicHasRdma(cx));  // seen live without its verbs device: the RDMA driver is not loaded
+  Node ib;
+  ib.kind = NodeKind::Nic;
+  ib.pciClass = 0x0207;
+  EXPECT_TRUE(nicHasRdma(ib));
+  Node efa;
+  efa.kind = NodeKind::Nic;
+  efa.pciClass = 0x020000;
+  efa.vendor = 0x1d0f;
+  efa.device = 0xefa1;
+  EXPECT_TRUE(nicHasRdma(efa));
+  efa.device = 0xec20;  // Amazon ENA: Ethernet only
+  EXPECT_FALSE(nicHasRdma(efa));
+  Node gpu;
+  gpu.kind = NodeKind::Gpu;
+  gpu.pciClass = 0x0207;
+  EXPECT_FALSE(nicHasRdma(gpu));
+}
+
+TEST(GdrTargets, OneGigabitPortIsNoGdrTargetNorARail) {
+  const Topology t = load(kData + "/hwloc-v2-nvlink-pairs.xml");
+  ASSERT_TRUE(t.finalized());
+  const int cx = t.find("mlx5_0"), i350 = t.find("eno1");
+  ASSERT_GE(cx, 0);
+  ASSERT_GE(i350, 0);
+  EXPECT_TRUE(nicHasRdma(t.node(cx)));
+  EXPECT_FALSE(nicHasRdma(t.node(i350)));
+  EXPECT_EQ(t.rdmaNicsOrAll(), std::vector<int>{cx});
+  GdrPlacement toI350, toCx;
+  ASSERT_TRUE(gdrPlacementFor(t, t.find("GPU0"), i350, &toI350).isOk());
+  ASSERT_TRUE(gdrPlacementFor(t, t.find("GPU0"), cx, &toCx).isOk());
+  EXPECT_EQ(adviseGdr(toI350, PcieConstants()).decidedBy, "nothing possible");
+  EXPECT_NE(adviseGdr(toCx, PcieConstants()).decidedBy, "nothing possible");
 }
 
 TEST(TopoReaders, HwlocV1SocketForm) {
