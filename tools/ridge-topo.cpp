@@ -414,7 +414,7 @@ std::vector<topo::DataPathMark> recommendedRoutes(const topo::Topology& t,
     topo::DataPathMark best;
     double bestBw = -1, bestLat = 0;
     topo::SmiClass bestClass = topo::SmiClass::SYS;
-    for (int n : t.nics()) {
+    for (int n : t.rdmaNicsOrAll()) {
       topo::GdrPlacement placement;
       if (!topo::gdrPlacementFor(t, g, n, &placement).isOk()) continue;
       const topo::GdrAdvice a = topo::adviseGdr(placement, constants);

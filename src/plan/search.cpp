@@ -425,7 +425,8 @@ Status buildNodeTemplate(std::shared_ptr<const topo::Topology> topology, int ran
   if (ranksPerNode > 64 && !tp.hostRanks)
     return makeError(ridgeInvalidArgument, "planner: %d GPUs per node; at most 64 supported", ranksPerNode);
   const int k = ranksPerNode;
-  tp.nics = t.nics();
+  // Rails are the RDMA NICs; a 1 GbE management port next to them carries no collective.
+  tp.nics = t.rdmaNicsOrAll();
   // NIC bandwidth: the network description, else the NIC's fastest port, else its PCIe link.
   for (size_t s = 0; s < tp.nics.size(); ++s)
     tp.nicRail.push_back(network.rails > 0 ? static_cast<int>(s) % network.rails : static_cast<int>(s));
@@ -525,8 +526,14 @@ Status buildNodeTemplate(std::shared_ptr<const topo::Topology> topology, int ran
     if (std::isfinite(c) && c > 0) caps.push_back(c);
   for (int d : tp.devices) {
     double nv = 0;
-    for (int li : t.node(d).links)
-      if (t.link(li).kind == LinkKind::NvLink) nv += t.link(li).bandwidthGBs;
+    for (int li : t.node(d).links) {
+      // GPU-to-GPU and GPU-to-NVSwitch lanes carry ring traffic; a GPU-CPU NVLink (POWER)
+      // reaches host memory, not a peer.
+      const topo::Link& l = t.link(li);
+      const topo::NodeKind far = t.node(l.other(d)).kind;
+      if (l.kind == LinkKind::NvLink && (far == topo::NodeKind::Gpu || far == topo::NodeKind::NvSwitch))
+        nv += l.bandwidthGBs;
+    }
     if (nv > 0) caps.push_back(nv);
   }
   std::vector<double> ladder = {options.maxChannelGBs};

@@ -386,7 +386,7 @@ void addNvLinksFromNvml(Topology* tp, int machine, const std::vector<NvmlGpu>& n
   std::map<std::string, int> byBus;
   for (int i = 0; i < static_cast<int>(t.nodes().size()); ++i)
     if (!t.node(i).busId.empty()) byBus[t.node(i).busId] = i;
-  std::map<std::pair<int, int>, int> lanes;  // (gpu, peer) -> lanes; GPU pairs keyed low-high
+  std::map<std::pair<int, int>, int> lanes;  // (gpu, peer) -> lanes; GPU pairs keyed low-high, CPU ends first
   for (const NvmlGpu& g : nvml) {
     auto it = byBus.find(g.busId);
     if (it == byBus.end() || t.node(it->second).kind != NodeKind::Gpu) continue;
@@ -395,7 +395,14 @@ void addNvLinksFromNvml(Topology* tp, int machine, const std::vector<NvmlGpu>& n
     if (g.smVersion > 0) gn.smVersion = g.smVersion;
     if (gn.model.empty()) gn.model = g.name;
     for (const NvmlLink& l : g.activeLinks) {
-      if (l.remote == NvmlRemote::Cpu || l.remoteBusId.empty()) continue;  // POWER9 CPU links: not modelled
+      if (l.remote == NvmlRemote::Cpu) {
+        // POWER's GPU-CPU NVLink: a link to the GPU's package (the CPU end first, as a
+        // parent would be), as the hwloc XML reader records it.
+        const int pkg = gn.package >= 0 ? gn.package : machine;
+        ++lanes[{pkg, gpu}];
+        continue;
+      }
+      if (l.remoteBusId.empty()) continue;
       auto peer = byBus.find(l.remoteBusId);
       const bool peerIsGpu = peer != byBus.end() && t.node(peer->second).kind == NodeKind::Gpu;
       if (peerIsGpu && peer->second == gpu) continue;

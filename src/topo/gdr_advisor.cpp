@@ -130,6 +130,10 @@ GdrOptionEstimate estimateTier(GdrOption o, StagingTier tier, const GdrPlacement
       if (!e.possible) e.whyNot = "no pinned host staging memory";
       break;
   }
+  if (!p.nicRdma) {
+    e.possible = false;
+    e.whyNot = p.nic + " has no RDMA (verbs) device: not a GPUDirect target";
+  }
   std::vector<StageSpec> specs = stagesOf(o, e.staging, p, c);
 
   uint64_t chunk = static_cast<uint64_t>(c.pipeline_chunk_bytes);

@@ -76,6 +76,9 @@ struct GdrPlacement {
   bool gpuRingsNicDoorbell = true;  ///< the NIC's doorbell page maps into the GPU: gdr-write possible
   bool nicStagingMemory = false;    ///< NIC memory maps into the GPU: gdr-write stages there
   bool hostStaging = true;          ///< pinned host memory and a proxy thread are available
+  /// The NIC has an RDMA (verbs) device (nicHasRdma). Without one no option applies: its
+  /// traffic goes over TCP from host memory, which is not the advisor's question.
+  bool nicRdma = true;
   double nicPortGBs = 0;            ///< network rate of the port (400G = 50); caps all; 0 unknown
   std::vector<uint64_t> smallSizes = {8, 4096};  ///< latency sizes; the first one decides
   uint64_t largeSize = uint64_t{64} << 20;       ///< bandwidth size

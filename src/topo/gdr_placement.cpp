@@ -86,6 +86,7 @@ Status gdrPlacementFor(const Topology& t, int gpu, int nic, GdrPlacement* out) {
   p.gpuToHostMemory = routeBetween(t, gpu, memory, Completer::HostMemory);
   p.nicToHostMemory = routeBetween(t, nic, memory, Completer::HostMemory);
   p.nicStagingMemory = nn.nicDeviceMemory;
+  p.nicRdma = nicHasRdma(nn);
   double gbps = 0;
   for (const NicPort& port : nn.ports) gbps = std::max(gbps, port.rateGbps);
   p.nicPortGBs = gbps / 8;  // Gb/s to GB/s, as NCCL counts (400G = 50)

@@ -71,6 +71,13 @@ double pcieBandwidthFromHwlocGBs(double hwlocGBs, int* gen, int* width) {
   return matches > 1 ? nccl : hwlocGBs * (7.5 * 8 / 80.0) * (130.0 / 128);
 }
 
+int nvlinkLanesFromHwlocMBs(uint64_t mbs) {
+  constexpr uint64_t kV2PlusLinkMBs = 25000, kV1LinkMBs = 20000;
+  if (mbs % kV2PlusLinkMBs == 0) return static_cast<int>(std::max<uint64_t>(1, mbs / kV2PlusLinkMBs));
+  if (mbs % kV1LinkMBs == 0) return static_cast<int>(mbs / kV1LinkMBs);
+  return static_cast<int>(std::max<uint64_t>(1, (mbs + kV2PlusLinkMBs / 2) / kV2PlusLinkMBs));
+}
+
 double nvlinkLaneGBs(int sm) {
   if (sm <= 0) return kDefaultNvLinkLaneGBs;
   if (sm < 70) return 18;     // Pascal

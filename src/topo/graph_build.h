@@ -69,6 +69,16 @@ double pcieBandwidthFromHwlocGBs(double hwlocGBs, int* gen, int* width);
 /// NVLink bandwidth of one lane (GB/s per direction) for a GPU's SM version (80, 90 ...).
 double nvlinkLaneGBs(int smVersion);
 
+/// hwloc's NVLinkBandwidth matrix counts 20000 MB/s per NVLink 1.0 link and 25000 per later
+/// link. The lane count behind a value: a multiple of 25000 is read as NVLink 2+ (by far the
+/// more common; 100000 is both 4 x 25000 and 5 x 20000), else a multiple of 20000 as NVLink 1,
+/// else the nearest count of 25000 (at least 1).
+int nvlinkLanesFromHwlocMBs(uint64_t mbs);
+/// Bounds on a file's NVLink matrix: objects (GPUs, switches, CPUs) and MB/s of one pair
+/// (1024 lanes of 50 GB/s is beyond any machine).
+constexpr long long kMaxNvlinkMatrixObjects = 4096;
+constexpr uint64_t kMaxNvlinkMBs = uint64_t{1024} * 50000;
+
 /// What identifies a CPU for its inter-socket link.
 struct CpuIdentity {
   std::string vendor;     ///< "GenuineIntel", "AuthenticAMD", "" unknown

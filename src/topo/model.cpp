@@ -84,6 +84,29 @@ static bool sane(double v, double max) {
   return std::isfinite(v) && v >= 0 && v <= max;
 }
 
+bool isVerbsPort(const NicPort& p) {
+  const size_t colon = p.name.rfind(':');
+  return colon != std::string::npos && colon > 0 && colon + 1 < p.name.size() && p.name != p.netdev;
+}
+
+bool nicHasRdma(const Node& nic) {
+  if (nic.kind != NodeKind::Nic) return false;
+  if (!nic.ports.empty())
+    return std::any_of(nic.ports.begin(), nic.ports.end(), [](const NicPort& p) { return isVerbsPort(p); });
+  constexpr uint16_t kVendorMellanox = 0x15b3, kVendorAmazon = 0x1d0f;
+  const uint16_t cls = (nic.pciClass > 0xffff ? nic.pciClass >> 8 : nic.pciClass) & 0xffff;
+  if (cls == 0x0207) return true;  // InfiniBand
+  if (nic.vendor == kVendorMellanox) return true;
+  return nic.vendor == kVendorAmazon && (nic.device & 0xfff0) == 0xefa0;  // EFA
+}
+
+std::vector<int> Topology::rdmaNicsOrAll() const {
+  std::vector<int> all = nics(), rdma;
+  for (int n : all)
+    if (nicHasRdma(node(n))) rdma.push_back(n);
+  return rdma.empty() ? all : rdma;
+}
+
 Status Topology::finalize() {
   const int n = static_cast<int>(nodes_.size());
   const std::string what = "topology '" + name + "'";

@@ -61,6 +61,11 @@ struct NicPort {
   double rateGbps = 0;    ///< signalling rate in Gb/s (400 for NDR), 0 unknown
 };
 
+/// True for a port of an RDMA (verbs) device, named "<device>:<port>" ("mlx5_0:1",
+/// "efa_0:1"), as readers name the ports sysfs/hwloc/NCCL files list under a verbs device;
+/// a port named by its network interface alone ("eth0") is TCP only.
+bool isVerbsPort(const NicPort& p);
+
 struct Node {
   NodeKind kind = NodeKind::PciDevice;
   std::string name;       ///< display name: "GPU0", "NIC1", "PCIe switch 0000:05:00.0", "NUMA0"
@@ -85,6 +90,12 @@ struct Node {
   std::vector<int> children;
   std::vector<int> links;  ///< ids of the links touching this node
 };
+
+/// Whether a NIC can be a GPUDirect/RDMA target: a verbs port when the source listed ports,
+/// else (a file that lists PCI functions only) its PCI identity: InfiniBand class, a
+/// Mellanox/NVIDIA ConnectX or BlueField, an AWS EFA. A 1 GbE port or any other Ethernet
+/// function without a verbs device is not.
+bool nicHasRdma(const Node& nic);
 
 struct Link {
   LinkKind kind = LinkKind::Internal;
@@ -150,6 +161,9 @@ class Topology {
   std::vector<int> nodesOfKind(NodeKind k) const;
   std::vector<int> gpus() const { return nodesOfKind(NodeKind::Gpu); }
   std::vector<int> nics() const { return nodesOfKind(NodeKind::Nic); }
+  /// The NICs that can move data by RDMA (nicHasRdma); every NIC when none can (a machine
+  /// whose network is TCP only still has its NICs).
+  std::vector<int> rdmaNicsOrAll() const;
 
   /// Finds a device by display name ("GPU3", "NIC0"), OS name ("mlx5_0", "cuda1", "eth0")
   /// or bus id ("0000:3b:00.0", "3b:00.0"); -1 when nothing matches.

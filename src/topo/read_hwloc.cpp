@@ -21,6 +21,15 @@
 //    Port<N>State infos become NIC ports, network interfaces (ib0, eth0) attach to the port
 //    their "Port" info names or become ports of their own; block devices name NVMe drives.
 //  - pci_link_speed (GB/s after encoding) is converted to NCCL's figures (graph_build.h).
+//  - NVLink: hwloc 2.x's nvml backend records it as a distances matrix named
+//    "NVLinkBandwidth" (<distances2hetero> when NVSwitches or CPUs are in it, <distances2>
+//    when only GPUs are), objects named by gp_index ("OSDev:37" in the hetero form), values
+//    the summed unidirectional bandwidth in MB/s of the links between two objects (hwloc
+//    counts 20000 per NVLink 1.0 link and 25000 per later link; the diagonal is a
+//    placeholder). A GPU is its nvml/cuda OS device or its PCI function; an NVIDIA PCI
+//    function of class 0680 is an NVSwitch; a CPU-side object (Package, NUMANode, Group,
+//    Machine: POWER's GPU-CPU NVLink) stands for the package it belongs to. Each pair
+//    becomes one NvLink link with the lane count and hwloc's bandwidth.
 // Unknown object types and elements are skipped (hwloc adds types over time). A bus id that
 // appears twice is an error when both functions matter (GPU, NIC, bridge, NVMe); when one of
 // them is another function (hwloc's own test files have such) that one loses its bus id.
@@ -107,8 +116,15 @@ struct PackageInfo {
 struct NumaInfo {
   const XmlElement* el = nullptr;
   int osIndex = -1;
+  uint64_t gpIndex = 0;  // 0: none in the file
   Bitmap cpuset;
   int node = -1;
+};
+// A CPU-side object a distance matrix may name (Group, Machine): resolved to a package by
+// its cpuset once the packages are known.
+struct CpuSideObject {
+  Bitmap cpuset;
+  int node = -1;  // package (or machine) node, once resolved
 };
 struct IoRoot {
   const XmlElement* el = nullptr;
@@ -133,6 +149,8 @@ class HwlocReader {
         machineEl = &c;
       } else if (c.name == "info") {
         rootInfo(c);
+      } else if (c.name == "distances2" || c.name == "distances2hetero") {
+        distances_.push_back(&c);
       }
     }
     if (!machineEl) return xmlError(what_, root, "no top-level <object>: the file describes no machine");
@@ -149,6 +167,8 @@ class HwlocReader {
     if (t_->nodes().size() > kMaxTopologyNodes)
       return xmlError(what_, root, format("more than %zu devices: not a real machine", kMaxTopologyNodes));
     RIDGE_TRY(resolveDuplicateBusIds());
+    resolveCpuSideObjects();
+    for (const XmlElement* d : distances_) RIDGE_TRY(readDistances(*d));
     std::vector<int> pkgs;
     for (const PackageInfo& p : packages_) pkgs.push_back(p.node);
     addSocketLinks(t_, pkgs, socketLinkGBs(cpu_));
@@ -202,6 +222,7 @@ class HwlocReader {
         return xmlError(what_, e, format("more than %zu packages: not a real machine", kMaxPackages));
       p.node = t_->addNode(n);
       packages_.push_back(p);
+      RIDGE_TRY(recordGpIndex(e, p.node));
     } else if (type == "NUMANode") {
       NumaInfo info;
       info.el = &e;
@@ -210,6 +231,7 @@ class HwlocReader {
       long long os = -1;
       RIDGE_TRY(intAttribute(what_, e, "os_index", 0, 1 << 24, &os));
       info.osIndex = static_cast<int>(os);
+      RIDGE_TRY(gpIndexOf(e, &info.gpIndex));
       numas_.push_back(info);
     } else if (type == "Bridge" || type == "PCIDev") {
       IoRoot r;
@@ -227,6 +249,14 @@ class HwlocReader {
     if (type == "Machine") {
       for (const XmlElement& c : e.children)
         if (c.name == "info") rootInfo(c);
+      RIDGE_TRY(recordGpIndex(e, machine_));
+    } else if (type == "Group") {
+      uint64_t gp = 0;
+      RIDGE_TRY(gpIndexOf(e, &gp));
+      bool have = false;
+      CpuSideObject o;
+      RIDGE_TRY(bitmapAttribute(e, "cpuset", &o.cpuset, &have));
+      if (gp) cpuSideObjects_[gp] = o;
     }
     // Objects with a cpuset (everything on the CPU side) give locality to what hangs below.
     const XmlElement* next = e.attribute("nodeset") || e.attribute("cpuset") ? &e : ctx;
@@ -270,6 +300,8 @@ class HwlocReader {
       n->node = t_->addNode(numa);
       t_->connect(parent, n->node, LinkKind::Internal, 0, 0);
       placeable_.push_back(*n);
+      // In a distance matrix a NUMA node stands for its package: NVLink ends at a CPU.
+      if (n->gpIndex) gpNode_[n->gpIndex] = parent;
     }
     return Status::ok();
   }
@@ -377,6 +409,7 @@ class HwlocReader {
     }
     const int id = t_->addNode(n);
     lines_[id] = e.line;
+    RIDGE_TRY(recordGpIndex(e, id));
     if (!hostBridge) {
       int gen = 0, width = 0;
       const double bw = pcieBandwidthFromHwlocGBs(hwlocGBs, &gen, &width);
@@ -394,6 +427,7 @@ class HwlocReader {
         fastestChild = std::max(fastestChild, childGBs);
       } else if (ct == "OSDev") {
         osdevs.push_back(&c);
+        RIDGE_TRY(recordGpIndex(c, id));  // nvml0 in a distance matrix is its GPU
       } else {
         RIDGE_TRACE("%s:%d: skipping %s object under PCI", what_.c_str(), c.line, ct.c_str());
       }
@@ -494,6 +528,160 @@ class HwlocReader {
     }
   }
 
+  // gp_index (hwloc 2.x: every object's global persistent index; 0 or absent in 1.x files).
+  Status gpIndexOf(const XmlElement& e, uint64_t* gp) {
+    *gp = 0;
+    const std::string* v = e.attribute("gp_index");
+    if (!v) return Status::ok();
+    char* end = nullptr;
+    const unsigned long long x = std::strtoull(v->c_str(), &end, 10);
+    if (v->empty() || *end != '\0' || (*v)[0] == '-')
+      return xmlError(what_, e, "gp_index \"" + *v + "\" is not a number");
+    *gp = x;
+    return Status::ok();
+  }
+
+  Status recordGpIndex(const XmlElement& e, int node) {
+    uint64_t gp = 0;
+    RIDGE_TRY(gpIndexOf(e, &gp));
+    if (gp) gpNode_[gp] = node;
+    return Status::ok();
+  }
+
+  // Groups (and anything else on the CPU side named only by cpuset) stand for the package
+  // their cpus belong to; a group spanning no single package stands for the machine.
+  void resolveCpuSideObjects() {
+    for (auto& [gp, o] : cpuSideObjects_) {
+      o.node = machine_;
+      for (const PackageInfo& p : packages_)
+        if (!o.cpuset.empty() && p.cpuset.intersects(o.cpuset)) {
+          o.node = p.node;
+          break;
+        }
+      gpNode_.emplace(gp, o.node);
+    }
+  }
+
+  // What an end of an NVLink is: a GPU, an NVSwitch or a CPU (package or machine node).
+  enum class NvEnd { Gpu, Switch, Cpu, Other };
+  NvEnd nvEndKind(int node) const {
+    switch (t_->node(node).kind) {
+      case NodeKind::Gpu: return NvEnd::Gpu;
+      case NodeKind::NvSwitch: return NvEnd::Switch;
+      case NodeKind::Package:
+      case NodeKind::Machine: return NvEnd::Cpu;
+      default: return NvEnd::Other;
+    }
+  }
+
+  // Splits whitespace-separated tokens of every child named `tag` (hwloc may cut a long list
+  // into several elements), up to `limit` tokens.
+  static bool tokens(const XmlElement& d, const char* tag, size_t limit, std::vector<std::string>* out) {
+    for (const XmlElement& c : d.children) {
+      if (c.name != tag) continue;
+      size_t i = 0;
+      const std::string& s = c.text;
+      while (i < s.size()) {
+        while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+        size_t j = i;
+        while (j < s.size() && !std::isspace(static_cast<unsigned char>(s[j]))) ++j;
+        if (j > i) {
+          if (out->size() >= limit) return false;
+          out->push_back(s.substr(i, j - i));
+        }
+        i = j;
+      }
+    }
+    return true;
+  }
+
+  // One <distances2> or <distances2hetero> element. Only "NVLinkBandwidth" matters here;
+  // other matrices (NUMALatency, XGMIBandwidth, ...) are skipped.
+  Status readDistances(const XmlElement& d) {
+    if (stringAttribute(d, "name") != "NVLinkBandwidth") return Status::ok();
+    long long nbobjs = 0;
+    RIDGE_TRY(intAttribute(what_, d, "nbobjs", 0, kMaxNvlinkMatrixObjects, &nbobjs));
+    const std::string indexing = stringAttribute(d, "indexing");
+    const bool hetero = d.name == "distances2hetero";
+    if (indexing != "gp" && !(hetero && indexing.empty())) {
+      // os indexing names NUMA nodes and PUs only; GPUs need gp indexes.
+      RIDGE_TRACE("%s:%d: NVLinkBandwidth with indexing \"%s\" skipped", what_.c_str(), d.line,
+                  indexing.c_str());
+      return Status::ok();
+    }
+    const size_t n = static_cast<size_t>(nbobjs);
+    std::vector<std::string> idx, vals;
+    if (!tokens(d, "indexes", n, &idx) || idx.size() != n)
+      return xmlError(what_, d, format("NVLinkBandwidth lists %zu indexes for nbobjs=%zu", idx.size(), n));
+    if (!tokens(d, "u64values", n * n, &vals) || vals.size() != n * n)
+      return xmlError(what_, d,
+                      format("NVLinkBandwidth has %zu values for a %zux%zu matrix", vals.size(), n, n));
+    std::vector<int> nodes(n, -1);
+    for (size_t i = 0; i < n; ++i) {
+      std::string tok = idx[i];
+      if (hetero) {
+        const size_t colon = tok.find(':');
+        if (colon == std::string::npos)
+          return xmlError(what_, d, "NVLinkBandwidth index \"" + tok + "\" is not \"Type:gp_index\"");
+        tok = tok.substr(colon + 1);
+      }
+      char* end = nullptr;
+      const unsigned long long gp = std::strtoull(tok.c_str(), &end, 10);
+      if (tok.empty() || *end != '\0')
+        return xmlError(what_, d, "NVLinkBandwidth index \"" + idx[i] + "\" is not a gp_index");
+      auto it = gpNode_.find(gp);
+      if (it == gpNode_.end())
+        RIDGE_TRACE(
+            "%s:%d: NVLinkBandwidth names gp_index %llu, which is no object of the file; its links are "
+            "left out",
+            what_.c_str(), d.line, gp);
+      else
+        nodes[i] = it->second;
+    }
+    std::map<std::pair<int, int>, uint64_t> mbs;  // (low node, high node) -> MB/s
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = i + 1; j < n; ++j) {
+        uint64_t v = 0;
+        for (size_t k : {i * n + j, j * n + i}) {
+          char* end = nullptr;
+          const unsigned long long x = std::strtoull(vals[k].c_str(), &end, 0);
+          if (*end != '\0' || vals[k][0] == '-')
+            return xmlError(what_, d, "NVLinkBandwidth value \"" + vals[k] + "\" is not a number");
+          v = std::max<uint64_t>(v, x);  // hwloc writes both directions alike; take either
+        }
+        const int a = nodes[i], b = nodes[j];
+        if (v == 0 || a < 0 || b < 0 || a == b) continue;
+        const NvEnd ka = nvEndKind(a), kb = nvEndKind(b);
+        // NVLink always has a GPU at one end at least (GPU-GPU, GPU-NVSwitch, GPU-CPU).
+        if (ka != NvEnd::Gpu && kb != NvEnd::Gpu) continue;
+        if (ka == NvEnd::Other || kb == NvEnd::Other) {
+          RIDGE_TRACE(
+              "%s:%d: NVLinkBandwidth joins %s and %s; only GPUs, NVSwitches and CPUs are NVLink ends",
+              what_.c_str(), d.line, nodeKindName(t_->node(a).kind), nodeKindName(t_->node(b).kind));
+          continue;
+        }
+        // A GPU named twice (nvml OS device and PCI function) adds up, as separate links would.
+        mbs[{std::min(a, b), std::max(a, b)}] += v;
+      }
+    for (const auto& [ends, total] : mbs) {
+      if (total > kMaxNvlinkMBs)
+        return xmlError(what_, d,
+                        format("NVLinkBandwidth value %llu MB/s is beyond any NVLink",
+                               static_cast<unsigned long long>(total)));
+      Link l;
+      l.kind = LinkKind::NvLink;
+      // Tree-link convention: a CPU end is `a`, as a parent would be.
+      const bool cpuFirst = nvEndKind(ends.second) == NvEnd::Cpu;
+      l.a = cpuFirst ? ends.second : ends.first;
+      l.b = cpuFirst ? ends.first : ends.second;
+      l.nvlinkCount = nvlinkLanesFromHwlocMBs(total);
+      l.bandwidthGBs = static_cast<double>(total) / 1000.0;
+      l.latencyNs = kNvLinkLatencyNs;
+      t_->addLink(l);
+    }
+    return Status::ok();
+  }
+
   static bool matters(NodeKind k) {
     return k == NodeKind::Gpu || k == NodeKind::Nic || k == NodeKind::PciBridge || k == NodeKind::Nvme ||
            k == NodeKind::NvSwitch;
@@ -548,7 +736,10 @@ class HwlocReader {
   std::vector<PackageInfo> packages_;
   std::vector<NumaInfo> numas_, placeable_;
   std::vector<IoRoot> ioRoots_;
-  std::map<int, int> lines_;  // node id -> line of its element
+  std::map<int, int> lines_;        // node id -> line of its element
+  std::map<uint64_t, int> gpNode_;  // gp_index -> graph node it stands for
+  std::map<uint64_t, CpuSideObject> cpuSideObjects_;
+  std::vector<const XmlElement*> distances_;
 };
 
 }  // namespace

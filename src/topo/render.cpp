@@ -273,6 +273,10 @@ class TreePrinter {
           t_.node(l.b).kind == NodeKind::Gpu)
         lines.push_back(format("NVLink %s - %s: %s", t_.node(l.a).name.c_str(), t_.node(l.b).name.c_str(),
                                linkLabel(l).c_str()));
+      if (l.kind == LinkKind::NvLink && t_.node(l.b).kind == NodeKind::Gpu &&
+          (t_.node(l.a).kind == NodeKind::Package || t_.node(l.a).kind == NodeKind::Machine))
+        lines.push_back(format("NVLink %s - CPU %s: %s", t_.node(l.b).name.c_str(), t_.node(l.a).name.c_str(),
+                               linkLabel(l).c_str()));
       if (l.kind == LinkKind::Socket)
         lines.push_back(format("Socket link %s - %s: %s", t_.node(l.a).name.c_str(),
                                t_.node(l.b).name.c_str(), linkLabel(l).c_str()));

@@ -36,6 +36,9 @@ class Parser {
 
  private:
   static constexpr int kMaxDepth = 256;
+  // hwloc writes an n x n distance matrix as text; 4096 GPUs and switches of u64 values
+  // would be ~300 MiB, far beyond any machine. 64 MiB of text per element bounds a hostile file.
+  static constexpr size_t kMaxTextBytes = size_t{64} << 20;
 
   Status error(const char* msg) const {
     return makeError(ridgeInvalidArgument, "%s: malformed XML at line %d: %s", what_.c_str(), line(), msg);
@@ -181,12 +184,19 @@ class Parser {
       el->attributes.emplace_back(std::move(key), decode(s_.substr(pos_, end - pos_)));
       pos_ = end + 1;
     }
-    // Content: children, text (dropped), comments, CDATA (dropped).
+    // Content: children, text (kept, entities decoded: hwloc's distance matrices are text),
+    // comments, CDATA (dropped).
     while (true) {
       size_t lt = s_.find('<', pos_);
       if (lt == std::string::npos) {
         pos_ = s_.size();
         return error(("file ends before </" + el->name + "> (truncated?)").c_str());
+      }
+      const size_t firstNonSpace = s_.find_first_not_of(" \t\r\n", pos_);
+      if (firstNonSpace < lt) {  // whitespace between elements is layout, not content
+        if (el->text.size() + (lt - pos_) > kMaxTextBytes)
+          return error(("text of <" + el->name + "> is larger than any topology needs").c_str());
+        el->text += decode(s_.substr(pos_, lt - pos_));
       }
       pos_ = lt;
       if (startsWith("</")) {

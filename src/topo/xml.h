@@ -1,6 +1,5 @@
-// A small, non-validating XML reader for topology files (NCCL topology and graph files;
-// later, other hand-written descriptions). It keeps elements and attributes, drops text,
-// comments, processing instructions and the DOCTYPE, and decodes the five predefined
+// A small, non-validating XML reader for topology files (NCCL topology and graph files,
+// hwloc XML). It keeps elements, attributes and text content, drops comments, processing instructions and the DOCTYPE, and decodes the five predefined
 // entities and numeric character references. Enough for machine descriptions of a few
 // thousand elements; not a general XML library (no namespaces, no DTD entities).
 #pragma once
@@ -17,6 +16,9 @@ struct XmlElement {
   std::string name;
   std::vector<std::pair<std::string, std::string>> attributes;
   std::vector<XmlElement> children;
+  /// Character data directly inside the element (all its pieces joined, entities decoded,
+  /// whitespace kept): hwloc writes distance matrices as text.
+  std::string text;
   int line = 0;  ///< Line of the start tag, for error messages.
 
   /// Value of an attribute, or nullptr when absent.

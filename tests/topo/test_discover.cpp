@@ -131,5 +131,41 @@ TEST(TopoDiscover, NvmlLinksBecomeNvLinksAndSwitches) {
   EXPECT_EQ(nvlinkLinks, 1 + 4 * 2);  // one GPU pair, each GPU to each switch
 }
 
+// POWER's GPU-CPU NVLink as NVML reports it (remote type CPU, no useful bus id): 3 lanes from
+// each of two V100s (sm 70, 20 GB/s a lane) to the CPU, plus 3 between the GPUs.
+TEST(TopoDiscover, NvmlCpuLinksEndAtTheGpusPackage) {
+  const std::string file =
+      "<system version=\"1\"><cpu numaid=\"0\">"
+      "<pci busid=\"0000:01:00.0\" class=\"0x030200\"/><pci busid=\"0000:02:00.0\" class=\"0x030200\"/>"
+      "</cpu></system>";
+  Topology base;
+  ASSERT_TRUE(loadTopologyText(file, "test", &base).isOk());
+  std::vector<NvmlGpu> nvml;
+  int linkNo = 0;
+  for (int g = 1; g <= 2; ++g) {
+    NvmlGpu gpu;
+    gpu.busId = "0000:0" + std::to_string(g) + ":00.0";
+    gpu.smVersion = 70;
+    for (int lane = 0; lane < 3; ++lane) gpu.activeLinks.push_back({linkNo++, "", NvmlRemote::Cpu});
+    for (int lane = 0; lane < 3; ++lane)
+      gpu.activeLinks.push_back({linkNo++, g == 1 ? "0000:02:00.0" : "0000:01:00.0", NvmlRemote::Gpu});
+    nvml.push_back(gpu);
+  }
+  Topology t;
+  for (const Node& n : base.nodes()) t.addNode(n);
+  for (const Link& l : base.links()) t.addLink(l);
+  addNvLinksFromNvml(&t, base.root(), nvml);
+  ASSERT_TRUE(t.finalize().isOk());
+  const int pkg = t.nodesOfKind(NodeKind::Package).at(0);
+  for (const char* name : {"GPU0", "GPU1"}) {
+    const int l = t.linkBetween(t.find(name), pkg);
+    ASSERT_GE(l, 0) << name;
+    EXPECT_EQ(t.link(l).kind, LinkKind::NvLink);
+    EXPECT_EQ(t.link(l).nvlinkCount, 3);
+    EXPECT_NEAR(t.link(l).bandwidthGBs, 3 * 20.0, 1e-9);
+  }
+  EXPECT_EQ(t.path(t.find("GPU0"), t.find("GPU1")).nvlinks, 3);
+}
+
 }  // namespace
 }  // namespace ridge::topo

@@ -165,6 +165,17 @@ TEST(GdrAdvisor, ImpossibleOptions) {
   EXPECT_TRUE(contains(a.reason, "no option is possible")) << a.reason;
 }
 
+TEST(GdrAdvisor, ANicWithoutRdmaIsNoTarget) {
+  GdrPlacement p = sharedSwitch();  // the best placement there is: PIX
+  p.nicRdma = false;
+  const GdrAdvice a = adviseGdr(p, kDefaults);
+  for (const GdrOptionEstimate& e : a.options) {
+    EXPECT_FALSE(e.possible) << gdrOptionName(e.option);
+    EXPECT_TRUE(contains(e.whyNot, "no RDMA")) << e.whyNot;
+  }
+  EXPECT_EQ(a.decidedBy, "nothing possible");
+}
+
 TEST(GdrAdvisor, NicPortCapsEveryOption) {
   GdrPlacement p = sharedSwitch();
   p.nicPortGBs = 25;  // 200G

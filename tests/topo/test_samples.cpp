@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "topo/gdr_placement.h"
+#include "topo/graph_build.h"
 #include "topo/load.h"
 #include "topo/model.h"
 #include "topo_samples.h"
@@ -415,6 +417,191 @@ TEST(TopoReaders, HwlocV2TwoLevelSwitch) {
   EXPECT_GT(p.latencyNs, 100);
   EXPECT_LT(p.latencyNs, t.path(t.find("GPU0"), t.find("GPU2")).latencyNs);
   EXPECT_GE(t.loadMs, 0);
+}
+
+// NVLink recorded by hwloc's nvml backend (synthetic files; their comments give the shape).
+int nvlinkLanesBetween(const Topology& t, const std::string& a, const std::string& b) {
+  const int l = t.linkBetween(t.find(a), t.find(b));
+  return l >= 0 && t.link(l).kind == LinkKind::NvLink ? t.link(l).nvlinkCount : -1;
+}
+
+TEST(TopoReaders, HwlocNvSwitchMatrixGivesNvLinkThroughSwitches) {
+  const Topology t = load(kData + "/hwloc-v2-nvlink-nvswitch.xml");
+  ASSERT_TRUE(t.finalized());
+  EXPECT_EQ(count(t, NodeKind::Gpu), 4);
+  ASSERT_EQ(count(t, NodeKind::NvSwitch), 2) << dump(t);
+  for (const char* a : {"GPU0", "GPU1", "GPU2", "GPU3"})
+    for (const char* b : {"GPU0", "GPU1", "GPU2", "GPU3"}) {
+      if (std::string(a) == b) continue;
+      EXPECT_EQ(classOf(t, a, b), "NVL/NV12") << a << "-" << b;
+      EXPECT_DOUBLE_EQ(bandwidthOf(t, a, b), 300) << a << "-" << b;  // 2 x 6 x 25 GB/s
+    }
+  // Each GPU has one bundle of 6 lanes to each switch, none to the other GPUs directly.
+  for (int s : t.nodesOfKind(NodeKind::NvSwitch))
+    for (const char* g : {"GPU0", "GPU1", "GPU2", "GPU3"})
+      EXPECT_EQ(nvlinkLanesBetween(t, g, t.node(s).busId), 6);
+  EXPECT_EQ(nvlinkLanesBetween(t, "GPU0", "GPU1"), -1);
+}
+
+TEST(TopoReaders, HwlocHomogeneousNvLinkMatrixGivesGpuPairs) {
+  const Topology t = load(kData + "/hwloc-v2-nvlink-pairs.xml");
+  ASSERT_TRUE(t.finalized());
+  EXPECT_EQ(classOf(t, "GPU0", "GPU1"), "NVL/NV4");
+  EXPECT_EQ(classOf(t, "GPU2", "GPU3"), "NVL/NV4");
+  EXPECT_EQ(classOf(t, "GPU0", "GPU2"), "NVL/NV1");
+  EXPECT_EQ(classOf(t, "GPU1", "GPU3"), "NVL/NV2");
+  EXPECT_DOUBLE_EQ(bandwidthOf(t, "GPU0", "GPU1"), 100);
+  // No direct link: NCCL's NVB through a GPU that has NVLink to both, nvidia-smi's PCIe class.
+  EXPECT_EQ(classOf(t, "GPU0", "GPU3"), "NVB/PHB");
+  EXPECT_EQ(classOf(t, "GPU1", "GPU2"), "NVB/PHB");
+  EXPECT_EQ(classOf(t, "GPU0", "mlx5_0"), "PHB/PHB");
+  EXPECT_EQ(count(t, NodeKind::NvSwitch), 0);
+}
+
+TEST(TopoReaders, HwlocGpuToCpuNvLinkEndsAtThePackage) {
+  const Topology t = load(kData + "/hwloc-v2-nvlink-power.xml");
+  ASSERT_TRUE(t.finalized());
+  EXPECT_EQ(classOf(t, "GPU0", "GPU1"), "NVL/NV3");
+  const int pkg = t.nodesOfKind(NodeKind::Package).at(0);
+  for (const char* g : {"GPU0", "GPU1"}) {  // GPU1's CPU end is named by its NUMA node
+    const int l = t.linkBetween(t.find(g), pkg);
+    ASSERT_GE(l, 0) << g << "\n" << dump(t);
+    EXPECT_EQ(t.link(l).kind, LinkKind::NvLink);
+    EXPECT_EQ(t.link(l).nvlinkCount, 3);
+    EXPECT_DOUBLE_EQ(t.link(l).bandwidthGBs, 75);
+  }
+  // The GPUs still hang from the PCIe tree: the CPU link is not their tree edge.
+  EXPECT_EQ(t.node(t.node(t.find("GPU0")).parent).kind, NodeKind::PciBridge);
+}
+
+// Variants written by the test from the synthetic pairs file.
+std::string withMatrix(const std::string& matrix) {
+  std::ifstream in(kData + "/hwloc-v2-nvlink-pairs.xml");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t b = text.find("  <distances2 "), e = text.find("</distances2>");
+  EXPECT_NE(b, std::string::npos);
+  EXPECT_NE(e, std::string::npos);
+  return text.substr(0, b) + matrix + text.substr(e + std::string("</distances2>").size());
+}
+
+Status loadText(const std::string& text, Topology* t) {
+  const std::string path = ::testing::TempDir() + "/nvlink-variant-" + std::to_string(::getpid()) + ".xml";
+  {
+    std::ofstream out(path);
+    out << text;
+  }
+  Status s = loadTopologyFile(path, t);
+  std::remove(path.c_str());
+  return s;
+}
+
+TEST(TopoReaders, HwlocNvLinkMatrixVariants) {
+  const std::string head =
+      R"(<distances2 nbobjs="2" kind="9" name="NVLinkBandwidth" indexing="gp" type="OSDev">)";
+  Topology t;
+  // Split lists (hwloc may cut long ones), extra whitespace, hex values: read alike.
+  ASSERT_TRUE(
+      loadText(withMatrix(head + "<indexes length=\"4\"> 102 </indexes><indexes length=\"4\">112</indexes>"
+                                 "<u64values length=\"9\">1000000 0x249f0</u64values>"
+                                 "<u64values length=\"9\">150000\n1000000 </u64values></distances2>"),
+               &t)
+          .isOk());
+  EXPECT_EQ(classOf(t, "GPU0", "GPU1"), "NVL/NV6");
+  // Another matrix name (XGMI, NUMA latencies) is not NVLink.
+  ASSERT_TRUE(
+      loadText(
+          withMatrix(R"(<distances2 nbobjs="2" kind="9" name="XGMIBandwidth" indexing="gp" type="OSDev">)"
+                     "<indexes length=\"8\">102 112 </indexes>"
+                     "<u64values length=\"9\">1 50000 50000 1</u64values></distances2>"),
+          &t)
+          .isOk());
+  EXPECT_EQ(classOf(t, "GPU0", "GPU1"), "PHB/PHB");
+  // A gp_index that names no object of the file leaves that row out, not the file.
+  ASSERT_TRUE(loadText(withMatrix(head + "<indexes length=\"8\">102 999 </indexes>"
+                                         "<u64values length=\"9\">1 50000 50000 1</u64values></distances2>"),
+                       &t)
+                  .isOk());
+  EXPECT_EQ(classOf(t, "GPU0", "GPU1"), "PHB/PHB");
+  // Malformed matrices are refused with the line: too few values, too few indexes, a value
+  // that is no number, a hetero index without its type, an absurd bandwidth.
+  for (const std::string& bad :
+       {head +
+            "<indexes length=\"8\">102 112 </indexes><u64values length=\"3\">1 2 3</u64values></distances2>",
+        head + "<indexes length=\"4\">102 </indexes><u64values length=\"3\">1 2 3 4</u64values></distances2>",
+        head + "<indexes length=\"8\">102 112 </indexes><u64values length=\"3\">1 x 3 "
+               "4</u64values></distances2>",
+        std::string(R"(<distances2hetero nbobjs="2" kind="25" name="NVLinkBandwidth" indexing="gp">)") +
+            "<indexes length=\"8\">102 112 </indexes><u64values length=\"3\">1 2 3 "
+            "4</u64values></distances2hetero>",
+        head + "<indexes length=\"8\">102 112 </indexes>"
+               "<u64values length=\"3\">1 999999999999 999999999999 4</u64values></distances2>"}) {
+    SCOPED_TRACE(bad);
+    Status s = loadText(withMatrix(bad), &t);
+    EXPECT_EQ(s.code(), ridgeInvalidArgument) << s.message();
+    EXPECT_NE(s.message().find("NVLinkBandwidth"), std::string::npos) << s.message();
+  }
+}
+
+TEST(TopoReaders, NvlinkLanesFromHwlocBandwidth) {
+  EXPECT_EQ(nvlinkLanesFromHwlocMBs(25000), 1);
+  EXPECT_EQ(nvlinkLanesFromHwlocMBs(150000), 6);
+  EXPECT_EQ(nvlinkLanesFromHwlocMBs(80000), 4);    // 4 NVLink 1.0 links (P100)
+  EXPECT_EQ(nvlinkLanesFromHwlocMBs(100000), 4);   // ambiguous: read as NVLink 2+
+  EXPECT_EQ(nvlinkLanesFromHwlocMBs(1000), 1);     // never 0 lanes for a link that exists
+  EXPECT_EQ(nvlinkLanesFromHwlocMBs(240000), 12);  // 12 x 20000, no multiple of 25000
+}
+
+// Which NICs are GPUDirect/RDMA targets: a verbs port decides when ports are known, else the
+// PCI identity.
+TEST(GdrTargets, RdmaCapabilityFromPortsOrPciIdentity) {
+  Node nic;
+  nic.kind = NodeKind::Nic;
+  nic.pciClass = 0x020000;
+  nic.vendor = 0x8086;
+  EXPECT_FALSE(nicHasRdma(nic));  // an Intel Ethernet function, nothing else known
+  nic.ports = {{"eno1", "eno1", "ACTIVE", "Ethernet", 1}};
+  EXPECT_FALSE(nicHasRdma(nic));  // 1 GbE, TCP only
+  nic.ports.push_back({"irdma0:1", "eno1", "ACTIVE", "Ethernet", 100});
+  EXPECT_TRUE(nicHasRdma(nic));  // a RoCE verbs device on the same function
+  Node cx;
+  cx.kind = NodeKind::Nic;
+  cx.pciClass = 0x020000;
+  cx.vendor = 0x15b3;
+  EXPECT_TRUE(nicHasRdma(cx));  // ConnectX listed by PCI identity only
+  cx.ports = {{"ens1f0", "ens1f0", "ACTIVE", "Ethernet", 100}};
+  EXPECT_FALSE(nicHasRdma(cx));  // seen live without its verbs device: the RDMA driver is not loaded
+  Node ib;
+  ib.kind = NodeKind::Nic;
+  ib.pciClass = 0x0207;
+  EXPECT_TRUE(nicHasRdma(ib));
+  Node efa;
+  efa.kind = NodeKind::Nic;
+  efa.pciClass = 0x020000;
+  efa.vendor = 0x1d0f;
+  efa.device = 0xefa1;
+  EXPECT_TRUE(nicHasRdma(efa));
+  efa.device = 0xec20;  // Amazon ENA: Ethernet only
+  EXPECT_FALSE(nicHasRdma(efa));
+  Node gpu;
+  gpu.kind = NodeKind::Gpu;
+  gpu.pciClass = 0x0207;
+  EXPECT_FALSE(nicHasRdma(gpu));
+}
+
+TEST(GdrTargets, OneGigabitPortIsNoGdrTargetNorARail) {
+  const Topology t = load(kData + "/hwloc-v2-nvlink-pairs.xml");
+  ASSERT_TRUE(t.finalized());
+  const int cx = t.find("mlx5_0"), i350 = t.find("eno1");
+  ASSERT_GE(cx, 0);
+  ASSERT_GE(i350, 0);
+  EXPECT_TRUE(nicHasRdma(t.node(cx)));
+  EXPECT_FALSE(nicHasRdma(t.node(i350)));
+  EXPECT_EQ(t.rdmaNicsOrAll(), std::vector<int>{cx});
+  GdrPlacement toI350, toCx;
+  ASSERT_TRUE(gdrPlacementFor(t, t.find("GPU0"), i350, &toI350).isOk());
+  ASSERT_TRUE(gdrPlacementFor(t, t.find("GPU0"), cx, &toCx).isOk());
+  EXPECT_EQ(adviseGdr(toI350, PcieConstants()).decidedBy, "nothing possible");
+  EXPECT_NE(adviseGdr(toCx, PcieConstants()).decidedBy, "nothing possible");
 }
 
 TEST(TopoReaders, HwlocV1SocketForm) {
