@@ -1,31 +1,35 @@
 // The rdma-core provider: the verbs subset over libibverbs, for real RDMA NICs.
 //
+// rdma-core is loaded at run time: every call goes through the IbvApi table (ibv_api.h),
+// never a verbs symbol, so libridge loads without rdma-core and tests can substitute doubles.
+//
 // Work requests are translated from the shared Wqe layout into ibv_send_wr at postSend,
-// and ibv_wc into Cqe at poll: the NIC's own rings stay private to the vendor driver here
-// (sendRing()/ring() return nullptr), so GPU-side producers need the mlx5 direct path of
-// the next issue. mlx5dv is used only to give device memory a CPU mapping where the
-// header and library exist; everything else is plain verbs.
+// and ibv_wc into Cqe at poll: the NIC's own rings stay private to the vendor driver for
+// these (sendRing()/ring() return nullptr). QPs created with QpCaps::mlx5Direct and CQs from
+// createMlx5Cq go through mlx5 direct verbs instead and expose their hardware rings
+// (mlx5SendQueue()/mlx5Ring()) for producers that write mlx5 WQEs themselves; mlx5dv also
+// gives device memory a CPU mapping. probeGdrLadder gathers the GDR-write ladder's facts.
 //
 // Connection setup uses port 1 and GID index 0 (global routing when the port is Ethernet,
 // i.e. RoCE, or the GID is set), a random 24-bit PSN, the smaller of both active MTUs,
 // and infinite RNR retries (the transports keep receives posted, a short RNR is a
 // scheduling hiccup rather than an error).
 #include <arpa/inet.h>
-#include <infiniband/verbs.h>
 #include <poll.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <unordered_map>
 
-#if defined(RIDGE_HAVE_MLX5DV)
-#include <infiniband/mlx5dv.h>
-#endif
-
 #include "bootstrap/bootstrap.h"
 #include "core/log.h"
+#include "core/settings.h"
+#include "device/runtime.h"
+#include "transports/verbs/gpu_ring_mapping.h"
+#include "transports/verbs/ibv_api.h"
 #include "transports/verbs/verbs.h"
 
 namespace ridge {
@@ -88,50 +92,53 @@ class IbvQp;
 
 class IbvMr final : public MemoryRegion {
  public:
-  explicit IbvMr(ibv_mr* mr, bool zeroBased) : mr_(mr) {
+  IbvMr(const IbvApi* api, ibv_mr* mr, bool zeroBased) : api_(api), mr_(mr) {
     addr_ = zeroBased ? 0 : reinterpret_cast<uint64_t>(mr->addr);
     length_ = mr->length;
     lkey_ = mr->lkey;
     rkey_ = mr->rkey;
   }
-  ~IbvMr() override { ibv_dereg_mr(mr_); }
+  ~IbvMr() override { api_->deregMr(mr_); }
 
  private:
+  const IbvApi* api_;
   ibv_mr* mr_;
 };
 
 class IbvDm final : public DeviceMemory {
  public:
-  IbvDm(ibv_dm* dm, size_t bytes) : dm_(dm), bytes_(bytes) {}
+  IbvDm(const IbvApi* api, ibv_dm* dm, size_t bytes) : api_(api), dm_(dm), bytes_(bytes) {}
   ~IbvDm() override {
     mr_.reset();
-    ibv_free_dm(dm_);
+    api_->freeDm(dm_);
   }
   size_t size() const override { return bytes_; }
   Status copyTo(size_t offset, const void* src, size_t bytes) override {
     if (offset > bytes_ || bytes > bytes_ - offset)
       return makeError(ridgeInvalidArgument, "verbs: copy outside device memory");
-    int rc = ibv_memcpy_to_dm(dm_, offset, src, bytes);
+    int rc = api_->memcpyToDm(dm_, offset, src, bytes);
     return rc ? ibvError("ibv_memcpy_to_dm", rc) : Status::ok();
   }
   Status copyFrom(void* dst, size_t offset, size_t bytes) override {
     if (offset > bytes_ || bytes > bytes_ - offset)
       return makeError(ridgeInvalidArgument, "verbs: copy outside device memory");
-    int rc = ibv_memcpy_from_dm(dst, dm_, offset, bytes);
+    int rc = api_->memcpyFromDm(dst, dm_, offset, bytes);
     return rc ? ibvError("ibv_memcpy_from_dm", rc) : Status::ok();
   }
   MemoryRegion* region() override { return mr_.get(); }
   void* mapped() override {
 #if defined(RIDGE_HAVE_MLX5DV)
+    if (!api_->hasMlx5()) return nullptr;
     mlx5dv_dm out{};
     mlx5dv_obj obj{};
     obj.dm.in = dm_;
     obj.dm.out = &out;
-    if (mlx5dv_init_obj(&obj, MLX5DV_OBJ_DM) == 0) return out.buf;
+    if (api_->mlx5InitObj(&obj, MLX5DV_OBJ_DM) == 0) return out.buf;
 #endif
     return nullptr;
   }
 
+  const IbvApi* api_;
   ibv_dm* dm_;
   size_t bytes_;
   std::unique_ptr<IbvMr> mr_;
@@ -139,15 +146,15 @@ class IbvDm final : public DeviceMemory {
 
 class IbvCq final : public CompletionQueue {
  public:
-  IbvCq(ibv_comp_channel* ch, ibv_cq* cq) : ch_(ch), cq_(cq) {}
+  IbvCq(const IbvApi* api, ibv_comp_channel* ch, ibv_cq* cq) : api_(api), ch_(ch), cq_(cq) {}
   ~IbvCq() override {
-    if (unacked_) ibv_ack_cq_events(cq_, unacked_);
-    ibv_destroy_cq(cq_);
-    ibv_destroy_comp_channel(ch_);
+    if (unacked_) api_->ackCqEvents(cq_, unacked_);
+    api_->destroyCq(cq_);
+    api_->destroyCompChannel(ch_);
   }
   int poll(Cqe* out, int max) override;
   void wait(int64_t maxWaitNs, bool (*stillIdle)(void*), void* arg) override {
-    if (ibv_req_notify_cq(cq_, 0) != 0) return;
+    if (api_->reqNotifyCq(cq_, 0) != 0) return;
     // A completion that arrived before arming produces no event: re-check first.
     if (stillIdle && !stillIdle(arg)) return;
     pollfd p{ch_->fd, POLLIN, 0};
@@ -158,16 +165,19 @@ class IbvCq final : public CompletionQueue {
     if (::ppoll(&p, 1, &timeout, nullptr) > 0) {
       ibv_cq* cq = nullptr;
       void* ctx = nullptr;
-      if (ibv_get_cq_event(ch_, &cq, &ctx) == 0 && ++unacked_ >= 64) {
-        ibv_ack_cq_events(cq_, unacked_);
+      if (api_->getCqEvent(ch_, &cq, &ctx) == 0 && ++unacked_ >= 64) {
+        api_->ackCqEvents(cq_, unacked_);
         unacked_ = 0;
       }
     }
   }
+  const Mlx5CompletionQueueView* mlx5Ring() const override { return mlx5_.cqes ? &mlx5_ : nullptr; }
   std::unordered_map<uint32_t, IbvQp*> qps_;
   ibv_cq* cq() const { return cq_; }
+  Mlx5CompletionQueueView mlx5_;  // filled by createMlx5Cq
 
  private:
+  const IbvApi* api_;
   ibv_comp_channel* ch_;
   ibv_cq* cq_;
   unsigned unacked_ = 0;
@@ -175,8 +185,8 @@ class IbvCq final : public CompletionQueue {
 
 class IbvQp final : public QueuePair {
  public:
-  IbvQp(ibv_qp* qp, ibv_context* ctx, IbvCq* scq, IbvCq* rcq, uint32_t sqDepth)
-      : qp_(qp), ctx_(ctx), scq_(scq), rcq_(rcq), sqDepth_(sqDepth) {
+  IbvQp(const IbvApi* api, ibv_qp* qp, ibv_context* ctx, IbvCq* scq, IbvCq* rcq, uint32_t sqDepth)
+      : api_(api), qp_(qp), ctx_(ctx), scq_(scq), rcq_(rcq), sqDepth_(sqDepth) {
     psn_ = static_cast<uint32_t>(randomNonce()) & 0xffffff;
     scq_->qps_[qp_->qp_num] = this;
     rcq_->qps_[qp_->qp_num] = this;
@@ -184,13 +194,13 @@ class IbvQp final : public QueuePair {
   ~IbvQp() override {
     scq_->qps_.erase(qp_->qp_num);
     rcq_->qps_.erase(qp_->qp_num);
-    ibv_destroy_qp(qp_);
+    api_->destroyQp(qp_);
   }
   uint32_t qpn() const override { return qp_->qp_num; }
   QpState state() const override { return state_; }
   Status localAddress(QpAddress* out) const override {
     ibv_port_attr port{};
-    if (ibv_query_port(ctx_, kPort, &port) != 0) return ibvError("ibv_query_port", 0);
+    if (api_->queryPort(ctx_, kPort, &port) != 0) return ibvError("ibv_query_port", 0);
     IbvAddress a{};
     a.magic = kIbvAddrMagic;
     a.qpn = qp_->qp_num;
@@ -198,7 +208,7 @@ class IbvQp final : public QueuePair {
     a.lid = port.lid;
     a.mtu = static_cast<uint8_t>(port.active_mtu);
     ibv_gid gid{};
-    if (ibv_query_gid(ctx_, kPort, 0, &gid) == 0) std::memcpy(a.gid, gid.raw, 16);
+    if (api_->queryGid(ctx_, kPort, 0, &gid) == 0) std::memcpy(a.gid, gid.raw, 16);
     bool gidSet = false;
     for (uint8_t b : a.gid) gidSet = gidSet || b != 0;
     a.global = (port.link_layer == IBV_LINK_LAYER_ETHERNET || gidSet) ? 1 : 0;
@@ -232,7 +242,7 @@ class IbvQp final : public QueuePair {
     wr.imm_data = htonl(w.immData);
     wr.wr.rdma.remote_addr = w.remoteAddr;
     wr.wr.rdma.rkey = w.rkey;
-    int rc = ibv_post_send(qp_, &wr, &bad);
+    int rc = api_->postSend(qp_, &wr, &bad);
     if (rc) return ibvError("ibv_post_send", rc);
     ++posted_;
     return Status::ok();
@@ -247,15 +257,18 @@ class IbvQp final : public QueuePair {
     wr.wr_id = w.wrId;
     wr.sg_list = w.length ? &sge : nullptr;
     wr.num_sge = w.length ? 1 : 0;
-    int rc = ibv_post_recv(qp_, &wr, &bad);
+    int rc = api_->postRecv(qp_, &wr, &bad);
     return rc ? ibvError("ibv_post_recv", rc) : Status::ok();
   }
   // Counted from send completions: the provider cannot see unsignaled WQEs retire, so
   // callers that post unsignaled work must signal at least one WQE per queue depth.
   uint32_t sendSlotsFree() const override { return sqDepth_ - (posted_ - retired_); }
+  const Mlx5SendQueueView* mlx5SendQueue() const override { return mlx5_.wqes ? &mlx5_ : nullptr; }
   void retired() { ++retired_; }
+  Mlx5SendQueueView mlx5_;  // filled for QPs created with QpCaps::mlx5Direct
 
  private:
+  const IbvApi* api_;
   ibv_qp* qp_;
   ibv_context* ctx_;
   IbvCq* scq_;
@@ -271,7 +284,7 @@ int IbvCq::poll(Cqe* out, int max) {
   ibv_wc wc[16];
   int total = 0;
   while (total < max) {
-    int n = ibv_poll_cq(cq_, std::min(16, max - total), wc);
+    int n = api_->pollCq(cq_, std::min(16, max - total), wc);
     if (n < 0) return total ? total : -1;
     for (int i = 0; i < n; ++i) {
       Cqe& c = out[total + i];
@@ -355,7 +368,7 @@ Status IbvQp::modify(QpState to, const QpAddress* remote) {
       mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
       break;
   }
-  int rc = ibv_modify_qp(qp_, &attr, mask);
+  int rc = api_->modifyQp(qp_, &attr, mask);
   if (rc) return ibvError(format("ibv_modify_qp to %s", qpStateName(to)).c_str(), rc);
   state_ = to;
   if (to == QpState::Reset) posted_ = retired_ = 0;
@@ -364,45 +377,49 @@ Status IbvQp::modify(QpState to, const QpAddress* remote) {
 
 class IbvPd final : public ProtectionDomain {
  public:
-  IbvPd(ibv_pd* pd, ibv_context* ctx) : pd_(pd), ctx_(ctx) {}
-  ~IbvPd() override { ibv_dealloc_pd(pd_); }
+  IbvPd(const IbvApi* api, ibv_pd* pd, ibv_context* ctx) : api_(api), pd_(pd), ctx_(ctx) {}
+  ~IbvPd() override { api_->deallocPd(pd_); }
   Status registerMemory(void* addr, size_t bytes, uint32_t access,
                         std::unique_ptr<MemoryRegion>* out) override {
-    ibv_mr* mr = ibv_reg_mr(pd_, addr, bytes, static_cast<int>(toIbvAccess(access)));
+    ibv_mr* mr = api_->regMr(pd_, addr, bytes, static_cast<int>(toIbvAccess(access)));
     if (!mr) return ibvError("ibv_reg_mr", 0);
-    *out = std::make_unique<IbvMr>(mr, false);
+    *out = std::make_unique<IbvMr>(api_, mr, false);
     return Status::ok();
   }
   Status registerDmaBuf(int fd, uint64_t offset, size_t bytes, uint64_t iova, uint32_t access,
                         std::unique_ptr<MemoryRegion>* out) override {
     // The seam for GPU memory: rdma-core registers a dma-buf exported by the GPU driver.
-    ibv_mr* mr = ibv_reg_dmabuf_mr(pd_, offset, bytes, iova, fd, static_cast<int>(toIbvAccess(access)));
+    if (!api_->regDmabufMr)
+      return makeError(ridgeInvalidUsage,
+                       "verbs: this libibverbs has no ibv_reg_dmabuf_mr (rdma-core 34 or later needed for "
+                       "dma-buf registration of GPU memory)");
+    ibv_mr* mr = api_->regDmabufMr(pd_, offset, bytes, iova, fd, static_cast<int>(toIbvAccess(access)));
     if (!mr) return ibvError("ibv_reg_dmabuf_mr", 0);
-    *out = std::make_unique<IbvMr>(mr, false);
+    *out = std::make_unique<IbvMr>(api_, mr, false);
     return Status::ok();
   }
   Status allocDeviceMemory(size_t bytes, uint32_t access, std::unique_ptr<DeviceMemory>* out) override {
     ibv_alloc_dm_attr a{};
     a.length = bytes;
-    ibv_dm* dm = ibv_alloc_dm(ctx_, &a);
+    ibv_dm* dm = api_->allocDm(ctx_, &a);
     if (!dm) return ibvError("ibv_alloc_dm (is there on-NIC memory? see max_dm_size)", 0);
-    auto d = std::make_unique<IbvDm>(dm, bytes);
-    ibv_mr* mr = ibv_reg_dm_mr(pd_, dm, 0, bytes, toIbvAccess(access) | IBV_ACCESS_ZERO_BASED);
+    auto d = std::make_unique<IbvDm>(api_, dm, bytes);
+    ibv_mr* mr = api_->regDmMr(pd_, dm, 0, bytes, toIbvAccess(access) | IBV_ACCESS_ZERO_BASED);
     if (!mr) return ibvError("ibv_reg_dm_mr", 0);
-    d->mr_ = std::make_unique<IbvMr>(mr, true);
+    d->mr_ = std::make_unique<IbvMr>(api_, mr, true);
     *out = std::move(d);
     return Status::ok();
   }
   Status createCq(uint32_t entries, std::unique_ptr<CompletionQueue>* out) override {
-    ibv_comp_channel* ch = ibv_create_comp_channel(ctx_);
+    ibv_comp_channel* ch = api_->createCompChannel(ctx_);
     if (!ch) return ibvError("ibv_create_comp_channel", 0);
-    ibv_cq* cq = ibv_create_cq(ctx_, static_cast<int>(entries), nullptr, ch, 0);
+    ibv_cq* cq = api_->createCq(ctx_, static_cast<int>(entries), nullptr, ch, 0);
     if (!cq) {
       Status s = ibvError("ibv_create_cq", 0);
-      ibv_destroy_comp_channel(ch);
+      api_->destroyCompChannel(ch);
       return s;
     }
-    *out = std::make_unique<IbvCq>(ch, cq);
+    *out = std::make_unique<IbvCq>(api_, ch, cq);
     return Status::ok();
   }
   Status createQp(CompletionQueue* sendCq, CompletionQueue* recvCq, const QpCaps& caps,
@@ -418,22 +435,129 @@ class IbvPd final : public ProtectionDomain {
     init.cap.max_recv_wr = caps.maxRecvWr;
     init.cap.max_send_sge = 1;
     init.cap.max_recv_sge = 1;
-    ibv_qp* qp = ibv_create_qp(pd_, &init);
+    if (caps.mlx5Direct) return createMlx5Qp(init, s, r, out);
+    ibv_qp* qp = api_->createQp(pd_, &init);
     if (!qp) return ibvError("ibv_create_qp", 0);
-    *out = std::make_unique<IbvQp>(qp, ctx_, s, r, caps.maxSendWr);
+    *out = std::make_unique<IbvQp>(api_, qp, ctx_, s, r, caps.maxSendWr);
     return Status::ok();
   }
+  Status createMlx5Cq(uint32_t entries, std::unique_ptr<CompletionQueue>* out) override;
 
  private:
+  Status createMlx5Qp(const ibv_qp_init_attr& init, IbvCq* s, IbvCq* r, std::unique_ptr<QueuePair>* out);
+
+  const IbvApi* api_;
   ibv_pd* pd_;
   ibv_context* ctx_;
 };
 
-bool queryAttributes(ibv_context* ctx, const char* name, DeviceAttributes* a) {
+// "" when mlx5 direct verbs can drive `ctx`'s device, else why not.
+std::string mlx5DirectMissing(const IbvApi* api, ibv_context* ctx) {
+  if (!api->hasMlx5())
+    return "libmlx5 not available (" + (api->mlx5Missing.empty() ? std::string("unknown") : api->mlx5Missing) +
+           ")";
+#if defined(RIDGE_HAVE_MLX5DV)
+  if (!api->mlx5IsSupported(ctx->device))
+    return format("%s is not an mlx5 device (mlx5dv_is_supported)", api->getDeviceName(ctx->device));
+#endif
+  return "";
+}
+
+Status IbvPd::createMlx5Cq(uint32_t entries, std::unique_ptr<CompletionQueue>* out) {
+  const std::string missing = mlx5DirectMissing(api_, ctx_);
+  if (!missing.empty()) return makeError(ridgeInvalidUsage, "verbs: mlx5 direct CQ: %s", missing.c_str());
+#if defined(RIDGE_HAVE_MLX5DV)
+  ibv_comp_channel* ch = api_->createCompChannel(ctx_);
+  if (!ch) return ibvError("ibv_create_comp_channel", 0);
+  ibv_cq_init_attr_ex attr{};
+  attr.cqe = entries;
+  attr.channel = ch;
+  // 64-byte CQEs (not the provider's MLX5_CQE_SIZE choice) and no compression: the layout a
+  // producer polling the ring itself parses (docs/gdr-write.md, wire format).
+  mlx5dv_cq_init_attr dv{};
+  dv.comp_mask = MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE;
+  dv.cqe_size = 64;
+  ibv_cq_ex* cqx = api_->mlx5CreateCq(ctx_, &attr, &dv);
+  if (!cqx) {
+    Status st = ibvError("mlx5dv_create_cq", 0);
+    api_->destroyCompChannel(ch);
+    return st;
+  }
+  ibv_cq* cq = ibv_cq_ex_to_cq(cqx);
+  mlx5dv_cq dvcq{};
+  mlx5dv_obj obj{};
+  obj.cq.in = cq;
+  obj.cq.out = &dvcq;
+  const int rc = api_->mlx5InitObj(&obj, MLX5DV_OBJ_CQ);
+  if (rc != 0) {
+    api_->destroyCq(cq);
+    api_->destroyCompChannel(ch);
+    return ibvError("mlx5dv_init_obj(CQ)", rc);
+  }
+  auto c = std::make_unique<IbvCq>(api_, ch, cq);
+  c->mlx5_.cqes = dvcq.buf;
+  c->mlx5_.cqeCount = dvcq.cqe_cnt;
+  c->mlx5_.cqeBytes = dvcq.cqe_size;
+  c->mlx5_.doorbellRecord = reinterpret_cast<volatile uint32_t*>(dvcq.dbrec);
+  c->mlx5_.cqn = dvcq.cqn;
+  *out = std::move(c);
+  return Status::ok();
+#else
+  return makeError(ridgeInvalidUsage, "verbs: mlx5 direct CQ: this build has no infiniband/mlx5dv.h");
+#endif
+}
+
+Status IbvPd::createMlx5Qp(const ibv_qp_init_attr& init, IbvCq* s, IbvCq* r, std::unique_ptr<QueuePair>* out) {
+  const std::string missing = mlx5DirectMissing(api_, ctx_);
+  if (!missing.empty()) return makeError(ridgeInvalidUsage, "verbs: mlx5 direct QP: %s", missing.c_str());
+#if defined(RIDGE_HAVE_MLX5DV)
+  ibv_qp_init_attr_ex ex{};
+  ex.send_cq = init.send_cq;
+  ex.recv_cq = init.recv_cq;
+  ex.cap = init.cap;
+  ex.qp_type = IBV_QPT_RC;
+  ex.comp_mask = IBV_QP_INIT_ATTR_PD;
+  ex.pd = pd_;
+  // Receives of small payloads stay in their buffers (no scatter into the CQE), so every CQE a
+  // producer parses has the one layout.
+  mlx5dv_qp_init_attr dv{};
+  dv.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS;
+  dv.create_flags = MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE;
+  ibv_qp* qp = api_->mlx5CreateQp(ctx_, &ex, &dv);
+  if (!qp) return ibvError("mlx5dv_create_qp", 0);
+  mlx5dv_qp dvqp{};
+  mlx5dv_obj obj{};
+  obj.qp.in = qp;
+  obj.qp.out = &dvqp;
+  const int rc = api_->mlx5InitObj(&obj, MLX5DV_OBJ_QP);
+  if (rc != 0) {
+    api_->destroyQp(qp);
+    return ibvError("mlx5dv_init_obj(QP)", rc);
+  }
+  if (!dvqp.sq.buf || dvqp.sq.wqe_cnt == 0 || !dvqp.dbrec || !dvqp.bf.reg) {
+    api_->destroyQp(qp);
+    return makeError(ridgeSystemError, "verbs: mlx5dv_init_obj(QP) gave no send queue, doorbell record or UAR");
+  }
+  auto q = std::make_unique<IbvQp>(api_, qp, ctx_, s, r, init.cap.max_send_wr);
+  q->mlx5_.wqes = dvqp.sq.buf;
+  q->mlx5_.wqeCount = dvqp.sq.wqe_cnt;
+  q->mlx5_.strideBytes = dvqp.sq.stride;
+  q->mlx5_.doorbellRecord = reinterpret_cast<volatile uint32_t*>(dvqp.dbrec);
+  q->mlx5_.uar = dvqp.bf.reg;
+  q->mlx5_.uarBytes = dvqp.bf.size;
+  q->mlx5_.qpn = qp->qp_num;
+  *out = std::move(q);
+  return Status::ok();
+#else
+  return makeError(ridgeInvalidUsage, "verbs: mlx5 direct QP: this build has no infiniband/mlx5dv.h");
+#endif
+}
+
+bool queryAttributes(const IbvApi* api_, ibv_context* ctx, const char* name, DeviceAttributes* a) {
   ibv_device_attr_ex ex{};
-  if (ibv_query_device_ex(ctx, nullptr, &ex) != 0) return false;
+  if (api_->queryDeviceEx(ctx, &ex) != 0) return false;
   ibv_port_attr port{};
-  if (ibv_query_port(ctx, kPort, &port) != 0) return false;
+  if (api_->queryPort(ctx, kPort, &port) != 0) return false;
   a->name = name;
   a->provider = "verbs";
   a->maxMrBytes = ex.orig_attr.max_mr_size;
@@ -448,68 +572,195 @@ bool queryAttributes(ibv_context* ctx, const char* name, DeviceAttributes* a) {
 
 class IbvDevice final : public Device {
  public:
-  IbvDevice(ibv_context* ctx, DeviceAttributes attr) : ctx_(ctx), attr_(std::move(attr)) {}
-  ~IbvDevice() override { ibv_close_device(ctx_); }
+  IbvDevice(const IbvApi* api, ibv_context* ctx, DeviceAttributes attr)
+      : api_(api), ctx_(ctx), attr_(std::move(attr)) {}
+  ~IbvDevice() override { api_->closeDevice(ctx_); }
   const DeviceAttributes& attributes() const override { return attr_; }
   Status allocPd(std::unique_ptr<ProtectionDomain>* out) override {
-    ibv_pd* pd = ibv_alloc_pd(ctx_);
+    ibv_pd* pd = api_->allocPd(ctx_);
     if (!pd) return ibvError("ibv_alloc_pd", 0);
-    *out = std::make_unique<IbvPd>(pd, ctx_);
+    *out = std::make_unique<IbvPd>(api_, pd, ctx_);
     return Status::ok();
   }
+  const IbvApi* api() const { return api_; }
+  ibv_context* context() const { return ctx_; }
 
  private:
+  const IbvApi* api_;
   ibv_context* ctx_;
   DeviceAttributes attr_;
 };
 
 class IbvProvider final : public Provider {
  public:
+  explicit IbvProvider(const IbvApi* api) : api_(api) {}
   const char* name() const override { return "verbs"; }
   Status listDevices(std::vector<DeviceAttributes>* out) override {
     out->clear();
     int n = 0;
-    ibv_device** list = ibv_get_device_list(&n);
+    ibv_device** list = api_->getDeviceList(&n);
     if (!list) return ibvError("ibv_get_device_list", 0);
     for (int i = 0; i < n; ++i) {
       DeviceAttributes a;
-      a.name = ibv_get_device_name(list[i]);
+      a.name = api_->getDeviceName(list[i]);
       a.provider = "verbs";
-      if (ibv_context* ctx = ibv_open_device(list[i])) {
-        queryAttributes(ctx, a.name.c_str(), &a);
-        ibv_close_device(ctx);
+      if (ibv_context* ctx = api_->openDevice(list[i])) {
+        queryAttributes(api_, ctx, a.name.c_str(), &a);
+        api_->closeDevice(ctx);
       }
       out->push_back(a);
     }
-    ibv_free_device_list(list);
+    api_->freeDeviceList(list);
     return Status::ok();
   }
   Status open(int index, std::unique_ptr<Device>* out) override {
     int n = 0;
-    ibv_device** list = ibv_get_device_list(&n);
+    ibv_device** list = api_->getDeviceList(&n);
     if (!list) return ibvError("ibv_get_device_list", 0);
     if (index < 0 || index >= n) {
-      ibv_free_device_list(list);
+      api_->freeDeviceList(list);
       return makeError(ridgeInvalidArgument, "verbs: no RDMA device %d (%d found)", index, n);
     }
-    const std::string name = ibv_get_device_name(list[index]);
-    ibv_context* ctx = ibv_open_device(list[index]);
-    ibv_free_device_list(list);
+    const std::string name = api_->getDeviceName(list[index]);
+    ibv_context* ctx = api_->openDevice(list[index]);
+    api_->freeDeviceList(list);
     if (!ctx) return ibvError(format("ibv_open_device(%s)", name.c_str()).c_str(), 0);
     DeviceAttributes a;
-    if (!queryAttributes(ctx, name.c_str(), &a)) {
-      ibv_close_device(ctx);
+    if (!queryAttributes(api_, ctx, name.c_str(), &a)) {
+      api_->closeDevice(ctx);
       return ibvError("ibv_query_device_ex/ibv_query_port", 0);
     }
-    *out = std::make_unique<IbvDevice>(ctx, a);
+    auto device = std::make_unique<IbvDevice>(api_, ctx, a);
+    logGdrLadderAtOpen(device.get());
+    *out = std::move(device);
     return Status::ok();
   }
+
+ private:
+  // With a GDR mode selected, say at init which ladder rung the device allows (RIDGE_DEBUG=INFO).
+  void logGdrLadderAtOpen(Device* device) {
+    const std::string mode = settingString(Setting::GDR_MODE);
+    if (mode.empty() || mode == "off" || mode == "OFF") return;
+    if (logLevel() < LogLevel::Info) return;
+    const GdrLadderDecision d = decideGdrLadder(probeGdrLadder(device, device::activeRuntime(), 0));
+    RIDGE_INFO("verbs: %s: gdr-write ladder: %s", device->attributes().name.c_str(), gdrLadderLine(d).c_str());
+  }
+
+  const IbvApi* api_;
 };
 
 }  // namespace
 
+namespace {
+
+// The load error without its "verbs: rdma-core not found: " lead (the ladder says that).
+std::string loadFailure(const Status& st) {
+  const std::string lead = "verbs: rdma-core not found: ";
+  const std::string& m = st.message();
+  return m.compare(0, lead.size(), lead) == 0 ? m.substr(lead.size()) : m;
+}
+
+using HostRangeKind = device::DeviceRuntime::HostRangeKind;
+
+// The GPU mapping part of the probe: the rings and UAR of `qp`/`cq`, and on-NIC memory.
+void probeGpuMappings(IbvDevice* d, ProtectionDomain* pd, QueuePair* qp, CompletionQueue* cq,
+                      device::DeviceRuntime* rt, uint64_t stagingBytes, GdrLadderFacts* f) {
+  GpuRingMapping mapping(rt);
+  const Mlx5SendQueueView& sq = *qp->mlx5SendQueue();
+  const Mlx5CompletionQueueView& cqv = *cq->mlx5Ring();
+  uint64_t dev = 0;
+  Status st = mapping.map(sq.wqes, static_cast<size_t>(sq.wqeCount) * sq.strideBytes, HostRangeKind::Memory, &dev);
+  if (st.isOk())
+    st = mapping.map(const_cast<uint32_t*>(sq.doorbellRecord), 8, HostRangeKind::Memory, &dev);
+  if (st.isOk())
+    st = mapping.map(cqv.cqes, static_cast<size_t>(cqv.cqeCount) * cqv.cqeBytes, HostRangeKind::Memory, &dev);
+  if (st.isOk())
+    st = mapping.map(const_cast<uint32_t*>(cqv.doorbellRecord), 8, HostRangeKind::Memory, &dev);
+  f->ringsMappedForGpu = st.isOk() ? FactWhy::yes() : FactWhy::no(st.message());
+  st = mapping.map(sq.uar, 8, HostRangeKind::IoMemory, &dev);
+  f->uarMappedForGpu = st.isOk() ? FactWhy::yes() : FactWhy::no(st.message());
+
+  const uint64_t maxDm = d->attributes().maxDeviceMemoryBytes;
+  if (maxDm == 0) {
+    f->nicMemoryMappedForGpu = FactWhy::no("the NIC has no on-NIC memory (max_dm_size 0)");
+    return;
+  }
+  // Without a staging size (the probe at device open) one page says whether mapping works.
+  const uint64_t bytes = stagingBytes ? std::min(stagingBytes, maxDm) : std::min<uint64_t>(maxDm, 4096);
+  std::unique_ptr<DeviceMemory> dm;
+  st = pd->allocDeviceMemory(bytes, kAccessLocalWrite, &dm);
+  if (st.isOk() && !dm->mapped())
+    st = makeError(ridgeInvalidUsage, "mlx5dv_init_obj(DM) gave no mapping of the on-NIC memory");
+  if (st.isOk()) st = mapping.map(dm->mapped(), bytes, HostRangeKind::IoMemory, &dev);
+  f->nicMemoryMappedForGpu = st.isOk() ? FactWhy::yes() : FactWhy::no(st.message());
+  // `mapping` unmaps everything here, before `dm` is freed.
+}
+
+}  // namespace
+
+GdrLadderFacts gdrLadderFactsWithoutDevice() {
+  GdrLadderFacts f;
+  const IbvApi* api = nullptr;
+  Status st = ibvApi(&api);
+  if (!st.isOk()) {
+    f.rdmaCore = FactWhy::no(loadFailure(st));
+    return f;
+  }
+  f.rdmaCore = FactWhy::yes();
+  if (!api->hasMlx5()) f.directQueues = FactWhy::no("libmlx5 not available (" + api->mlx5Missing + ")");
+  return f;
+}
+
+GdrLadderFacts probeGdrLadder(Device* device, device::DeviceRuntime* runtime, uint64_t stagingBytes) {
+  GdrLadderFacts f;
+  auto* d = dynamic_cast<IbvDevice*>(device);
+  if (!d) {
+    f.rdmaCore = FactWhy::no(format("%s is a %s device, not an rdma-core one", device->attributes().name.c_str(),
+                                    device->attributes().provider.c_str()));
+    return f;
+  }
+  f.rdmaCore = FactWhy::yes();
+  f.nicMemoryBytes = d->attributes().maxDeviceMemoryBytes;
+  f.stagingBytesNeeded = stagingBytes;
+  if (!runtime)
+    f.gpu = FactWhy::no("no device runtime (a build without CUDA)");
+  else if (runtime->deviceCount() == 0)
+    f.gpu = FactWhy::no(format("the %s runtime sees no device", runtime->name()));
+  else
+    f.gpu = FactWhy::yes();
+
+  const std::string missing = mlx5DirectMissing(d->api(), d->context());
+  if (!missing.empty()) {
+    f.directQueues = FactWhy::no(missing);
+    return f;
+  }
+  // The same calls the transport makes: a PD, a CQ and a QP through mlx5 direct verbs.
+  std::unique_ptr<ProtectionDomain> pd;
+  std::unique_ptr<CompletionQueue> cq;
+  std::unique_ptr<QueuePair> qp;
+  Status st = d->allocPd(&pd);
+  if (st.isOk()) st = pd->createMlx5Cq(16, &cq);
+  if (st.isOk()) {
+    QpCaps caps;
+    caps.maxSendWr = 16;
+    caps.maxRecvWr = 16;
+    caps.mlx5Direct = true;
+    st = pd->createQp(cq.get(), cq.get(), caps, &qp);
+  }
+  if (!st.isOk()) {
+    f.directQueues = FactWhy::no(st.message());
+    return f;
+  }
+  f.directQueues = FactWhy::yes(format("send queue of %u WQEs, %u-byte CQEs", qp->mlx5SendQueue()->wqeCount,
+                                       cq->mlx5Ring()->cqeBytes));
+  if (f.gpu.value == Fact::Yes) probeGpuMappings(d, pd.get(), qp.get(), cq.get(), runtime, stagingBytes, &f);
+  return f;
+}
+
 Status createIbvProvider(std::unique_ptr<Provider>* out) {
-  *out = std::make_unique<IbvProvider>();
+  const IbvApi* api = nullptr;
+  RIDGE_TRY(ibvApi(&api));
+  *out = std::make_unique<IbvProvider>(api);
   return Status::ok();
 }
 

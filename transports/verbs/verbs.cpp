@@ -58,6 +58,22 @@ Status ProtectionDomain::registerDmaBuf(int fd, uint64_t offset, size_t bytes, u
                    "verbs: dma-buf registration (GPU memory) is not implemented by this provider yet");
 }
 
+Status ProtectionDomain::createMlx5Cq(uint32_t entries, std::unique_ptr<CompletionQueue>* out) {
+  return makeError(ridgeInvalidUsage, "verbs: mlx5 direct completion queues need the rdma-core provider");
+}
+
+#if !defined(RIDGE_HAVE_VERBS)
+GdrLadderFacts gdrLadderFactsWithoutDevice() {
+  GdrLadderFacts f;
+  f.rdmaCore = FactWhy::no("this build has no rdma-core provider (RIDGE_WITH_VERBS)");
+  return f;
+}
+
+GdrLadderFacts probeGdrLadder(Device* device, device::DeviceRuntime* runtime, uint64_t stagingBytes) {
+  return gdrLadderFactsWithoutDevice();
+}
+#endif
+
 bool verbsProviderBuilt() {
 #if defined(RIDGE_HAVE_VERBS)
   return true;
