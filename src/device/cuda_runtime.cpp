@@ -353,7 +353,8 @@ class CudaRuntime final : public DeviceRuntime {
     return scope >= CU_GPU_DIRECT_RDMA_WRITES_ORDERING_OWNER;
   }
   Status mapHostRange(void* addr, size_t bytes, HostRangeKind kind, uint64_t* deviceAddress) override {
-    if (devices_ == 0) return makeError(ridgeInvalidUsage, "mapping host memory into a device needs a CUDA device");
+    if (devices_ == 0)
+      return makeError(ridgeInvalidUsage, "mapping host memory into a device needs a CUDA device");
     unsigned flags = cudaHostRegisterPortable | cudaHostRegisterMapped;
     if (kind == HostRangeKind::IoMemory) flags |= cudaHostRegisterIoMemory;
     const cudaError_t e = cudaHostRegister(addr, bytes, flags);
@@ -371,7 +372,8 @@ class CudaRuntime final : public DeviceRuntime {
     if (g != cudaSuccess) {
       (void)cudaGetLastError();
       (void)cudaHostUnregister(addr);
-      return makeError(ridgeUnhandledCudaError, "cudaHostGetDevicePointer(%p): %s", addr, cudaGetErrorString(g));
+      return makeError(ridgeUnhandledCudaError, "cudaHostGetDevicePointer(%p): %s", addr,
+                       cudaGetErrorString(g));
     }
     *deviceAddress = reinterpret_cast<uintptr_t>(dev);
     return Status::ok();

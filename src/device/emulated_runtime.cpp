@@ -424,10 +424,11 @@ Status EmulatedRuntime::mapHostRange(void* addr, size_t bytes, HostRangeKind kin
   if (!addr || bytes == 0) return makeError(ridgeInvalidArgument, "emulated mapHostRange: empty range");
   auto next = hostRanges_.lower_bound(start);
   const bool overlapsNext = next != hostRanges_.end() && next->first < start + bytes;
-  const bool overlapsPrev = next != hostRanges_.begin() && std::prev(next)->first + std::prev(next)->second > start;
+  const bool overlapsPrev =
+      next != hostRanges_.begin() && std::prev(next)->first + std::prev(next)->second > start;
   if (overlapsNext || overlapsPrev)
-    return makeError(ridgeUnhandledCudaError, "emulated mapHostRange(%p, %zu bytes): overlaps a mapped range", addr,
-                     bytes);
+    return makeError(ridgeUnhandledCudaError, "emulated mapHostRange(%p, %zu bytes): overlaps a mapped range",
+                     addr, bytes);
   hostRanges_[start] = bytes;
   *deviceAddress = start;
   return Status::ok();

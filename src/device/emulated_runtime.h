@@ -288,7 +288,7 @@ class EmulatedRuntime final : public DeviceRuntime {
   std::atomic<bool> allocationIdsSupported_{true};
   std::atomic<int> ipcOpenFailures_{0};
   std::mutex hostRangesMutex_;
-  std::map<uintptr_t, size_t> hostRanges_;                       // start -> bytes (hostRangesMutex_)
+  std::map<uintptr_t, size_t> hostRanges_;                  // start -> bytes (hostRangesMutex_)
   std::map<HostRangeKind, std::string> hostRangeFailures_;  // kind -> why (hostRangesMutex_)
   std::atomic<uint64_t> reduceCount_{0};
   std::atomic<uint64_t> llLaunchCount_{0};

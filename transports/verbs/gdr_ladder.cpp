@@ -36,7 +36,8 @@ struct Walk {
   // True when the fact holds or is unknown (then assumed, named by `what`).
   bool holds(const FactWhy& f, const char* what) {
     if (f.value == Fact::No) return false;
-    if (f.value == Fact::Unknown) assumed.push_back(f.why.empty() ? what : std::string(what) + " (" + f.why + ")");
+    if (f.value == Fact::Unknown)
+      assumed.push_back(f.why.empty() ? what : std::string(what) + " (" + f.why + ")");
     return true;
   }
 };
@@ -53,10 +54,11 @@ void decideStaging(const GdrLadderFacts& f, bool gpuProduces, Walk* walk, GdrLad
   }
   if (f.stagingBytesNeeded > f.nicMemoryBytes) {
     d->staging = GdrStagingPlace::HostMemory;
-    d->stagingReason = format("the staging slots need %llu bytes, the NIC offers %llu (max_dm_size): pinned host "
-                              "memory on its NUMA node",
-                              static_cast<unsigned long long>(f.stagingBytesNeeded),
-                              static_cast<unsigned long long>(f.nicMemoryBytes));
+    d->stagingReason = format(
+        "the staging slots need %llu bytes, the NIC offers %llu (max_dm_size): pinned host "
+        "memory on its NUMA node",
+        static_cast<unsigned long long>(f.stagingBytesNeeded),
+        static_cast<unsigned long long>(f.nicMemoryBytes));
     return;
   }
   if (gpuProduces && !walk->holds(f.nicMemoryMappedForGpu, "on-NIC memory mapped into the GPU")) {
@@ -66,10 +68,10 @@ void decideStaging(const GdrLadderFacts& f, bool gpuProduces, Walk* walk, GdrLad
     return;
   }
   d->staging = GdrStagingPlace::NicMemory;
-  d->stagingReason = format("on-NIC memory (%llu of %llu bytes)%s",
-                            static_cast<unsigned long long>(f.stagingBytesNeeded),
-                            static_cast<unsigned long long>(f.nicMemoryBytes),
-                            gpuProduces ? ", mapped into the GPU" : ", written by the CPU through its mapping");
+  d->stagingReason =
+      format("on-NIC memory (%llu of %llu bytes)%s", static_cast<unsigned long long>(f.stagingBytesNeeded),
+             static_cast<unsigned long long>(f.nicMemoryBytes),
+             gpuProduces ? ", mapped into the GPU" : ", written by the CPU through its mapping");
 }
 
 }  // namespace
@@ -89,12 +91,14 @@ GdrLadderDecision decideGdrLadder(const GdrLadderFacts& f) {
                ": the NIC's rings stay with its driver, so a CPU proxy posts through plain verbs";
   } else if (!walk.holds(f.gpu, "a GPU in this process")) {
     d.rung = GdrRung::CpuDoorbell;
-    d.reason = withWhy("no GPU in this process", f.gpu) + ": the CPU writes the WQEs and rings the UAR itself";
+    d.reason =
+        withWhy("no GPU in this process", f.gpu) + ": the CPU writes the WQEs and rings the UAR itself";
     gpuProduces = false;
   } else if (!walk.holds(f.ringsMappedForGpu, "rings mapped into the GPU")) {
     d.rung = GdrRung::HostStaged;
-    d.reason = withWhy("the send and completion rings could not be mapped into the GPU", f.ringsMappedForGpu) +
-               ": a CPU proxy posts through plain verbs";
+    d.reason =
+        withWhy("the send and completion rings could not be mapped into the GPU", f.ringsMappedForGpu) +
+        ": a CPU proxy posts through plain verbs";
   } else if (!walk.holds(f.uarMappedForGpu, "UAR mapped into the GPU")) {
     d.rung = GdrRung::CpuDoorbell;
     d.reason = withWhy("the UAR page could not be mapped into the GPU", f.uarMappedForGpu) +

@@ -13,7 +13,8 @@ GpuRingMapping::~GpuRingMapping() {
 Status GpuRingMapping::map(const void* addr, size_t bytes, device::DeviceRuntime::HostRangeKind kind,
                            uint64_t* deviceAddress) {
   if (!runtime_) return makeError(ridgeInvalidUsage, "verbs: no device runtime to map NIC memory into");
-  if (!addr || bytes == 0) return makeError(ridgeInvalidArgument, "verbs: mapping an empty range into the GPU");
+  if (!addr || bytes == 0)
+    return makeError(ridgeInvalidArgument, "verbs: mapping an empty range into the GPU");
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
   const uintptr_t start = a & ~(page - 1);
@@ -22,14 +23,15 @@ Status GpuRingMapping::map(const void* addr, size_t bytes, device::DeviceRuntime
     const uintptr_t rEnd = r.start + r.bytes;
     if (start >= r.start && end <= rEnd) {
       if (r.kind != kind)
-        return makeError(ridgeInternalError, "verbs: %p is mapped into the GPU as another kind of memory", addr);
+        return makeError(ridgeInternalError, "verbs: %p is mapped into the GPU as another kind of memory",
+                         addr);
       *deviceAddress = r.deviceStart + (a - r.start);
       return Status::ok();
     }
     if (start < rEnd && end > r.start)
       return makeError(ridgeInternalError,
-                       "verbs: [%p, +%zu) straddles a range already mapped into the GPU (%#lx, +%zu)", addr, bytes,
-                       static_cast<unsigned long>(r.start), r.bytes);
+                       "verbs: [%p, +%zu) straddles a range already mapped into the GPU (%#lx, +%zu)", addr,
+                       bytes, static_cast<unsigned long>(r.start), r.bytes);
   }
   uint64_t deviceStart = 0;
   RIDGE_TRY(runtime_->mapHostRange(reinterpret_cast<void*>(start), end - start, kind, &deviceStart));

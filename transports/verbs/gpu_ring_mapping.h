@@ -26,7 +26,8 @@ class GpuRingMapping {
 
   // The device address of `addr` once [addr, addr + bytes) is mapped. A range that overlaps
   // pages mapped before without lying inside one mapping is refused (ridgeInternalError).
-  Status map(const void* addr, size_t bytes, device::DeviceRuntime::HostRangeKind kind, uint64_t* deviceAddress);
+  Status map(const void* addr, size_t bytes, device::DeviceRuntime::HostRangeKind kind,
+             uint64_t* deviceAddress);
   size_t rangesMapped() const { return ranges_.size(); }
 
  private:

@@ -454,8 +454,8 @@ class IbvPd final : public ProtectionDomain {
 // "" when mlx5 direct verbs can drive `ctx`'s device, else why not.
 std::string mlx5DirectMissing(const IbvApi* api, ibv_context* ctx) {
   if (!api->hasMlx5())
-    return "libmlx5 not available (" + (api->mlx5Missing.empty() ? std::string("unknown") : api->mlx5Missing) +
-           ")";
+    return "libmlx5 not available (" +
+           (api->mlx5Missing.empty() ? std::string("unknown") : api->mlx5Missing) + ")";
 #if defined(RIDGE_HAVE_MLX5DV)
   if (!api->mlx5IsSupported(ctx->device))
     return format("%s is not an mlx5 device (mlx5dv_is_supported)", api->getDeviceName(ctx->device));
@@ -507,7 +507,8 @@ Status IbvPd::createMlx5Cq(uint32_t entries, std::unique_ptr<CompletionQueue>* o
 #endif
 }
 
-Status IbvPd::createMlx5Qp(const ibv_qp_init_attr& init, IbvCq* s, IbvCq* r, std::unique_ptr<QueuePair>* out) {
+Status IbvPd::createMlx5Qp(const ibv_qp_init_attr& init, IbvCq* s, IbvCq* r,
+                           std::unique_ptr<QueuePair>* out) {
   const std::string missing = mlx5DirectMissing(api_, ctx_);
   if (!missing.empty()) return makeError(ridgeInvalidUsage, "verbs: mlx5 direct QP: %s", missing.c_str());
 #if defined(RIDGE_HAVE_MLX5DV)
@@ -536,7 +537,8 @@ Status IbvPd::createMlx5Qp(const ibv_qp_init_attr& init, IbvCq* s, IbvCq* r, std
   }
   if (!dvqp.sq.buf || dvqp.sq.wqe_cnt == 0 || !dvqp.dbrec || !dvqp.bf.reg) {
     api_->destroyQp(qp);
-    return makeError(ridgeSystemError, "verbs: mlx5dv_init_obj(QP) gave no send queue, doorbell record or UAR");
+    return makeError(ridgeSystemError,
+                     "verbs: mlx5dv_init_obj(QP) gave no send queue, doorbell record or UAR");
   }
   auto q = std::make_unique<IbvQp>(api_, qp, ctx_, s, r, init.cap.max_send_wr);
   q->mlx5_.wqes = dvqp.sq.buf;
@@ -643,7 +645,8 @@ class IbvProvider final : public Provider {
     if (mode.empty() || mode == "off" || mode == "OFF") return;
     if (logLevel() < LogLevel::Info) return;
     const GdrLadderDecision d = decideGdrLadder(probeGdrLadder(device, device::activeRuntime(), 0));
-    RIDGE_INFO("verbs: %s: gdr-write ladder: %s", device->attributes().name.c_str(), gdrLadderLine(d).c_str());
+    RIDGE_INFO("verbs: %s: gdr-write ladder: %s", device->attributes().name.c_str(),
+               gdrLadderLine(d).c_str());
   }
 
   const IbvApi* api_;
@@ -669,13 +672,12 @@ void probeGpuMappings(IbvDevice* d, ProtectionDomain* pd, QueuePair* qp, Complet
   const Mlx5SendQueueView& sq = *qp->mlx5SendQueue();
   const Mlx5CompletionQueueView& cqv = *cq->mlx5Ring();
   uint64_t dev = 0;
-  Status st = mapping.map(sq.wqes, static_cast<size_t>(sq.wqeCount) * sq.strideBytes, HostRangeKind::Memory, &dev);
-  if (st.isOk())
-    st = mapping.map(const_cast<uint32_t*>(sq.doorbellRecord), 8, HostRangeKind::Memory, &dev);
+  Status st =
+      mapping.map(sq.wqes, static_cast<size_t>(sq.wqeCount) * sq.strideBytes, HostRangeKind::Memory, &dev);
+  if (st.isOk()) st = mapping.map(const_cast<uint32_t*>(sq.doorbellRecord), 8, HostRangeKind::Memory, &dev);
   if (st.isOk())
     st = mapping.map(cqv.cqes, static_cast<size_t>(cqv.cqeCount) * cqv.cqeBytes, HostRangeKind::Memory, &dev);
-  if (st.isOk())
-    st = mapping.map(const_cast<uint32_t*>(cqv.doorbellRecord), 8, HostRangeKind::Memory, &dev);
+  if (st.isOk()) st = mapping.map(const_cast<uint32_t*>(cqv.doorbellRecord), 8, HostRangeKind::Memory, &dev);
   f->ringsMappedForGpu = st.isOk() ? FactWhy::yes() : FactWhy::no(st.message());
   st = mapping.map(sq.uar, 8, HostRangeKind::IoMemory, &dev);
   f->uarMappedForGpu = st.isOk() ? FactWhy::yes() : FactWhy::no(st.message());
@@ -715,8 +717,9 @@ GdrLadderFacts probeGdrLadder(Device* device, device::DeviceRuntime* runtime, ui
   GdrLadderFacts f;
   auto* d = dynamic_cast<IbvDevice*>(device);
   if (!d) {
-    f.rdmaCore = FactWhy::no(format("%s is a %s device, not an rdma-core one", device->attributes().name.c_str(),
-                                    device->attributes().provider.c_str()));
+    f.rdmaCore =
+        FactWhy::no(format("%s is a %s device, not an rdma-core one", device->attributes().name.c_str(),
+                           device->attributes().provider.c_str()));
     return f;
   }
   f.rdmaCore = FactWhy::yes();
@@ -751,8 +754,8 @@ GdrLadderFacts probeGdrLadder(Device* device, device::DeviceRuntime* runtime, ui
     f.directQueues = FactWhy::no(st.message());
     return f;
   }
-  f.directQueues = FactWhy::yes(format("send queue of %u WQEs, %u-byte CQEs", qp->mlx5SendQueue()->wqeCount,
-                                       cq->mlx5Ring()->cqeBytes));
+  f.directQueues = FactWhy::yes(
+      format("send queue of %u WQEs, %u-byte CQEs", qp->mlx5SendQueue()->wqeCount, cq->mlx5Ring()->cqeBytes));
   if (f.gpu.value == Fact::Yes) probeGpuMappings(d, pd.get(), qp.get(), cq.get(), runtime, stagingBytes, &f);
   return f;
 }

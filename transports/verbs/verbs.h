@@ -79,12 +79,12 @@ struct QpCaps {
 // DeviceRuntime::mapHostRange (rings: memory, UAR: I/O memory). Doorbell records are
 // big-endian 32-bit words.
 struct Mlx5SendQueueView {
-  void* wqes = nullptr;                          // send queue buffer, wqeCount x strideBytes
-  uint32_t wqeCount = 0;                         // a power of two
-  uint32_t strideBytes = 0;                      // 64 (one basic block)
-  volatile uint32_t* doorbellRecord = nullptr;   // dbrec; [1] is the send counter
-  void* uar = nullptr;                           // BlueFlame register: the doorbell store goes here
-  uint32_t uarBytes = 0;                         // BlueFlame buffer size (0: doorbell only)
+  void* wqes = nullptr;                         // send queue buffer, wqeCount x strideBytes
+  uint32_t wqeCount = 0;                        // a power of two
+  uint32_t strideBytes = 0;                     // 64 (one basic block)
+  volatile uint32_t* doorbellRecord = nullptr;  // dbrec; [1] is the send counter
+  void* uar = nullptr;                          // BlueFlame register: the doorbell store goes here
+  uint32_t uarBytes = 0;                        // BlueFlame buffer size (0: doorbell only)
   uint32_t qpn = 0;
 };
 struct Mlx5CompletionQueueView {
