@@ -11,6 +11,7 @@
 
 #include "device/emulated_runtime.h"
 #include "transports/verbs/gpu_ring_mapping.h"
+#include "transports/verbs/verbs.h"
 
 namespace ridge {
 namespace {
@@ -138,6 +139,30 @@ TEST(GdrLadder, UnknownFactsPredictTheRungAndNameWhatMustHold) {
   EXPECT_EQ(d.rung, GdrRung::HostStaged);
   EXPECT_TRUE(d.predicted);
   EXPECT_FALSE(contains(d.reason, "UAR mapped")) << d.reason;
+}
+
+TEST(GdrLadder, UnprobedNicMemoryLeavesStagingToInit) {
+  GdrLadderFacts f = allHold();
+  f.nicMemoryProbed = false;
+  const GdrLadderDecision d = decideGdrLadder(f);
+  EXPECT_EQ(d.rung, GdrRung::GpuDoorbell);
+  EXPECT_EQ(d.staging, GdrStagingPlace::None);
+  EXPECT_EQ(gdrLadderLine(d).find("staging"), std::string::npos) << gdrLadderLine(d);
+}
+
+TEST(GdrLadder, PredictionsFromATopologyNic) {
+  // A described machine: rdma-core unknown, an mlx5 NIC by its OS name.
+  GdrLadderDecision d = decideGdrLadder(predictGdrLadderFacts({"mlx5_0", "ens1f0"}, "", false));
+  EXPECT_EQ(d.rung, GdrRung::GpuDoorbell);
+  EXPECT_TRUE(d.predicted);
+  EXPECT_TRUE(contains(d.reason, "rdma-core loadable (a described machine, not this host)")) << d.reason;
+  // By model, too.
+  d = decideGdrLadder(predictGdrLadderFacts({}, "ConnectX-7", false));
+  EXPECT_EQ(d.rung, GdrRung::GpuDoorbell);
+  // Another vendor's NIC: host-staged, named.
+  d = decideGdrLadder(predictGdrLadderFacts({"bnxt_re0"}, "BCM57508", false));
+  EXPECT_EQ(d.rung, GdrRung::HostStaged);
+  EXPECT_TRUE(contains(d.reason, "the NIC is not an mlx5 one (BCM57508 bnxt_re0)")) << d.reason;
 }
 
 TEST(GdrLadder, RungAndPlaceNames) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ridge/ridge.h"
+#include "tests/device/scoped_env.h"
 #include "transports/verbs/verbs.h"
 
 #if defined(RIDGE_HAVE_VERBS)
@@ -65,24 +66,7 @@ struct ForcedLoadFailure {
   ~ForcedLoadFailure() { verbs::setIbvLibraryNamesForTesting("libibverbs.so.1", "libmlx5.so.1"); }
 };
 
-struct ScopedEnv {
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) {
-      had_ = true;
-      old_ = old;
-    }
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      setenv(name_, old_.c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-  const char* name_;
-  bool had_ = false;
-  std::string old_;
-};
+using ridgetest::ScopedEnv;
 
 TEST(VerbsDlopen, ForcedLoadFailureIsACleanError) {
   ForcedLoadFailure forced;

@@ -47,6 +47,11 @@ std::string withWhy(const char* what, const FactWhy& f) {
 }
 
 void decideStaging(const GdrLadderFacts& f, bool gpuProduces, Walk* walk, GdrLadderDecision* d) {
+  if (!f.nicMemoryProbed) {
+    d->staging = GdrStagingPlace::None;
+    d->stagingReason = "on-NIC memory not probed: decided at init from max_dm_size";
+    return;
+  }
   if (f.nicMemoryBytes == 0) {
     d->staging = GdrStagingPlace::HostMemory;
     d->stagingReason = "the NIC offers no on-NIC memory (max_dm_size 0): pinned host memory on its NUMA node";

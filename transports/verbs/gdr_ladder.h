@@ -49,6 +49,7 @@ struct GdrLadderFacts {
   FactWhy uarMappedForGpu;
   // On-NIC memory (ibv_alloc_dm): how much the NIC offers (max_dm_size), how much the staging
   // slots need, and whether its mapping could be registered for the GPU.
+  bool nicMemoryProbed = true;  // false: size and mapping unknown (no staging decision)
   uint64_t nicMemoryBytes = 0;
   uint64_t stagingBytesNeeded = 0;
   FactWhy nicMemoryMappedForGpu;

@@ -212,6 +212,11 @@ Status openProvider(const std::string& name, std::unique_ptr<Provider>* out);
 GdrLadderFacts probeGdrLadder(Device* device, device::DeviceRuntime* runtime, uint64_t stagingBytes);
 // The facts without a device: rdma-core loads or not (with the reason); the rest unknown.
 GdrLadderFacts gdrLadderFactsWithoutDevice();
+// The facts a topology tells about a GPU-NIC pair (`ridge-topo gdr`): the NIC by its OS names
+// ("mlx5_0") and model ("ConnectX-7"); `thisHost` when the topology is this machine's (then
+// whether rdma-core and libmlx5 load here counts). What only init can try stays unknown.
+GdrLadderFacts predictGdrLadderFacts(const std::vector<std::string>& nicOsNames, const std::string& nicModel,
+                                     bool thisHost);
 // Whether this build includes the rdma-core provider.
 bool verbsProviderBuilt();
 
