@@ -14,7 +14,9 @@
 #include <cstring>
 #include <memory>
 
+#include "core/log.h"
 #include "device/emulated_runtime.h"
+#include "tests/device/scoped_env.h"
 #include "transports/verbs/ibv_api.h"
 #include "transports/verbs/verbs.h"
 
@@ -250,6 +252,10 @@ IbvApi fakeApi(bool withMlx5) {
   return a;
 }
 
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
 class VerbsFakeApi : public ::testing::Test {
  protected:
   void SetUp() override { gNic = &nic_; }
@@ -288,10 +294,6 @@ class VerbsFakeApi : public ::testing::Test {
   std::unique_ptr<ScopedIbvApiForTesting> scoped_;
 };
 
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
 TEST_F(VerbsFakeApi, OpensThroughTheTable) {
   const IbvApi api = fakeApi(true);
   {
@@ -304,6 +306,25 @@ TEST_F(VerbsFakeApi, OpensThroughTheTable) {
   }
   EXPECT_EQ(nic_.opened, 1);
   EXPECT_EQ(nic_.closed, 1);
+}
+
+TEST_F(VerbsFakeApi, OpeningWithAGdrModeLogsTheRungAtInfo) {
+  ridgetest::ScopedEnv debug("RIDGE_DEBUG", "INFO");
+  ridgetest::ScopedEnv mode("RIDGE_GDR_MODE", "write");
+  if (logLevel() < LogLevel::Info)
+    GTEST_SKIP() << "skipped: RIDGE_DEBUG was read before this test set it (run it alone, as ctest does)";
+  const IbvApi api = fakeApi(true);
+  testing::internal::CaptureStderr();
+  { std::unique_ptr<Device> dev = open(&api); }
+  const std::string err = testing::internal::GetCapturedStderr();
+  // Without a GPU (no runtime in a build without CUDA, or no device) the CPU rings.
+  EXPECT_TRUE(contains(err, "verbs: mlx5_fake: gdr-write ladder: ")) << err;
+  device::DeviceRuntime* rt = device::activeRuntime();
+  if (!rt || rt->deviceCount() == 0)
+    EXPECT_TRUE(contains(err, "gdr-write ladder: cpu-doorbell: no GPU in this process")) << err;
+  EXPECT_EQ(nic_.directQps, 1) << "the probe creates the queues the transport would";
+  scoped_.reset();
+  EXPECT_TRUE(nic_.balanced());
 }
 
 TEST_F(VerbsFakeApi, DirectQueuesExposeWhatInitObjGives) {

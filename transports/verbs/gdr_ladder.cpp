@@ -73,9 +73,14 @@ void decideStaging(const GdrLadderFacts& f, bool gpuProduces, Walk* walk, GdrLad
     return;
   }
   d->staging = GdrStagingPlace::NicMemory;
+  // No size yet (the probe at device open): what the NIC offers.
+  const std::string size =
+      f.stagingBytesNeeded
+          ? format("%llu of %llu bytes", static_cast<unsigned long long>(f.stagingBytesNeeded),
+                   static_cast<unsigned long long>(f.nicMemoryBytes))
+          : format("max_dm_size %llu bytes", static_cast<unsigned long long>(f.nicMemoryBytes));
   d->stagingReason =
-      format("on-NIC memory (%llu of %llu bytes)%s", static_cast<unsigned long long>(f.stagingBytesNeeded),
-             static_cast<unsigned long long>(f.nicMemoryBytes),
+      format("on-NIC memory (%s)%s", size.c_str(),
              gpuProduces ? ", mapped into the GPU" : ", written by the CPU through its mapping");
 }
 
