@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "device/emulated_runtime.h"
 #include "tests/device/scoped_env.h"
+#include "tests/verbs/fake_rdma.h"
 #include "transports/verbs/ibv_api.h"
 #include "transports/verbs/verbs.h"
 
@@ -24,233 +25,7 @@ namespace ridge {
 namespace {
 
 using namespace verbs;
-
-size_t pageBytes() {
-  return static_cast<size_t>(sysconf(_SC_PAGESIZE));
-}
-
-// The fake NIC: objects the doubles hand out, knobs that make a call fail, and counts of
-// creations and destructions.
-struct FakeNic {
-  ibv_device device{};
-  ibv_device* list[2] = {&device, nullptr};
-  ibv_context context{};
-  ibv_pd pd{};
-  ibv_comp_channel channel{};
-  ibv_cq plainCq{};
-  ibv_cq_ex directCq{};
-  ibv_qp qp{};
-  ibv_mr mr{};
-  ibv_dm dm{};
-  // Ring memory as libmlx5 would allocate it, and the UAR and on-NIC memory pages.
-  char* sq = nullptr;
-  char* dbrecPage = nullptr;
-  char* cqBuf = nullptr;
-  char* uarPage = nullptr;
-  char* dmPage = nullptr;
-
-  bool mlx5Supported = true;
-  int failCreateCqErrno = 0;
-  int failCreateQpErrno = 0;
-  int failInitObjQp = 0;  // the return value of mlx5dv_init_obj(QP)
-  uint64_t maxDm = 128 << 10;
-
-  int opened = 0, closed = 0, pds = 0, pdsFreed = 0, channels = 0, channelsFreed = 0;
-  int cqs = 0, cqsFreed = 0, qps = 0, qpsFreed = 0, dms = 0, dmsFreed = 0, mrs = 0, mrsFreed = 0;
-  int directQps = 0;
-
-  FakeNic() {
-    auto page = [](size_t n) { return static_cast<char*>(std::aligned_alloc(pageBytes(), n * pageBytes())); };
-    sq = page(1);
-    dbrecPage = page(1);
-    cqBuf = page(1);
-    uarPage = page(1);
-    dmPage = page(1);
-    context.device = &device;
-    qp.qp_num = 0x1234;
-    dm.context = &context;
-    mr.lkey = 7;
-    mr.rkey = 9;
-  }
-  ~FakeNic() {
-    for (char* p : {sq, dbrecPage, cqBuf, uarPage, dmPage}) std::free(p);
-  }
-  bool balanced() const {
-    return opened == closed && pds == pdsFreed && channels == channelsFreed && cqs == cqsFreed &&
-           qps == qpsFreed && dms == dmsFreed && mrs == mrsFreed;
-  }
-};
-
-FakeNic* gNic = nullptr;
-
-// ---- the doubles ----
-ibv_device** fakeGetDeviceList(int* n) {
-  *n = 1;
-  return gNic->list;
-}
-void fakeFreeDeviceList(ibv_device**) {}
-const char* fakeGetDeviceName(ibv_device*) {
-  return "mlx5_fake";
-}
-ibv_context* fakeOpenDevice(ibv_device*) {
-  ++gNic->opened;
-  return &gNic->context;
-}
-int fakeCloseDevice(ibv_context*) {
-  ++gNic->closed;
-  return 0;
-}
-int fakeQueryDeviceEx(ibv_context*, ibv_device_attr_ex* a) {
-  std::memset(a, 0, sizeof *a);
-  a->orig_attr.max_mr_size = 1ull << 40;
-  a->orig_attr.max_qp_wr = 32768;
-  a->orig_attr.max_cqe = 1 << 22;
-  a->orig_attr.phys_port_cnt = 1;
-  a->max_dm_size = gNic->maxDm;
-  return 0;
-}
-int fakeQueryPort(ibv_context*, uint8_t, ibv_port_attr* p) {
-  std::memset(p, 0, sizeof *p);
-  p->state = IBV_PORT_ACTIVE;
-  p->active_mtu = IBV_MTU_4096;
-  return 0;
-}
-ibv_pd* fakeAllocPd(ibv_context*) {
-  ++gNic->pds;
-  return &gNic->pd;
-}
-int fakeDeallocPd(ibv_pd*) {
-  ++gNic->pdsFreed;
-  return 0;
-}
-ibv_comp_channel* fakeCreateCompChannel(ibv_context*) {
-  ++gNic->channels;
-  return &gNic->channel;
-}
-int fakeDestroyCompChannel(ibv_comp_channel*) {
-  ++gNic->channelsFreed;
-  return 0;
-}
-ibv_cq* fakeCreateCq(ibv_context*, int, void*, ibv_comp_channel*, int) {
-  ++gNic->cqs;
-  return &gNic->plainCq;
-}
-int fakeDestroyCq(ibv_cq*) {
-  ++gNic->cqsFreed;
-  return 0;
-}
-ibv_qp* fakeCreateQp(ibv_pd*, ibv_qp_init_attr*) {
-  ++gNic->qps;
-  return &gNic->qp;
-}
-int fakeDestroyQp(ibv_qp*) {
-  ++gNic->qpsFreed;
-  return 0;
-}
-ibv_dm* fakeAllocDm(ibv_context*, ibv_alloc_dm_attr* a) {
-  if (a->length > gNic->maxDm) {
-    errno = ENOMEM;
-    return nullptr;
-  }
-  ++gNic->dms;
-  return &gNic->dm;
-}
-int fakeFreeDm(ibv_dm*) {
-  ++gNic->dmsFreed;
-  return 0;
-}
-ibv_mr* fakeRegDmMr(ibv_pd*, ibv_dm*, uint64_t, size_t, unsigned) {
-  ++gNic->mrs;
-  return &gNic->mr;
-}
-int fakeDeregMr(ibv_mr*) {
-  ++gNic->mrsFreed;
-  return 0;
-}
-bool fakeIsSupported(ibv_device*) {
-  return gNic->mlx5Supported;
-}
-ibv_cq_ex* fakeMlx5CreateCq(ibv_context*, ibv_cq_init_attr_ex*, mlx5dv_cq_init_attr* dv) {
-  if (gNic->failCreateCqErrno) {
-    errno = gNic->failCreateCqErrno;
-    return nullptr;
-  }
-  // The provider asks for 64-byte CQEs explicitly.
-  if (!(dv->comp_mask & MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE) || dv->cqe_size != 64) {
-    errno = EINVAL;
-    return nullptr;
-  }
-  ++gNic->cqs;
-  return &gNic->directCq;
-}
-ibv_qp* fakeMlx5CreateQp(ibv_context*, ibv_qp_init_attr_ex* ex, mlx5dv_qp_init_attr* dv) {
-  if (gNic->failCreateQpErrno) {
-    errno = gNic->failCreateQpErrno;
-    return nullptr;
-  }
-  if (ex->pd != &gNic->pd || !(dv->create_flags & MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE)) {
-    errno = EINVAL;
-    return nullptr;
-  }
-  ++gNic->qps;
-  ++gNic->directQps;
-  return &gNic->qp;
-}
-int fakeMlx5InitObj(mlx5dv_obj* obj, uint64_t type) {
-  if (type & MLX5DV_OBJ_QP) {
-    if (gNic->failInitObjQp) return gNic->failInitObjQp;
-    obj->qp.out->dbrec = reinterpret_cast<__be32*>(gNic->dbrecPage);
-    obj->qp.out->sq.buf = gNic->sq;
-    obj->qp.out->sq.wqe_cnt = 16;
-    obj->qp.out->sq.stride = 64;
-    obj->qp.out->bf.reg = gNic->uarPage + 0x800;
-    obj->qp.out->bf.size = 256;
-  }
-  if (type & MLX5DV_OBJ_CQ) {
-    obj->cq.out->buf = gNic->cqBuf;
-    obj->cq.out->dbrec = reinterpret_cast<__be32*>(gNic->dbrecPage + 64);
-    obj->cq.out->cqe_cnt = 32;
-    obj->cq.out->cqe_size = 64;
-    obj->cq.out->cqn = 0x55;
-  }
-  if (type & MLX5DV_OBJ_DM) {
-    obj->dm.out->buf = gNic->dmPage;
-    obj->dm.out->length = pageBytes();
-  }
-  return 0;
-}
-
-IbvApi fakeApi(bool withMlx5) {
-  IbvApi a;
-  a.getDeviceList = fakeGetDeviceList;
-  a.freeDeviceList = fakeFreeDeviceList;
-  a.getDeviceName = fakeGetDeviceName;
-  a.openDevice = fakeOpenDevice;
-  a.closeDevice = fakeCloseDevice;
-  a.queryDeviceEx = fakeQueryDeviceEx;
-  a.queryPort = fakeQueryPort;
-  a.allocPd = fakeAllocPd;
-  a.deallocPd = fakeDeallocPd;
-  a.createCompChannel = fakeCreateCompChannel;
-  a.destroyCompChannel = fakeDestroyCompChannel;
-  a.createCq = fakeCreateCq;
-  a.destroyCq = fakeDestroyCq;
-  a.createQp = fakeCreateQp;
-  a.destroyQp = fakeDestroyQp;
-  a.allocDm = fakeAllocDm;
-  a.freeDm = fakeFreeDm;
-  a.regDmMr = fakeRegDmMr;
-  a.deregMr = fakeDeregMr;
-  if (withMlx5) {
-    a.mlx5IsSupported = fakeIsSupported;
-    a.mlx5CreateCq = fakeMlx5CreateCq;
-    a.mlx5CreateQp = fakeMlx5CreateQp;
-    a.mlx5InitObj = fakeMlx5InitObj;
-  } else {
-    a.mlx5Missing = "cannot load libmlx5.so.1 (test double: absent)";
-  }
-  return a;
-}
+using namespace verbs_test;
 
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
@@ -323,6 +98,102 @@ TEST_F(VerbsFakeApi, OpeningWithAGdrModeLogsTheRungAtInfo) {
   if (!rt || rt->deviceCount() == 0)
     EXPECT_TRUE(contains(err, "gdr-write ladder: cpu-doorbell: no GPU in this process")) << err;
   EXPECT_EQ(nic_.directQps, 1) << "the probe creates the queues the transport would";
+  scoped_.reset();
+  EXPECT_TRUE(nic_.balanced());
+}
+
+// The provider's translation of Wqe -> ibv_send_wr and ibv_wc -> Cqe, its QP state machine and
+// its send-slot accounting, over the loopback doubles: what VerbsProvider.LoopbackWriteWithImmAndSend
+// checks on a real port, here without one.
+TEST_F(VerbsFakeApi, LoopbackDataPathThroughTheTable) {
+  const IbvApi api = fakeApi(true);
+  {
+    std::unique_ptr<Device> dev = open(&api);
+    ASSERT_TRUE(dev);
+    std::unique_ptr<ProtectionDomain> pd;
+    ASSERT_TRUE(dev->allocPd(&pd).isOk());
+    std::unique_ptr<CompletionQueue> cq;
+    ASSERT_TRUE(pd->createCq(64, &cq).isOk());
+    QpCaps caps;
+    caps.maxSendWr = 4;
+    std::unique_ptr<QueuePair> a, b;
+    ASSERT_TRUE(pd->createQp(cq.get(), cq.get(), caps, &a).isOk());
+    ASSERT_TRUE(pd->createQp(cq.get(), cq.get(), caps, &b).isOk());
+    Wqe w{};
+    EXPECT_EQ(a->postSend(w).code(), ridgeInvalidUsage);  // RESET: refused before the NIC sees it
+    EXPECT_EQ(a->modify(QpState::Rts).code(), ridgeInvalidUsage);
+    QpAddress addrA, addrB;
+    ASSERT_TRUE(a->localAddress(&addrA).isOk());
+    ASSERT_TRUE(b->localAddress(&addrB).isOk());
+    for (QueuePair* qp : {a.get(), b.get()}) ASSERT_TRUE(qp->modify(QpState::Init).isOk());
+    ASSERT_TRUE(a->modify(QpState::Rtr, &addrB).isOk());
+    ASSERT_TRUE(b->modify(QpState::Rtr, &addrA).isOk());
+    ASSERT_TRUE(a->modify(QpState::Rts).isOk());
+    ASSERT_TRUE(b->modify(QpState::Rts).isOk());
+
+    const size_t n = 64 << 10;
+    std::vector<uint8_t> src(n), dst(n, 0), back(n, 0);
+    for (size_t i = 0; i < n; ++i) src[i] = static_cast<uint8_t>(i * 7 + 3);
+    std::unique_ptr<MemoryRegion> ms, md, mb;
+    ASSERT_TRUE(pd->registerMemory(src.data(), n, kAccessLocalWrite, &ms).isOk());
+    ASSERT_TRUE(
+        pd->registerMemory(dst.data(), n, kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead, &md)
+            .isOk());
+    ASSERT_TRUE(pd->registerMemory(back.data(), n, kAccessLocalWrite, &mb).isOk());
+    ASSERT_TRUE(b->postRecv(RecvWqe{7, 0, 0, 0, 0}).isOk());
+    w.opcode = kWqeRdmaWriteImm;
+    w.flags = kWqeSignaled;
+    w.length = n;
+    w.immData = 0x12345678;
+    w.localAddr = ms->addr();
+    w.lkey = ms->lkey();
+    w.remoteAddr = md->addr();
+    w.rkey = md->rkey();
+    w.wrId = 1;
+    ASSERT_TRUE(a->postSend(w).isOk());
+    EXPECT_EQ(a->sendSlotsFree(), 3u);
+    Cqe c[4];
+    ASSERT_EQ(cq->poll(c, 4), 2);
+    EXPECT_EQ(a->sendSlotsFree(), 4u);  // the signaled completion retired the slot
+    for (const Cqe& e : {c[0], c[1]}) {
+      EXPECT_EQ(e.status, kCqeOk) << cqeStatusName(e.status);
+      if (e.opcode == kCqeRecvRdmaImm) {
+        EXPECT_EQ(e.immData, 0x12345678u);  // byte order survives htonl/ntohl
+        EXPECT_EQ(e.wrId, 7u);
+        EXPECT_EQ(e.flags, kCqeHasImm);
+        EXPECT_EQ(e.byteLen, n);
+      } else {
+        EXPECT_EQ(e.opcode, kCqeRdmaWrite);
+        EXPECT_EQ(e.wrId, 1u);
+      }
+    }
+    EXPECT_EQ(src, dst);
+    // RDMA READ back into a third region.
+    w.opcode = kWqeRdmaRead;
+    w.localAddr = mb->addr();
+    w.lkey = mb->lkey();
+    w.wrId = 2;
+    ASSERT_TRUE(a->postSend(w).isOk());
+    ASSERT_EQ(cq->poll(c, 4), 1);
+    EXPECT_EQ(c[0].opcode, kCqeRdmaRead);
+    EXPECT_EQ(back, src);
+    // A wrong rkey: the NIC's error completion, translated.
+    w.opcode = kWqeRdmaWrite;
+    w.rkey = md->rkey() + 1000;
+    w.wrId = 3;
+    ASSERT_TRUE(a->postSend(w).isOk());
+    ASSERT_EQ(cq->poll(c, 4), 1);
+    EXPECT_EQ(c[0].status, kCqeRemoteAccessError);
+    EXPECT_EQ(c[0].wrId, 3u);
+    // Unsignaled WQEs are not seen retiring: the queue fills and says so.
+    w.rkey = md->rkey();
+    w.flags = 0;
+    // (An error completion does not retire its slot either: the QP is in error by then.)
+    EXPECT_EQ(a->sendSlotsFree(), 3u);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(a->postSend(w).isOk());
+    EXPECT_EQ(a->sendSlotsFree(), 0u);
+    EXPECT_EQ(a->postSend(w).code(), ridgeInternalError);
+  }
   scoped_.reset();
   EXPECT_TRUE(nic_.balanced());
 }
