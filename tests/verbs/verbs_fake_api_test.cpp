@@ -365,6 +365,68 @@ TEST_F(VerbsFakeApi, NicMemorySizedFromMaxDmSize) {
   EXPECT_TRUE(contains(d.stagingReason, "need 65536 bytes, the NIC offers 32768")) << d.stagingReason;
 }
 
+// ---- on a real GPU (CUDA builds with a device; skipped elsewhere) ----------------------------
+
+#if defined(RIDGE_HAVE_CUDA)
+device::DeviceRuntime* cudaWithDevice(std::string* why) {
+  device::DeviceRuntime* rt = device::cudaRuntime();
+  if (rt->deviceCount() == 0) *why = "no CUDA device here";
+  return rt->deviceCount() > 0 ? rt : nullptr;
+}
+#else
+device::DeviceRuntime* cudaWithDevice(std::string* why) {
+  *why = "a build without CUDA";
+  return nullptr;
+}
+#endif
+
+// The seam's mapHostRange on CUDA: the device address it gives aliases the host pages (a copy
+// to it lands in them), a second registration of the same pages is refused, unmapping works.
+TEST(VerbsOnGpu, MapHostRangeAliasesTheHostPages) {
+  std::string why;
+  device::DeviceRuntime* rt = cudaWithDevice(&why);
+  if (!rt) GTEST_SKIP() << "skipped: " << why;
+  const size_t bytes = 2 * pageBytes();
+  char* host = static_cast<char*>(std::aligned_alloc(pageBytes(), bytes));
+  std::memset(host, 0, bytes);
+  uint64_t dev = 0;
+  Status st = rt->mapHostRange(host, bytes, device::DeviceRuntime::HostRangeKind::Memory, &dev);
+  ASSERT_TRUE(st.isOk()) << st.message();
+  EXPECT_NE(dev, 0u);
+  uint64_t again = 0;
+  st = rt->mapHostRange(host, bytes, device::DeviceRuntime::HostRangeKind::Memory, &again);
+  EXPECT_FALSE(st.isOk());
+  std::printf("second registration of the same pages: %s\n", st.message().c_str());
+  std::vector<char> pattern(bytes);
+  for (size_t i = 0; i < bytes; ++i) pattern[i] = static_cast<char>(i * 13 + 1);
+  ridgeStream_t stream = nullptr;
+  ASSERT_TRUE(rt->createStream(&stream).isOk());
+  ASSERT_TRUE(rt->copy(reinterpret_cast<void*>(dev), pattern.data(), bytes, stream).isOk());
+  ASSERT_TRUE(rt->synchronize(stream).isOk());
+  rt->destroyStream(stream);
+  EXPECT_EQ(std::memcmp(host, pattern.data(), bytes), 0);
+  EXPECT_TRUE(rt->unmapHostRange(host).isOk());
+  // Ordinary RAM as I/O memory: what the driver says (a UAR page is what this flag is for).
+  st = rt->mapHostRange(host, bytes, device::DeviceRuntime::HostRangeKind::IoMemory, &dev);
+  std::printf("ordinary host pages registered as I/O memory: %s\n",
+              st.isOk() ? "accepted" : st.message().c_str());
+  if (st.isOk()) EXPECT_TRUE(rt->unmapHostRange(host).isOk());
+  std::free(host);
+}
+
+// The ladder probe with the real CUDA runtime and the fake NIC: the rings (host pages here, as
+// libmlx5 allocates them) really are registered for the GPU; the "UAR" and "on-NIC memory" are
+// host pages too, so what the I/O-memory registration answers decides cpu- or gpu-doorbell.
+TEST_F(VerbsFakeApi, ProbeWithTheCudaRuntime) {
+  std::string why;
+  device::DeviceRuntime* rt = cudaWithDevice(&why);
+  if (!rt) GTEST_SKIP() << "skipped: " << why;
+  const GdrLadderDecision d = probe(true, rt);
+  std::printf("ladder on this GPU with the fake NIC: %s\n", gdrLadderLine(d).c_str());
+  EXPECT_TRUE(d.rung == GdrRung::GpuDoorbell || d.rung == GdrRung::CpuDoorbell) << gdrLadderLine(d);
+  EXPECT_EQ(d.reason.find("rings could not be mapped"), std::string::npos) << d.reason;
+}
+
 }  // namespace
 }  // namespace ridge
 
