@@ -6,12 +6,14 @@
 // would write. Include only where RIDGE_HAVE_VERBS and RIDGE_HAVE_MLX5DV are defined.
 #pragma once
 
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <mutex>
 #include <vector>
 
 #include "transports/verbs/ibv_api.h"
@@ -50,9 +52,12 @@ struct FakeNic {
   struct Cq {
     ibv_cq cq{};
     std::deque<ibv_wc> wcs;
+    bool armed = false;
   };
   std::deque<Cq> cqObjs;
   std::deque<ibv_mr> mrObjs;
+  // Every double holds this: ranks of a test may be threads that share the fake NIC.
+  std::recursive_mutex mu;
   // Ring memory as libmlx5 would allocate it, and the UAR and on-NIC memory pages.
   char* sq = nullptr;
   char* dbrecPage = nullptr;
@@ -78,12 +83,15 @@ struct FakeNic {
     uarPage = page(1);
     dmPage = page(1);
     context.device = &device;
+    // The completion channel's fd: written when an armed CQ gets a completion.
+    channel.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     dm.context = &context;
     mr.lkey = 7;
     mr.rkey = 9;
   }
   ~FakeNic() {
     for (char* p : {sq, dbrecPage, cqBuf, uarPage, dmPage}) std::free(p);
+    close(channel.fd);
   }
   bool balanced() const {
     return opened == closed && pds == pdsFreed && channels == channelsFreed && cqs == cqsFreed &&
@@ -95,22 +103,29 @@ inline FakeNic* gNic = nullptr;
 
 // ---- the doubles ----
 inline ibv_device** fakeGetDeviceList(int* n) {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   *n = 1;
   return gNic->list;
 }
-inline void fakeFreeDeviceList(ibv_device**) {}
+inline void fakeFreeDeviceList(ibv_device**) {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
+}
 inline const char* fakeGetDeviceName(ibv_device*) {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   return "mlx5_fake";
 }
 inline ibv_context* fakeOpenDevice(ibv_device*) {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   ++gNic->opened;
   return &gNic->context;
 }
 inline int fakeCloseDevice(ibv_context*) {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   ++gNic->closed;
   return 0;
 }
 inline int fakeQueryDeviceEx(ibv_context*, ibv_device_attr_ex* a) {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   std::memset(a, 0, sizeof *a);
   a->orig_attr.max_mr_size = 1ull << 40;
   a->orig_attr.max_qp_wr = 32768;
@@ -120,33 +135,40 @@ inline int fakeQueryDeviceEx(ibv_context*, ibv_device_attr_ex* a) {
   return 0;
 }
 inline int fakeQueryPort(ibv_context*, uint8_t, ibv_port_attr* p) {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   std::memset(p, 0, sizeof *p);
   p->state = IBV_PORT_ACTIVE;
   p->active_mtu = IBV_MTU_4096;
   return 0;
 }
 inline ibv_pd* fakeAllocPd(ibv_context*) {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   ++gNic->pds;
   return &gNic->pd;
 }
 inline int fakeDeallocPd(ibv_pd*) {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   ++gNic->pdsFreed;
   return 0;
 }
 inline ibv_comp_channel* fakeCreateCompChannel(ibv_context*) {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   ++gNic->channels;
   return &gNic->channel;
 }
 inline int fakeDestroyCompChannel(ibv_comp_channel*) {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   ++gNic->channelsFreed;
   return 0;
 }
 inline ibv_cq* fakeCreateCq(ibv_context*, int, void*, ibv_comp_channel*, int) {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   ++gNic->cqs;
   gNic->cqObjs.emplace_back();
   return &gNic->cqObjs.back().cq;
 }
 inline int fakeDestroyCq(ibv_cq*) {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   ++gNic->cqsFreed;
   return 0;
 }
@@ -159,13 +181,16 @@ inline ibv_qp* newFakeQp(ibv_cq* sendCq, ibv_cq* recvCq) {
   return &q.qp;
 }
 inline ibv_qp* fakeCreateQp(ibv_pd*, ibv_qp_init_attr* init) {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   return newFakeQp(init->send_cq, init->recv_cq);
 }
 inline int fakeDestroyQp(ibv_qp*) {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   ++gNic->qpsFreed;
   return 0;
 }
 inline ibv_dm* fakeAllocDm(ibv_context*, ibv_alloc_dm_attr* a) {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   if (a->length > gNic->maxDm) {
     errno = ENOMEM;
     return nullptr;
@@ -174,14 +199,17 @@ inline ibv_dm* fakeAllocDm(ibv_context*, ibv_alloc_dm_attr* a) {
   return &gNic->dm;
 }
 inline int fakeFreeDm(ibv_dm*) {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   ++gNic->dmsFreed;
   return 0;
 }
 inline ibv_mr* fakeRegDmMr(ibv_pd*, ibv_dm*, uint64_t, size_t, unsigned) {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   ++gNic->mrs;
   return &gNic->mr;
 }
 inline ibv_mr* fakeRegMr(ibv_pd*, void* addr, size_t length, int) {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   ++gNic->mrs;
   ibv_mr& m = gNic->mrObjs.emplace_back();
   m.addr = addr;
@@ -191,13 +219,16 @@ inline ibv_mr* fakeRegMr(ibv_pd*, void* addr, size_t length, int) {
   return &m;
 }
 inline int fakeDeregMr(ibv_mr*) {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   ++gNic->mrsFreed;
   return 0;
 }
 inline bool fakeIsSupported(ibv_device*) {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   return gNic->mlx5Supported;
 }
 inline ibv_cq_ex* fakeMlx5CreateCq(ibv_context*, ibv_cq_init_attr_ex*, mlx5dv_cq_init_attr* dv) {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   if (gNic->failCreateCqErrno) {
     errno = gNic->failCreateCqErrno;
     return nullptr;
@@ -211,6 +242,7 @@ inline ibv_cq_ex* fakeMlx5CreateCq(ibv_context*, ibv_cq_init_attr_ex*, mlx5dv_cq
   return &gNic->directCq;
 }
 inline ibv_qp* fakeMlx5CreateQp(ibv_context*, ibv_qp_init_attr_ex* ex, mlx5dv_qp_init_attr* dv) {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   if (gNic->failCreateQpErrno) {
     errno = gNic->failCreateQpErrno;
     return nullptr;
@@ -223,6 +255,7 @@ inline ibv_qp* fakeMlx5CreateQp(ibv_context*, ibv_qp_init_attr_ex* ex, mlx5dv_qp
   return newFakeQp(ex->send_cq, ex->recv_cq);
 }
 inline int fakeMlx5InitObj(mlx5dv_obj* obj, uint64_t type) {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   if (type & MLX5DV_OBJ_QP) {
     if (gNic->failInitObjQp) return gNic->failInitObjQp;
     obj->qp.out->dbrec = reinterpret_cast<__be32*>(gNic->dbrecPage);
@@ -265,14 +298,17 @@ inline bool fakeKeyCovers(uint32_t key, bool remote, uint64_t addr, size_t bytes
   return false;
 }
 inline int fakeModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   if (mask & IBV_QP_DEST_QPN) fakeQp(qp->qp_num)->destQpn = attr->dest_qp_num;
   return 0;
 }
 inline int fakeQueryGid(ibv_context*, uint8_t, int, ibv_gid* gid) {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   std::memset(gid, 0, sizeof *gid);
   return 0;
 }
 inline int fakePostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr**) {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   for (; wr; wr = wr->next) {
     ibv_sge sge{};
     if (wr->num_sge) sge = wr->sg_list[0];
@@ -292,10 +328,32 @@ inline void fakeComplete(ibv_cq* cq, uint64_t wrId, ibv_wc_status status, ibv_wc
     wc.wc_flags = IBV_WC_WITH_IMM;
     wc.imm_data = immBe;
   }
-  fakeCq(cq)->wcs.push_back(wc);
+  FakeNic::Cq* c = fakeCq(cq);
+  c->wcs.push_back(wc);
+  if (c->armed) {
+    c->armed = false;
+    const uint64_t one = 1;
+    (void)!write(gNic->channel.fd, &one, sizeof one);
+  }
 }
+inline int fakeReqNotifyCq(ibv_cq* cq, int) {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
+  fakeCq(cq)->armed = true;
+  return 0;
+}
+inline int fakeGetCqEvent(ibv_comp_channel* ch, ibv_cq** cq, void** ctx) {
+  uint64_t n = 0;
+  // Several CQs share the one channel here: the event names none of them (callers only use it
+  // as "look again"), and a waiter that finds the count already taken has a spurious wake-up.
+  if (read(ch->fd, &n, sizeof n) != static_cast<ssize_t>(sizeof n)) return -1;
+  *cq = nullptr;
+  *ctx = nullptr;
+  return 0;
+}
+inline void fakeAckCqEvents(ibv_cq*, unsigned) {}
 // Executes each work request at once, as a loopback NIC would once it ran.
 inline int fakePostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr**) {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   FakeNic::Qp* src = fakeQp(qp->qp_num);
   FakeNic::Qp* dst = fakeQp(src->destQpn);
   for (; wr; wr = wr->next) {
@@ -340,6 +398,7 @@ inline int fakePostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr**) {
   return 0;
 }
 inline int fakePollCq(ibv_cq* cq, int n, ibv_wc* wc) {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   FakeNic::Cq* c = fakeCq(cq);
   int got = 0;
   for (; got < n && !c->wcs.empty(); ++got) {
@@ -376,6 +435,9 @@ inline IbvApi fakeApi(bool withMlx5) {
   a.postSend = fakePostSend;
   a.postRecv = fakePostRecv;
   a.pollCq = fakePollCq;
+  a.reqNotifyCq = fakeReqNotifyCq;
+  a.getCqEvent = fakeGetCqEvent;
+  a.ackCqEvents = fakeAckCqEvents;
   if (withMlx5) {
     a.mlx5IsSupported = fakeIsSupported;
     a.mlx5CreateCq = fakeMlx5CreateCq;

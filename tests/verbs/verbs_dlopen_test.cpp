@@ -14,6 +14,7 @@
 
 #include "ridge/ridge.h"
 #include "tests/device/scoped_env.h"
+#include "tests/verbs/two_ranks.h"
 #include "transports/verbs/verbs.h"
 
 #if defined(RIDGE_HAVE_VERBS)
@@ -22,6 +23,8 @@
 
 namespace ridge {
 namespace {
+
+using verbs_test::allreduceOverNet;
 
 // stdout of `command`, or nullopt-like false when it could not run.
 bool runCommand(const std::string& command, std::string* out) {
@@ -66,8 +69,6 @@ struct ForcedLoadFailure {
   ~ForcedLoadFailure() { verbs::setIbvLibraryNamesForTesting("libibverbs.so.1", "libmlx5.so.1"); }
 };
 
-using ridgetest::ScopedEnv;
-
 TEST(VerbsDlopen, ForcedLoadFailureIsACleanError) {
   ForcedLoadFailure forced;
   std::unique_ptr<verbs::Provider> p;
@@ -101,40 +102,6 @@ TEST(VerbsDlopen, RealLibraryLoadsWhereInstalled) {
   // Every entry the provider calls is filled (the optional dma-buf one may be null).
   EXPECT_TRUE(api->getDeviceList && api->openDevice && api->queryDeviceEx && api->queryPort && api->regMr &&
               api->createQp && api->modifyQp && api->postSend && api->pollCq && api->allocDm && api->regDmMr);
-}
-
-// Two ranks as threads, one allreduce of 1024 floats with RIDGE_NET=`net` and RIDGE_SHM=`shm`;
-// returns "" on success, or the first error text.
-std::string allreduceOverNet(const char* net, const char* shmSetting = "0") {
-  ScopedEnv n("RIDGE_NET", net);
-  ScopedEnv shm("RIDGE_SHM", shmSetting);
-  ScopedEnv ifname("RIDGE_SOCKET_IFNAME", "lo");
-  ScopedEnv timeout("RIDGE_TIMEOUT", "30");
-  ridgeUniqueId id;
-  if (ridgeGetUniqueId(&id) != ridgeSuccess)
-    return std::string("ridgeGetUniqueId: ") + ridgeGetLastError(nullptr);
-  std::string errors[2];
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < 2; ++r) {
-    ranks.emplace_back([&, r] {
-      ridgeComm_t comm = nullptr;
-      if (ridgeCommInitRank(&comm, 2, id, r) != ridgeSuccess) {
-        errors[r] = ridgeGetLastError(nullptr);
-        if (errors[r].empty()) errors[r] = "ridgeCommInitRank failed";
-        return;
-      }
-      std::vector<float> in(1024), out(1024, -1.0f);
-      for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i * (r + 1));
-      if (ridgeAllReduce(in.data(), out.data(), in.size(), ridgeFloat, ridgeSum, comm, nullptr) !=
-          ridgeSuccess)
-        errors[r] = ridgeGetLastError(comm);
-      for (size_t i = 0; errors[r].empty() && i < out.size(); ++i)
-        if (out[i] != static_cast<float>(3 * i)) errors[r] = "wrong sum at " + std::to_string(i);
-      ridgeCommDestroy(comm);
-    });
-  }
-  for (auto& t : ranks) t.join();
-  return errors[0].empty() ? errors[1] : errors[0];
 }
 
 TEST(VerbsDlopen, CommunicatorWithoutRdmaCore) {
