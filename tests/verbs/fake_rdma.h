@@ -56,6 +56,7 @@ struct FakeNic {
   };
   std::deque<Cq> cqObjs;
   std::deque<ibv_mr> mrObjs;
+  std::vector<uint32_t> writeImmLengths;  // of every RDMA WRITE WITH IMMEDIATE carried
   // Every double holds this: ranks of a test may be threads that share the fake NIC.
   std::recursive_mutex mu;
   // Ring memory as libmlx5 would allocate it, and the UAR and on-NIC memory pages.
@@ -184,9 +185,10 @@ inline ibv_qp* fakeCreateQp(ibv_pd*, ibv_qp_init_attr* init) {
   std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   return newFakeQp(init->send_cq, init->recv_cq);
 }
-inline int fakeDestroyQp(ibv_qp*) {
+inline int fakeDestroyQp(ibv_qp* qp) {
   std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   ++gNic->qpsFreed;
+  qp->state = IBV_QPS_ERR;  // a peer sending to it gets no answer
   return 0;
 }
 inline ibv_dm* fakeAllocDm(ibv_context*, ibv_alloc_dm_attr* a) {
@@ -218,9 +220,11 @@ inline ibv_mr* fakeRegMr(ibv_pd*, void* addr, size_t length, int) {
   m.rkey = 200 + static_cast<uint32_t>(gNic->mrObjs.size());
   return &m;
 }
-inline int fakeDeregMr(ibv_mr*) {
+inline int fakeDeregMr(ibv_mr* mr) {
   std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   ++gNic->mrsFreed;
+  // Its keys no longer name memory (the memory may be freed next).
+  mr->length = 0;
   return 0;
 }
 inline bool fakeIsSupported(ibv_device*) {
@@ -363,7 +367,9 @@ inline int fakePostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr**) {
     const bool write = wr->opcode == IBV_WR_RDMA_WRITE || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
     const bool send = wr->opcode == IBV_WR_SEND || wr->opcode == IBV_WR_SEND_WITH_IMM;
     const bool imm = wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM || wr->opcode == IBV_WR_SEND_WITH_IMM;
-    if (sge.length && !fakeKeyCovers(sge.lkey, false, sge.addr, sge.length)) {
+    if (!dst || dst->qp.state == IBV_QPS_ERR) {
+      status = IBV_WC_RETRY_EXC_ERR;  // the peer's QP is gone
+    } else if (sge.length && !fakeKeyCovers(sge.lkey, false, sge.addr, sge.length)) {
       status = IBV_WC_LOC_PROT_ERR;
     } else if (write || wr->opcode == IBV_WR_RDMA_READ) {
       if (sge.length && !fakeKeyCovers(wr->wr.rdma.rkey, true, wr->wr.rdma.remote_addr, sge.length)) {
@@ -392,6 +398,8 @@ inline int fakePostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr**) {
                      sge.length, dst->qp.qp_num, imm, wr->imm_data);
       }
     }
+    if (wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM && status == IBV_WC_SUCCESS)
+      gNic->writeImmLengths.push_back(sge.length);
     if ((wr->send_flags & IBV_SEND_SIGNALED) || status != IBV_WC_SUCCESS)
       fakeComplete(src->sendCq, wr->wr_id, status, op, sge.length, src->qp.qp_num, false, 0);
   }

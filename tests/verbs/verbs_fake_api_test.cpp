@@ -215,6 +215,29 @@ TEST_F(VerbsFakeApi, AllreduceOverRidgeNetVerbs) {
                                << nic_.closed;
 }
 
+// RIDGE_NET=verbs with gdr read and staged: the gdr transport's producer writes the subset's
+// rings, which the provider's proxy posts through plain verbs (any rdma-core device). Slots of
+// 4096 bytes travel as writes of 4168 (header 64, trailer 8), a length the net transport's slots
+// do not have: that they appear proves the gdr transport carried the reduction.
+TEST_F(VerbsFakeApi, GdrReadAndStagedOverRidgeNetVerbs) {
+  const IbvApi api = fakeApi(true);
+  ScopedIbvApiForTesting scoped(&api);
+  ridgetest::ScopedEnv slot("RIDGE_GDR_SLOT_BYTES", "4096");
+  for (const char* mode : {"read", "staged"}) {
+    SCOPED_TRACE(mode);
+    ridgetest::ScopedEnv gdr("RIDGE_GDR_MODE", mode);
+    nic_.writeImmLengths.clear();
+    EXPECT_EQ(allreduceOverNet("verbs", "0", 1 << 16), "");
+    size_t slots = 0;
+    for (uint32_t len : nic_.writeImmLengths) {
+      slots += len == 4168;
+      EXPECT_LE(len, 4168u);
+    }
+    EXPECT_GT(slots, 0u) << nic_.writeImmLengths.size()
+                         << " writes with immediate, none a full 4096-byte slot";
+  }
+}
+
 TEST_F(VerbsFakeApi, DirectQueuesExposeWhatInitObjGives) {
   const IbvApi api = fakeApi(true);
   {

@@ -20,8 +20,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include "bootstrap/bootstrap.h"
@@ -88,7 +92,84 @@ uint8_t fromWcOpcode(ibv_wc_opcode op) {
   }
 }
 
+// The verbs subset's WQE as an ibv_send_wr (the scatter entry in *sge).
+Status toSendWr(const Wqe& w, ibv_sge* sge, ibv_send_wr* wr) {
+  *sge = ibv_sge{w.localAddr, w.length, w.lkey};
+  *wr = ibv_send_wr{};
+  wr->wr_id = w.wrId;
+  wr->sg_list = w.length ? sge : nullptr;
+  wr->num_sge = w.length ? 1 : 0;
+  wr->send_flags =
+      ((w.flags & kWqeSignaled) ? IBV_SEND_SIGNALED : 0) | ((w.flags & kWqeFence) ? IBV_SEND_FENCE : 0);
+  switch (w.opcode) {
+    case kWqeRdmaWrite: wr->opcode = IBV_WR_RDMA_WRITE; break;
+    case kWqeRdmaWriteImm: wr->opcode = IBV_WR_RDMA_WRITE_WITH_IMM; break;
+    case kWqeSend: wr->opcode = IBV_WR_SEND; break;
+    case kWqeSendImm: wr->opcode = IBV_WR_SEND_WITH_IMM; break;
+    // The scatter entry is where the read bytes land (the region needs local write).
+    case kWqeRdmaRead: wr->opcode = IBV_WR_RDMA_READ; break;
+    default: return makeError(ridgeInvalidArgument, "verbs: unknown WQE opcode %u", w.opcode);
+  }
+  wr->imm_data = htonl(w.immData);
+  wr->wr.rdma.remote_addr = w.remoteAddr;
+  wr->wr.rdma.rkey = w.rkey;
+  return Status::ok();
+}
+
+void wcToCqe(const ibv_wc& wc, Cqe* c) {
+  std::memset(c, 0, sizeof *c);
+  c->wrId = wc.wr_id;
+  c->byteLen = wc.byte_len;
+  c->qpn = wc.qp_num;
+  c->status = fromWcStatus(wc.status);
+  c->opcode = fromWcOpcode(wc.opcode);
+  if (wc.wc_flags & IBV_WC_WITH_IMM) {
+    c->immData = ntohl(wc.imm_data);
+    c->flags = kCqeHasImm;
+  }
+}
+
 class IbvQp;
+class IbvCq;
+
+// ---- Rings over any rdma-core device ----------------------------------------------------
+// The NIC's own rings stay with its driver, so for producers that want the subset's rings
+// (sendRing()/ring(): the gdr transport's CPU producer) the provider keeps rings of its own in
+// host memory and a proxy thread per device plays the NIC's part: it reads a send ring's
+// doorbell record, posts the new WQEs with ibv_post_send (every one signaled, so that it can
+// count retirements), polls the CQs and writes their completions into the CQ rings with the
+// owner-bit protocol of verbs_layout.h, dropping the successes of WQEs that were unsignaled.
+// A QP or CQ enters this mode with its first sendRing()/ring() call, before it posts or is
+// polled; its own calls (postSend, postRecv) are then serialized with the thread. This is the
+// host-staged rung (a CPU posts): what works on every rdma-core device.
+class RingProxy {
+ public:
+  ~RingProxy() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+  std::mutex mu;  // the thread's passes, ring-mode posts, and the lists below
+  void add(IbvQp* qp) {
+    qps_.push_back(qp);
+    start();
+  }
+  void add(IbvCq* cq) {
+    cqs_.push_back(cq);
+    start();
+  }
+  void remove(IbvQp* qp) { qps_.erase(std::remove(qps_.begin(), qps_.end(), qp), qps_.end()); }
+  void remove(IbvCq* cq) { cqs_.erase(std::remove(cqs_.begin(), cqs_.end(), cq), cqs_.end()); }
+
+ private:
+  void start() {
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+  }
+  void run();
+  std::vector<IbvQp*> qps_;  // under mu
+  std::vector<IbvCq*> cqs_;  // under mu
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
 
 class IbvMr final : public MemoryRegion {
  public:
@@ -146,8 +227,13 @@ class IbvDm final : public DeviceMemory {
 
 class IbvCq final : public CompletionQueue {
  public:
-  IbvCq(const IbvApi* api, ibv_comp_channel* ch, ibv_cq* cq) : api_(api), ch_(ch), cq_(cq) {}
+  IbvCq(const IbvApi* api, ibv_comp_channel* ch, ibv_cq* cq, RingProxy* proxy, uint32_t entries)
+      : api_(api), ch_(ch), cq_(cq), proxy_(proxy), entries_(entries) {}
   ~IbvCq() override {
+    if (ringMode_) {
+      std::lock_guard<std::mutex> g(proxy_->mu);
+      proxy_->remove(this);
+    }
     if (unacked_) api_->ackCqEvents(cq_, unacked_);
     api_->destroyCq(cq_);
     api_->destroyCompChannel(ch_);
@@ -172,28 +258,53 @@ class IbvCq final : public CompletionQueue {
     }
   }
   const Mlx5CompletionQueueView* mlx5Ring() const override { return mlx5_.cqes ? &mlx5_ : nullptr; }
-  std::unordered_map<uint32_t, IbvQp*> qps_;
+  const CqRingView* ring() const override { return const_cast<IbvCq*>(this)->enterRingMode(); }
+  // Ring mode (RingProxy): one pass of the proxy thread, under proxy_->mu. True when it moved
+  // a completion.
+  bool drain();
+  // A completion the proxy makes itself (a ring WQE the provider refused), under proxy_->mu.
+  void deliverFromProxy(const Cqe& c) {
+    if (ringMode_) deliver(c);
+  }
+  std::unordered_map<uint32_t, IbvQp*> qps_;  // under proxy_->mu
   ibv_cq* cq() const { return cq_; }
   Mlx5CompletionQueueView mlx5_;  // filled by createMlx5Cq
 
  private:
+  const CqRingView* enterRingMode();
+  void deliver(const Cqe& c);  // into the ring, or the overflow while the ring is full
+
   const IbvApi* api_;
   ibv_comp_channel* ch_;
   ibv_cq* cq_;
+  RingProxy* proxy_;
+  uint32_t entries_;
   unsigned unacked_ = 0;
+  bool ringMode_ = false;
+  std::unique_ptr<Cqe[]> cqes_;
+  CqDoorbellRecord dbr_{};
+  CqRingView view_{};
+  uint32_t pi_ = 0;           // the next CQE's index
+  std::deque<Cqe> overflow_;  // completions waiting for the consumer to free entries
 };
 
 class IbvQp final : public QueuePair {
  public:
-  IbvQp(const IbvApi* api, ibv_qp* qp, ibv_context* ctx, IbvCq* scq, IbvCq* rcq, uint32_t sqDepth)
-      : api_(api), qp_(qp), ctx_(ctx), scq_(scq), rcq_(rcq), sqDepth_(sqDepth) {
+  IbvQp(const IbvApi* api, ibv_qp* qp, ibv_context* ctx, IbvCq* scq, IbvCq* rcq, uint32_t sqDepth,
+        RingProxy* proxy)
+      : api_(api), qp_(qp), ctx_(ctx), scq_(scq), rcq_(rcq), sqDepth_(sqDepth), proxy_(proxy) {
     psn_ = static_cast<uint32_t>(randomNonce()) & 0xffffff;
+    std::lock_guard<std::mutex> g(proxy_->mu);
     scq_->qps_[qp_->qp_num] = this;
     rcq_->qps_[qp_->qp_num] = this;
   }
   ~IbvQp() override {
-    scq_->qps_.erase(qp_->qp_num);
-    rcq_->qps_.erase(qp_->qp_num);
+    {
+      std::lock_guard<std::mutex> g(proxy_->mu);
+      if (ringMode_) proxy_->remove(this);
+      scq_->qps_.erase(qp_->qp_num);
+      rcq_->qps_.erase(qp_->qp_num);
+    }
     api_->destroyQp(qp_);
   }
   uint32_t qpn() const override { return qp_->qp_num; }
@@ -221,27 +332,16 @@ class IbvQp final : public QueuePair {
     if (state_ != QpState::Rts && state_ != QpState::Error)
       return makeError(ridgeInvalidUsage, "verbs: QP %u: postSend in state %s (needs RTS)", qpn(),
                        qpStateName(state_));
-    if (posted_ - retired_ >= sqDepth_) return Status(ridgeInternalError, "verbs: send queue full");
-    ibv_sge sge{w.localAddr, w.length, w.lkey};
-    ibv_send_wr wr{};
-    ibv_send_wr* bad = nullptr;
-    wr.wr_id = w.wrId;
-    wr.sg_list = w.length ? &sge : nullptr;
-    wr.num_sge = w.length ? 1 : 0;
-    wr.send_flags =
-        ((w.flags & kWqeSignaled) ? IBV_SEND_SIGNALED : 0) | ((w.flags & kWqeFence) ? IBV_SEND_FENCE : 0);
-    switch (w.opcode) {
-      case kWqeRdmaWrite: wr.opcode = IBV_WR_RDMA_WRITE; break;
-      case kWqeRdmaWriteImm: wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM; break;
-      case kWqeSend: wr.opcode = IBV_WR_SEND; break;
-      case kWqeSendImm: wr.opcode = IBV_WR_SEND_WITH_IMM; break;
-      // The scatter entry is where the read bytes land (the region needs local write).
-      case kWqeRdmaRead: wr.opcode = IBV_WR_RDMA_READ; break;
-      default: return makeError(ridgeInvalidArgument, "verbs: unknown WQE opcode %u", w.opcode);
+    if (ringMode_) {
+      std::lock_guard<std::mutex> g(proxy_->mu);
+      if (submitted_ - loadRetired() >= sqDepth_) return Status(ridgeInternalError, "verbs: send queue full");
+      return submit(w, submitted_);
     }
-    wr.imm_data = htonl(w.immData);
-    wr.wr.rdma.remote_addr = w.remoteAddr;
-    wr.wr.rdma.rkey = w.rkey;
+    if (posted_ - retired_ >= sqDepth_) return Status(ridgeInternalError, "verbs: send queue full");
+    ibv_sge sge;
+    ibv_send_wr wr;
+    ibv_send_wr* bad = nullptr;
+    RIDGE_TRY(toSendWr(w, &sge, &wr));
     int rc = api_->postSend(qp_, &wr, &bad);
     if (rc) return ibvError("ibv_post_send", rc);
     ++posted_;
@@ -257,17 +357,46 @@ class IbvQp final : public QueuePair {
     wr.wr_id = w.wrId;
     wr.sg_list = w.length ? &sge : nullptr;
     wr.num_sge = w.length ? 1 : 0;
+    std::unique_lock<std::mutex> g(proxy_->mu, std::defer_lock);
+    if (ringMode_) {
+      // Receives complete in order: the proxy hands their CQEs the caller's ids (flushed ones too).
+      g.lock();
+      recvIds_.push_back(w.wrId);
+      wr.wr_id = recvSeq_++;
+    }
     int rc = api_->postRecv(qp_, &wr, &bad);
+    if (rc && ringMode_) recvIds_.pop_back(), --recvSeq_;
     return rc ? ibvError("ibv_post_recv", rc) : Status::ok();
   }
   // Counted from send completions: the provider cannot see unsignaled WQEs retire, so
   // callers that post unsignaled work must signal at least one WQE per queue depth.
-  uint32_t sendSlotsFree() const override { return sqDepth_ - (posted_ - retired_); }
+  uint32_t sendSlotsFree() const override {
+    return ringMode_ ? sqDepth_ - (submitted_ - loadRetired()) : sqDepth_ - (posted_ - retired_);
+  }
   const Mlx5SendQueueView* mlx5SendQueue() const override { return mlx5_.wqes ? &mlx5_ : nullptr; }
+  const SendRingView* sendRing() const override { return const_cast<IbvQp*>(this)->enterRingMode(); }
   void retired() { ++retired_; }
   Mlx5SendQueueView mlx5_;  // filled for QPs created with QpCaps::mlx5Direct
 
+  // Ring mode (RingProxy), under proxy_->mu.
+  bool ringMode() const { return ringMode_; }
+  // Posts what the producer published in the ring's doorbell record; true when it posted any.
+  bool pump();
+  // A completion of this QP from the NIC: turns the proxy's ids back into the caller's and
+  // counts retirements. False when the completion is not for the caller (an unsignaled success).
+  bool translate(const ibv_wc& wc, Cqe* c);
+
  private:
+  const SendRingView* enterRingMode();
+  Status submit(const Wqe& w, uint32_t index);
+  uint32_t loadRetired() const { return __atomic_load_n(&retiredRing_, __ATOMIC_ACQUIRE); }
+  static constexpr uint64_t kSendTag = 1ull << 63;  // proxy ids of sends (receives: without)
+  struct Pending {
+    uint64_t wrId;
+    uint16_t index;
+    bool signaled;
+  };
+
   const IbvApi* api_;
   ibv_qp* qp_;
   ibv_context* ctx_;
@@ -278,9 +407,26 @@ class IbvQp final : public QueuePair {
   QpState state_ = QpState::Reset;
   uint32_t posted_ = 0;
   uint32_t retired_ = 0;
+  RingProxy* proxy_;
+  // Ring mode: the producer's ring and records, what the proxy took from it, and the WQEs and
+  // receives on the NIC in order.
+  bool ringMode_ = false;
+  std::unique_ptr<Wqe[]> wqes_;
+  DoorbellRecord dbr_{};
+  DoorbellPage page_{};
+  uint32_t retiredRing_ = 0;  // written by the proxy thread, read by the producer
+  SendRingView view_{};
+  uint32_t consumed_ = 0;   // ring index the proxy reads next
+  uint32_t submitted_ = 0;  // WQEs handed to the NIC (ring and postSend)
+  uint64_t sendSeq_ = 0;
+  std::deque<Pending> pending_;
+  uint64_t recvSeq_ = 0;
+  std::deque<uint64_t> recvIds_;
 };
 
 int IbvCq::poll(Cqe* out, int max) {
+  // In ring mode the completions go to the ring (the proxy polls the NIC).
+  if (ringMode_) return -1;
   ibv_wc wc[16];
   int total = 0;
   while (total < max) {
@@ -288,16 +434,7 @@ int IbvCq::poll(Cqe* out, int max) {
     if (n < 0) return total ? total : -1;
     for (int i = 0; i < n; ++i) {
       Cqe& c = out[total + i];
-      std::memset(&c, 0, sizeof c);
-      c.wrId = wc[i].wr_id;
-      c.byteLen = wc[i].byte_len;
-      c.qpn = wc[i].qp_num;
-      c.status = fromWcStatus(wc[i].status);
-      c.opcode = fromWcOpcode(wc[i].opcode);
-      if (wc[i].wc_flags & IBV_WC_WITH_IMM) {
-        c.immData = ntohl(wc[i].imm_data);
-        c.flags = kCqeHasImm;
-      }
+      wcToCqe(wc[i], &c);
       // Error completions do not carry a valid opcode: the receive side is told apart by
       // the caller's wr_id; send-side retirement counts every non-receive completion.
       const bool recv = c.opcode == kCqeRecv || c.opcode == kCqeRecvRdmaImm;
@@ -310,6 +447,159 @@ int IbvCq::poll(Cqe* out, int max) {
     if (n < 16) break;
   }
   return total;
+}
+
+// ---- ring mode ----
+
+const CqRingView* IbvCq::enterRingMode() {
+  std::lock_guard<std::mutex> g(proxy_->mu);
+  if (!ringMode_) {
+    uint32_t log2 = 0;
+    const uint32_t size = roundUpPow2(std::max<uint32_t>(entries_, 2), &log2);
+    cqes_ = std::make_unique<Cqe[]>(size);
+    // Owner 1 everywhere: nothing is valid in the first pass (phase 0) until written.
+    for (uint32_t i = 0; i < size; ++i) cqes_[i].owner = 1;
+    view_ = CqRingView{cqes_.get(), &dbr_, log2, 0};
+    ringMode_ = true;
+    proxy_->add(this);
+  }
+  return &view_;
+}
+
+void IbvCq::deliver(const Cqe& c) {
+  const uint32_t size = 1u << view_.log2Size;
+  const uint32_t consumer = __atomic_load_n(&dbr_.consumer, __ATOMIC_ACQUIRE);
+  if (!overflow_.empty() || pi_ - consumer >= size) {
+    overflow_.push_back(c);
+    return;
+  }
+  Cqe& slot = cqes_[pi_ & (size - 1)];
+  const uint8_t owner = cqeOwnerForIndex(pi_, view_.log2Size);
+  slot = c;
+  slot.owner = static_cast<uint8_t>(owner ^ 1u);  // still the old pass's until the fence
+  verbsReleaseFence();
+  __atomic_store_n(&slot.owner, owner, __ATOMIC_RELEASE);
+  ++pi_;
+}
+
+bool IbvCq::drain() {
+  bool moved = false;
+  // Completions held back while the ring was full, first.
+  const uint32_t size = 1u << view_.log2Size;
+  while (!overflow_.empty() && pi_ - __atomic_load_n(&dbr_.consumer, __ATOMIC_ACQUIRE) < size) {
+    const Cqe c = overflow_.front();
+    overflow_.pop_front();
+    deliver(c);
+    moved = true;
+  }
+  ibv_wc wc[16];
+  const int n = api_->pollCq(cq_, 16, wc);
+  for (int i = 0; i < n; ++i) {
+    Cqe c;
+    wcToCqe(wc[i], &c);
+    auto it = qps_.find(wc[i].qp_num);
+    if (it != qps_.end() && it->second->ringMode()) {
+      if (!it->second->translate(wc[i], &c)) continue;
+    } else {
+      const bool recv = c.opcode == kCqeRecv || c.opcode == kCqeRecvRdmaImm;
+      if (!recv && c.status == kCqeOk && it != qps_.end()) it->second->retired();
+    }
+    deliver(c);
+  }
+  return moved || n > 0;
+}
+
+const SendRingView* IbvQp::enterRingMode() {
+  std::lock_guard<std::mutex> g(proxy_->mu);
+  if (!ringMode_) {
+    uint32_t log2 = 0;
+    const uint32_t size = roundUpPow2(sqDepth_, &log2);
+    wqes_ = std::make_unique<Wqe[]>(size);
+    view_ = SendRingView{wqes_.get(), &dbr_, &page_, log2, qp_->qp_num, &retiredRing_};
+    // Entered before anything is posted (see RingProxy): the ring's counts start at zero.
+    submitted_ = 0;
+    retiredRing_ = 0;
+    ringMode_ = true;
+    proxy_->add(this);
+  }
+  return &view_;
+}
+
+Status IbvQp::submit(const Wqe& w, uint32_t index) {
+  ibv_sge sge;
+  ibv_send_wr wr;
+  ibv_send_wr* bad = nullptr;
+  RIDGE_TRY(toSendWr(w, &sge, &wr));
+  wr.wr_id = kSendTag | sendSeq_;
+  wr.send_flags |= IBV_SEND_SIGNALED;  // the proxy counts retirements from completions
+  const int rc = api_->postSend(qp_, &wr, &bad);
+  if (rc) return ibvError("ibv_post_send", rc);
+  ++sendSeq_;
+  pending_.push_back({w.wrId, static_cast<uint16_t>(index), (w.flags & kWqeSignaled) != 0});
+  ++submitted_;
+  return Status::ok();
+}
+
+bool IbvQp::pump() {
+  const uint32_t producer = __atomic_load_n(&dbr_.sqProducer, __ATOMIC_ACQUIRE);
+  bool any = false;
+  while (consumed_ != producer) {
+    const Wqe w = wqes_[consumed_ & ((1u << view_.log2Size) - 1u)];
+    Status st = submit(w, consumed_);
+    if (!st.isOk()) {
+      // Refused by the provider before the NIC saw it: complete it with an error, as a NIC
+      // would flush it, so that the producer learns of it and its credit comes back.
+      RIDGE_WARN("verbs: QP %u: ring WQE %u not posted: %s", qpn(), consumed_, st.message().c_str());
+      pending_.push_back({w.wrId, static_cast<uint16_t>(consumed_), true});
+      ++submitted_;
+      ibv_wc wc{};
+      wc.wr_id = kSendTag;
+      wc.status = IBV_WC_GENERAL_ERR;
+      wc.qp_num = qpn();
+      Cqe c;
+      wcToCqe(wc, &c);
+      if (translate(wc, &c)) scq_->deliverFromProxy(c);
+    }
+    ++consumed_;
+    any = true;
+  }
+  return any;
+}
+
+bool IbvQp::translate(const ibv_wc& wc, Cqe* c) {
+  if (wc.wr_id & kSendTag) {
+    if (pending_.empty()) return true;  // not ours: hand it on as it is
+    const Pending p = pending_.front();
+    pending_.pop_front();
+    __atomic_store_n(&retiredRing_, retiredRing_ + 1, __ATOMIC_RELEASE);
+    c->wrId = p.wrId;
+    c->wqeCounter = p.index;
+    return p.signaled || wc.status != IBV_WC_SUCCESS;
+  }
+  if (!recvIds_.empty()) {
+    c->wrId = recvIds_.front();
+    recvIds_.pop_front();
+  }
+  return true;
+}
+
+void RingProxy::run() {
+  int idlePasses = 0;
+  while (!stop_.load(std::memory_order_relaxed)) {
+    bool busy = false;
+    {
+      std::lock_guard<std::mutex> g(mu);
+      for (IbvQp* qp : qps_) busy = qp->pump() || busy;
+      for (IbvCq* cq : cqs_) busy = cq->drain() || busy;
+    }
+    // Spin briefly after work (a producer often posts in bursts), then poll every 20 us.
+    if (busy) {
+      idlePasses = 0;
+    } else if (++idlePasses > 64) {
+      const timespec ts{0, 20000};
+      nanosleep(&ts, nullptr);
+    }
+  }
 }
 
 Status IbvQp::modify(QpState to, const QpAddress* remote) {
@@ -377,7 +667,8 @@ Status IbvQp::modify(QpState to, const QpAddress* remote) {
 
 class IbvPd final : public ProtectionDomain {
  public:
-  IbvPd(const IbvApi* api, ibv_pd* pd, ibv_context* ctx) : api_(api), pd_(pd), ctx_(ctx) {}
+  IbvPd(const IbvApi* api, ibv_pd* pd, ibv_context* ctx, RingProxy* proxy)
+      : api_(api), pd_(pd), ctx_(ctx), proxy_(proxy) {}
   ~IbvPd() override { api_->deallocPd(pd_); }
   Status registerMemory(void* addr, size_t bytes, uint32_t access,
                         std::unique_ptr<MemoryRegion>* out) override {
@@ -419,7 +710,7 @@ class IbvPd final : public ProtectionDomain {
       api_->destroyCompChannel(ch);
       return s;
     }
-    *out = std::make_unique<IbvCq>(api_, ch, cq);
+    *out = std::make_unique<IbvCq>(api_, ch, cq, proxy_, entries);
     return Status::ok();
   }
   Status createQp(CompletionQueue* sendCq, CompletionQueue* recvCq, const QpCaps& caps,
@@ -438,7 +729,7 @@ class IbvPd final : public ProtectionDomain {
     if (caps.mlx5Direct) return createMlx5Qp(init, s, r, out);
     ibv_qp* qp = api_->createQp(pd_, &init);
     if (!qp) return ibvError("ibv_create_qp", 0);
-    *out = std::make_unique<IbvQp>(api_, qp, ctx_, s, r, caps.maxSendWr);
+    *out = std::make_unique<IbvQp>(api_, qp, ctx_, s, r, caps.maxSendWr, proxy_);
     return Status::ok();
   }
   Status createMlx5Cq(uint32_t entries, std::unique_ptr<CompletionQueue>* out) override;
@@ -449,6 +740,7 @@ class IbvPd final : public ProtectionDomain {
   const IbvApi* api_;
   ibv_pd* pd_;
   ibv_context* ctx_;
+  RingProxy* proxy_;
 };
 
 // "" when mlx5 direct verbs can drive `ctx`'s device, else why not.
@@ -494,7 +786,7 @@ Status IbvPd::createMlx5Cq(uint32_t entries, std::unique_ptr<CompletionQueue>* o
     api_->destroyCompChannel(ch);
     return ibvError("mlx5dv_init_obj(CQ)", rc);
   }
-  auto c = std::make_unique<IbvCq>(api_, ch, cq);
+  auto c = std::make_unique<IbvCq>(api_, ch, cq, proxy_, entries);
   c->mlx5_.cqes = dvcq.buf;
   c->mlx5_.cqeCount = dvcq.cqe_cnt;
   c->mlx5_.cqeBytes = dvcq.cqe_size;
@@ -540,7 +832,7 @@ Status IbvPd::createMlx5Qp(const ibv_qp_init_attr& init, IbvCq* s, IbvCq* r,
     return makeError(ridgeSystemError,
                      "verbs: mlx5dv_init_obj(QP) gave no send queue, doorbell record or UAR");
   }
-  auto q = std::make_unique<IbvQp>(api_, qp, ctx_, s, r, init.cap.max_send_wr);
+  auto q = std::make_unique<IbvQp>(api_, qp, ctx_, s, r, init.cap.max_send_wr, proxy_);
   q->mlx5_.wqes = dvqp.sq.buf;
   q->mlx5_.wqeCount = dvqp.sq.wqe_cnt;
   q->mlx5_.strideBytes = dvqp.sq.stride;
@@ -576,12 +868,15 @@ class IbvDevice final : public Device {
  public:
   IbvDevice(const IbvApi* api, ibv_context* ctx, DeviceAttributes attr)
       : api_(api), ctx_(ctx), attr_(std::move(attr)) {}
-  ~IbvDevice() override { api_->closeDevice(ctx_); }
+  ~IbvDevice() override {
+    proxy_.reset();  // its thread stops before the device closes
+    api_->closeDevice(ctx_);
+  }
   const DeviceAttributes& attributes() const override { return attr_; }
   Status allocPd(std::unique_ptr<ProtectionDomain>* out) override {
     ibv_pd* pd = api_->allocPd(ctx_);
     if (!pd) return ibvError("ibv_alloc_pd", 0);
-    *out = std::make_unique<IbvPd>(api_, pd, ctx_);
+    *out = std::make_unique<IbvPd>(api_, pd, ctx_, proxy_.get());
     return Status::ok();
   }
   const IbvApi* api() const { return api_; }
@@ -590,6 +885,7 @@ class IbvDevice final : public Device {
  private:
   const IbvApi* api_;
   ibv_context* ctx_;
+  std::unique_ptr<RingProxy> proxy_ = std::make_unique<RingProxy>();
   DeviceAttributes attr_;
 };
 
