@@ -36,8 +36,6 @@ struct FakeNic {
   ibv_pd pd{};
   ibv_comp_channel channel{};
   ibv_cq_ex directCq{};
-  ibv_mr mr{};  // on-NIC memory's registration
-  ibv_dm dm{};
   // Queue pairs, CQs and regions the doubles created (deques: addresses stay put). A QP's
   // index is qp_num - kFirstQpn.
   static constexpr uint32_t kFirstQpn = 0x1234;
@@ -56,6 +54,14 @@ struct FakeNic {
   };
   std::deque<Cq> cqObjs;
   std::deque<ibv_mr> mrObjs;
+  std::deque<bool> mrZeroBased;  // by mrObjs index: on-NIC memory, addressed by offset
+  // On-NIC memory: page-aligned host buffers standing in for the NIC's BAR.
+  struct Dm {
+    ibv_dm dm{};
+    char* buf = nullptr;
+    size_t bytes = 0;
+  };
+  std::deque<Dm> dmObjs;
   std::vector<uint32_t> writeImmLengths;  // of every RDMA WRITE WITH IMMEDIATE carried
   // Every double holds this: ranks of a test may be threads that share the fake NIC.
   std::recursive_mutex mu;
@@ -64,7 +70,6 @@ struct FakeNic {
   char* dbrecPage = nullptr;
   char* cqBuf = nullptr;
   char* uarPage = nullptr;
-  char* dmPage = nullptr;
 
   bool mlx5Supported = true;
   int failCreateCqErrno = 0;
@@ -82,16 +87,13 @@ struct FakeNic {
     dbrecPage = page(1);
     cqBuf = page(1);
     uarPage = page(1);
-    dmPage = page(1);
     context.device = &device;
     // The completion channel's fd: written when an armed CQ gets a completion.
     channel.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    dm.context = &context;
-    mr.lkey = 7;
-    mr.rkey = 9;
   }
   ~FakeNic() {
-    for (char* p : {sq, dbrecPage, cqBuf, uarPage, dmPage}) std::free(p);
+    for (char* p : {sq, dbrecPage, cqBuf, uarPage}) std::free(p);
+    for (Dm& d : dmObjs) std::free(d.buf);
     close(channel.fd);
   }
   bool balanced() const {
@@ -198,27 +200,42 @@ inline ibv_dm* fakeAllocDm(ibv_context*, ibv_alloc_dm_attr* a) {
     return nullptr;
   }
   ++gNic->dms;
-  return &gNic->dm;
+  FakeNic::Dm& d = gNic->dmObjs.emplace_back();
+  d.dm.context = &gNic->context;
+  d.bytes = (a->length + pageBytes() - 1) / pageBytes() * pageBytes();
+  d.buf = static_cast<char*>(std::aligned_alloc(pageBytes(), d.bytes));
+  return &d.dm;
 }
-inline int fakeFreeDm(ibv_dm*) {
+inline FakeNic::Dm* fakeDm(ibv_dm* dm) {
+  for (FakeNic::Dm& d : gNic->dmObjs)
+    if (&d.dm == dm) return &d;
+  return nullptr;
+}
+inline int fakeFreeDm(ibv_dm* dm) {
   std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   ++gNic->dmsFreed;
+  FakeNic::Dm* d = fakeDm(dm);
+  std::free(d->buf);
+  d->buf = nullptr;
   return 0;
 }
-inline ibv_mr* fakeRegDmMr(ibv_pd*, ibv_dm*, uint64_t, size_t, unsigned) {
-  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
-  ++gNic->mrs;
-  return &gNic->mr;
-}
-inline ibv_mr* fakeRegMr(ibv_pd*, void* addr, size_t length, int) {
-  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
+inline ibv_mr* newFakeMr(void* addr, size_t length, bool zeroBased) {
   ++gNic->mrs;
   ibv_mr& m = gNic->mrObjs.emplace_back();
+  gNic->mrZeroBased.push_back(zeroBased);
   m.addr = addr;
   m.length = length;
   m.lkey = 100 + static_cast<uint32_t>(gNic->mrObjs.size());
   m.rkey = 200 + static_cast<uint32_t>(gNic->mrObjs.size());
   return &m;
+}
+inline ibv_mr* fakeRegDmMr(ibv_pd*, ibv_dm* dm, uint64_t offset, size_t length, unsigned) {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
+  return newFakeMr(fakeDm(dm)->buf + offset, length, true);
+}
+inline ibv_mr* fakeRegMr(ibv_pd*, void* addr, size_t length, int) {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
+  return newFakeMr(addr, length, false);
 }
 inline int fakeDeregMr(ibv_mr* mr) {
   std::lock_guard<std::recursive_mutex> lock(gNic->mu);
@@ -277,8 +294,9 @@ inline int fakeMlx5InitObj(mlx5dv_obj* obj, uint64_t type) {
     obj->cq.out->cqn = 0x55;
   }
   if (type & MLX5DV_OBJ_DM) {
-    obj->dm.out->buf = gNic->dmPage;
-    obj->dm.out->length = pageBytes();
+    FakeNic::Dm* d = fakeDm(obj->dm.in);
+    obj->dm.out->buf = d->buf;
+    obj->dm.out->length = d->bytes;
   }
   return 0;
 }
@@ -293,13 +311,16 @@ inline FakeNic::Cq* fakeCq(ibv_cq* cq) {
     if (&c.cq == cq) return &c;
   return nullptr;
 }
-// Whether [addr, addr + bytes) lies in a region with `key` (as lkey, or as rkey).
-inline bool fakeKeyCovers(uint32_t key, bool remote, uint64_t addr, size_t bytes) {
-  for (const ibv_mr& m : gNic->mrObjs) {
-    const uint64_t base = reinterpret_cast<uint64_t>(m.addr);
-    if ((remote ? m.rkey : m.lkey) == key && addr >= base && addr + bytes <= base + m.length) return true;
+// Where [addr, addr + bytes) of the region with `key` (as lkey, or as rkey) is in this process,
+// or null when no region with that key covers it. On-NIC memory is addressed by offset.
+inline char* fakeResolve(uint32_t key, bool remote, uint64_t addr, size_t bytes) {
+  for (size_t i = 0; i < gNic->mrObjs.size(); ++i) {
+    const ibv_mr& m = gNic->mrObjs[i];
+    const uint64_t base = gNic->mrZeroBased[i] ? 0 : reinterpret_cast<uint64_t>(m.addr);
+    if ((remote ? m.rkey : m.lkey) == key && addr >= base && addr + bytes <= base + m.length)
+      return static_cast<char*>(m.addr) + (addr - base);
   }
-  return false;
+  return nullptr;
 }
 inline int fakeModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
   std::lock_guard<std::recursive_mutex> lock(gNic->mu);
@@ -367,21 +388,21 @@ inline int fakePostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr**) {
     const bool write = wr->opcode == IBV_WR_RDMA_WRITE || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
     const bool send = wr->opcode == IBV_WR_SEND || wr->opcode == IBV_WR_SEND_WITH_IMM;
     const bool imm = wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM || wr->opcode == IBV_WR_SEND_WITH_IMM;
+    char* local = sge.length ? fakeResolve(sge.lkey, false, sge.addr, sge.length) : nullptr;
+    char* remote = nullptr;
     if (!dst || dst->qp.state == IBV_QPS_ERR) {
       status = IBV_WC_RETRY_EXC_ERR;  // the peer's QP is gone
-    } else if (sge.length && !fakeKeyCovers(sge.lkey, false, sge.addr, sge.length)) {
+    } else if (sge.length && !local) {
       status = IBV_WC_LOC_PROT_ERR;
     } else if (write || wr->opcode == IBV_WR_RDMA_READ) {
-      if (sge.length && !fakeKeyCovers(wr->wr.rdma.rkey, true, wr->wr.rdma.remote_addr, sge.length)) {
+      if (sge.length &&
+          !(remote = fakeResolve(wr->wr.rdma.rkey, true, wr->wr.rdma.remote_addr, sge.length))) {
         status = IBV_WC_REM_ACCESS_ERR;
       } else if (write) {
-        if (sge.length)
-          std::memcpy(reinterpret_cast<void*>(wr->wr.rdma.remote_addr), reinterpret_cast<void*>(sge.addr),
-                      sge.length);
+        if (sge.length) std::memcpy(remote, local, sge.length);
       } else {
         op = IBV_WC_RDMA_READ;
-        std::memcpy(reinterpret_cast<void*>(sge.addr), reinterpret_cast<void*>(wr->wr.rdma.remote_addr),
-                    sge.length);
+        std::memcpy(local, remote, sge.length);
       }
     } else if (send) {
       op = IBV_WC_SEND;
@@ -392,8 +413,7 @@ inline int fakePostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr**) {
       } else {
         auto [rwr, rsge] = dst->recvs.front();
         dst->recvs.pop_front();
-        if (send && sge.length)
-          std::memcpy(reinterpret_cast<void*>(rsge.addr), reinterpret_cast<void*>(sge.addr), sge.length);
+        if (send && sge.length) std::memcpy(reinterpret_cast<void*>(rsge.addr), local, sge.length);
         fakeComplete(dst->recvCq, rwr.wr_id, IBV_WC_SUCCESS, send ? IBV_WC_RECV : IBV_WC_RECV_RDMA_WITH_IMM,
                      sge.length, dst->qp.qp_num, imm, wr->imm_data);
       }
