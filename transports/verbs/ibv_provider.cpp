@@ -272,7 +272,8 @@ class IbvCq final : public CompletionQueue {
 
  private:
   const CqRingView* enterRingMode();
-  void deliver(const Cqe& c);  // into the ring, or the overflow while the ring is full
+  void deliver(const Cqe& c);   // into the ring, or the overflow while the ring is full
+  bool tryWrite(const Cqe& c);  // into the ring if it has room
 
   const IbvApi* api_;
   ibv_comp_channel* ch_;
@@ -365,7 +366,10 @@ class IbvQp final : public QueuePair {
       wr.wr_id = recvSeq_++;
     }
     int rc = api_->postRecv(qp_, &wr, &bad);
-    if (rc && ringMode_) recvIds_.pop_back(), --recvSeq_;
+    if (rc && ringMode_) {
+      recvIds_.pop_back();
+      --recvSeq_;
+    }
     return rc ? ibvError("ibv_post_recv", rc) : Status::ok();
   }
   // Counted from send completions: the provider cannot see unsignaled WQEs retire, so
@@ -466,30 +470,30 @@ const CqRingView* IbvCq::enterRingMode() {
   return &view_;
 }
 
-void IbvCq::deliver(const Cqe& c) {
+bool IbvCq::tryWrite(const Cqe& c) {
   const uint32_t size = 1u << view_.log2Size;
-  const uint32_t consumer = __atomic_load_n(&dbr_.consumer, __ATOMIC_ACQUIRE);
-  if (!overflow_.empty() || pi_ - consumer >= size) {
-    overflow_.push_back(c);
-    return;
-  }
-  Cqe& slot = cqes_[pi_ & (size - 1)];
+  if (pi_ - __atomic_load_n(&dbr_.consumer, __ATOMIC_ACQUIRE) >= size) return false;
   const uint8_t owner = cqeOwnerForIndex(pi_, view_.log2Size);
-  slot = c;
-  slot.owner = static_cast<uint8_t>(owner ^ 1u);  // still the old pass's until the fence
+  // Every field with the old pass's owner (still invalid to the consumer), then the owner.
+  Cqe staged = c;
+  staged.owner = static_cast<uint8_t>(owner ^ 1u);
+  cqes_[pi_ & (size - 1)] = staged;
   verbsReleaseFence();
-  __atomic_store_n(&slot.owner, owner, __ATOMIC_RELEASE);
+  __atomic_store_n(&cqes_[pi_ & (size - 1)].owner, owner, __ATOMIC_RELEASE);
   ++pi_;
+  return true;
+}
+
+void IbvCq::deliver(const Cqe& c) {
+  // In order: behind anything held back, else into the ring while it has room.
+  if (!overflow_.empty() || !tryWrite(c)) overflow_.push_back(c);
 }
 
 bool IbvCq::drain() {
   bool moved = false;
   // Completions held back while the ring was full, first.
-  const uint32_t size = 1u << view_.log2Size;
-  while (!overflow_.empty() && pi_ - __atomic_load_n(&dbr_.consumer, __ATOMIC_ACQUIRE) < size) {
-    const Cqe c = overflow_.front();
+  while (!overflow_.empty() && tryWrite(overflow_.front())) {
     overflow_.pop_front();
-    deliver(c);
     moved = true;
   }
   ibv_wc wc[16];
@@ -547,18 +551,17 @@ bool IbvQp::pump() {
     const Wqe w = wqes_[consumed_ & ((1u << view_.log2Size) - 1u)];
     Status st = submit(w, consumed_);
     if (!st.isOk()) {
-      // Refused by the provider before the NIC saw it: complete it with an error, as a NIC
-      // would flush it, so that the producer learns of it and its credit comes back.
+      // Refused before the NIC saw it, so no completion of it will come: retire it here with an
+      // error CQE, as a NIC would flush it, so that the producer learns of it and gets its credit.
       RIDGE_WARN("verbs: QP %u: ring WQE %u not posted: %s", qpn(), consumed_, st.message().c_str());
-      pending_.push_back({w.wrId, static_cast<uint16_t>(consumed_), true});
       ++submitted_;
-      ibv_wc wc{};
-      wc.wr_id = kSendTag;
-      wc.status = IBV_WC_GENERAL_ERR;
-      wc.qp_num = qpn();
-      Cqe c;
-      wcToCqe(wc, &c);
-      if (translate(wc, &c)) scq_->deliverFromProxy(c);
+      __atomic_store_n(&retiredRing_, retiredRing_ + 1, __ATOMIC_RELEASE);
+      Cqe c{};
+      c.wrId = w.wrId;
+      c.qpn = qpn();
+      c.wqeCounter = static_cast<uint16_t>(consumed_);
+      c.status = kCqeGeneralError;
+      scq_->deliverFromProxy(c);
     }
     ++consumed_;
     any = true;
