@@ -69,6 +69,40 @@ class VerbsFakeApi : public ::testing::Test {
     return d;
   }
 
+  // A device, a PD, one CQ and two RC QPs on it (not connected yet); members go in reverse order.
+  struct QpPair {
+    std::unique_ptr<Device> dev;
+    std::unique_ptr<ProtectionDomain> pd;
+    std::unique_ptr<CompletionQueue> cq;
+    std::unique_ptr<QueuePair> a, b;
+  };
+  ::testing::AssertionResult makePair(const IbvApi* api, uint32_t cqEntries, uint32_t sendWr, QpPair* p) {
+    p->dev = open(api);
+    if (!p->dev) return ::testing::AssertionFailure() << "open";
+    QpCaps caps;
+    caps.maxSendWr = sendWr;
+    for (Status st : {p->dev->allocPd(&p->pd), p->pd ? p->pd->createCq(cqEntries, &p->cq) : Status::ok()})
+      if (!st.isOk()) return ::testing::AssertionFailure() << st.message();
+    for (auto* qp : {&p->a, &p->b}) {
+      Status st = p->pd->createQp(p->cq.get(), p->cq.get(), caps, qp);
+      if (!st.isOk()) return ::testing::AssertionFailure() << st.message();
+    }
+    return ::testing::AssertionSuccess();
+  }
+  // RESET -> INIT -> RTR -> RTS for both, each the other's peer.
+  static ::testing::AssertionResult connect(QueuePair* a, QueuePair* b) {
+    QpAddress addrA, addrB;
+    std::vector<Status> steps{a->localAddress(&addrA), b->localAddress(&addrB), a->modify(QpState::Init),
+                              b->modify(QpState::Init)};
+    steps.push_back(a->modify(QpState::Rtr, &addrB));
+    steps.push_back(b->modify(QpState::Rtr, &addrA));
+    steps.push_back(a->modify(QpState::Rts));
+    steps.push_back(b->modify(QpState::Rts));
+    for (const Status& st : steps)
+      if (!st.isOk()) return ::testing::AssertionFailure() << st.message();
+    return ::testing::AssertionSuccess();
+  }
+
   FakeNic nic_;
   std::unique_ptr<ScopedIbvApiForTesting> scoped_;
 };
@@ -112,28 +146,16 @@ TEST_F(VerbsFakeApi, OpeningWithAGdrModeLogsTheRungAtInfo) {
 TEST_F(VerbsFakeApi, LoopbackDataPathThroughTheTable) {
   const IbvApi api = fakeApi(true);
   {
-    std::unique_ptr<Device> dev = open(&api);
-    ASSERT_TRUE(dev);
-    std::unique_ptr<ProtectionDomain> pd;
-    ASSERT_TRUE(dev->allocPd(&pd).isOk());
-    std::unique_ptr<CompletionQueue> cq;
-    ASSERT_TRUE(pd->createCq(64, &cq).isOk());
-    QpCaps caps;
-    caps.maxSendWr = 4;
-    std::unique_ptr<QueuePair> a, b;
-    ASSERT_TRUE(pd->createQp(cq.get(), cq.get(), caps, &a).isOk());
-    ASSERT_TRUE(pd->createQp(cq.get(), cq.get(), caps, &b).isOk());
+    QpPair p;
+    ASSERT_TRUE(makePair(&api, 64, 4, &p));
+    ProtectionDomain* pd = p.pd.get();
+    CompletionQueue* cq = p.cq.get();
+    QueuePair* a = p.a.get();
+    QueuePair* b = p.b.get();
     Wqe w{};
     EXPECT_EQ(a->postSend(w).code(), ridgeInvalidUsage);  // RESET: refused before the NIC sees it
     EXPECT_EQ(a->modify(QpState::Rts).code(), ridgeInvalidUsage);
-    QpAddress addrA, addrB;
-    ASSERT_TRUE(a->localAddress(&addrA).isOk());
-    ASSERT_TRUE(b->localAddress(&addrB).isOk());
-    for (QueuePair* qp : {a.get(), b.get()}) ASSERT_TRUE(qp->modify(QpState::Init).isOk());
-    ASSERT_TRUE(a->modify(QpState::Rtr, &addrB).isOk());
-    ASSERT_TRUE(b->modify(QpState::Rtr, &addrA).isOk());
-    ASSERT_TRUE(a->modify(QpState::Rts).isOk());
-    ASSERT_TRUE(b->modify(QpState::Rts).isOk());
+    ASSERT_TRUE(connect(a, b));
 
     const size_t n = 64 << 10;
     std::vector<uint8_t> src(n), dst(n, 0), back(n, 0);
@@ -220,30 +242,17 @@ bool waitFor(Ready ready) {
 TEST_F(VerbsFakeApi, RingsOverAnyDeviceThroughTheProxy) {
   const IbvApi api = fakeApi(true);
   {
-    std::unique_ptr<Device> dev = open(&api);
-    ASSERT_TRUE(dev);
-    std::unique_ptr<ProtectionDomain> pd;
-    ASSERT_TRUE(dev->allocPd(&pd).isOk());
-    std::unique_ptr<CompletionQueue> cq;
-    ASSERT_TRUE(pd->createCq(4, &cq).isOk());
-    QpCaps caps;
-    caps.maxSendWr = 16;
-    std::unique_ptr<QueuePair> a, b;
-    ASSERT_TRUE(pd->createQp(cq.get(), cq.get(), caps, &a).isOk());
-    ASSERT_TRUE(pd->createQp(cq.get(), cq.get(), caps, &b).isOk());
+    QpPair p;
+    ASSERT_TRUE(makePair(&api, 4, 16, &p));
+    ProtectionDomain* pd = p.pd.get();
+    QueuePair* a = p.a.get();
+    QueuePair* b = p.b.get();
     const SendRingView* sq = a->sendRing();
-    const CqRingView* cr = cq->ring();
+    const CqRingView* cr = p.cq->ring();
     ASSERT_NE(sq, nullptr);
     ASSERT_NE(cr, nullptr);
     EXPECT_EQ(1u << cr->log2Size, 4u);
-    QpAddress addrA, addrB;
-    ASSERT_TRUE(a->localAddress(&addrA).isOk());
-    ASSERT_TRUE(b->localAddress(&addrB).isOk());
-    for (QueuePair* qp : {a.get(), b.get()}) ASSERT_TRUE(qp->modify(QpState::Init).isOk());
-    ASSERT_TRUE(a->modify(QpState::Rtr, &addrB).isOk());
-    ASSERT_TRUE(b->modify(QpState::Rtr, &addrA).isOk());
-    ASSERT_TRUE(a->modify(QpState::Rts).isOk());
-    ASSERT_TRUE(b->modify(QpState::Rts).isOk());
+    ASSERT_TRUE(connect(a, b));
     std::vector<uint64_t> src(8), dst(8, 0);
     for (size_t i = 0; i < src.size(); ++i) src[i] = 0x1000 + i;
     std::unique_ptr<MemoryRegion> ms, md;
