@@ -41,6 +41,7 @@
 #include "topo/summary.h"
 #include "topo/topo_json.h"
 #include "topo_commands.h"
+#include "transports/verbs/verbs.h"
 
 namespace {
 
@@ -626,6 +627,10 @@ int runGdr(ArgList& args) {
     return kExitOk;
   }
   std::vector<topo::GdrAdvice> advice;
+  // The GDR-write ladder a real NIC would take (RIDGE_NET=verbs): predicted from the NIC and,
+  // for this machine, from whether rdma-core loads here; init decides and logs the rest.
+  std::vector<ridge::verbs::GdrLadderDecision> ladder;
+  const bool thisHost = c.input.empty() && c.preset.empty();
   for (auto [g, n] : pairs) {
     topo::GdrPlacement placement;
     Status st = topo::gdrPlacementFor(t, g, n, &placement);
@@ -634,16 +639,23 @@ int runGdr(ArgList& args) {
       return kExitFailed;
     }
     advice.push_back(topo::adviseGdr(placement, constants));
+    ladder.push_back(ridge::verbs::decideGdrLadder(
+        ridge::verbs::predictGdrLadderFacts(t.node(n).osNames, t.node(n).model, thisHost)));
   }
   if (c.json) {
     json::Value out = json::Value::array();
-    for (const topo::GdrAdvice& a : advice) {
+    for (size_t i = 0; i < advice.size(); ++i) {
       json::Value v;
-      Status st = json::parse(topo::gdrAdviceJson(a), "gdr advice", &v);
+      Status st = json::parse(topo::gdrAdviceJson(advice[i]), "gdr advice", &v);
       if (!st.isOk()) {
         std::fprintf(stderr, "ridge-topo gdr: %s\n", st.message().c_str());
         return kExitFailed;
       }
+      json::Value l = json::Value::object();
+      l.set("rung", ridge::verbs::gdrRungName(ladder[i].rung));
+      l.set("predicted", ladder[i].predicted);
+      l.set("reason", ladder[i].reason);
+      v.set("writeLadder", std::move(l));
       out.push(std::move(v));
     }
     std::printf("%s\n", json::write(names.size() == 2 ? out.items()[0] : out).c_str());
@@ -651,6 +663,8 @@ int runGdr(ArgList& args) {
   }
   if (names.size() == 2) {
     std::fputs(topo::gdrAdviceText(advice[0]).c_str(), stdout);
+    std::printf("\ngdr-write ladder on a real NIC (RIDGE_NET=verbs): %s\n",
+                ridge::verbs::gdrLadderLine(ladder[0]).c_str());
     return kExitOk;
   }
   // One line per pair: the choice and its figures; 'gdr GPU NIC' shows every option.
@@ -663,6 +677,11 @@ int runGdr(ArgList& args) {
                     topo::number(e.largeBandwidthGBs), a.decidedBy, a.reason});
   }
   printRows(rows, {4, 5});
+  std::printf(
+      "\ngdr-write ladder on a real NIC (RIDGE_NET=verbs; init decides, RIDGE_DEBUG=INFO logs it):\n");
+  for (size_t i = 0; i < advice.size(); ++i)
+    std::printf("  %s-%s: %s\n", advice[i].gpu.c_str(), advice[i].nic.c_str(),
+                ridge::verbs::gdrLadderLine(ladder[i]).c_str());
   std::printf("\n'ridge-topo gdr GPU NIC' shows every option for one pair%s.\n",
               all ? "" : "; --all lists every GPU-NIC pair");
   return kExitOk;

@@ -352,6 +352,36 @@ class CudaRuntime final : public DeviceRuntime {
     // consumer here); ALL_DEVICES orders them for every device.
     return scope >= CU_GPU_DIRECT_RDMA_WRITES_ORDERING_OWNER;
   }
+  Status mapHostRange(void* addr, size_t bytes, HostRangeKind kind, uint64_t* deviceAddress) override {
+    if (devices_ == 0)
+      return makeError(ridgeInvalidUsage, "mapping host memory into a device needs a CUDA device");
+    unsigned flags = cudaHostRegisterPortable | cudaHostRegisterMapped;
+    if (kind == HostRangeKind::IoMemory) flags |= cudaHostRegisterIoMemory;
+    const cudaError_t e = cudaHostRegister(addr, bytes, flags);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return makeError(ridgeUnhandledCudaError, "cudaHostRegister(%p, %zu bytes%s): %s%s", addr, bytes,
+                       kind == HostRangeKind::IoMemory ? ", IoMemory" : "", cudaGetErrorString(e),
+                       kind == HostRangeKind::IoMemory && e == cudaErrorNotPermitted
+                           ? " (I/O memory as a non-root user needs the NVIDIA driver option "
+                             "NVreg_RegistryDwords=\"PeerMappingOverride=1\")"
+                           : "");
+    }
+    void* dev = nullptr;
+    const cudaError_t g = cudaHostGetDevicePointer(&dev, addr, 0);
+    if (g != cudaSuccess) {
+      (void)cudaGetLastError();
+      (void)cudaHostUnregister(addr);
+      return makeError(ridgeUnhandledCudaError, "cudaHostGetDevicePointer(%p): %s", addr,
+                       cudaGetErrorString(g));
+    }
+    *deviceAddress = reinterpret_cast<uintptr_t>(dev);
+    return Status::ok();
+  }
+  Status unmapHostRange(void* addr) override {
+    RIDGE_CUDA_TRY(cudaHostUnregister(addr));
+    return Status::ok();
+  }
   int deviceByPciBusId(const std::string& busId) override {
     int device = -1;
     if (busId.empty() || cudaDeviceGetByPCIBusId(&device, busId.c_str()) != cudaSuccess) {

@@ -414,6 +414,43 @@ void EmulatedRuntime::noteSynchronizingCall() {
   if (releaseWaitPending(tCurrentDevice)) allocationsWhileStreamsWait_.fetch_add(1);
 }
 
+Status EmulatedRuntime::mapHostRange(void* addr, size_t bytes, HostRangeKind kind, uint64_t* deviceAddress) {
+  std::lock_guard<std::mutex> g(hostRangesMutex_);
+  auto fail = hostRangeFailures_.find(kind);
+  if (fail != hostRangeFailures_.end())
+    return makeError(ridgeUnhandledCudaError, "emulated mapHostRange(%p, %zu bytes): %s", addr, bytes,
+                     fail->second.c_str());
+  const uintptr_t start = reinterpret_cast<uintptr_t>(addr);
+  if (!addr || bytes == 0) return makeError(ridgeInvalidArgument, "emulated mapHostRange: empty range");
+  auto next = hostRanges_.lower_bound(start);
+  const bool overlapsNext = next != hostRanges_.end() && next->first < start + bytes;
+  const bool overlapsPrev =
+      next != hostRanges_.begin() && std::prev(next)->first + std::prev(next)->second > start;
+  if (overlapsNext || overlapsPrev)
+    return makeError(ridgeUnhandledCudaError, "emulated mapHostRange(%p, %zu bytes): overlaps a mapped range",
+                     addr, bytes);
+  hostRanges_[start] = bytes;
+  *deviceAddress = start;
+  return Status::ok();
+}
+
+Status EmulatedRuntime::unmapHostRange(void* addr) {
+  std::lock_guard<std::mutex> g(hostRangesMutex_);
+  if (hostRanges_.erase(reinterpret_cast<uintptr_t>(addr)) == 0)
+    return makeError(ridgeInvalidArgument, "emulated unmapHostRange(%p): not mapped", addr);
+  return Status::ok();
+}
+
+void EmulatedRuntime::failHostRangeMaps(HostRangeKind kind, std::string why) {
+  std::lock_guard<std::mutex> g(hostRangesMutex_);
+  hostRangeFailures_[kind] = std::move(why);
+}
+
+size_t EmulatedRuntime::mappedHostRanges() {
+  std::lock_guard<std::mutex> g(hostRangesMutex_);
+  return hostRanges_.size();
+}
+
 Status EmulatedRuntime::allocWordPage(size_t bytes, void** host, uint64_t* deviceAddress) {
   void* p = std::aligned_alloc(kPageBytes, roundToPage(bytes));
   if (!p) return makeError(ridgeSystemError, "emulated runtime: no memory for release words");

@@ -89,6 +89,14 @@ class EmulatedRuntime final : public DeviceRuntime {
   std::string pciBusId(int device) override;
   int deviceByPciBusId(const std::string& busId) override;
   bool rdmaWritesOrdered(int /*device*/) override { return rdmaWritesOrdered_.load(); }
+  // The emulated devices run on host threads: a mapped range's device address is its host
+  // address. Overlaps are refused as cudaHostRegister refuses them; failHostRangeMaps makes
+  // every later map of that kind fail with `why` (tests of the GDR-write ladder).
+  Status mapHostRange(void* addr, size_t bytes, HostRangeKind kind, uint64_t* deviceAddress) override;
+  Status unmapHostRange(void* addr) override;
+  void failHostRangeMaps(HostRangeKind kind, std::string why);
+  // Ranges mapped now.
+  size_t mappedHostRanges();
 
   // Device memory of the current device (the seam's allocation, as cudaMalloc).
   Status allocDevice(size_t bytes, void** out) override { return allocDeviceOn(bytes, out, -1, false); }
@@ -279,6 +287,9 @@ class EmulatedRuntime final : public DeviceRuntime {
   std::atomic<uint64_t> ipcExportCount_{0};
   std::atomic<bool> allocationIdsSupported_{true};
   std::atomic<int> ipcOpenFailures_{0};
+  std::mutex hostRangesMutex_;
+  std::map<uintptr_t, size_t> hostRanges_;                  // start -> bytes (hostRangesMutex_)
+  std::map<HostRangeKind, std::string> hostRangeFailures_;  // kind -> why (hostRangesMutex_)
   std::atomic<uint64_t> reduceCount_{0};
   std::atomic<uint64_t> llLaunchCount_{0};
   std::atomic<uint64_t> deviceAllocCount_{0};

@@ -25,6 +25,15 @@ const char* peerLinkKindName(int kind) {
 
 DeviceRuntime::~DeviceRuntime() = default;
 
+Status DeviceRuntime::mapHostRange(void* addr, size_t bytes, HostRangeKind kind, uint64_t* deviceAddress) {
+  return makeError(ridgeInvalidUsage, "the %s device runtime cannot map %s into a device", name(),
+                   kind == HostRangeKind::IoMemory ? "I/O memory" : "host memory");
+}
+
+Status DeviceRuntime::unmapHostRange(void* addr) {
+  return makeError(ridgeInvalidUsage, "the %s device runtime maps no host ranges", name());
+}
+
 Status DeviceRuntime::takeReleaseWord(ReleaseWord* out) {
   std::lock_guard<std::mutex> lock(wordMutex_);
   if (freeWords_.empty()) {

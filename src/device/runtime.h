@@ -190,6 +190,21 @@ class DeviceRuntime {
   // runtime cannot tell, so that a receiver that must be sure flushes (RIDGE_GDR_FLUSH).
   virtual bool rdmaWritesOrdered(int /*device*/) { return false; }
 
+  // ---- GDR-write on real NICs (transports/verbs/gdr_ladder.h) ----
+  // What a range of this process's address space is: ordinary host memory (a NIC's send
+  // queue, doorbell record or CQ buffer allocated by its driver library) or I/O memory (a
+  // NIC's UAR doorbell page, on-NIC memory mapped by its driver).
+  enum class HostRangeKind { Memory, IoMemory };
+  // Makes [addr, addr + bytes) (page-aligned, overlapping no range mapped before) readable
+  // and writable by kernels of every device, and gives the address they use (CUDA:
+  // cudaHostRegister with Portable | Mapped, plus IoMemory for I/O memory, then
+  // cudaHostGetDevicePointer). An error saying why otherwise: the GDR-write ladder falls a
+  // rung (I/O memory for a non-root user needs the driver's PeerMappingOverride=1). The
+  // default refuses: a runtime without devices has nothing to map into.
+  virtual Status mapHostRange(void* addr, size_t bytes, HostRangeKind kind, uint64_t* deviceAddress);
+  // Undoes mapHostRange (addr as given to it). Called before the memory itself goes away.
+  virtual Status unmapHostRange(void* addr);
+
   // ---- release words (shared implementation) ----
   // A word from this runtime's pool; it keeps the value it had when last returned.
   Status takeReleaseWord(ReleaseWord* out);

@@ -1,31 +1,39 @@
 // The rdma-core provider: the verbs subset over libibverbs, for real RDMA NICs.
 //
+// rdma-core is loaded at run time: every call goes through the IbvApi table (ibv_api.h),
+// never a verbs symbol, so libridge loads without rdma-core and tests can substitute doubles.
+//
 // Work requests are translated from the shared Wqe layout into ibv_send_wr at postSend,
-// and ibv_wc into Cqe at poll: the NIC's own rings stay private to the vendor driver here
-// (sendRing()/ring() return nullptr), so GPU-side producers need the mlx5 direct path of
-// the next issue. mlx5dv is used only to give device memory a CPU mapping where the
-// header and library exist; everything else is plain verbs.
+// and ibv_wc into Cqe at poll: the NIC's own rings stay private to the vendor driver for
+// these (sendRing()/ring() return nullptr). QPs created with QpCaps::mlx5Direct and CQs from
+// createMlx5Cq go through mlx5 direct verbs instead and expose their hardware rings
+// (mlx5SendQueue()/mlx5Ring()) for producers that write mlx5 WQEs themselves; mlx5dv also
+// gives device memory a CPU mapping. probeGdrLadder gathers the GDR-write ladder's facts.
 //
 // Connection setup uses port 1 and GID index 0 (global routing when the port is Ethernet,
 // i.e. RoCE, or the GID is set), a random 24-bit PSN, the smaller of both active MTUs,
 // and infinite RNR retries (the transports keep receives posted, a short RNR is a
 // scheduling hiccup rather than an error).
 #include <arpa/inet.h>
-#include <infiniband/verbs.h>
 #include <poll.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
 #include <unordered_map>
-
-#if defined(RIDGE_HAVE_MLX5DV)
-#include <infiniband/mlx5dv.h>
-#endif
 
 #include "bootstrap/bootstrap.h"
 #include "core/log.h"
+#include "core/settings.h"
+#include "device/runtime.h"
+#include "transports/verbs/gpu_ring_mapping.h"
+#include "transports/verbs/ibv_api.h"
 #include "transports/verbs/verbs.h"
 
 namespace ridge {
@@ -84,54 +92,134 @@ uint8_t fromWcOpcode(ibv_wc_opcode op) {
   }
 }
 
+// The verbs subset's WQE as an ibv_send_wr (the scatter entry in *sge).
+Status toSendWr(const Wqe& w, ibv_sge* sge, ibv_send_wr* wr) {
+  *sge = ibv_sge{w.localAddr, w.length, w.lkey};
+  *wr = ibv_send_wr{};
+  wr->wr_id = w.wrId;
+  wr->sg_list = w.length ? sge : nullptr;
+  wr->num_sge = w.length ? 1 : 0;
+  wr->send_flags =
+      ((w.flags & kWqeSignaled) ? IBV_SEND_SIGNALED : 0) | ((w.flags & kWqeFence) ? IBV_SEND_FENCE : 0);
+  switch (w.opcode) {
+    case kWqeRdmaWrite: wr->opcode = IBV_WR_RDMA_WRITE; break;
+    case kWqeRdmaWriteImm: wr->opcode = IBV_WR_RDMA_WRITE_WITH_IMM; break;
+    case kWqeSend: wr->opcode = IBV_WR_SEND; break;
+    case kWqeSendImm: wr->opcode = IBV_WR_SEND_WITH_IMM; break;
+    // The scatter entry is where the read bytes land (the region needs local write).
+    case kWqeRdmaRead: wr->opcode = IBV_WR_RDMA_READ; break;
+    default: return makeError(ridgeInvalidArgument, "verbs: unknown WQE opcode %u", w.opcode);
+  }
+  wr->imm_data = htonl(w.immData);
+  wr->wr.rdma.remote_addr = w.remoteAddr;
+  wr->wr.rdma.rkey = w.rkey;
+  return Status::ok();
+}
+
+void wcToCqe(const ibv_wc& wc, Cqe* c) {
+  std::memset(c, 0, sizeof *c);
+  c->wrId = wc.wr_id;
+  c->byteLen = wc.byte_len;
+  c->qpn = wc.qp_num;
+  c->status = fromWcStatus(wc.status);
+  c->opcode = fromWcOpcode(wc.opcode);
+  if (wc.wc_flags & IBV_WC_WITH_IMM) {
+    c->immData = ntohl(wc.imm_data);
+    c->flags = kCqeHasImm;
+  }
+}
+
 class IbvQp;
+class IbvCq;
+
+// ---- Rings over any rdma-core device ----------------------------------------------------
+// The NIC's own rings stay with its driver, so for producers that want the subset's rings
+// (sendRing()/ring(): the gdr transport's CPU producer) the provider keeps rings of its own in
+// host memory and a proxy thread per device plays the NIC's part: it reads a send ring's
+// doorbell record, posts the new WQEs with ibv_post_send (every one signaled, so that it can
+// count retirements), polls the CQs and writes their completions into the CQ rings with the
+// owner-bit protocol of verbs_layout.h, dropping the successes of WQEs that were unsignaled.
+// A QP or CQ enters this mode with its first sendRing()/ring() call, before it posts or is
+// polled; its own calls (postSend, postRecv) are then serialized with the thread. This is the
+// host-staged rung (a CPU posts): what works on every rdma-core device.
+class RingProxy {
+ public:
+  ~RingProxy() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+  std::mutex mu;  // the thread's passes, ring-mode posts, and the lists below
+  void add(IbvQp* qp) {
+    qps_.push_back(qp);
+    start();
+  }
+  void add(IbvCq* cq) {
+    cqs_.push_back(cq);
+    start();
+  }
+  void remove(IbvQp* qp) { qps_.erase(std::remove(qps_.begin(), qps_.end(), qp), qps_.end()); }
+  void remove(IbvCq* cq) { cqs_.erase(std::remove(cqs_.begin(), cqs_.end(), cq), cqs_.end()); }
+
+ private:
+  void start() {
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+  }
+  void run();
+  std::vector<IbvQp*> qps_;  // under mu
+  std::vector<IbvCq*> cqs_;  // under mu
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
 
 class IbvMr final : public MemoryRegion {
  public:
-  explicit IbvMr(ibv_mr* mr, bool zeroBased) : mr_(mr) {
+  IbvMr(const IbvApi* api, ibv_mr* mr, bool zeroBased) : api_(api), mr_(mr) {
     addr_ = zeroBased ? 0 : reinterpret_cast<uint64_t>(mr->addr);
     length_ = mr->length;
     lkey_ = mr->lkey;
     rkey_ = mr->rkey;
   }
-  ~IbvMr() override { ibv_dereg_mr(mr_); }
+  ~IbvMr() override { api_->deregMr(mr_); }
 
  private:
+  const IbvApi* api_;
   ibv_mr* mr_;
 };
 
 class IbvDm final : public DeviceMemory {
  public:
-  IbvDm(ibv_dm* dm, size_t bytes) : dm_(dm), bytes_(bytes) {}
+  IbvDm(const IbvApi* api, ibv_dm* dm, size_t bytes) : api_(api), dm_(dm), bytes_(bytes) {}
   ~IbvDm() override {
     mr_.reset();
-    ibv_free_dm(dm_);
+    api_->freeDm(dm_);
   }
   size_t size() const override { return bytes_; }
   Status copyTo(size_t offset, const void* src, size_t bytes) override {
     if (offset > bytes_ || bytes > bytes_ - offset)
       return makeError(ridgeInvalidArgument, "verbs: copy outside device memory");
-    int rc = ibv_memcpy_to_dm(dm_, offset, src, bytes);
+    int rc = api_->memcpyToDm(dm_, offset, src, bytes);
     return rc ? ibvError("ibv_memcpy_to_dm", rc) : Status::ok();
   }
   Status copyFrom(void* dst, size_t offset, size_t bytes) override {
     if (offset > bytes_ || bytes > bytes_ - offset)
       return makeError(ridgeInvalidArgument, "verbs: copy outside device memory");
-    int rc = ibv_memcpy_from_dm(dst, dm_, offset, bytes);
+    int rc = api_->memcpyFromDm(dst, dm_, offset, bytes);
     return rc ? ibvError("ibv_memcpy_from_dm", rc) : Status::ok();
   }
   MemoryRegion* region() override { return mr_.get(); }
   void* mapped() override {
 #if defined(RIDGE_HAVE_MLX5DV)
+    if (!api_->hasMlx5()) return nullptr;
     mlx5dv_dm out{};
     mlx5dv_obj obj{};
     obj.dm.in = dm_;
     obj.dm.out = &out;
-    if (mlx5dv_init_obj(&obj, MLX5DV_OBJ_DM) == 0) return out.buf;
+    if (api_->mlx5InitObj(&obj, MLX5DV_OBJ_DM) == 0) return out.buf;
 #endif
     return nullptr;
   }
 
+  const IbvApi* api_;
   ibv_dm* dm_;
   size_t bytes_;
   std::unique_ptr<IbvMr> mr_;
@@ -139,15 +227,20 @@ class IbvDm final : public DeviceMemory {
 
 class IbvCq final : public CompletionQueue {
  public:
-  IbvCq(ibv_comp_channel* ch, ibv_cq* cq) : ch_(ch), cq_(cq) {}
+  IbvCq(const IbvApi* api, ibv_comp_channel* ch, ibv_cq* cq, RingProxy* proxy, uint32_t entries)
+      : api_(api), ch_(ch), cq_(cq), proxy_(proxy), entries_(entries) {}
   ~IbvCq() override {
-    if (unacked_) ibv_ack_cq_events(cq_, unacked_);
-    ibv_destroy_cq(cq_);
-    ibv_destroy_comp_channel(ch_);
+    if (ringMode_) {
+      std::lock_guard<std::mutex> g(proxy_->mu);
+      proxy_->remove(this);
+    }
+    if (unacked_) api_->ackCqEvents(cq_, unacked_);
+    api_->destroyCq(cq_);
+    api_->destroyCompChannel(ch_);
   }
   int poll(Cqe* out, int max) override;
   void wait(int64_t maxWaitNs, bool (*stillIdle)(void*), void* arg) override {
-    if (ibv_req_notify_cq(cq_, 0) != 0) return;
+    if (api_->reqNotifyCq(cq_, 0) != 0) return;
     // A completion that arrived before arming produces no event: re-check first.
     if (stillIdle && !stillIdle(arg)) return;
     pollfd p{ch_->fd, POLLIN, 0};
@@ -158,39 +251,68 @@ class IbvCq final : public CompletionQueue {
     if (::ppoll(&p, 1, &timeout, nullptr) > 0) {
       ibv_cq* cq = nullptr;
       void* ctx = nullptr;
-      if (ibv_get_cq_event(ch_, &cq, &ctx) == 0 && ++unacked_ >= 64) {
-        ibv_ack_cq_events(cq_, unacked_);
+      if (api_->getCqEvent(ch_, &cq, &ctx) == 0 && ++unacked_ >= 64) {
+        api_->ackCqEvents(cq_, unacked_);
         unacked_ = 0;
       }
     }
   }
-  std::unordered_map<uint32_t, IbvQp*> qps_;
+  const Mlx5CompletionQueueView* mlx5Ring() const override { return mlx5_.cqes ? &mlx5_ : nullptr; }
+  const CqRingView* ring() const override { return const_cast<IbvCq*>(this)->enterRingMode(); }
+  // Ring mode (RingProxy): one pass of the proxy thread, under proxy_->mu. True when it moved
+  // a completion.
+  bool drain();
+  // A completion the proxy makes itself (a ring WQE the provider refused), under proxy_->mu.
+  void deliverFromProxy(const Cqe& c) {
+    if (ringMode_) deliver(c);
+  }
+  std::unordered_map<uint32_t, IbvQp*> qps_;  // under proxy_->mu
   ibv_cq* cq() const { return cq_; }
+  Mlx5CompletionQueueView mlx5_;  // filled by createMlx5Cq
 
  private:
+  const CqRingView* enterRingMode();
+  void deliver(const Cqe& c);   // into the ring, or the overflow while the ring is full
+  bool tryWrite(const Cqe& c);  // into the ring if it has room
+
+  const IbvApi* api_;
   ibv_comp_channel* ch_;
   ibv_cq* cq_;
+  RingProxy* proxy_;
+  uint32_t entries_;
   unsigned unacked_ = 0;
+  bool ringMode_ = false;
+  std::unique_ptr<Cqe[]> cqes_;
+  CqDoorbellRecord dbr_{};
+  CqRingView view_{};
+  uint32_t pi_ = 0;           // the next CQE's index
+  std::deque<Cqe> overflow_;  // completions waiting for the consumer to free entries
 };
 
 class IbvQp final : public QueuePair {
  public:
-  IbvQp(ibv_qp* qp, ibv_context* ctx, IbvCq* scq, IbvCq* rcq, uint32_t sqDepth)
-      : qp_(qp), ctx_(ctx), scq_(scq), rcq_(rcq), sqDepth_(sqDepth) {
+  IbvQp(const IbvApi* api, ibv_qp* qp, ibv_context* ctx, IbvCq* scq, IbvCq* rcq, uint32_t sqDepth,
+        RingProxy* proxy)
+      : api_(api), qp_(qp), ctx_(ctx), scq_(scq), rcq_(rcq), sqDepth_(sqDepth), proxy_(proxy) {
     psn_ = static_cast<uint32_t>(randomNonce()) & 0xffffff;
+    std::lock_guard<std::mutex> g(proxy_->mu);
     scq_->qps_[qp_->qp_num] = this;
     rcq_->qps_[qp_->qp_num] = this;
   }
   ~IbvQp() override {
-    scq_->qps_.erase(qp_->qp_num);
-    rcq_->qps_.erase(qp_->qp_num);
-    ibv_destroy_qp(qp_);
+    {
+      std::lock_guard<std::mutex> g(proxy_->mu);
+      if (ringMode_) proxy_->remove(this);
+      scq_->qps_.erase(qp_->qp_num);
+      rcq_->qps_.erase(qp_->qp_num);
+    }
+    api_->destroyQp(qp_);
   }
   uint32_t qpn() const override { return qp_->qp_num; }
   QpState state() const override { return state_; }
   Status localAddress(QpAddress* out) const override {
     ibv_port_attr port{};
-    if (ibv_query_port(ctx_, kPort, &port) != 0) return ibvError("ibv_query_port", 0);
+    if (api_->queryPort(ctx_, kPort, &port) != 0) return ibvError("ibv_query_port", 0);
     IbvAddress a{};
     a.magic = kIbvAddrMagic;
     a.qpn = qp_->qp_num;
@@ -198,7 +320,7 @@ class IbvQp final : public QueuePair {
     a.lid = port.lid;
     a.mtu = static_cast<uint8_t>(port.active_mtu);
     ibv_gid gid{};
-    if (ibv_query_gid(ctx_, kPort, 0, &gid) == 0) std::memcpy(a.gid, gid.raw, 16);
+    if (api_->queryGid(ctx_, kPort, 0, &gid) == 0) std::memcpy(a.gid, gid.raw, 16);
     bool gidSet = false;
     for (uint8_t b : a.gid) gidSet = gidSet || b != 0;
     a.global = (port.link_layer == IBV_LINK_LAYER_ETHERNET || gidSet) ? 1 : 0;
@@ -211,28 +333,17 @@ class IbvQp final : public QueuePair {
     if (state_ != QpState::Rts && state_ != QpState::Error)
       return makeError(ridgeInvalidUsage, "verbs: QP %u: postSend in state %s (needs RTS)", qpn(),
                        qpStateName(state_));
-    if (posted_ - retired_ >= sqDepth_) return Status(ridgeInternalError, "verbs: send queue full");
-    ibv_sge sge{w.localAddr, w.length, w.lkey};
-    ibv_send_wr wr{};
-    ibv_send_wr* bad = nullptr;
-    wr.wr_id = w.wrId;
-    wr.sg_list = w.length ? &sge : nullptr;
-    wr.num_sge = w.length ? 1 : 0;
-    wr.send_flags =
-        ((w.flags & kWqeSignaled) ? IBV_SEND_SIGNALED : 0) | ((w.flags & kWqeFence) ? IBV_SEND_FENCE : 0);
-    switch (w.opcode) {
-      case kWqeRdmaWrite: wr.opcode = IBV_WR_RDMA_WRITE; break;
-      case kWqeRdmaWriteImm: wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM; break;
-      case kWqeSend: wr.opcode = IBV_WR_SEND; break;
-      case kWqeSendImm: wr.opcode = IBV_WR_SEND_WITH_IMM; break;
-      // The scatter entry is where the read bytes land (the region needs local write).
-      case kWqeRdmaRead: wr.opcode = IBV_WR_RDMA_READ; break;
-      default: return makeError(ridgeInvalidArgument, "verbs: unknown WQE opcode %u", w.opcode);
+    if (ringMode_) {
+      std::lock_guard<std::mutex> g(proxy_->mu);
+      if (submitted_ - loadRetired() >= sqDepth_) return Status(ridgeInternalError, "verbs: send queue full");
+      return submit(w, submitted_);
     }
-    wr.imm_data = htonl(w.immData);
-    wr.wr.rdma.remote_addr = w.remoteAddr;
-    wr.wr.rdma.rkey = w.rkey;
-    int rc = ibv_post_send(qp_, &wr, &bad);
+    if (posted_ - retired_ >= sqDepth_) return Status(ridgeInternalError, "verbs: send queue full");
+    ibv_sge sge;
+    ibv_send_wr wr;
+    ibv_send_wr* bad = nullptr;
+    RIDGE_TRY(toSendWr(w, &sge, &wr));
+    int rc = api_->postSend(qp_, &wr, &bad);
     if (rc) return ibvError("ibv_post_send", rc);
     ++posted_;
     return Status::ok();
@@ -247,15 +358,50 @@ class IbvQp final : public QueuePair {
     wr.wr_id = w.wrId;
     wr.sg_list = w.length ? &sge : nullptr;
     wr.num_sge = w.length ? 1 : 0;
-    int rc = ibv_post_recv(qp_, &wr, &bad);
+    std::unique_lock<std::mutex> g(proxy_->mu, std::defer_lock);
+    if (ringMode_) {
+      // Receives complete in order: the proxy hands their CQEs the caller's ids (flushed ones too).
+      g.lock();
+      recvIds_.push_back(w.wrId);
+      wr.wr_id = recvSeq_++;
+    }
+    int rc = api_->postRecv(qp_, &wr, &bad);
+    if (rc && ringMode_) {
+      recvIds_.pop_back();
+      --recvSeq_;
+    }
     return rc ? ibvError("ibv_post_recv", rc) : Status::ok();
   }
   // Counted from send completions: the provider cannot see unsignaled WQEs retire, so
   // callers that post unsignaled work must signal at least one WQE per queue depth.
-  uint32_t sendSlotsFree() const override { return sqDepth_ - (posted_ - retired_); }
+  uint32_t sendSlotsFree() const override {
+    return ringMode_ ? sqDepth_ - (submitted_ - loadRetired()) : sqDepth_ - (posted_ - retired_);
+  }
+  const Mlx5SendQueueView* mlx5SendQueue() const override { return mlx5_.wqes ? &mlx5_ : nullptr; }
+  const SendRingView* sendRing() const override { return const_cast<IbvQp*>(this)->enterRingMode(); }
   void retired() { ++retired_; }
+  Mlx5SendQueueView mlx5_;  // filled for QPs created with QpCaps::mlx5Direct
+
+  // Ring mode (RingProxy), under proxy_->mu.
+  bool ringMode() const { return ringMode_; }
+  // Posts what the producer published in the ring's doorbell record; true when it posted any.
+  bool pump();
+  // A completion of this QP from the NIC: turns the proxy's ids back into the caller's and
+  // counts retirements. False when the completion is not for the caller (an unsignaled success).
+  bool translate(const ibv_wc& wc, Cqe* c);
 
  private:
+  const SendRingView* enterRingMode();
+  Status submit(const Wqe& w, uint32_t index);
+  uint32_t loadRetired() const { return __atomic_load_n(&retiredRing_, __ATOMIC_ACQUIRE); }
+  static constexpr uint64_t kSendTag = 1ull << 63;  // proxy ids of sends (receives: without)
+  struct Pending {
+    uint64_t wrId;
+    uint16_t index;
+    bool signaled;
+  };
+
+  const IbvApi* api_;
   ibv_qp* qp_;
   ibv_context* ctx_;
   IbvCq* scq_;
@@ -265,26 +411,34 @@ class IbvQp final : public QueuePair {
   QpState state_ = QpState::Reset;
   uint32_t posted_ = 0;
   uint32_t retired_ = 0;
+  RingProxy* proxy_;
+  // Ring mode: the producer's ring and records, what the proxy took from it, and the WQEs and
+  // receives on the NIC in order.
+  bool ringMode_ = false;
+  std::unique_ptr<Wqe[]> wqes_;
+  DoorbellRecord dbr_{};
+  DoorbellPage page_{};
+  uint32_t retiredRing_ = 0;  // written by the proxy thread, read by the producer
+  SendRingView view_{};
+  uint32_t consumed_ = 0;   // ring index the proxy reads next
+  uint32_t submitted_ = 0;  // WQEs handed to the NIC (ring and postSend)
+  uint64_t sendSeq_ = 0;
+  std::deque<Pending> pending_;
+  uint64_t recvSeq_ = 0;
+  std::deque<uint64_t> recvIds_;
 };
 
 int IbvCq::poll(Cqe* out, int max) {
+  // In ring mode the completions go to the ring (the proxy polls the NIC).
+  if (ringMode_) return -1;
   ibv_wc wc[16];
   int total = 0;
   while (total < max) {
-    int n = ibv_poll_cq(cq_, std::min(16, max - total), wc);
+    int n = api_->pollCq(cq_, std::min(16, max - total), wc);
     if (n < 0) return total ? total : -1;
     for (int i = 0; i < n; ++i) {
       Cqe& c = out[total + i];
-      std::memset(&c, 0, sizeof c);
-      c.wrId = wc[i].wr_id;
-      c.byteLen = wc[i].byte_len;
-      c.qpn = wc[i].qp_num;
-      c.status = fromWcStatus(wc[i].status);
-      c.opcode = fromWcOpcode(wc[i].opcode);
-      if (wc[i].wc_flags & IBV_WC_WITH_IMM) {
-        c.immData = ntohl(wc[i].imm_data);
-        c.flags = kCqeHasImm;
-      }
+      wcToCqe(wc[i], &c);
       // Error completions do not carry a valid opcode: the receive side is told apart by
       // the caller's wr_id; send-side retirement counts every non-receive completion.
       const bool recv = c.opcode == kCqeRecv || c.opcode == kCqeRecvRdmaImm;
@@ -297,6 +451,158 @@ int IbvCq::poll(Cqe* out, int max) {
     if (n < 16) break;
   }
   return total;
+}
+
+// ---- ring mode ----
+
+const CqRingView* IbvCq::enterRingMode() {
+  std::lock_guard<std::mutex> g(proxy_->mu);
+  if (!ringMode_) {
+    uint32_t log2 = 0;
+    const uint32_t size = roundUpPow2(std::max<uint32_t>(entries_, 2), &log2);
+    cqes_ = std::make_unique<Cqe[]>(size);
+    // Owner 1 everywhere: nothing is valid in the first pass (phase 0) until written.
+    for (uint32_t i = 0; i < size; ++i) cqes_[i].owner = 1;
+    view_ = CqRingView{cqes_.get(), &dbr_, log2, 0};
+    ringMode_ = true;
+    proxy_->add(this);
+  }
+  return &view_;
+}
+
+bool IbvCq::tryWrite(const Cqe& c) {
+  const uint32_t size = 1u << view_.log2Size;
+  if (pi_ - __atomic_load_n(&dbr_.consumer, __ATOMIC_ACQUIRE) >= size) return false;
+  const uint8_t owner = cqeOwnerForIndex(pi_, view_.log2Size);
+  // Every field with the old pass's owner (still invalid to the consumer), then the owner.
+  Cqe staged = c;
+  staged.owner = static_cast<uint8_t>(owner ^ 1u);
+  cqes_[pi_ & (size - 1)] = staged;
+  verbsReleaseFence();
+  __atomic_store_n(&cqes_[pi_ & (size - 1)].owner, owner, __ATOMIC_RELEASE);
+  ++pi_;
+  return true;
+}
+
+void IbvCq::deliver(const Cqe& c) {
+  // In order: behind anything held back, else into the ring while it has room.
+  if (!overflow_.empty() || !tryWrite(c)) overflow_.push_back(c);
+}
+
+bool IbvCq::drain() {
+  bool moved = false;
+  // Completions held back while the ring was full, first.
+  while (!overflow_.empty() && tryWrite(overflow_.front())) {
+    overflow_.pop_front();
+    moved = true;
+  }
+  ibv_wc wc[16];
+  const int n = api_->pollCq(cq_, 16, wc);
+  for (int i = 0; i < n; ++i) {
+    Cqe c;
+    wcToCqe(wc[i], &c);
+    auto it = qps_.find(wc[i].qp_num);
+    if (it != qps_.end() && it->second->ringMode()) {
+      if (!it->second->translate(wc[i], &c)) continue;
+    } else {
+      const bool recv = c.opcode == kCqeRecv || c.opcode == kCqeRecvRdmaImm;
+      if (!recv && c.status == kCqeOk && it != qps_.end()) it->second->retired();
+    }
+    deliver(c);
+  }
+  return moved || n > 0;
+}
+
+const SendRingView* IbvQp::enterRingMode() {
+  std::lock_guard<std::mutex> g(proxy_->mu);
+  if (!ringMode_) {
+    uint32_t log2 = 0;
+    const uint32_t size = roundUpPow2(sqDepth_, &log2);
+    wqes_ = std::make_unique<Wqe[]>(size);
+    view_ = SendRingView{wqes_.get(), &dbr_, &page_, log2, qp_->qp_num, &retiredRing_};
+    // Entered before anything is posted (see RingProxy): the ring's counts start at zero.
+    submitted_ = 0;
+    retiredRing_ = 0;
+    ringMode_ = true;
+    proxy_->add(this);
+  }
+  return &view_;
+}
+
+Status IbvQp::submit(const Wqe& w, uint32_t index) {
+  ibv_sge sge;
+  ibv_send_wr wr;
+  ibv_send_wr* bad = nullptr;
+  RIDGE_TRY(toSendWr(w, &sge, &wr));
+  wr.wr_id = kSendTag | sendSeq_;
+  wr.send_flags |= IBV_SEND_SIGNALED;  // the proxy counts retirements from completions
+  const int rc = api_->postSend(qp_, &wr, &bad);
+  if (rc) return ibvError("ibv_post_send", rc);
+  ++sendSeq_;
+  pending_.push_back({w.wrId, static_cast<uint16_t>(index), (w.flags & kWqeSignaled) != 0});
+  ++submitted_;
+  return Status::ok();
+}
+
+bool IbvQp::pump() {
+  const uint32_t producer = __atomic_load_n(&dbr_.sqProducer, __ATOMIC_ACQUIRE);
+  bool any = false;
+  while (consumed_ != producer) {
+    const Wqe w = wqes_[consumed_ & ((1u << view_.log2Size) - 1u)];
+    Status st = submit(w, consumed_);
+    if (!st.isOk()) {
+      // Refused before the NIC saw it, so no completion of it will come: retire it here with an
+      // error CQE, as a NIC would flush it, so that the producer learns of it and gets its credit.
+      RIDGE_WARN("verbs: QP %u: ring WQE %u not posted: %s", qpn(), consumed_, st.message().c_str());
+      ++submitted_;
+      __atomic_store_n(&retiredRing_, retiredRing_ + 1, __ATOMIC_RELEASE);
+      Cqe c{};
+      c.wrId = w.wrId;
+      c.qpn = qpn();
+      c.wqeCounter = static_cast<uint16_t>(consumed_);
+      c.status = kCqeGeneralError;
+      scq_->deliverFromProxy(c);
+    }
+    ++consumed_;
+    any = true;
+  }
+  return any;
+}
+
+bool IbvQp::translate(const ibv_wc& wc, Cqe* c) {
+  if (wc.wr_id & kSendTag) {
+    if (pending_.empty()) return true;  // not ours: hand it on as it is
+    const Pending p = pending_.front();
+    pending_.pop_front();
+    __atomic_store_n(&retiredRing_, retiredRing_ + 1, __ATOMIC_RELEASE);
+    c->wrId = p.wrId;
+    c->wqeCounter = p.index;
+    return p.signaled || wc.status != IBV_WC_SUCCESS;
+  }
+  if (!recvIds_.empty()) {
+    c->wrId = recvIds_.front();
+    recvIds_.pop_front();
+  }
+  return true;
+}
+
+void RingProxy::run() {
+  int idlePasses = 0;
+  while (!stop_.load(std::memory_order_relaxed)) {
+    bool busy = false;
+    {
+      std::lock_guard<std::mutex> g(mu);
+      for (IbvQp* qp : qps_) busy = qp->pump() || busy;
+      for (IbvCq* cq : cqs_) busy = cq->drain() || busy;
+    }
+    // Spin briefly after work (a producer often posts in bursts), then poll every 20 us.
+    if (busy) {
+      idlePasses = 0;
+    } else if (++idlePasses > 64) {
+      const timespec ts{0, 20000};
+      nanosleep(&ts, nullptr);
+    }
+  }
 }
 
 Status IbvQp::modify(QpState to, const QpAddress* remote) {
@@ -355,7 +661,7 @@ Status IbvQp::modify(QpState to, const QpAddress* remote) {
       mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
       break;
   }
-  int rc = ibv_modify_qp(qp_, &attr, mask);
+  int rc = api_->modifyQp(qp_, &attr, mask);
   if (rc) return ibvError(format("ibv_modify_qp to %s", qpStateName(to)).c_str(), rc);
   state_ = to;
   if (to == QpState::Reset) posted_ = retired_ = 0;
@@ -364,45 +670,50 @@ Status IbvQp::modify(QpState to, const QpAddress* remote) {
 
 class IbvPd final : public ProtectionDomain {
  public:
-  IbvPd(ibv_pd* pd, ibv_context* ctx) : pd_(pd), ctx_(ctx) {}
-  ~IbvPd() override { ibv_dealloc_pd(pd_); }
+  IbvPd(const IbvApi* api, ibv_pd* pd, ibv_context* ctx, RingProxy* proxy)
+      : api_(api), pd_(pd), ctx_(ctx), proxy_(proxy) {}
+  ~IbvPd() override { api_->deallocPd(pd_); }
   Status registerMemory(void* addr, size_t bytes, uint32_t access,
                         std::unique_ptr<MemoryRegion>* out) override {
-    ibv_mr* mr = ibv_reg_mr(pd_, addr, bytes, static_cast<int>(toIbvAccess(access)));
+    ibv_mr* mr = api_->regMr(pd_, addr, bytes, static_cast<int>(toIbvAccess(access)));
     if (!mr) return ibvError("ibv_reg_mr", 0);
-    *out = std::make_unique<IbvMr>(mr, false);
+    *out = std::make_unique<IbvMr>(api_, mr, false);
     return Status::ok();
   }
   Status registerDmaBuf(int fd, uint64_t offset, size_t bytes, uint64_t iova, uint32_t access,
                         std::unique_ptr<MemoryRegion>* out) override {
     // The seam for GPU memory: rdma-core registers a dma-buf exported by the GPU driver.
-    ibv_mr* mr = ibv_reg_dmabuf_mr(pd_, offset, bytes, iova, fd, static_cast<int>(toIbvAccess(access)));
+    if (!api_->regDmabufMr)
+      return makeError(ridgeInvalidUsage,
+                       "verbs: this libibverbs has no ibv_reg_dmabuf_mr (rdma-core 34 or later needed for "
+                       "dma-buf registration of GPU memory)");
+    ibv_mr* mr = api_->regDmabufMr(pd_, offset, bytes, iova, fd, static_cast<int>(toIbvAccess(access)));
     if (!mr) return ibvError("ibv_reg_dmabuf_mr", 0);
-    *out = std::make_unique<IbvMr>(mr, false);
+    *out = std::make_unique<IbvMr>(api_, mr, false);
     return Status::ok();
   }
   Status allocDeviceMemory(size_t bytes, uint32_t access, std::unique_ptr<DeviceMemory>* out) override {
     ibv_alloc_dm_attr a{};
     a.length = bytes;
-    ibv_dm* dm = ibv_alloc_dm(ctx_, &a);
+    ibv_dm* dm = api_->allocDm(ctx_, &a);
     if (!dm) return ibvError("ibv_alloc_dm (is there on-NIC memory? see max_dm_size)", 0);
-    auto d = std::make_unique<IbvDm>(dm, bytes);
-    ibv_mr* mr = ibv_reg_dm_mr(pd_, dm, 0, bytes, toIbvAccess(access) | IBV_ACCESS_ZERO_BASED);
+    auto d = std::make_unique<IbvDm>(api_, dm, bytes);
+    ibv_mr* mr = api_->regDmMr(pd_, dm, 0, bytes, toIbvAccess(access) | IBV_ACCESS_ZERO_BASED);
     if (!mr) return ibvError("ibv_reg_dm_mr", 0);
-    d->mr_ = std::make_unique<IbvMr>(mr, true);
+    d->mr_ = std::make_unique<IbvMr>(api_, mr, true);
     *out = std::move(d);
     return Status::ok();
   }
   Status createCq(uint32_t entries, std::unique_ptr<CompletionQueue>* out) override {
-    ibv_comp_channel* ch = ibv_create_comp_channel(ctx_);
+    ibv_comp_channel* ch = api_->createCompChannel(ctx_);
     if (!ch) return ibvError("ibv_create_comp_channel", 0);
-    ibv_cq* cq = ibv_create_cq(ctx_, static_cast<int>(entries), nullptr, ch, 0);
+    ibv_cq* cq = api_->createCq(ctx_, static_cast<int>(entries), nullptr, ch, 0);
     if (!cq) {
       Status s = ibvError("ibv_create_cq", 0);
-      ibv_destroy_comp_channel(ch);
+      api_->destroyCompChannel(ch);
       return s;
     }
-    *out = std::make_unique<IbvCq>(ch, cq);
+    *out = std::make_unique<IbvCq>(api_, ch, cq, proxy_, entries);
     return Status::ok();
   }
   Status createQp(CompletionQueue* sendCq, CompletionQueue* recvCq, const QpCaps& caps,
@@ -418,22 +729,132 @@ class IbvPd final : public ProtectionDomain {
     init.cap.max_recv_wr = caps.maxRecvWr;
     init.cap.max_send_sge = 1;
     init.cap.max_recv_sge = 1;
-    ibv_qp* qp = ibv_create_qp(pd_, &init);
+    if (caps.mlx5Direct) return createMlx5Qp(init, s, r, out);
+    ibv_qp* qp = api_->createQp(pd_, &init);
     if (!qp) return ibvError("ibv_create_qp", 0);
-    *out = std::make_unique<IbvQp>(qp, ctx_, s, r, caps.maxSendWr);
+    *out = std::make_unique<IbvQp>(api_, qp, ctx_, s, r, caps.maxSendWr, proxy_);
     return Status::ok();
   }
+  Status createMlx5Cq(uint32_t entries, std::unique_ptr<CompletionQueue>* out) override;
 
  private:
+  Status createMlx5Qp(const ibv_qp_init_attr& init, IbvCq* s, IbvCq* r, std::unique_ptr<QueuePair>* out);
+
+  const IbvApi* api_;
   ibv_pd* pd_;
   ibv_context* ctx_;
+  RingProxy* proxy_;
 };
 
-bool queryAttributes(ibv_context* ctx, const char* name, DeviceAttributes* a) {
+// "" when mlx5 direct verbs can drive `ctx`'s device, else why not.
+std::string mlx5DirectMissing(const IbvApi* api, ibv_context* ctx) {
+  if (!api->hasMlx5())
+    return "libmlx5 not available (" +
+           (api->mlx5Missing.empty() ? std::string("unknown") : api->mlx5Missing) + ")";
+#if defined(RIDGE_HAVE_MLX5DV)
+  if (!api->mlx5IsSupported(ctx->device))
+    return format("%s is not an mlx5 device (mlx5dv_is_supported)", api->getDeviceName(ctx->device));
+#endif
+  return "";
+}
+
+Status IbvPd::createMlx5Cq(uint32_t entries, std::unique_ptr<CompletionQueue>* out) {
+  const std::string missing = mlx5DirectMissing(api_, ctx_);
+  if (!missing.empty()) return makeError(ridgeInvalidUsage, "verbs: mlx5 direct CQ: %s", missing.c_str());
+#if defined(RIDGE_HAVE_MLX5DV)
+  ibv_comp_channel* ch = api_->createCompChannel(ctx_);
+  if (!ch) return ibvError("ibv_create_comp_channel", 0);
+  ibv_cq_init_attr_ex attr{};
+  attr.cqe = entries;
+  attr.channel = ch;
+  // 64-byte CQEs (not the provider's MLX5_CQE_SIZE choice) and no compression: the layout a
+  // producer polling the ring itself parses (docs/gdr-write.md, wire format).
+  mlx5dv_cq_init_attr dv{};
+  dv.comp_mask = MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE;
+  dv.cqe_size = 64;
+  ibv_cq_ex* cqx = api_->mlx5CreateCq(ctx_, &attr, &dv);
+  if (!cqx) {
+    Status st = ibvError("mlx5dv_create_cq", 0);
+    api_->destroyCompChannel(ch);
+    return st;
+  }
+  ibv_cq* cq = ibv_cq_ex_to_cq(cqx);
+  mlx5dv_cq dvcq{};
+  mlx5dv_obj obj{};
+  obj.cq.in = cq;
+  obj.cq.out = &dvcq;
+  const int rc = api_->mlx5InitObj(&obj, MLX5DV_OBJ_CQ);
+  if (rc != 0) {
+    api_->destroyCq(cq);
+    api_->destroyCompChannel(ch);
+    return ibvError("mlx5dv_init_obj(CQ)", rc);
+  }
+  auto c = std::make_unique<IbvCq>(api_, ch, cq, proxy_, entries);
+  c->mlx5_.cqes = dvcq.buf;
+  c->mlx5_.cqeCount = dvcq.cqe_cnt;
+  c->mlx5_.cqeBytes = dvcq.cqe_size;
+  c->mlx5_.doorbellRecord = reinterpret_cast<volatile uint32_t*>(dvcq.dbrec);
+  c->mlx5_.cqn = dvcq.cqn;
+  *out = std::move(c);
+  return Status::ok();
+#else
+  return makeError(ridgeInvalidUsage, "verbs: mlx5 direct CQ: this build has no infiniband/mlx5dv.h");
+#endif
+}
+
+Status IbvPd::createMlx5Qp(const ibv_qp_init_attr& init, IbvCq* s, IbvCq* r,
+                           std::unique_ptr<QueuePair>* out) {
+  const std::string missing = mlx5DirectMissing(api_, ctx_);
+  if (!missing.empty()) return makeError(ridgeInvalidUsage, "verbs: mlx5 direct QP: %s", missing.c_str());
+#if defined(RIDGE_HAVE_MLX5DV)
+  ibv_qp_init_attr_ex ex{};
+  ex.send_cq = init.send_cq;
+  ex.recv_cq = init.recv_cq;
+  ex.cap = init.cap;
+  ex.qp_type = IBV_QPT_RC;
+  ex.comp_mask = IBV_QP_INIT_ATTR_PD;
+  ex.pd = pd_;
+  // Receives of small payloads stay in their buffers (no scatter into the CQE), so every CQE a
+  // producer parses has the one layout.
+  mlx5dv_qp_init_attr dv{};
+  dv.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS;
+  dv.create_flags = MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE;
+  ibv_qp* qp = api_->mlx5CreateQp(ctx_, &ex, &dv);
+  if (!qp) return ibvError("mlx5dv_create_qp", 0);
+  mlx5dv_qp dvqp{};
+  mlx5dv_obj obj{};
+  obj.qp.in = qp;
+  obj.qp.out = &dvqp;
+  const int rc = api_->mlx5InitObj(&obj, MLX5DV_OBJ_QP);
+  if (rc != 0) {
+    api_->destroyQp(qp);
+    return ibvError("mlx5dv_init_obj(QP)", rc);
+  }
+  if (!dvqp.sq.buf || dvqp.sq.wqe_cnt == 0 || !dvqp.dbrec || !dvqp.bf.reg) {
+    api_->destroyQp(qp);
+    return makeError(ridgeSystemError,
+                     "verbs: mlx5dv_init_obj(QP) gave no send queue, doorbell record or UAR");
+  }
+  auto q = std::make_unique<IbvQp>(api_, qp, ctx_, s, r, init.cap.max_send_wr, proxy_);
+  q->mlx5_.wqes = dvqp.sq.buf;
+  q->mlx5_.wqeCount = dvqp.sq.wqe_cnt;
+  q->mlx5_.strideBytes = dvqp.sq.stride;
+  q->mlx5_.doorbellRecord = reinterpret_cast<volatile uint32_t*>(dvqp.dbrec);
+  q->mlx5_.uar = dvqp.bf.reg;
+  q->mlx5_.uarBytes = dvqp.bf.size;
+  q->mlx5_.qpn = qp->qp_num;
+  *out = std::move(q);
+  return Status::ok();
+#else
+  return makeError(ridgeInvalidUsage, "verbs: mlx5 direct QP: this build has no infiniband/mlx5dv.h");
+#endif
+}
+
+bool queryAttributes(const IbvApi* api_, ibv_context* ctx, const char* name, DeviceAttributes* a) {
   ibv_device_attr_ex ex{};
-  if (ibv_query_device_ex(ctx, nullptr, &ex) != 0) return false;
+  if (api_->queryDeviceEx(ctx, &ex) != 0) return false;
   ibv_port_attr port{};
-  if (ibv_query_port(ctx, kPort, &port) != 0) return false;
+  if (api_->queryPort(ctx, kPort, &port) != 0) return false;
   a->name = name;
   a->provider = "verbs";
   a->maxMrBytes = ex.orig_attr.max_mr_size;
@@ -448,68 +869,200 @@ bool queryAttributes(ibv_context* ctx, const char* name, DeviceAttributes* a) {
 
 class IbvDevice final : public Device {
  public:
-  IbvDevice(ibv_context* ctx, DeviceAttributes attr) : ctx_(ctx), attr_(std::move(attr)) {}
-  ~IbvDevice() override { ibv_close_device(ctx_); }
+  IbvDevice(const IbvApi* api, ibv_context* ctx, DeviceAttributes attr)
+      : api_(api), ctx_(ctx), attr_(std::move(attr)) {}
+  ~IbvDevice() override {
+    proxy_.reset();  // its thread stops before the device closes
+    api_->closeDevice(ctx_);
+  }
   const DeviceAttributes& attributes() const override { return attr_; }
   Status allocPd(std::unique_ptr<ProtectionDomain>* out) override {
-    ibv_pd* pd = ibv_alloc_pd(ctx_);
+    ibv_pd* pd = api_->allocPd(ctx_);
     if (!pd) return ibvError("ibv_alloc_pd", 0);
-    *out = std::make_unique<IbvPd>(pd, ctx_);
+    *out = std::make_unique<IbvPd>(api_, pd, ctx_, proxy_.get());
     return Status::ok();
   }
+  const IbvApi* api() const { return api_; }
+  ibv_context* context() const { return ctx_; }
 
  private:
+  const IbvApi* api_;
   ibv_context* ctx_;
+  std::unique_ptr<RingProxy> proxy_ = std::make_unique<RingProxy>();
   DeviceAttributes attr_;
 };
 
 class IbvProvider final : public Provider {
  public:
+  explicit IbvProvider(const IbvApi* api) : api_(api) {}
   const char* name() const override { return "verbs"; }
   Status listDevices(std::vector<DeviceAttributes>* out) override {
     out->clear();
     int n = 0;
-    ibv_device** list = ibv_get_device_list(&n);
+    ibv_device** list = api_->getDeviceList(&n);
     if (!list) return ibvError("ibv_get_device_list", 0);
     for (int i = 0; i < n; ++i) {
       DeviceAttributes a;
-      a.name = ibv_get_device_name(list[i]);
+      a.name = api_->getDeviceName(list[i]);
       a.provider = "verbs";
-      if (ibv_context* ctx = ibv_open_device(list[i])) {
-        queryAttributes(ctx, a.name.c_str(), &a);
-        ibv_close_device(ctx);
+      if (ibv_context* ctx = api_->openDevice(list[i])) {
+        queryAttributes(api_, ctx, a.name.c_str(), &a);
+        api_->closeDevice(ctx);
       }
       out->push_back(a);
     }
-    ibv_free_device_list(list);
+    api_->freeDeviceList(list);
     return Status::ok();
   }
   Status open(int index, std::unique_ptr<Device>* out) override {
     int n = 0;
-    ibv_device** list = ibv_get_device_list(&n);
+    ibv_device** list = api_->getDeviceList(&n);
     if (!list) return ibvError("ibv_get_device_list", 0);
     if (index < 0 || index >= n) {
-      ibv_free_device_list(list);
+      api_->freeDeviceList(list);
       return makeError(ridgeInvalidArgument, "verbs: no RDMA device %d (%d found)", index, n);
     }
-    const std::string name = ibv_get_device_name(list[index]);
-    ibv_context* ctx = ibv_open_device(list[index]);
-    ibv_free_device_list(list);
+    const std::string name = api_->getDeviceName(list[index]);
+    ibv_context* ctx = api_->openDevice(list[index]);
+    api_->freeDeviceList(list);
     if (!ctx) return ibvError(format("ibv_open_device(%s)", name.c_str()).c_str(), 0);
     DeviceAttributes a;
-    if (!queryAttributes(ctx, name.c_str(), &a)) {
-      ibv_close_device(ctx);
+    if (!queryAttributes(api_, ctx, name.c_str(), &a)) {
+      api_->closeDevice(ctx);
       return ibvError("ibv_query_device_ex/ibv_query_port", 0);
     }
-    *out = std::make_unique<IbvDevice>(ctx, a);
+    auto device = std::make_unique<IbvDevice>(api_, ctx, a);
+    logGdrLadderAtOpen(device.get());
+    *out = std::move(device);
     return Status::ok();
   }
+
+ private:
+  // With a GDR mode selected, say at init which ladder rung the device allows (RIDGE_DEBUG=INFO).
+  void logGdrLadderAtOpen(Device* device) {
+    const std::string mode = settingString(Setting::GDR_MODE);
+    if (mode.empty() || mode == "off" || mode == "OFF") return;
+    if (logLevel() < LogLevel::Info) return;
+    const GdrLadderDecision d = decideGdrLadder(probeGdrLadder(device, device::activeRuntime(), 0));
+    RIDGE_INFO("verbs: %s: gdr-write ladder: %s", device->attributes().name.c_str(),
+               gdrLadderLine(d).c_str());
+  }
+
+  const IbvApi* api_;
 };
 
 }  // namespace
 
+namespace {
+
+// The load error without its "verbs: rdma-core not found: " lead (the ladder says that).
+std::string loadFailure(const Status& st) {
+  const std::string lead = "verbs: rdma-core not found: ";
+  const std::string& m = st.message();
+  return m.compare(0, lead.size(), lead) == 0 ? m.substr(lead.size()) : m;
+}
+
+using HostRangeKind = device::DeviceRuntime::HostRangeKind;
+
+// The GPU mapping part of the probe: the rings and UAR of `qp`/`cq`, and on-NIC memory.
+void probeGpuMappings(IbvDevice* d, ProtectionDomain* pd, QueuePair* qp, CompletionQueue* cq,
+                      device::DeviceRuntime* rt, uint64_t stagingBytes, GdrLadderFacts* f) {
+  GpuRingMapping mapping(rt);
+  const Mlx5SendQueueView& sq = *qp->mlx5SendQueue();
+  const Mlx5CompletionQueueView& cqv = *cq->mlx5Ring();
+  uint64_t dev = 0;
+  Status st =
+      mapping.map(sq.wqes, static_cast<size_t>(sq.wqeCount) * sq.strideBytes, HostRangeKind::Memory, &dev);
+  if (st.isOk()) st = mapping.map(const_cast<uint32_t*>(sq.doorbellRecord), 8, HostRangeKind::Memory, &dev);
+  if (st.isOk())
+    st = mapping.map(cqv.cqes, static_cast<size_t>(cqv.cqeCount) * cqv.cqeBytes, HostRangeKind::Memory, &dev);
+  if (st.isOk()) st = mapping.map(const_cast<uint32_t*>(cqv.doorbellRecord), 8, HostRangeKind::Memory, &dev);
+  f->ringsMappedForGpu = st.isOk() ? FactWhy::yes() : FactWhy::no(st.message());
+  st = mapping.map(sq.uar, 8, HostRangeKind::IoMemory, &dev);
+  f->uarMappedForGpu = st.isOk() ? FactWhy::yes() : FactWhy::no(st.message());
+
+  const uint64_t maxDm = d->attributes().maxDeviceMemoryBytes;
+  if (maxDm == 0) {
+    f->nicMemoryMappedForGpu = FactWhy::no("the NIC has no on-NIC memory (max_dm_size 0)");
+    return;
+  }
+  // Without a staging size (the probe at device open) one page says whether mapping works.
+  const uint64_t bytes = stagingBytes ? std::min(stagingBytes, maxDm) : std::min<uint64_t>(maxDm, 4096);
+  std::unique_ptr<DeviceMemory> dm;
+  st = pd->allocDeviceMemory(bytes, kAccessLocalWrite, &dm);
+  if (st.isOk() && !dm->mapped())
+    st = makeError(ridgeInvalidUsage, "mlx5dv_init_obj(DM) gave no mapping of the on-NIC memory");
+  if (st.isOk()) st = mapping.map(dm->mapped(), bytes, HostRangeKind::IoMemory, &dev);
+  f->nicMemoryMappedForGpu = st.isOk() ? FactWhy::yes() : FactWhy::no(st.message());
+  // `mapping` unmaps everything here, before `dm` is freed.
+}
+
+}  // namespace
+
+GdrLadderFacts gdrLadderFactsWithoutDevice() {
+  GdrLadderFacts f;
+  const IbvApi* api = nullptr;
+  Status st = ibvApi(&api);
+  if (!st.isOk()) {
+    f.rdmaCore = FactWhy::no(loadFailure(st));
+    return f;
+  }
+  f.rdmaCore = FactWhy::yes();
+  if (!api->hasMlx5()) f.directQueues = FactWhy::no("libmlx5 not available (" + api->mlx5Missing + ")");
+  return f;
+}
+
+GdrLadderFacts probeGdrLadder(Device* device, device::DeviceRuntime* runtime, uint64_t stagingBytes) {
+  GdrLadderFacts f;
+  auto* d = dynamic_cast<IbvDevice*>(device);
+  if (!d) {
+    f.rdmaCore =
+        FactWhy::no(format("%s is a %s device, not an rdma-core one", device->attributes().name.c_str(),
+                           device->attributes().provider.c_str()));
+    return f;
+  }
+  f.rdmaCore = FactWhy::yes();
+  f.nicMemoryBytes = d->attributes().maxDeviceMemoryBytes;
+  f.stagingBytesNeeded = stagingBytes;
+  if (!runtime)
+    f.gpu = FactWhy::no("no device runtime (a build without CUDA)");
+  else if (runtime->deviceCount() == 0)
+    f.gpu = FactWhy::no(format("the %s runtime sees no device", runtime->name()));
+  else
+    f.gpu = FactWhy::yes();
+
+  const std::string missing = mlx5DirectMissing(d->api(), d->context());
+  if (!missing.empty()) {
+    f.directQueues = FactWhy::no(missing);
+    return f;
+  }
+  // The same calls the transport makes: a PD, a CQ and a QP through mlx5 direct verbs.
+  std::unique_ptr<ProtectionDomain> pd;
+  std::unique_ptr<CompletionQueue> cq;
+  std::unique_ptr<QueuePair> qp;
+  Status st = d->allocPd(&pd);
+  if (st.isOk()) st = pd->createMlx5Cq(16, &cq);
+  if (st.isOk()) {
+    QpCaps caps;
+    caps.maxSendWr = 16;
+    caps.maxRecvWr = 16;
+    caps.mlx5Direct = true;
+    st = pd->createQp(cq.get(), cq.get(), caps, &qp);
+  }
+  if (!st.isOk()) {
+    f.directQueues = FactWhy::no(st.message());
+    return f;
+  }
+  f.directQueues = FactWhy::yes(
+      format("send queue of %u WQEs, %u-byte CQEs", qp->mlx5SendQueue()->wqeCount, cq->mlx5Ring()->cqeBytes));
+  if (f.gpu.value == Fact::Yes) probeGpuMappings(d, pd.get(), qp.get(), cq.get(), runtime, stagingBytes, &f);
+  return f;
+}
+
 Status createIbvProvider(std::unique_ptr<Provider>* out) {
-  *out = std::make_unique<IbvProvider>();
+  const IbvApi* api = nullptr;
+  RIDGE_TRY(ibvApi(&api));
+  *out = std::make_unique<IbvProvider>(api);
   return Status::ok();
 }
 

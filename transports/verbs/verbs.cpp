@@ -58,6 +58,47 @@ Status ProtectionDomain::registerDmaBuf(int fd, uint64_t offset, size_t bytes, u
                    "verbs: dma-buf registration (GPU memory) is not implemented by this provider yet");
 }
 
+Status ProtectionDomain::createMlx5Cq(uint32_t entries, std::unique_ptr<CompletionQueue>* out) {
+  return makeError(ridgeInvalidUsage, "verbs: mlx5 direct completion queues need the rdma-core provider");
+}
+
+#if !defined(RIDGE_HAVE_VERBS)
+GdrLadderFacts gdrLadderFactsWithoutDevice() {
+  GdrLadderFacts f;
+  f.rdmaCore = FactWhy::no("this build has no rdma-core provider (RIDGE_WITH_VERBS)");
+  return f;
+}
+
+GdrLadderFacts probeGdrLadder(Device* device, device::DeviceRuntime* runtime, uint64_t stagingBytes) {
+  return gdrLadderFactsWithoutDevice();
+}
+#endif
+
+GdrLadderFacts predictGdrLadderFacts(const std::vector<std::string>& nicOsNames, const std::string& nicModel,
+                                     bool thisHost) {
+  GdrLadderFacts f;
+  if (thisHost) {
+    f = gdrLadderFactsWithoutDevice();
+  } else {
+    f.rdmaCore = FactWhy::unknown("a described machine, not this host");
+  }
+  f.gpu = FactWhy::yes();
+  f.nicMemoryProbed = false;
+  if (f.directQueues.value != Fact::No) {
+    bool mlx5 =
+        nicModel.find("ConnectX") != std::string::npos || nicModel.find("BlueField") != std::string::npos;
+    for (const std::string& n : nicOsNames) mlx5 = mlx5 || n.compare(0, 4, "mlx5") == 0;
+    std::string what = nicModel;
+    for (const std::string& n : nicOsNames) what += (what.empty() ? "" : " ") + n;
+    if (mlx5)
+      f.directQueues = FactWhy::unknown("mlx5dv_create_qp at init");
+    else
+      f.directQueues =
+          FactWhy::no("the NIC is not an mlx5 one (" + (what.empty() ? std::string("unnamed") : what) + ")");
+  }
+  return f;
+}
+
 bool verbsProviderBuilt() {
 #if defined(RIDGE_HAVE_VERBS)
   return true;

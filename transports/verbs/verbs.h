@@ -21,7 +21,12 @@
 #include <vector>
 
 #include "core/status.h"
+#include "transports/verbs/gdr_ladder.h"
 #include "transports/verbs/verbs_layout.h"
+
+namespace ridge::device {
+class DeviceRuntime;
+}
 
 namespace ridge {
 namespace verbs {
@@ -62,6 +67,32 @@ struct QpAddress {
 struct QpCaps {
   uint32_t maxSendWr = 64;  // rounded up to a power of two
   uint32_t maxRecvWr = 64;
+  // Create the QP through mlx5 direct verbs and expose its hardware rings (mlx5SendQueue()):
+  // rdma-core provider only, an error naming why where the device is not an mlx5 one or
+  // libmlx5 is missing. The software NIC ignores it (its rings are always exposed).
+  bool mlx5Direct = false;
+};
+
+// The hardware rings of an mlx5 queue pair and completion queue (mlx5dv_init_obj), for
+// producers that write mlx5 WQEs and poll mlx5 CQEs themselves (GPU threads, or a CPU that
+// rings for them). Addresses are in this process; a GPU gets its own through
+// DeviceRuntime::mapHostRange (rings: memory, UAR: I/O memory). Doorbell records are
+// big-endian 32-bit words.
+struct Mlx5SendQueueView {
+  void* wqes = nullptr;                         // send queue buffer, wqeCount x strideBytes
+  uint32_t wqeCount = 0;                        // a power of two
+  uint32_t strideBytes = 0;                     // 64 (one basic block)
+  volatile uint32_t* doorbellRecord = nullptr;  // dbrec; [1] is the send counter
+  void* uar = nullptr;                          // BlueFlame register: the doorbell store goes here
+  uint32_t uarBytes = 0;                        // BlueFlame buffer size (0: doorbell only)
+  uint32_t qpn = 0;
+};
+struct Mlx5CompletionQueueView {
+  void* cqes = nullptr;  // cqeCount x cqeBytes
+  uint32_t cqeCount = 0;
+  uint32_t cqeBytes = 0;                        // 64
+  volatile uint32_t* doorbellRecord = nullptr;  // [0]: consumer index (24 bits), [1]: arm
+  uint32_t cqn = 0;
 };
 
 class MemoryRegion {
@@ -89,7 +120,8 @@ class DeviceMemory {
   virtual Status copyFrom(void* dst, size_t offset, size_t bytes) = 0;
   virtual MemoryRegion* region() = 0;
   // A CPU mapping of the memory, or nullptr where the provider cannot map it (then only
-  // copyTo/copyFrom reach it). The GPU mapping is the next issue's seam.
+  // copyTo/copyFrom reach it). rdma-core: mlx5dv_init_obj(MLX5DV_OBJ_DM); a GPU maps that
+  // with DeviceRuntime::mapHostRange(I/O memory), see gdr_ladder.h.
   virtual void* mapped() { return nullptr; }
 };
 
@@ -105,6 +137,8 @@ class CompletionQueue {
   virtual void wait(int64_t maxWaitNs, bool (*stillIdle)(void*), void* arg) = 0;
   // The ring for pollers that bypass the provider, or nullptr.
   virtual const CqRingView* ring() const { return nullptr; }
+  // The mlx5 hardware ring (CQs from createMlx5Cq), or nullptr.
+  virtual const Mlx5CompletionQueueView* mlx5Ring() const { return nullptr; }
 };
 
 class QueuePair {
@@ -125,6 +159,8 @@ class QueuePair {
   virtual uint32_t sendSlotsFree() const = 0;
   // The raw send ring for producers that bypass postSend (GPU threads), or nullptr.
   virtual const SendRingView* sendRing() const { return nullptr; }
+  // The mlx5 hardware send queue (QPs created with QpCaps::mlx5Direct), or nullptr.
+  virtual const Mlx5SendQueueView* mlx5SendQueue() const { return nullptr; }
 };
 
 class ProtectionDomain {
@@ -141,6 +177,9 @@ class ProtectionDomain {
                                 std::unique_ptr<MemoryRegion>* out);
   virtual Status allocDeviceMemory(size_t bytes, uint32_t access, std::unique_ptr<DeviceMemory>* out) = 0;
   virtual Status createCq(uint32_t entries, std::unique_ptr<CompletionQueue>* out) = 0;
+  // A CQ whose mlx5 ring a producer may poll itself (mlx5Ring()): rdma-core creates it with
+  // mlx5dv_create_cq, 64-byte CQEs and no CQE compression. The default refuses, naming why.
+  virtual Status createMlx5Cq(uint32_t entries, std::unique_ptr<CompletionQueue>* out);
   virtual Status createQp(CompletionQueue* sendCq, CompletionQueue* recvCq, const QpCaps& caps,
                           std::unique_ptr<QueuePair>* out) = 0;
 };
@@ -161,9 +200,23 @@ class Provider {
   virtual Status open(int index, std::unique_ptr<Device>* out) = 0;
 };
 
-// "softnic", or "verbs" (ridgeInvalidUsage naming the reason when this build or this
-// machine has no rdma-core).
+// "softnic", or "verbs" (ridgeInvalidUsage naming the reason when this build has no
+// rdma-core provider; ridgeSystemError "verbs: rdma-core not found: ..." when this machine has
+// no libibverbs.so.1: rdma-core is loaded at run time, see ibv_api.h).
 Status openProvider(const std::string& name, std::unique_ptr<Provider>* out);
+
+// The facts the GDR-write ladder (gdr_ladder.h) decides on, probed on `device` (rdma-core:
+// mlx5 direct queues created and torn down again, their rings and UAR page and on-NIC memory
+// of `stagingBytes` mapped into the GPU through `runtime` and unmapped; null runtime: no GPU).
+// A device of another provider reports that it is not an rdma-core device.
+GdrLadderFacts probeGdrLadder(Device* device, device::DeviceRuntime* runtime, uint64_t stagingBytes);
+// The facts without a device: rdma-core loads or not (with the reason); the rest unknown.
+GdrLadderFacts gdrLadderFactsWithoutDevice();
+// The facts a topology tells about a GPU-NIC pair (`ridge-topo gdr`): the NIC by its OS names
+// ("mlx5_0") and model ("ConnectX-7"); `thisHost` when the topology is this machine's (then
+// whether rdma-core and libmlx5 load here counts). What only init can try stays unknown.
+GdrLadderFacts predictGdrLadderFacts(const std::vector<std::string>& nicOsNames, const std::string& nicModel,
+                                     bool thisHost);
 // Whether this build includes the rdma-core provider.
 bool verbsProviderBuilt();
 

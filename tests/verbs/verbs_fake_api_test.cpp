@@ -1,0 +1,607 @@
+// The rdma-core provider driven through a fake function table (ibv_api.h): the same calls
+// the provider makes on a real NIC, answered by test doubles, so that the mlx5 direct queue
+// creation, its error paths and the GDR-write ladder probe run here without a NIC or GPU
+// (the GPU is the emulated runtime). Each case checks the rung and reason the probe leads
+// to, and that every object it created was destroyed and every mapping undone.
+#include <gtest/gtest.h>
+
+#if defined(RIDGE_HAVE_VERBS) && defined(RIDGE_HAVE_MLX5DV)
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <thread>
+
+#include "core/log.h"
+#include "device/emulated_runtime.h"
+#include "tests/device/scoped_env.h"
+#include "tests/verbs/fake_rdma.h"
+#include "tests/verbs/two_ranks.h"
+#include "transports/verbs/ibv_api.h"
+#include "transports/verbs/verbs.h"
+
+namespace ridge {
+namespace {
+
+using namespace verbs;
+using namespace verbs_test;
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+class VerbsFakeApi : public ::testing::Test {
+ protected:
+  void SetUp() override { gNic = &nic_; }
+  void TearDown() override { gNic = nullptr; }
+
+  // Opens the fake device through the provider, as RIDGE_NET=verbs does.
+  std::unique_ptr<Device> open(const IbvApi* api) {
+    scoped_ = std::make_unique<ScopedIbvApiForTesting>(api);
+    std::unique_ptr<Provider> p;
+    Status st = openProvider("verbs", &p);
+    EXPECT_TRUE(st.isOk()) << st.message();
+    std::unique_ptr<Device> d;
+    if (p) {
+      st = p->open(0, &d);
+      EXPECT_TRUE(st.isOk()) << st.message();
+    }
+    return d;
+  }
+  GdrLadderDecision probe(bool withMlx5, device::DeviceRuntime* rt, uint64_t stagingBytes = 64 << 10) {
+    const IbvApi api = fakeApi(withMlx5);
+    GdrLadderDecision d;
+    {
+      std::unique_ptr<Device> dev = open(&api);
+      if (!dev) return d;
+      d = decideGdrLadder(probeGdrLadder(dev.get(), rt, stagingBytes));
+    }
+    scoped_.reset();
+    EXPECT_TRUE(nic_.balanced()) << "pds " << nic_.pds << "/" << nic_.pdsFreed << " cqs " << nic_.cqs << "/"
+                                 << nic_.cqsFreed << " qps " << nic_.qps << "/" << nic_.qpsFreed << " dms "
+                                 << nic_.dms << "/" << nic_.dmsFreed << " channels " << nic_.channels << "/"
+                                 << nic_.channelsFreed;
+    return d;
+  }
+
+  // A device, a PD, one CQ and two RC QPs on it (not connected yet); members go in reverse order.
+  struct QpPair {
+    std::unique_ptr<Device> dev;
+    std::unique_ptr<ProtectionDomain> pd;
+    std::unique_ptr<CompletionQueue> cq;
+    std::unique_ptr<QueuePair> a, b;
+  };
+  ::testing::AssertionResult makePair(const IbvApi* api, uint32_t cqEntries, uint32_t sendWr, QpPair* p) {
+    p->dev = open(api);
+    if (!p->dev) return ::testing::AssertionFailure() << "open";
+    QpCaps caps;
+    caps.maxSendWr = sendWr;
+    for (Status st : {p->dev->allocPd(&p->pd), p->pd ? p->pd->createCq(cqEntries, &p->cq) : Status::ok()})
+      if (!st.isOk()) return ::testing::AssertionFailure() << st.message();
+    for (auto* qp : {&p->a, &p->b}) {
+      Status st = p->pd->createQp(p->cq.get(), p->cq.get(), caps, qp);
+      if (!st.isOk()) return ::testing::AssertionFailure() << st.message();
+    }
+    return ::testing::AssertionSuccess();
+  }
+  // RESET -> INIT -> RTR -> RTS for both, each the other's peer.
+  static ::testing::AssertionResult connect(QueuePair* a, QueuePair* b) {
+    QpAddress addrA, addrB;
+    std::vector<Status> steps{a->localAddress(&addrA), b->localAddress(&addrB), a->modify(QpState::Init),
+                              b->modify(QpState::Init)};
+    steps.push_back(a->modify(QpState::Rtr, &addrB));
+    steps.push_back(b->modify(QpState::Rtr, &addrA));
+    steps.push_back(a->modify(QpState::Rts));
+    steps.push_back(b->modify(QpState::Rts));
+    for (const Status& st : steps)
+      if (!st.isOk()) return ::testing::AssertionFailure() << st.message();
+    return ::testing::AssertionSuccess();
+  }
+
+  FakeNic nic_;
+  std::unique_ptr<ScopedIbvApiForTesting> scoped_;
+};
+
+TEST_F(VerbsFakeApi, OpensThroughTheTable) {
+  const IbvApi api = fakeApi(true);
+  {
+    std::unique_ptr<Device> dev = open(&api);
+    ASSERT_TRUE(dev);
+    EXPECT_EQ(dev->attributes().name, "mlx5_fake");
+    EXPECT_EQ(dev->attributes().maxDeviceMemoryBytes, nic_.maxDm);
+    EXPECT_EQ(dev->attributes().mtuBytes, 4096u);
+    EXPECT_TRUE(dev->attributes().portActive);
+  }
+  EXPECT_EQ(nic_.opened, 1);
+  EXPECT_EQ(nic_.closed, 1);
+}
+
+TEST_F(VerbsFakeApi, OpeningWithAGdrModeLogsTheRungAtInfo) {
+  ridgetest::ScopedEnv debug("RIDGE_DEBUG", "INFO");
+  ridgetest::ScopedEnv mode("RIDGE_GDR_MODE", "write");
+  if (logLevel() < LogLevel::Info)
+    GTEST_SKIP() << "skipped: RIDGE_DEBUG was read before this test set it (run it alone, as ctest does)";
+  const IbvApi api = fakeApi(true);
+  testing::internal::CaptureStderr();
+  { std::unique_ptr<Device> dev = open(&api); }
+  const std::string err = testing::internal::GetCapturedStderr();
+  // Without a GPU (no runtime in a build without CUDA, or no device) the CPU rings.
+  EXPECT_TRUE(contains(err, "verbs: mlx5_fake: gdr-write ladder: ")) << err;
+  device::DeviceRuntime* rt = device::activeRuntime();
+  if (!rt || rt->deviceCount() == 0)
+    EXPECT_TRUE(contains(err, "gdr-write ladder: cpu-doorbell: no GPU in this process")) << err;
+  EXPECT_EQ(nic_.directQps, 1) << "the probe creates the queues the transport would";
+  scoped_.reset();
+  EXPECT_TRUE(nic_.balanced());
+}
+
+// The provider's translation of Wqe -> ibv_send_wr and ibv_wc -> Cqe, its QP state machine and
+// its send-slot accounting, over the loopback doubles: what VerbsProvider.LoopbackWriteWithImmAndSend
+// checks on a real port, here without one.
+TEST_F(VerbsFakeApi, LoopbackDataPathThroughTheTable) {
+  const IbvApi api = fakeApi(true);
+  {
+    QpPair p;
+    ASSERT_TRUE(makePair(&api, 64, 4, &p));
+    ProtectionDomain* pd = p.pd.get();
+    CompletionQueue* cq = p.cq.get();
+    QueuePair* a = p.a.get();
+    QueuePair* b = p.b.get();
+    Wqe w{};
+    EXPECT_EQ(a->postSend(w).code(), ridgeInvalidUsage);  // RESET: refused before the NIC sees it
+    EXPECT_EQ(a->modify(QpState::Rts).code(), ridgeInvalidUsage);
+    ASSERT_TRUE(connect(a, b));
+
+    const size_t n = 64 << 10;
+    std::vector<uint8_t> src(n), dst(n, 0), back(n, 0);
+    for (size_t i = 0; i < n; ++i) src[i] = static_cast<uint8_t>(i * 7 + 3);
+    std::unique_ptr<MemoryRegion> ms, md, mb;
+    ASSERT_TRUE(pd->registerMemory(src.data(), n, kAccessLocalWrite, &ms).isOk());
+    ASSERT_TRUE(
+        pd->registerMemory(dst.data(), n, kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead, &md)
+            .isOk());
+    ASSERT_TRUE(pd->registerMemory(back.data(), n, kAccessLocalWrite, &mb).isOk());
+    ASSERT_TRUE(b->postRecv(RecvWqe{7, 0, 0, 0, 0}).isOk());
+    w.opcode = kWqeRdmaWriteImm;
+    w.flags = kWqeSignaled;
+    w.length = n;
+    w.immData = 0x12345678;
+    w.localAddr = ms->addr();
+    w.lkey = ms->lkey();
+    w.remoteAddr = md->addr();
+    w.rkey = md->rkey();
+    w.wrId = 1;
+    ASSERT_TRUE(a->postSend(w).isOk());
+    EXPECT_EQ(a->sendSlotsFree(), 3u);
+    Cqe c[4];
+    ASSERT_EQ(cq->poll(c, 4), 2);
+    EXPECT_EQ(a->sendSlotsFree(), 4u);  // the signaled completion retired the slot
+    for (const Cqe& e : {c[0], c[1]}) {
+      EXPECT_EQ(e.status, kCqeOk) << cqeStatusName(e.status);
+      if (e.opcode == kCqeRecvRdmaImm) {
+        EXPECT_EQ(e.immData, 0x12345678u);  // byte order survives htonl/ntohl
+        EXPECT_EQ(e.wrId, 7u);
+        EXPECT_EQ(e.flags, kCqeHasImm);
+        EXPECT_EQ(e.byteLen, n);
+      } else {
+        EXPECT_EQ(e.opcode, kCqeRdmaWrite);
+        EXPECT_EQ(e.wrId, 1u);
+      }
+    }
+    EXPECT_EQ(src, dst);
+    // RDMA READ back into a third region.
+    w.opcode = kWqeRdmaRead;
+    w.localAddr = mb->addr();
+    w.lkey = mb->lkey();
+    w.wrId = 2;
+    ASSERT_TRUE(a->postSend(w).isOk());
+    ASSERT_EQ(cq->poll(c, 4), 1);
+    EXPECT_EQ(c[0].opcode, kCqeRdmaRead);
+    EXPECT_EQ(back, src);
+    // A wrong rkey: the NIC's error completion, translated.
+    w.opcode = kWqeRdmaWrite;
+    w.rkey = md->rkey() + 1000;
+    w.wrId = 3;
+    ASSERT_TRUE(a->postSend(w).isOk());
+    ASSERT_EQ(cq->poll(c, 4), 1);
+    EXPECT_EQ(c[0].status, kCqeRemoteAccessError);
+    EXPECT_EQ(c[0].wrId, 3u);
+    // Unsignaled WQEs are not seen retiring: the queue fills and says so.
+    w.rkey = md->rkey();
+    w.flags = 0;
+    // (An error completion does not retire its slot either: the QP is in error by then.)
+    EXPECT_EQ(a->sendSlotsFree(), 3u);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(a->postSend(w).isOk());
+    EXPECT_EQ(a->sendSlotsFree(), 0u);
+    EXPECT_EQ(a->postSend(w).code(), ridgeInternalError);
+  }
+  scoped_.reset();
+  EXPECT_TRUE(nic_.balanced());
+}
+
+// Waits (bounded) until `ready()`; the proxy thread works asynchronously.
+template <typename Ready>
+bool waitFor(Ready ready) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!ready()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return true;
+}
+
+// The provider's rings over a device whose own rings it cannot expose: WQEs written into the
+// send ring and published by the doorbell record reach the NIC; completions come back in order
+// through a CQ ring smaller than their number (held back until the consumer frees entries);
+// unsignaled successes retire without a CQE; receive ids survive the proxy's renaming.
+TEST_F(VerbsFakeApi, RingsOverAnyDeviceThroughTheProxy) {
+  const IbvApi api = fakeApi(true);
+  {
+    QpPair p;
+    ASSERT_TRUE(makePair(&api, 4, 16, &p));
+    ProtectionDomain* pd = p.pd.get();
+    QueuePair* a = p.a.get();
+    QueuePair* b = p.b.get();
+    const SendRingView* sq = a->sendRing();
+    const CqRingView* cr = p.cq->ring();
+    ASSERT_NE(sq, nullptr);
+    ASSERT_NE(cr, nullptr);
+    EXPECT_EQ(1u << cr->log2Size, 4u);
+    ASSERT_TRUE(connect(a, b));
+    std::vector<uint64_t> src(8), dst(8, 0);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = 0x1000 + i;
+    std::unique_ptr<MemoryRegion> ms, md;
+    ASSERT_TRUE(pd->registerMemory(src.data(), 64, kAccessLocalWrite, &ms).isOk());
+    ASSERT_TRUE(pd->registerMemory(dst.data(), 64, kAccessLocalWrite | kAccessRemoteWrite, &md).isOk());
+    // Two receives for two writes with immediate; ids the proxy must hand back.
+    ASSERT_TRUE(b->postRecv(RecvWqe{501, 0, 0, 0, 0}).isOk());
+    ASSERT_TRUE(b->postRecv(RecvWqe{502, 0, 0, 0, 0}).isOk());
+    // Eight writes of 8 bytes each: 0..5 signaled, 6 and 7 unsignaled; 4 and 5 with immediate.
+    for (uint32_t i = 0; i < 8; ++i) {
+      Wqe w{};
+      w.opcode = (i == 4 || i == 5) ? kWqeRdmaWriteImm : kWqeRdmaWrite;
+      w.flags = i < 6 ? kWqeSignaled : 0;
+      w.immData = 70 + i;
+      w.length = 8;
+      w.localAddr = ms->addr() + 8 * i;
+      w.lkey = ms->lkey();
+      w.remoteAddr = md->addr() + 8 * i;
+      w.rkey = md->rkey();
+      w.wrId = 10 + i;
+      sqWrite(*sq, i, w);
+    }
+    sqRing(*sq, 8);
+    ASSERT_TRUE(waitFor([&] { return __atomic_load_n(sq->retired, __ATOMIC_ACQUIRE) == 8u; }));
+    EXPECT_EQ(src, dst);
+    // 6 send CQEs + 2 receive CQEs through a ring of 4: in order, none lost, none twice.
+    std::vector<Cqe> got;
+    uint32_t ci = 0;
+    ASSERT_TRUE(waitFor([&] {
+      Cqe c;
+      while (cqPollOne(*cr, &ci, &c)) got.push_back(c);
+      return got.size() >= 8;
+    }));
+    ASSERT_EQ(got.size(), 8u);
+    std::vector<uint64_t> sendIds, recvIds;
+    for (const Cqe& c : got) {
+      EXPECT_EQ(c.status, kCqeOk) << cqeStatusName(c.status);
+      if (c.opcode == kCqeRecvRdmaImm) {
+        recvIds.push_back(c.wrId);
+        EXPECT_EQ(c.immData, 70u + (c.wrId == 501 ? 4 : 5));
+      } else {
+        sendIds.push_back(c.wrId);
+      }
+    }
+    EXPECT_EQ(sendIds, (std::vector<uint64_t>{10, 11, 12, 13, 14, 15}));
+    EXPECT_EQ(recvIds, (std::vector<uint64_t>{501, 502}));
+    // Nothing more: the two unsignaled successes have no CQE.
+    Cqe extra;
+    EXPECT_FALSE(cqPollOne(*cr, &ci, &extra));
+    EXPECT_EQ(a->sendSlotsFree(), 16u);
+  }
+  scoped_.reset();
+  EXPECT_TRUE(nic_.balanced());
+}
+
+// RIDGE_NET=verbs end to end through the function table: two ranks (threads) connect the net
+// transport over the fake loopback NIC and reduce, and tear everything down again.
+TEST_F(VerbsFakeApi, AllreduceOverRidgeNetVerbs) {
+  const IbvApi api = fakeApi(true);
+  {
+    ScopedIbvApiForTesting scoped(&api);
+    EXPECT_EQ(allreduceOverNet("verbs", "0", 1 << 18), "");  // 1 MiB: many slots per peer
+  }
+  EXPECT_GT(nic_.qps, 0);
+  EXPECT_GT(nic_.mrs, 0);
+  EXPECT_TRUE(nic_.balanced()) << "qps " << nic_.qps << "/" << nic_.qpsFreed << " cqs " << nic_.cqs << "/"
+                               << nic_.cqsFreed << " mrs " << nic_.mrs << "/" << nic_.mrsFreed << " pds "
+                               << nic_.pds << "/" << nic_.pdsFreed << " devices " << nic_.opened << "/"
+                               << nic_.closed;
+}
+
+// RIDGE_NET=verbs with gdr read and staged: the gdr transport's producer writes the subset's
+// rings, which the provider's proxy posts through plain verbs (any rdma-core device). Slots of
+// 4096 bytes travel as writes of 4168 (header 64, trailer 8), a length the net transport's slots
+// do not have: that they appear proves the gdr transport carried the reduction.
+TEST_F(VerbsFakeApi, GdrReadAndStagedOverRidgeNetVerbs) {
+  const IbvApi api = fakeApi(true);
+  ScopedIbvApiForTesting scoped(&api);
+  ridgetest::ScopedEnv slot("RIDGE_GDR_SLOT_BYTES", "4096");
+  for (const char* mode : {"read", "staged"}) {
+    SCOPED_TRACE(mode);
+    ridgetest::ScopedEnv gdr("RIDGE_GDR_MODE", mode);
+    nic_.writeImmLengths.clear();
+    EXPECT_EQ(allreduceOverNet("verbs", "0", 1 << 16), "");
+    size_t slots = 0;
+    for (uint32_t len : nic_.writeImmLengths) {
+      slots += len == 4168;
+      EXPECT_LE(len, 4168u);
+    }
+    EXPECT_GT(slots, 0u) << nic_.writeImmLengths.size()
+                         << " writes with immediate, none a full 4096-byte slot";
+  }
+}
+
+// gdr write over the same rings: the CPU stand-in writes the slots into on-NIC memory (its CPU
+// mapping; WQEs address it by offset with its zero-based key) or into pinned host memory.
+TEST_F(VerbsFakeApi, GdrWriteOverRidgeNetVerbs) {
+  const IbvApi api = fakeApi(true);
+  ScopedIbvApiForTesting scoped(&api);
+  ridgetest::ScopedEnv slot("RIDGE_GDR_SLOT_BYTES", "4096");
+  ridgetest::ScopedEnv gdr("RIDGE_GDR_MODE", "write");
+  for (const char* tier : {"nic", "host"}) {
+    SCOPED_TRACE(tier);
+    ridgetest::ScopedEnv staging("RIDGE_GDR_STAGING", tier);
+    nic_.writeImmLengths.clear();
+    const int dmsBefore = nic_.dms;
+    EXPECT_EQ(allreduceOverNet("verbs", "0", 1 << 16), "");
+    EXPECT_NE(std::count(nic_.writeImmLengths.begin(), nic_.writeImmLengths.end(), 4168u), 0);
+    // On-NIC staging for both ranks (the probe at open is logged only at INFO).
+    if (std::string(tier) == "nic") EXPECT_GE(nic_.dms - dmsBefore, 2);
+  }
+}
+
+TEST_F(VerbsFakeApi, DirectQueuesExposeWhatInitObjGives) {
+  const IbvApi api = fakeApi(true);
+  {
+    std::unique_ptr<Device> dev = open(&api);
+    ASSERT_TRUE(dev);
+    std::unique_ptr<ProtectionDomain> pd;
+    ASSERT_TRUE(dev->allocPd(&pd).isOk());
+    std::unique_ptr<CompletionQueue> cq, plainCq;
+    ASSERT_TRUE(pd->createMlx5Cq(32, &cq).isOk());
+    ASSERT_TRUE(pd->createCq(32, &plainCq).isOk());
+    EXPECT_EQ(plainCq->mlx5Ring(), nullptr);
+    const Mlx5CompletionQueueView* cv = cq->mlx5Ring();
+    ASSERT_NE(cv, nullptr);
+    EXPECT_EQ(cv->cqes, nic_.cqBuf);
+    EXPECT_EQ(cv->cqeCount, 32u);
+    EXPECT_EQ(cv->cqeBytes, 64u);
+    EXPECT_EQ(cv->cqn, 0x55u);
+    QpCaps caps;
+    caps.maxSendWr = 16;
+    caps.mlx5Direct = true;
+    std::unique_ptr<QueuePair> qp, plainQp;
+    ASSERT_TRUE(pd->createQp(cq.get(), cq.get(), caps, &qp).isOk());
+    EXPECT_EQ(nic_.directQps, 1);
+    const Mlx5SendQueueView* sv = qp->mlx5SendQueue();
+    ASSERT_NE(sv, nullptr);
+    EXPECT_EQ(sv->wqes, nic_.sq);
+    EXPECT_EQ(sv->wqeCount, 16u);
+    EXPECT_EQ(sv->strideBytes, 64u);
+    EXPECT_EQ(reinterpret_cast<volatile char*>(sv->doorbellRecord), nic_.dbrecPage);
+    EXPECT_EQ(sv->uar, nic_.uarPage + 0x800);
+    EXPECT_EQ(sv->uarBytes, 256u);
+    EXPECT_EQ(sv->qpn, 0x1234u);
+    caps.mlx5Direct = false;
+    ASSERT_TRUE(pd->createQp(plainCq.get(), plainCq.get(), caps, &plainQp).isOk());
+    EXPECT_EQ(plainQp->mlx5SendQueue(), nullptr);
+    EXPECT_EQ(nic_.directQps, 1);
+  }
+  scoped_.reset();
+  EXPECT_TRUE(nic_.balanced());
+}
+
+TEST_F(VerbsFakeApi, DirectQueueErrorsNameTheCallAndLeakNothing) {
+  const IbvApi api = fakeApi(true);
+  {
+    std::unique_ptr<Device> dev = open(&api);
+    ASSERT_TRUE(dev);
+    std::unique_ptr<ProtectionDomain> pd;
+    ASSERT_TRUE(dev->allocPd(&pd).isOk());
+    std::unique_ptr<CompletionQueue> cq;
+    nic_.failCreateCqErrno = ENOMEM;
+    Status st = pd->createMlx5Cq(32, &cq);
+    EXPECT_FALSE(st.isOk());
+    EXPECT_TRUE(contains(st.message(), "mlx5dv_create_cq failed: " + std::string(std::strerror(ENOMEM))))
+        << st.message();
+    nic_.failCreateCqErrno = 0;
+    ASSERT_TRUE(pd->createMlx5Cq(32, &cq).isOk());
+    QpCaps caps;
+    caps.mlx5Direct = true;
+    std::unique_ptr<QueuePair> qp;
+    nic_.failCreateQpErrno = EPERM;
+    st = pd->createQp(cq.get(), cq.get(), caps, &qp);
+    EXPECT_TRUE(contains(st.message(), "mlx5dv_create_qp failed")) << st.message();
+    nic_.failCreateQpErrno = 0;
+    nic_.failInitObjQp = EINVAL;
+    st = pd->createQp(cq.get(), cq.get(), caps, &qp);
+    EXPECT_TRUE(contains(st.message(), "mlx5dv_init_obj(QP) failed")) << st.message();
+    EXPECT_EQ(nic_.qps, nic_.qpsFreed);  // the QP init_obj refused was destroyed
+    nic_.failInitObjQp = 0;
+    nic_.mlx5Supported = false;
+    st = pd->createQp(cq.get(), cq.get(), caps, &qp);
+    EXPECT_TRUE(contains(st.message(), "mlx5_fake is not an mlx5 device")) << st.message();
+  }
+  scoped_.reset();
+  EXPECT_TRUE(nic_.balanced());
+}
+
+TEST_F(VerbsFakeApi, EveryStepWorksGivesGpuDoorbellAndUnmapsEverything) {
+  device::EmulatedRuntime rt(1);
+  const GdrLadderDecision d = probe(true, &rt);
+  EXPECT_EQ(d.rung, GdrRung::GpuDoorbell) << gdrLadderLine(d);
+  EXPECT_FALSE(d.predicted);
+  EXPECT_EQ(d.staging, GdrStagingPlace::NicMemory) << d.stagingReason;
+  EXPECT_EQ(rt.mappedHostRanges(), 0u);
+  EXPECT_EQ(nic_.directQps, 1);
+  EXPECT_EQ(nic_.dms, 1);
+}
+
+TEST_F(VerbsFakeApi, WithoutLibmlx5IsHostStaged) {
+  device::EmulatedRuntime rt(1);
+  const GdrLadderDecision d = probe(false, &rt);
+  EXPECT_EQ(d.rung, GdrRung::HostStaged);
+  EXPECT_TRUE(contains(d.reason, "libmlx5 not available (cannot load libmlx5.so.1")) << d.reason;
+  EXPECT_EQ(nic_.directQps, 0);
+}
+
+TEST_F(VerbsFakeApi, NotAnMlx5DeviceIsHostStaged) {
+  device::EmulatedRuntime rt(1);
+  nic_.mlx5Supported = false;
+  const GdrLadderDecision d = probe(true, &rt);
+  EXPECT_EQ(d.rung, GdrRung::HostStaged);
+  EXPECT_TRUE(contains(d.reason, "mlx5_fake is not an mlx5 device")) << d.reason;
+}
+
+TEST_F(VerbsFakeApi, QueueCreationFailuresAreHostStagedWithTheCall) {
+  device::EmulatedRuntime rt(1);
+  nic_.failCreateCqErrno = ENOMEM;
+  GdrLadderDecision d = probe(true, &rt);
+  EXPECT_EQ(d.rung, GdrRung::HostStaged);
+  EXPECT_TRUE(contains(d.reason, "mlx5dv_create_cq failed")) << d.reason;
+  nic_.failCreateCqErrno = 0;
+  nic_.failCreateQpErrno = EOPNOTSUPP;
+  d = probe(true, &rt);
+  EXPECT_EQ(d.rung, GdrRung::HostStaged);
+  EXPECT_TRUE(contains(d.reason, "mlx5dv_create_qp failed")) << d.reason;
+  nic_.failCreateQpErrno = 0;
+  nic_.failInitObjQp = EINVAL;
+  d = probe(true, &rt);
+  EXPECT_EQ(d.rung, GdrRung::HostStaged);
+  EXPECT_TRUE(contains(d.reason, "mlx5dv_init_obj(QP) failed")) << d.reason;
+}
+
+TEST_F(VerbsFakeApi, NoGpuIsCpuDoorbell) {
+  GdrLadderDecision d = probe(true, nullptr);
+  EXPECT_EQ(d.rung, GdrRung::CpuDoorbell);
+  EXPECT_TRUE(contains(d.reason, "no GPU in this process: no device runtime")) << d.reason;
+  device::EmulatedRuntime none(0);
+  d = probe(true, &none);
+  EXPECT_EQ(d.rung, GdrRung::CpuDoorbell);
+  EXPECT_TRUE(contains(d.reason, "runtime sees no device")) << d.reason;
+}
+
+TEST_F(VerbsFakeApi, RingsNotMappableIsHostStaged) {
+  device::EmulatedRuntime rt(1);
+  rt.failHostRangeMaps(device::DeviceRuntime::HostRangeKind::Memory, "host memory refused by the test");
+  const GdrLadderDecision d = probe(true, &rt);
+  EXPECT_EQ(d.rung, GdrRung::HostStaged);
+  EXPECT_TRUE(contains(d.reason, "rings could not be mapped into the GPU")) << d.reason;
+  EXPECT_TRUE(contains(d.reason, "host memory refused by the test")) << d.reason;
+  EXPECT_EQ(rt.mappedHostRanges(), 0u);
+}
+
+TEST_F(VerbsFakeApi, UarNotMappableIsCpuDoorbellWithHostStaging) {
+  device::EmulatedRuntime rt(1);
+  rt.failHostRangeMaps(device::DeviceRuntime::HostRangeKind::IoMemory, "I/O memory refused by the test");
+  const GdrLadderDecision d = probe(true, &rt);
+  EXPECT_EQ(d.rung, GdrRung::CpuDoorbell);
+  EXPECT_TRUE(contains(d.reason, "UAR page could not be mapped into the GPU")) << d.reason;
+  // On-NIC memory is I/O memory too: staging falls to host memory.
+  EXPECT_EQ(d.staging, GdrStagingPlace::HostMemory);
+  EXPECT_TRUE(contains(d.stagingReason, "I/O memory refused by the test")) << d.stagingReason;
+  EXPECT_EQ(rt.mappedHostRanges(), 0u);
+}
+
+TEST_F(VerbsFakeApi, NicMemorySizedFromMaxDmSize) {
+  device::EmulatedRuntime rt(1);
+  nic_.maxDm = 0;
+  GdrLadderDecision d = probe(true, &rt);
+  EXPECT_EQ(d.rung, GdrRung::GpuDoorbell);
+  EXPECT_EQ(d.staging, GdrStagingPlace::HostMemory);
+  EXPECT_TRUE(contains(d.stagingReason, "max_dm_size 0")) << d.stagingReason;
+  EXPECT_EQ(nic_.dms, 0);
+  nic_.maxDm = 32 << 10;
+  d = probe(true, &rt, 64 << 10);
+  EXPECT_EQ(d.staging, GdrStagingPlace::HostMemory);
+  EXPECT_TRUE(contains(d.stagingReason, "need 65536 bytes, the NIC offers 32768")) << d.stagingReason;
+}
+
+// ---- on a real GPU (CUDA builds with a device; skipped elsewhere) ----------------------------
+
+#if defined(RIDGE_HAVE_CUDA)
+device::DeviceRuntime* cudaWithDevice(std::string* why) {
+  device::DeviceRuntime* rt = device::cudaRuntime();
+  if (rt->deviceCount() == 0) *why = "no CUDA device here";
+  return rt->deviceCount() > 0 ? rt : nullptr;
+}
+#else
+device::DeviceRuntime* cudaWithDevice(std::string* why) {
+  *why = "a build without CUDA";
+  return nullptr;
+}
+#endif
+
+// The seam's mapHostRange on CUDA: the device address it gives aliases the host pages (a copy
+// to it lands in them), a second registration of the same pages is refused, unmapping works.
+TEST(VerbsOnGpu, MapHostRangeAliasesTheHostPages) {
+  std::string why;
+  device::DeviceRuntime* rt = cudaWithDevice(&why);
+  if (!rt) GTEST_SKIP() << "skipped: " << why;
+  const size_t bytes = 2 * pageBytes();
+  char* host = static_cast<char*>(std::aligned_alloc(pageBytes(), bytes));
+  std::memset(host, 0, bytes);
+  uint64_t dev = 0;
+  Status st = rt->mapHostRange(host, bytes, device::DeviceRuntime::HostRangeKind::Memory, &dev);
+  ASSERT_TRUE(st.isOk()) << st.message();
+  EXPECT_NE(dev, 0u);
+  uint64_t again = 0;
+  st = rt->mapHostRange(host, bytes, device::DeviceRuntime::HostRangeKind::Memory, &again);
+  EXPECT_FALSE(st.isOk());
+  std::printf("second registration of the same pages: %s\n", st.message().c_str());
+  std::vector<char> pattern(bytes);
+  for (size_t i = 0; i < bytes; ++i) pattern[i] = static_cast<char>(i * 13 + 1);
+  ridgeStream_t stream = nullptr;
+  ASSERT_TRUE(rt->createStream(&stream).isOk());
+  ASSERT_TRUE(rt->copy(reinterpret_cast<void*>(dev), pattern.data(), bytes, stream).isOk());
+  ASSERT_TRUE(rt->synchronize(stream).isOk());
+  rt->destroyStream(stream);
+  EXPECT_EQ(std::memcmp(host, pattern.data(), bytes), 0);
+  EXPECT_TRUE(rt->unmapHostRange(host).isOk());
+  // Ordinary RAM as I/O memory: what the driver says (a UAR page is what this flag is for).
+  st = rt->mapHostRange(host, bytes, device::DeviceRuntime::HostRangeKind::IoMemory, &dev);
+  std::printf("ordinary host pages registered as I/O memory: %s\n",
+              st.isOk() ? "accepted" : st.message().c_str());
+  if (st.isOk()) EXPECT_TRUE(rt->unmapHostRange(host).isOk());
+  std::free(host);
+}
+
+// The ladder probe with the real CUDA runtime and the fake NIC: the rings (host pages here, as
+// libmlx5 allocates them) really are registered for the GPU; the "UAR" and "on-NIC memory" are
+// host pages too, so what the I/O-memory registration answers decides cpu- or gpu-doorbell.
+TEST_F(VerbsFakeApi, ProbeWithTheCudaRuntime) {
+  std::string why;
+  device::DeviceRuntime* rt = cudaWithDevice(&why);
+  if (!rt) GTEST_SKIP() << "skipped: " << why;
+  const GdrLadderDecision d = probe(true, rt);
+  std::printf("ladder on this GPU with the fake NIC: %s\n", gdrLadderLine(d).c_str());
+  EXPECT_TRUE(d.rung == GdrRung::GpuDoorbell || d.rung == GdrRung::CpuDoorbell) << gdrLadderLine(d);
+  EXPECT_EQ(d.reason.find("rings could not be mapped"), std::string::npos) << d.reason;
+}
+
+}  // namespace
+}  // namespace ridge
+
+#else
+
+TEST(VerbsFakeApi, NeedsRdmaCoreHeaders) {
+  GTEST_SKIP() << "skipped: this build has no rdma-core provider or no infiniband/mlx5dv.h";
+}
+
+#endif
