@@ -1,3 +1,6 @@
+// Python.h first, as Python asks (it sets feature macros the standard headers read).
+#include <Python.h>
+
 #include "process_group_ridge.hpp"
 
 #include <ATen/ATen.h>
@@ -275,7 +278,13 @@ ProcessGroupRidge::~ProcessGroupRidge() {
   }
   wake_.notify_all();
   // Operations already issued still run (each bounded by the communicator's timeout).
-  if (worker_.joinable()) worker_.join();
+  // The worker may drop the last reference to a tensor that has a Python object, which
+  // takes the GIL: a Python thread dropping the group must not hold it while waiting.
+  if (worker_.joinable()) {
+    PyThreadState* saved = Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
+    worker_.join();
+    if (saved) PyEval_RestoreThread(saved);
+  }
   // Not ridgeCommFinalize: it is collective, and ranks drop their groups at different times.
   if (comm_) ridgeCommDestroy(comm_);
 }
