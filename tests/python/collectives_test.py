@@ -291,6 +291,11 @@ def worker(args):
             t = make(torch, rank, n, torch.float32)
             dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
             expect("subgroup after full", t, per_rank[members].max(0).values)
+        # Dropping a group while its worker still runs an operation on a tensor that only
+        # the worker holds: the worker frees the tensor (taking the GIL) while this thread
+        # waits for it, which must not deadlock.
+        pending = dist.all_reduce(torch.ones(1 << 20), group=everyone, async_op=True)
+        del pending
         dist.destroy_process_group(everyone)
 
     def test_errors_are_clear():

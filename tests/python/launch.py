@@ -109,7 +109,8 @@ def run_ranks(args):
     elif args.init == "tcp":
         import torch.distributed as dist
 
-        server = dist.TCPStore("127.0.0.1", 0, args.nprocs, True, datetime.timedelta(seconds=args.deadline))
+        server = dist.TCPStore("127.0.0.1", 0, args.nprocs, True, datetime.timedelta(seconds=args.deadline),
+                               wait_for_workers=False)  # they start below
         env["MASTER_PORT"] = str(server.port)
         env["TORCHELASTIC_USE_AGENT_STORE"] = "True"
         env["TORCHELASTIC_RESTART_COUNT"] = "0"

@@ -1,9 +1,8 @@
 // Python.h first, as Python asks (it sets feature macros the standard headers read).
-#include <Python.h>
-
 #include "process_group_ridge.hpp"
 
 #include <ATen/ATen.h>
+#include <Python.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
@@ -57,9 +56,10 @@ void checkTensor(const at::Tensor& t, const char* op) {
   TORCH_CHECK(t.defined(), "ridge backend: ", op, ": undefined tensor");
   if (t.is_cpu() || onDevice(t)) return;
   if (t.is_cuda())
-    unsupported(std::string(op) +
-                ": CUDA tensors need torch and Ridge both built with CUDA; this torch_ridge was built without "
-                "(use CPU tensors)");
+    unsupported(
+        std::string(op) +
+        ": CUDA tensors need torch and Ridge both built with CUDA; this torch_ridge was built without "
+        "(use CPU tensors)");
   unsupported(std::string(op) + ": tensors on " + t.device().str() + " are not supported (CPU" +
 #ifdef RIDGE_TORCH_CUDA
               " or CUDA"
@@ -143,9 +143,10 @@ Reduction reductionFor(const c10d::ReduceOp& rop, const at::Tensor& t, const cha
       break;
     }
     default:
-      unsupported(std::string(op) +
-                  ": Ridge has no bitwise reductions (BAND, BOR, BXOR); it has SUM, PRODUCT, MIN, MAX, AVG and "
-                  "PREMUL_SUM");
+      unsupported(
+          std::string(op) +
+          ": Ridge has no bitwise reductions (BAND, BOR, BXOR); it has SUM, PRODUCT, MIN, MAX, AVG and "
+          "PREMUL_SUM");
   }
   return r;
 }
@@ -159,11 +160,15 @@ void applyPremul(const Reduction& r, at::Tensor& buf) {
     buf.mul_(r.factor);
 }
 
-size_t bytesOf(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
+size_t bytesOf(const at::Tensor& t) {
+  return static_cast<size_t>(t.numel()) * t.element_size();
+}
 
 // A contiguous tensor that Ridge may read or write in place of the caller's: the tensor
 // itself when it is contiguous, else a contiguous copy (written back by writeBack).
-at::Tensor staged(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
+at::Tensor staged(const at::Tensor& t) {
+  return t.is_contiguous() ? t : t.contiguous();
+}
 
 void writeBack(at::Tensor& user, const at::Tensor& buf) {
   if (!user.is_same(buf)) user.copy_(buf);
@@ -186,7 +191,9 @@ void copyRows(at::Tensor& dst, int64_t dstRow, const at::Tensor& src, int64_t sr
 // (the group's error, if any, is then the one thrown).
 class RidgeGroup {
  public:
-  explicit RidgeGroup(ridgeComm_t comm) : comm_(comm) { check(ridgeGroupStart(), "ridgeGroupStart", nullptr); }
+  explicit RidgeGroup(ridgeComm_t comm) : comm_(comm) {
+    check(ridgeGroupStart(), "ridgeGroupStart", nullptr);
+  }
   void end() {
     open_ = false;
     check(ridgeGroupEnd(), "ridgeGroupEnd", comm_);
@@ -219,11 +226,12 @@ RidgeWork::RidgeWork(int rank, c10d::OpType type, std::vector<at::Tensor> output
 }
 
 void RidgeWork::complete(std::exception_ptr error) {
-  finish(error);
+  // The future first: whoever returns from wait() may read it at once.
   if (error)
     future_->setError(error);
   else
     future_->markCompleted(c10::IValue(outputs_));
+  finish(error);
 }
 
 void RidgeWork::synchronize() {
@@ -373,7 +381,8 @@ void ProcessGroupRidge::endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>
     works->push_back(t.work);
     runs->push_back(std::move(t.run));
   }
-  auto batchWork = c10::make_intrusive<RidgeWork>(rank_, c10d::OpType::UNKNOWN, std::vector<at::Tensor>{}, false);
+  auto batchWork =
+      c10::make_intrusive<RidgeWork>(rank_, c10d::OpType::UNKNOWN, std::vector<at::Tensor>{}, false);
   Task batch{[this, works, runs] {
                std::exception_ptr error;
                try {
@@ -427,8 +436,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRidge::allreduce(std::vector<at::Tens
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupRidge::allreduce_coalesced(std::vector<at::Tensor>& tensors,
-                                                                      const c10d::AllreduceCoalescedOptions& opts) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupRidge::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   const bool device = checkTensors(tensors, "allreduce_coalesced");
   std::vector<ridgeDataType_t> types;
   std::vector<Reduction> reds;
@@ -504,7 +513,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRidge::allgather(std::vector<std::vec
                                                             std::vector<at::Tensor>& inputs,
                                                             const c10d::AllgatherOptions& /*opts*/) {
   checkOne(inputs, "allgather");
-  TORCH_CHECK(outputs.size() == 1, "ridge backend: allgather: one output list per call, got ", outputs.size());
+  TORCH_CHECK(outputs.size() == 1, "ridge backend: allgather: one output list per call, got ",
+              outputs.size());
   TORCH_CHECK(static_cast<int>(outputs[0].size()) == size_, "ridge backend: allgather: ", outputs[0].size(),
               " output tensors for ", size_, " ranks");
   const bool device = checkTensors(inputs, "allgather");
@@ -552,8 +562,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRidge::allgather_coalesced(
     const c10d::AllgatherOptions& /*opts*/) {
   // torch's layout: outputLists[r][i] receives rank r's inputs[i].
   const bool device = checkTensors(inputs, "allgather_coalesced");
-  TORCH_CHECK(static_cast<int>(outputLists.size()) == size_, "ridge backend: allgather_coalesced: ",
-              outputLists.size(), " output lists for ", size_, " ranks");
+  TORCH_CHECK(static_cast<int>(outputLists.size()) == size_,
+              "ridge backend: allgather_coalesced: ", outputLists.size(), " output lists for ", size_,
+              " ranks");
   std::vector<at::Tensor> flatOuts;
   for (auto& list : outputLists) {
     TORCH_CHECK(list.size() == inputs.size(), "ridge backend: allgather_coalesced: each output list needs ",
@@ -575,7 +586,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRidge::allgather_coalesced(
       if (ins[i].numel() == 0) continue;
       srcs[i] = staged(ins[i]);
       flats[i] = at::empty({static_cast<int64_t>(size_) * ins[i].numel()}, ins[i].options());
-      check(ridgeAllGather(srcs[i].data_ptr(), flats[i].data_ptr(), bytesOf(srcs[i]), ridgeUint8, comm_, stream),
+      check(ridgeAllGather(srcs[i].data_ptr(), flats[i].data_ptr(), bytesOf(srcs[i]), ridgeUint8, comm_,
+                           stream),
             "ridgeAllGather", comm_);
     }
     group.end();
@@ -621,7 +633,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRidge::gather(std::vector<std::vector
       for (int r = 0; r < size_; ++r) {
         if (r == root) continue;
         bufs[r] = staged(outs[r]);
-        check(ridgeRecv(bufs[r].data_ptr(), bytesOf(bufs[r]), ridgeUint8, r, comm_, stream), "ridgeRecv", comm_);
+        check(ridgeRecv(bufs[r].data_ptr(), bytesOf(bufs[r]), ridgeUint8, r, comm_, stream), "ridgeRecv",
+              comm_);
       }
     } else {
       check(ridgeSend(src.data_ptr(), bytesOf(src), ridgeUint8, root, comm_, stream), "ridgeSend", comm_);
@@ -670,7 +683,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRidge::scatter(std::vector<at::Tensor
       for (int r = 0; r < size_; ++r) {
         srcs[r] = staged(ins[r]);
         if (r != root)
-          check(ridgeSend(srcs[r].data_ptr(), bytesOf(srcs[r]), ridgeUint8, r, comm_, stream), "ridgeSend", comm_);
+          check(ridgeSend(srcs[r].data_ptr(), bytesOf(srcs[r]), ridgeUint8, r, comm_, stream), "ridgeSend",
+                comm_);
       }
     } else {
       check(ridgeRecv(dst.data_ptr(), bytesOf(dst), ridgeUint8, root, comm_, stream), "ridgeRecv", comm_);
@@ -695,8 +709,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRidge::reduce_scatter(std::vector<at:
   checkTensors(inputs[0], "reduce_scatter");
   at::Tensor out = outputs[0];
   for (const at::Tensor& i : inputs[0])
-    TORCH_CHECK(i.numel() == out.numel() && i.scalar_type() == out.scalar_type() && i.device() == out.device(),
-                "ridge backend: reduce_scatter: every input must have the output's size, dtype and device");
+    TORCH_CHECK(
+        i.numel() == out.numel() && i.scalar_type() == out.scalar_type() && i.device() == out.device(),
+        "ridge backend: reduce_scatter: every input must have the output's size, dtype and device");
   const ridgeDataType_t dt = reduceType(out, "reduce_scatter");
   const Reduction red = reductionFor(opts.reduceOp, out, "reduce_scatter");
   std::vector<at::Tensor> ins = inputs[0];
@@ -714,25 +729,27 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRidge::reduce_scatter(std::vector<at:
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupRidge::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
-                                                                       const c10d::ReduceScatterOptions& opts) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupRidge::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
   const bool device = checkTensors({output, input}, "_reduce_scatter_base");
   TORCH_CHECK(input.numel() == output.numel() * size_, "ridge backend: _reduce_scatter_base: input has ",
               input.numel(), " elements, not ", size_, " x ", output.numel());
-  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "ridge backend: _reduce_scatter_base: dtypes differ");
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(),
+              "ridge backend: _reduce_scatter_base: dtypes differ");
   const ridgeDataType_t dt = reduceType(output, "_reduce_scatter_base");
   const Reduction red = reductionFor(opts.reduceOp, output, "_reduce_scatter_base");
   at::Tensor out = output, in = input;
   const ridgeStream_t stream = streamOf(out);
-  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, device, [this, out, in, dt, red, stream]() mutable {
-    if (out.numel() == 0) return;
-    at::Tensor src = red.premul ? in.clone(at::MemoryFormat::Contiguous) : staged(in);
-    applyPremul(red, src);
-    at::Tensor dst = staged(out);
-    check(ridgeReduceScatter(src.data_ptr(), dst.data_ptr(), dst.numel(), dt, red.op, comm_, stream),
-          "ridgeReduceScatter", comm_);
-    deferAfterGroup([out, dst, src]() mutable { writeBack(out, dst); });
-  });
+  return enqueue(
+      c10d::OpType::_REDUCE_SCATTER_BASE, {output}, device, [this, out, in, dt, red, stream]() mutable {
+        if (out.numel() == 0) return;
+        at::Tensor src = red.premul ? in.clone(at::MemoryFormat::Contiguous) : staged(in);
+        applyPremul(red, src);
+        at::Tensor dst = staged(out);
+        check(ridgeReduceScatter(src.data_ptr(), dst.data_ptr(), dst.numel(), dt, red.op, comm_, stream),
+              "ridgeReduceScatter", comm_);
+        deferAfterGroup([out, dst, src]() mutable { writeBack(out, dst); });
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRidge::alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -778,40 +795,41 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRidge::alltoall_base(at::Tensor& outp
   std::vector<int64_t> outRows = splits(outputSplitSizes, out, "output");
   TORCH_CHECK(in.size(0) == 0 || out.size(0) == 0 || in.numel() / in.size(0) == out.numel() / out.size(0),
               "ridge backend: alltoall_base: input and output rows differ in size");
-  return enqueue(c10d::OpType::ALLTOALL_BASE, {output}, device, [this, out, in, inRows, outRows, stream]() mutable {
-    at::Tensor src = staged(in), dst = staged(out);
-    const size_t inRowBytes = in.size(0) ? bytesOf(src) / in.size(0) : 0;
-    const size_t outRowBytes = out.size(0) ? bytesOf(dst) / out.size(0) : 0;
-    auto* srcBytes = static_cast<const char*>(src.data_ptr());
-    auto* dstBytes = static_cast<char*>(dst.data_ptr());
-    int64_t inRow = 0, outRow = 0, selfIn = 0, selfOut = 0;
-    RidgeGroup group(comm_);
-    for (int peer = 0; peer < size_; ++peer) {
-      if (peer == rank_) {
-        selfIn = inRow;
-        selfOut = outRow;
-      } else {
-        // Zero-row blocks are skipped on both sides: the splits agree pairwise.
-        if (inRows[peer] > 0)
-          check(ridgeSend(srcBytes + inRow * inRowBytes, inRows[peer] * inRowBytes, ridgeUint8, peer, comm_,
-                          stream),
-                "ridgeSend", comm_);
-        if (outRows[peer] > 0)
-          check(ridgeRecv(dstBytes + outRow * outRowBytes, outRows[peer] * outRowBytes, ridgeUint8, peer, comm_,
-                          stream),
-                "ridgeRecv", comm_);
-      }
-      inRow += inRows[peer];
-      outRow += outRows[peer];
-    }
-    group.end();
-    TORCH_CHECK(inRows[rank_] == outRows[rank_], "ridge backend: alltoall_base: this rank sends itself ",
-                inRows[rank_], " rows but expects ", outRows[rank_]);
-    deferAfterGroup([out, dst, src, selfIn, selfOut, rows = inRows[rank_]]() mutable {
-      copyRows(dst, selfOut, src, selfIn, rows);
-      writeBack(out, dst);
-    });
-  });
+  return enqueue(
+      c10d::OpType::ALLTOALL_BASE, {output}, device, [this, out, in, inRows, outRows, stream]() mutable {
+        at::Tensor src = staged(in), dst = staged(out);
+        const size_t inRowBytes = in.size(0) ? bytesOf(src) / in.size(0) : 0;
+        const size_t outRowBytes = out.size(0) ? bytesOf(dst) / out.size(0) : 0;
+        auto* srcBytes = static_cast<const char*>(src.data_ptr());
+        auto* dstBytes = static_cast<char*>(dst.data_ptr());
+        int64_t inRow = 0, outRow = 0, selfIn = 0, selfOut = 0;
+        RidgeGroup group(comm_);
+        for (int peer = 0; peer < size_; ++peer) {
+          if (peer == rank_) {
+            selfIn = inRow;
+            selfOut = outRow;
+          } else {
+            // Zero-row blocks are skipped on both sides: the splits agree pairwise.
+            if (inRows[peer] > 0)
+              check(ridgeSend(srcBytes + inRow * inRowBytes, inRows[peer] * inRowBytes, ridgeUint8, peer,
+                              comm_, stream),
+                    "ridgeSend", comm_);
+            if (outRows[peer] > 0)
+              check(ridgeRecv(dstBytes + outRow * outRowBytes, outRows[peer] * outRowBytes, ridgeUint8, peer,
+                              comm_, stream),
+                    "ridgeRecv", comm_);
+          }
+          inRow += inRows[peer];
+          outRow += outRows[peer];
+        }
+        group.end();
+        TORCH_CHECK(inRows[rank_] == outRows[rank_], "ridge backend: alltoall_base: this rank sends itself ",
+                    inRows[rank_], " rows but expects ", outRows[rank_]);
+        deferAfterGroup([out, dst, src, selfIn, selfOut, rows = inRows[rank_]]() mutable {
+          copyRows(dst, selfOut, src, selfIn, rows);
+          writeBack(out, dst);
+        });
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRidge::alltoall(std::vector<at::Tensor>& outputs,
@@ -833,11 +851,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRidge::alltoall(std::vector<at::Tenso
       dsts[peer] = staged(outs[peer]);
       if (peer == rank_) continue;
       if (srcs[peer].numel() > 0)
-        check(ridgeSend(srcs[peer].data_ptr(), bytesOf(srcs[peer]), ridgeUint8, peer, comm_, stream), "ridgeSend",
-              comm_);
+        check(ridgeSend(srcs[peer].data_ptr(), bytesOf(srcs[peer]), ridgeUint8, peer, comm_, stream),
+              "ridgeSend", comm_);
       if (dsts[peer].numel() > 0)
-        check(ridgeRecv(dsts[peer].data_ptr(), bytesOf(dsts[peer]), ridgeUint8, peer, comm_, stream), "ridgeRecv",
-              comm_);
+        check(ridgeRecv(dsts[peer].data_ptr(), bytesOf(dsts[peer]), ridgeUint8, peer, comm_, stream),
+              "ridgeRecv", comm_);
     }
     group.end();
     deferAfterGroup([this, outs, srcs, dsts]() mutable {
