@@ -161,6 +161,8 @@ def worker(args):
             dist.reduce(t, dst=root, op=dist.ReduceOp.SUM)
             if rank == root:
                 expect(f"reduce sum root {root}", t, per_rank.sum(0))
+            else:
+                expect(f"reduce leaves non-root {rank} as it was", t, per_rank[rank])
             t = make(torch, rank, n, torch.int32)
             dist.reduce(t, dst=root, op=dist.ReduceOp.MAX)
             if rank == root:
