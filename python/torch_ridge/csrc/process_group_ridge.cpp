@@ -187,6 +187,25 @@ void copyRows(at::Tensor& dst, int64_t dstRow, const at::Tensor& src, int64_t sr
   if (rows > 0) dst.narrow(0, dstRow, rows).copy_(src.narrow(0, srcRow, rows));
 }
 
+// gather's outputs and scatter's inputs: on the root one list of `size` tensors shaped like
+// `like` (its numel and dtype), elsewhere nothing. Returns the root's list (or none).
+std::vector<at::Tensor> rootOnlyList(const std::vector<std::vector<at::Tensor>>& lists,
+                                     const at::Tensor& like, bool isRoot, int size, const char* op,
+                                     const char* what) {
+  if (!isRoot) {
+    TORCH_CHECK(lists.empty() || (lists.size() == 1 && lists[0].empty()), "ridge backend: ", op,
+                ": only the root passes ", what, " tensors");
+    return {};
+  }
+  TORCH_CHECK(lists.size() == 1 && static_cast<int>(lists[0].size()) == size, "ridge backend: ", op,
+              ": the root needs one list of ", size, " ", what, " tensors");
+  checkTensors(lists[0], op);
+  for (const at::Tensor& t : lists[0])
+    TORCH_CHECK(t.numel() == like.numel() && t.scalar_type() == like.scalar_type(), "ridge backend: ", op,
+                ": every ", what, " must have the size and dtype of this rank's tensor");
+  return lists[0];
+}
+
 // RAII ridgeGroupStart/End so that an exception between them still closes the group
 // (the group's error, if any, is then the one thrown).
 class RidgeGroup {
@@ -610,19 +629,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRidge::gather(std::vector<std::vector
   const int root = static_cast<int>(opts.rootRank);
   TORCH_CHECK(root >= 0 && root < size_, "ridge backend: gather: root ", root, " is out of range");
   at::Tensor in = inputs[0];
-  std::vector<at::Tensor> outs;
-  if (rank_ == root) {
-    TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
-                "ridge backend: gather: the root needs one list of ", size_, " output tensors");
-    checkTensors(outputs[0], "gather");
-    for (const at::Tensor& o : outputs[0])
-      TORCH_CHECK(o.numel() == in.numel() && o.scalar_type() == in.scalar_type(),
-                  "ridge backend: gather: every output must have the input's size and dtype");
-    outs = outputs[0];
-  } else {
-    TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
-                "ridge backend: gather: only the root passes output tensors");
-  }
+  std::vector<at::Tensor> outs = rootOnlyList(outputs, in, rank_ == root, size_, "gather", "output");
   const ridgeStream_t stream = streamOf(in);
   return enqueue(c10d::OpType::GATHER, outs, device, [this, in, outs, root, stream]() mutable {
     if (in.numel() == 0) return;
@@ -660,19 +667,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRidge::scatter(std::vector<at::Tensor
   const int root = static_cast<int>(opts.rootRank);
   TORCH_CHECK(root >= 0 && root < size_, "ridge backend: scatter: root ", root, " is out of range");
   at::Tensor out = outputs[0];
-  std::vector<at::Tensor> ins;
-  if (rank_ == root) {
-    TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
-                "ridge backend: scatter: the root needs one list of ", size_, " input tensors");
-    checkTensors(inputs[0], "scatter");
-    for (const at::Tensor& i : inputs[0])
-      TORCH_CHECK(i.numel() == out.numel() && i.scalar_type() == out.scalar_type(),
-                  "ridge backend: scatter: every input must have the output's size and dtype");
-    ins = inputs[0];
-  } else {
-    TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
-                "ridge backend: scatter: only the root passes input tensors");
-  }
+  std::vector<at::Tensor> ins = rootOnlyList(inputs, out, rank_ == root, size_, "scatter", "input");
   const ridgeStream_t stream = streamOf(out);
   return enqueue(c10d::OpType::SCATTER, outputs, device, [this, out, ins, root, stream]() mutable {
     if (out.numel() == 0) return;
