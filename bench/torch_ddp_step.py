@@ -7,7 +7,8 @@
 Starts --nprocs ranks on this host (env:// on loopback, a port the kernel picks). Every
 rank holds one Ridge group (the default) and one Gloo group over the same ranks, and a
 model of --layers Linear(width, width) layers (--width 1024: 4 MiB of float32 gradients
-per layer). For each bucket_cap_mb, each backend gets its own DDP wrapper of the same
+per layer), or with --model embedding an Embedding with as many parameters and next to no
+arithmetic (the step is then mostly the gradient allreduce). For each bucket_cap_mb, each backend gets its own DDP wrapper of the same
 model; the backends then take turns, --rounds times (the first of each pair alternates),
 each turn timing --steps training steps after a barrier. Reported per bucket size and
 backend: the median over rounds of the mean step time on rank 0 (which waits for its
@@ -37,14 +38,22 @@ def worker(args):
     groups = {"ridge": None, "gloo": gloo}
 
     torch.manual_seed(0)
-    layers = []
-    for _ in range(args.layers):
-        layers += [torch.nn.Linear(args.width, args.width), torch.nn.ReLU()]
-    model = torch.nn.Sequential(*layers)
-    params = sum(p.numel() for p in model.parameters())
     g = torch.Generator().manual_seed(rank)
-    x = torch.randn(args.batch, args.width, generator=g)
-    y = torch.randn(args.batch, args.width, generator=g)
+    if args.model == "mlp":
+        layers = []
+        for _ in range(args.layers):
+            layers += [torch.nn.Linear(args.width, args.width), torch.nn.ReLU()]
+        model = torch.nn.Sequential(*layers)
+        x = torch.randn(args.batch, args.width, generator=g)
+        y = torch.randn(args.batch, args.width, generator=g)
+    else:
+        # As many parameters as the MLP, almost no arithmetic: the step is the gradients'
+        # allreduce (dense embedding gradients, as DDP sends them) plus memory traffic.
+        rows = args.layers * args.width * args.width // 64
+        model = torch.nn.Sequential(torch.nn.Embedding(rows, 64), torch.nn.Linear(64, 64))
+        x = torch.randint(0, rows, (args.batch,), generator=g)
+        y = torch.randn(args.batch, 64, generator=g)
+    params = sum(p.numel() for p in model.parameters())
 
     def timed_steps(ddp, opt, steps):
         dist.barrier(group=gloo)
@@ -71,7 +80,7 @@ def worker(args):
         rows.append((bucket, med["ridge"], med["gloo"]))
         del wrapped
     if rank == 0:
-        print(f"# DDP step, {dist.get_world_size()} ranks, {params / 1e6:.1f} M float32 parameters "
+        print(f"# DDP step, {args.model}, {dist.get_world_size()} ranks, {params / 1e6:.1f} M float32 parameters "
               f"({params * 4 / 2**20:.0f} MiB of gradients), batch {args.batch}, {args.threads} torch thread(s) "
               f"per rank, median of {args.rounds} rounds x {args.steps} steps")
         print(f"{'bucket_cap_mb':>13} {'ridge ms':>10} {'gloo ms':>10} {'gloo/ridge':>11}")
@@ -84,6 +93,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nprocs", type=int, default=2)
     p.add_argument("--buckets", default="1,5,25", help="bucket_cap_mb values, comma-separated")
+    p.add_argument("--model", choices=["mlp", "embedding"], default="mlp",
+                   help="mlp: Linear layers (compute and communication); embedding: the same parameter "
+                        "count in an Embedding (communication-bound)")
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--width", type=int, default=1024)
     p.add_argument("--batch", type=int, default=8)
