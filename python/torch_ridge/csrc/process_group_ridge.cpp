@@ -238,6 +238,8 @@ RidgeWork::RidgeWork(int rank, c10d::OpType type, std::vector<at::Tensor> output
     // A CUDA-aware future: markCompleted records an event on the current stream, and
     // value()/then() users wait on it instead of on the host.
     future_ = c10::make_intrusive<c10::ivalue::Future>(type_, std::vector<c10::Device>{outputs_[0].device()});
+    // Constructed on the caller's thread: its current stream is the one the operation goes on.
+    stream_ = at::cuda::getCurrentCUDAStream(outputs_[0].device().index());
     return;
   }
 #endif
@@ -246,6 +248,11 @@ RidgeWork::RidgeWork(int rank, c10d::OpType type, std::vector<at::Tensor> output
 
 void RidgeWork::complete(std::exception_ptr error) {
   // The future first: whoever returns from wait() may read it at once.
+#ifdef RIDGE_TORCH_CUDA
+  // A CUDA future records its events on the current stream: make that the operation's.
+  c10::optional<c10::cuda::CUDAStreamGuard> onStream;
+  if (stream_) onStream.emplace(*stream_);
+#endif
   if (error)
     future_->setError(error);
   else

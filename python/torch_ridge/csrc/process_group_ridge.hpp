@@ -28,6 +28,10 @@
 #endif
 #include <ridge/ridge.h>
 
+#ifdef RIDGE_TORCH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -65,6 +69,9 @@ class RidgeWork : public c10d::Work {
  private:
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+#ifdef RIDGE_TORCH_CUDA
+  c10::optional<c10::cuda::CUDAStream> stream_;  // the stream a CUDA operation runs on
+#endif
 };
 
 class ProcessGroupRidge : public RidgeBase {
