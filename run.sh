@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 PACKAGES=(cmake ninja-build g++ pkg-config python3 libhwloc-dev libibverbs-dev
-          libopenmpi-dev openmpi-bin libgtest-dev libgloo-dev graphviz gnuplot-nox python3-matplotlib)
+          libopenmpi-dev openmpi-bin libgtest-dev libgloo-dev graphviz gnuplot-nox python3-matplotlib
+          python3-torch libtorch-dev python3-dev pybind11-dev)
 BUILD_DIR=${RIDGE_BUILD_DIR:-build}
 JOBS=$(nproc 2>/dev/null || echo 2)
 
