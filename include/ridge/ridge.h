@@ -184,10 +184,12 @@ RIDGE_API ridgeResult_t ridgeCommInitRankConfig(ridgeComm_t* comm, int nranks, r
                                                 ridgeConfig_t* config);
 
 /**
- * Creates a communicator from the environment, for launchers such as torchrun or
- * Slurm: RIDGE_RANK, RIDGE_WORLD_SIZE and RIDGE_ROOT_ADDR (host:port; rank 0 listens
- * there, the others connect). Falls back to RANK, WORLD_SIZE, MASTER_ADDR and
- * MASTER_PORT when the RIDGE_ names are unset.
+ * Creates a communicator from the environment, for launchers: rank 0 listens on
+ * RIDGE_ROOT_ADDR (host:port; else MASTER_ADDR and MASTER_PORT) and the others connect.
+ * Rank and world size come as a pair from the first of RIDGE_RANK/RIDGE_WORLD_SIZE,
+ * RANK/WORLD_SIZE (torchrun), OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE (mpirun),
+ * PMI_RANK/PMI_SIZE (PMI launchers) and SLURM_PROCID/SLURM_NTASKS (srun). Ranks that
+ * disagree on the world size fail with a message saying so.
  */
 RIDGE_API ridgeResult_t ridgeCommInitFromEnv(ridgeComm_t* comm);
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
+#include "bootstrap/launcher_env.h"
 #include "coll/algorithms.h"
 #include "coll/batch.h"
 #include "coll/comm.h"
@@ -672,40 +673,18 @@ RIDGE_API ridgeResult_t ridgeCommShrink(ridgeComm_t comm, const int* excludeRank
 RIDGE_API ridgeResult_t ridgeCommInitFromEnv(ridgeComm_t* comm) {
   const char* fn = "ridgeCommInitFromEnv";
   if (!comm) return fail(nullptr, badArg(fn, "comm is NULL"));
-  auto envOr = [](const char* a, const char* b) -> std::string {
-    const char* v = std::getenv(a);
-    if (v && *v) return v;
-    v = b ? std::getenv(b) : nullptr;
-    return v ? v : "";
-  };
-  std::string rankText = envOr("RIDGE_RANK", "RANK"), sizeText = envOr("RIDGE_WORLD_SIZE", "WORLD_SIZE");
-  std::string addr = envOr("RIDGE_ROOT_ADDR", nullptr);
-  if (addr.empty()) {
-    std::string host = envOr("MASTER_ADDR", nullptr), port = envOr("MASTER_PORT", nullptr);
-    if (!host.empty() && !port.empty())
-      addr = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + port;
-  }
-  if (rankText.empty() || sizeText.empty() || addr.empty())
-    return fail(nullptr, makeError(ridgeInvalidUsage,
-                                   "%s: set RIDGE_RANK, RIDGE_WORLD_SIZE and RIDGE_ROOT_ADDR (host:port), or "
-                                   "RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT",
-                                   fn));
-  char* end = nullptr;
-  long rank = std::strtol(rankText.c_str(), &end, 10);
-  bool ok = *end == 0;
-  long size = std::strtol(sizeText.c_str(), &end, 10);
-  ok = ok && *end == 0;
-  if (!ok || size < 1 || size > INT_MAX || rank < 0 || rank >= size)
-    return fail(nullptr, makeError(ridgeInvalidArgument, "%s: rank '%s' / world size '%s' are not valid", fn,
-                                   rankText.c_str(), sizeText.c_str()));
-  // Every rank derives the same nonce from what they all know, so no id has to travel.
-  uint64_t nonce = std::hash<std::string>{}(addr + "/" + sizeText) | 1;
-  if (rank == 0) {
-    if (Status s = startRootService(addr, nonce); !s.isOk()) return fail(nullptr, s);
+  LauncherPlace place;
+  RIDGE_CHECK(nullptr, launcherPlace(&place));
+  // Every rank derives the same nonce from what they all know, so no id has to travel. Not
+  // from the world size: ranks that disagree on it must reach the root, which reports the
+  // mismatch, instead of being turned away as another job's.
+  uint64_t nonce = std::hash<std::string>{}(place.rootAddr) | 1;
+  if (place.rank == 0) {
+    if (Status s = startRootService(place.rootAddr, nonce); !s.isOk()) return fail(nullptr, s);
   }
   ridgeUniqueId id;
-  if (Status s = uniqueIdFromAddress(addr, nonce, &id); !s.isOk()) return fail(nullptr, s);
-  return initRank(fn, comm, static_cast<int>(size), id, static_cast<int>(rank), nullptr);
+  if (Status s = uniqueIdFromAddress(place.rootAddr, nonce, &id); !s.isOk()) return fail(nullptr, s);
+  return initRank(fn, comm, place.worldSize, id, place.rank, nullptr);
 }
 
 RIDGE_API ridgeResult_t ridgeCommFinalize(ridgeComm_t comm) {

@@ -3,7 +3,10 @@
 // scatter, PreMulSum operators, ridgeMemAlloc and buffer registration. Ranks are forked
 // processes (rank_launcher.h) or, for ridgeCommInitAll, threads. Every result is checked
 // against values computed here; outputs are poisoned first.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <cmath>
@@ -359,6 +362,114 @@ TEST(PreMulSum, AllReduceReduceReduceScatter) {
     return 0;
   });
   reportChildFailures(res, "premulsum");
+}
+
+// ---- launchers: ridgeCommInitFromEnv ------------------------------------------------------
+
+// A loopback port nobody listens on now (the kernel's pick, released again).
+int freeLoopbackPort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = -1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+// Forks n ranks that set rank/size through `rankVar`/`sizeVar` (plus RIDGE_ROOT_ADDR) and
+// init from the environment; returns the children's results. sizeOf(rank) lets ranks disagree.
+LaunchResult initFromEnv(int n, const char* rankVar, const char* sizeVar, const std::function<int(int)>& sizeOf,
+                         const std::function<int(ridgeResult_t, ridgeComm_t, int, Reporter&)>& check) {
+  const int port = freeLoopbackPort();
+  return launchRanks(n, 60, [&](int me, Reporter& rep) {
+    for (const char* v : {"RIDGE_RANK", "RIDGE_WORLD_SIZE", "RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
+                          "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
+                          "MASTER_ADDR", "MASTER_PORT"})
+      unsetenv(v);
+    setenv(rankVar, std::to_string(me).c_str(), 1);
+    setenv(sizeVar, std::to_string(sizeOf(me)).c_str(), 1);
+    setenv("RIDGE_ROOT_ADDR", ("127.0.0.1:" + std::to_string(port)).c_str(), 1);
+    setenv("RIDGE_TIMEOUT", "5", 1);
+    ridgeComm_t comm = nullptr;
+    ridgeResult_t r = ridgeCommInitFromEnv(&comm);
+    return check(r, comm, me, rep);
+  });
+}
+
+class LauncherEnv : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
+
+TEST_P(LauncherEnv, RankAndSizeFromTheLaunchersVariables) {
+  constexpr int n = 3;
+  LaunchResult res = initFromEnv(n, GetParam().first, GetParam().second, [](int) { return n; },
+                                 [](ridgeResult_t r, ridgeComm_t comm, int me, Reporter& rep) {
+                                   if (r != ridgeSuccess) {
+                                     rep.fail("init", describeResult(r));
+                                     return 1;
+                                   }
+                                   std::string e = queries(comm, me, n);
+                                   if (!e.empty()) rep.fail("queries", e);
+                                   e = checkSumOfMembers(comm, me, {0, 1, 2});
+                                   if (!e.empty()) rep.fail("allreduce", e);
+                                   ridgeCommDestroy(comm);
+                                   return 0;
+                                 });
+  reportChildFailures(res, GetParam().first);
+}
+
+INSTANTIATE_TEST_SUITE_P(Launchers, LauncherEnv,
+                         ::testing::Values(std::make_pair("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+                                           std::make_pair("PMI_RANK", "PMI_SIZE"),
+                                           std::make_pair("SLURM_PROCID", "SLURM_NTASKS"),
+                                           std::make_pair("RANK", "WORLD_SIZE")),
+                         [](const auto& info) { return std::string(info.param.first).substr(0, 4); });
+
+// RIDGE_RANK/RIDGE_WORLD_SIZE win over a launcher's variables (which here say something else).
+TEST(LauncherEnvPrecedence, RidgeVariablesWin) {
+  setenv("SLURM_PROCID", "7", 1);
+  setenv("SLURM_NTASKS", "9", 1);
+  LaunchResult res = initFromEnv(2, "RIDGE_RANK", "RIDGE_WORLD_SIZE", [](int) { return 2; },
+                                 [](ridgeResult_t r, ridgeComm_t comm, int me, Reporter& rep) {
+                                   if (r != ridgeSuccess) {
+                                     rep.fail("init", describeResult(r));
+                                     return 1;
+                                   }
+                                   std::string e = queries(comm, me, 2);
+                                   if (!e.empty()) rep.fail("queries", e);
+                                   ridgeCommDestroy(comm);
+                                   return 0;
+                                 });
+  unsetenv("SLURM_PROCID");
+  unsetenv("SLURM_NTASKS");
+  reportChildFailures(res, "precedence");
+}
+
+// Rank 1 thinks there are 3 ranks, rank 0 that there are 2: both fail, and the message says
+// that the world sizes differ (it used to blame "another job's" unique id).
+TEST(LauncherEnvMismatch, WorldSizeMismatchIsReportedAsSuch) {
+  LaunchResult res = initFromEnv(2, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", [](int me) { return me == 0 ? 2 : 3; },
+                                 [](ridgeResult_t r, ridgeComm_t comm, int, Reporter& rep) {
+                                   if (r == ridgeSuccess) {
+                                     rep.fail("init", "succeeded with mismatched world sizes");
+                                     ridgeCommDestroy(comm);
+                                     return 1;
+                                   }
+                                   const std::string text = ridgeGetLastError(nullptr);
+                                   rep.line("ERROR " + text);
+                                   return 0;
+                                 });
+  reportChildFailures(res, "mismatch");
+  int named = 0;
+  for (const RankResult& rr : res.ranks)
+    for (const std::string& text : linesWith(rr, "ERROR ")) {
+      EXPECT_EQ(text.find("another job"), std::string::npos) << text;
+      named += text.find("world size mismatch") != std::string::npos;
+    }
+  EXPECT_GE(named, 1) << "no rank's error names the world size mismatch";
 }
 
 // ---- memory and registration --------------------------------------------------------------------
