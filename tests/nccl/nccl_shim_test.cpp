@@ -118,6 +118,33 @@ TEST(NcclShim, RefusesByNameWhatRidgeCannotDo) {
   EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
 }
 
+// ncclCommInitAll: several ranks of one process, each then driven by a thread of its own.
+TEST(NcclShim, InitAllRanksInThreads) {
+  constexpr int n = 3;
+  ncclComm_t comms[n] = {};
+  ASSERT_EQ(ncclCommInitAll(comms, n, nullptr), ncclSuccess) << ncclGetLastError(nullptr);
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      int me = -1, count = 0, dev = 0;
+      std::vector<double> x(100, r + 1.0), y(100, -1);
+      if (ncclCommUserRank(comms[r], &me) != ncclSuccess || ncclCommCount(comms[r], &count) != ncclSuccess ||
+          ncclCommCuDevice(comms[r], &dev) != ncclSuccess || me != r || count != n) {
+        errors[r] = "queries";
+        return;
+      }
+      if (ncclAllReduce(x.data(), y.data(), x.size(), ncclDouble, ncclSum, comms[r], nullptr) != ncclSuccess)
+        errors[r] = ncclGetLastError(comms[r]);
+      else if (y[99] != 6.0)
+        errors[r] = "allreduce gave " + std::to_string(y[99]);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  for (int r = 0; r < n; ++r) EXPECT_EQ(ncclCommDestroy(comms[r]), ncclSuccess);
+}
+
 TEST(NcclShim, ConfigIsCheckedAndNonBlockingInitWorks) {
   ncclUniqueId id;
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
