@@ -24,31 +24,37 @@
 
 static int rank = -1;
 
-#define CHECK(call)                                                                                     \
-  do {                                                                                                  \
-    ncclResult_t r_ = (call);                                                                           \
-    if (r_ != ncclSuccess) {                                                                            \
-      fprintf(stderr, "rank %d: %s failed: %s (%s)\n", rank, #call, ncclGetErrorString(r_),             \
-              ncclGetLastError(NULL));                                                                  \
-      return 1;                                                                                         \
-    }                                                                                                   \
+#define CHECK(call)                                                                         \
+  do {                                                                                      \
+    ncclResult_t r_ = (call);                                                               \
+    if (r_ != ncclSuccess) {                                                                \
+      fprintf(stderr, "rank %d: %s failed: %s (%s)\n", rank, #call, ncclGetErrorString(r_), \
+              ncclGetLastError(NULL));                                                      \
+      return 1;                                                                             \
+    }                                                                                       \
   } while (0)
 
-#define EXPECT(cond, ...)                                                   \
-  do {                                                                      \
-    if (!(cond)) {                                                          \
-      fprintf(stderr, "rank %d: line %d: %s: ", rank, __LINE__, #cond);     \
-      fprintf(stderr, __VA_ARGS__);                                         \
-      fputc('\n', stderr);                                                  \
-      return 1;                                                             \
-    }                                                                       \
+#define EXPECT(cond, ...)                                               \
+  do {                                                                  \
+    if (!(cond)) {                                                      \
+      fprintf(stderr, "rank %d: line %d: %s: ", rank, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                     \
+      fputc('\n', stderr);                                              \
+      return 1;                                                         \
+    }                                                                   \
   } while (0)
 
 /* Rank r's element i: small integers, exact in float. Products use 1 or 2 only. */
-static float valueOf(int r, size_t i) { return (float)((i * 7 + (size_t)r * 13) % 31) - 15.0f; }
-static float factorOf(int r, size_t i) { return (float)(1 + (i + (size_t)r) % 2); }
+static float valueOf(int r, size_t i) {
+  return (float)((i * 7 + (size_t)r * 13) % 31) - 15.0f;
+}
+static float factorOf(int r, size_t i) {
+  return (float)(1 + (i + (size_t)r) % 2);
+}
 
-static int near(double got, double want) { return fabs(got - want) <= 1e-5 * (1.0 + fabs(want)); }
+static int near(double got, double want) {
+  return fabs(got - want) <= 1e-5 * (1.0 + fabs(want));
+}
 
 /* The expected allreduce result at i for op over ranks 0..n-1. */
 static double reduced(ncclRedOp_t op, int n, size_t i) {
@@ -88,7 +94,8 @@ static int runRank(int nranks, ncclUniqueId id) {
     for (size_t i = 0; i < count; ++i) send[i] = ops[k] == ncclProd ? factorOf(rank, i) : valueOf(rank, i);
     for (size_t i = 0; i < count; ++i) recv[i] = NAN;
     CHECK(ncclAllReduce(send, recv, count, ncclFloat, ops[k], comm, NULL));
-    for (size_t i = 0; i < count; ++i) EXPECT(near(recv[i], reduced(ops[k], nranks, i)), "op %d at %zu: %f", k, i, recv[i]);
+    for (size_t i = 0; i < count; ++i)
+      EXPECT(near(recv[i], reduced(ops[k], nranks, i)), "op %d at %zu: %f", k, i, recv[i]);
   }
 
   /* Broadcast from the last rank; reduce (max) to rank 0. */
@@ -98,7 +105,8 @@ static int runRank(int nranks, ncclUniqueId id) {
   for (size_t i = 0; i < count; ++i) EXPECT(recv[i] == valueOf(last, i), "broadcast at %zu", i);
   for (size_t i = 0; i < count; ++i) recv[i] = NAN;
   CHECK(ncclReduce(send, rank == 0 ? recv : NULL, count, ncclFloat, ncclMax, 0, comm, NULL));
-  for (size_t i = 0; rank == 0 && i < count; ++i) EXPECT(recv[i] == reduced(ncclMax, nranks, i), "reduce at %zu", i);
+  for (size_t i = 0; rank == 0 && i < count; ++i)
+    EXPECT(recv[i] == reduced(ncclMax, nranks, i), "reduce at %zu", i);
 
   /* Legacy in-place broadcast from rank 0. */
   for (size_t i = 0; i < count; ++i) recv[i] = rank == 0 ? valueOf(0, i) + 100 : NAN;
@@ -109,7 +117,8 @@ static int runRank(int nranks, ncclUniqueId id) {
   for (size_t i = 0; i < count * nranks; ++i) recv[i] = NAN;
   CHECK(ncclAllGather(send, recv, count, ncclFloat, comm, NULL));
   for (int q = 0; q < nranks; ++q)
-    for (size_t i = 0; i < count; ++i) EXPECT(recv[q * count + i] == valueOf(q, i), "allgather block %d at %zu", q, i);
+    for (size_t i = 0; i < count; ++i)
+      EXPECT(recv[q * count + i] == valueOf(q, i), "allgather block %d at %zu", q, i);
   for (size_t i = 0; i < count * nranks; ++i) send[i] = valueOf(rank, i), recv[i] = NAN;
   CHECK(ncclReduceScatter(send, recv, count, ncclFloat, ncclSum, comm, NULL));
   for (size_t i = 0; i < count; ++i)
@@ -125,7 +134,8 @@ static int runRank(int nranks, ncclUniqueId id) {
   for (size_t i = 0; i < count * nranks; ++i) recv[i] = NAN;
   CHECK(ncclGather(send, rank == 0 ? recv : NULL, count, ncclFloat, 0, comm, NULL));
   for (int q = 0; rank == 0 && q < nranks; ++q)
-    for (size_t i = 0; i < count; ++i) EXPECT(recv[q * count + i] == valueOf(q, i), "gather block %d at %zu", q, i);
+    for (size_t i = 0; i < count; ++i)
+      EXPECT(recv[q * count + i] == valueOf(q, i), "gather block %d at %zu", q, i);
   for (size_t i = 0; i < count; ++i) recv[i] = NAN;
   CHECK(ncclScatter(rank == 0 ? send : NULL, recv, count, ncclFloat, 0, comm, NULL));
   for (size_t i = 0; i < count; ++i) EXPECT(recv[i] == valueOf(0, rank * count + i), "scatter at %zu", i);
@@ -158,7 +168,8 @@ static int runRank(int nranks, ncclUniqueId id) {
   void* handle = NULL;
   CHECK(ncclCommRegister(comm, send, count * sizeof(float), &handle));
   CHECK(ncclAllReduce(send, recv, count, ncclFloat, ncclSum, comm, NULL));
-  for (size_t i = 0; i < count; ++i) EXPECT(near(recv[i], reduced(ncclSum, nranks, i)), "registered at %zu", i);
+  for (size_t i = 0; i < count; ++i)
+    EXPECT(near(recv[i], reduced(ncclSum, nranks, i)), "registered at %zu", i);
   CHECK(ncclCommDeregister(comm, handle));
   void* mem = NULL;
   CHECK(ncclMemAlloc(&mem, 1 << 16));
@@ -184,8 +195,10 @@ static int runRank(int nranks, ncclUniqueId id) {
 
   /* What Ridge cannot do is refused by name, never faked. */
   ncclWindow_t win;
-  EXPECT(ncclCommWindowRegister(comm, send, 4096, &win, NCCL_WIN_DEFAULT) == ncclInvalidUsage, "window register");
-  EXPECT(strstr(ncclGetLastError(comm), "ncclCommWindowRegister") != NULL, "last error: %s", ncclGetLastError(comm));
+  EXPECT(ncclCommWindowRegister(comm, send, 4096, &win, NCCL_WIN_DEFAULT) == ncclInvalidUsage,
+         "window register");
+  EXPECT(strstr(ncclGetLastError(comm), "ncclCommWindowRegister") != NULL, "last error: %s",
+         ncclGetLastError(comm));
 
   CHECK(ncclCommFinalize(comm));
   CHECK(ncclCommDestroy(comm));

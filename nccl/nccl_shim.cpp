@@ -10,13 +10,13 @@
 // silent success. NCCL_* environment variables with a RIDGE_* equivalent are mapped once,
 // when the library is loaded (applyNcclEnvironment).
 #include <nccl.h>
+#include <strings.h>
 
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <strings.h>
 
 #include "ridge/ridge.h"
 
@@ -29,7 +29,8 @@ static_assert(static_cast<int>(ncclBfloat16) == static_cast<int>(ridgeBfloat16) 
               static_cast<int>(ncclFloat64) == static_cast<int>(ridgeFloat64) &&
               static_cast<int>(ncclFloat16) == static_cast<int>(ridgeFloat16));
 static_assert(static_cast<int>(ncclAvg) == static_cast<int>(ridgeAvg) &&
-              static_cast<int>(ncclNumOps) == static_cast<int>(ridgeNumOps) && sizeof(ncclRedOp_t) == sizeof(ridgeRedOp_t));
+              static_cast<int>(ncclNumOps) == static_cast<int>(ridgeNumOps) &&
+              sizeof(ncclRedOp_t) == sizeof(ridgeRedOp_t));
 static_assert(static_cast<int>(ncclScalarDevice) == static_cast<int>(ridgeScalarDevice) &&
               static_cast<int>(ncclScalarHostImmediate) == static_cast<int>(ridgeScalarHostImmediate));
 static_assert(NCCL_SPLIT_NOCOLOR == RIDGE_SPLIT_NOCOLOR && NCCL_SHRINK_ABORT == RIDGE_SHRINK_ABORT &&
@@ -96,8 +97,8 @@ __attribute__((constructor)) void applyNcclEnvironment() {
     if (mapValue(m, value, &mapped))
       setenv(m.ridge, mapped.c_str(), 0);
     else
-      std::fprintf(stderr, "Ridge NCCL: %s=%s has no Ridge equivalent; ignored (%s keeps its default)\n", m.nccl,
-                   value, m.ridge);
+      std::fprintf(stderr, "Ridge NCCL: %s=%s has no Ridge equivalent; ignored (%s keeps its default)\n",
+                   m.nccl, value, m.ridge);
   }
 }
 
@@ -128,13 +129,23 @@ ncclResult_t invalid(const char* fn, const char* why) {
   return ncclInvalidArgument;
 }
 
-ridgeComm_t R(ncclComm_t c) { return reinterpret_cast<ridgeComm_t>(c); }
-ridgeDataType_t R(ncclDataType_t t) { return static_cast<ridgeDataType_t>(t); }
-ridgeRedOp_t R(ncclRedOp_t o) { return static_cast<ridgeRedOp_t>(o); }
-ridgeStream_t R(cudaStream_t s) { return s; }
+ridgeComm_t R(ncclComm_t c) {
+  return reinterpret_cast<ridgeComm_t>(c);
+}
+ridgeDataType_t R(ncclDataType_t t) {
+  return static_cast<ridgeDataType_t>(t);
+}
+ridgeRedOp_t R(ncclRedOp_t o) {
+  return static_cast<ridgeRedOp_t>(o);
+}
+ridgeStream_t R(cudaStream_t s) {
+  return s;
+}
 
 // The 8-bit float types have no Ridge equivalent.
-bool fp8(ncclDataType_t t) { return t == ncclFloat8e4m3 || t == ncclFloat8e5m2; }
+bool fp8(ncclDataType_t t) {
+  return t == ncclFloat8e4m3 || t == ncclFloat8e5m2;
+}
 ncclResult_t refuseFp8(const char* fn) {
   return refuse(fn, "ncclFloat8e4m3 and ncclFloat8e5m2 are not Ridge data types");
 }
@@ -158,8 +169,8 @@ extern "C" {
 
 // A Ridge-only symbol: tests (and users) tell this library from NVIDIA's with it.
 __attribute__((visibility("default"))) const char* ridgeNcclShimVersion(void) {
-  static const std::string text = "Ridge " + std::to_string(RIDGE_MAJOR) + "." + std::to_string(RIDGE_MINOR) + "." +
-                                  std::to_string(RIDGE_PATCH) + " libnccl.so.2 implementing the NCCL " +
+  static const std::string text = "Ridge " + std::to_string(RIDGE_MAJOR) + "." + std::to_string(RIDGE_MINOR) +
+                                  "." + std::to_string(RIDGE_PATCH) + " libnccl.so.2 implementing the NCCL " +
                                   std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) + "." +
                                   std::to_string(NCCL_PATCH) + " API";
   return text.c_str();
@@ -177,8 +188,12 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
   return toNccl(ridgeGetUniqueId(reinterpret_cast<ridgeUniqueId*>(uniqueId)));
 }
 
-ncclResult_t ncclMemAlloc(void** ptr, size_t size) { return toNccl(ridgeMemAlloc(ptr, size)); }
-ncclResult_t ncclMemFree(void* ptr) { return toNccl(ridgeMemFree(ptr)); }
+ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
+  return toNccl(ridgeMemAlloc(ptr, size));
+}
+ncclResult_t ncclMemFree(void* ptr) {
+  return toNccl(ridgeMemFree(ptr));
+}
 
 ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
                                     ncclConfig_t* config) {
@@ -199,8 +214,8 @@ ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
   return toNccl(ridgeCommInitAll(reinterpret_cast<ridgeComm_t*>(comm), ndev, devlist));
 }
 
-ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds,
-                                      ncclConfig_t* config) {
+ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId,
+                                      ncclUniqueId* commIds, ncclConfig_t* config) {
   const char* fn = "ncclCommInitRankScalable";
   if (!commIds) return invalid(fn, "commIds is NULL");
   // Ridge's rendezvous has one root: the ids beyond the first would start services nobody joins.
@@ -208,29 +223,38 @@ ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myran
   return ncclCommInitRankConfig(newcomm, nranks, commIds[0], myrank, config);
 }
 
-ncclResult_t ncclCommFinalize(ncclComm_t comm) { return toNccl(ridgeCommFinalize(R(comm))); }
-ncclResult_t ncclCommDestroy(ncclComm_t comm) { return toNccl(ridgeCommDestroy(R(comm))); }
-ncclResult_t ncclCommAbort(ncclComm_t comm) { return toNccl(ridgeCommAbort(R(comm))); }
+ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  return toNccl(ridgeCommFinalize(R(comm)));
+}
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  return toNccl(ridgeCommDestroy(R(comm)));
+}
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  return toNccl(ridgeCommAbort(R(comm)));
+}
 
 ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
   (void)comm;
   (void)revokeFlags;
-  return refuse("ncclCommRevoke", "revoking a communicator is not implemented; use ncclCommAbort or "
-                                  "ncclCommShrink with NCCL_SHRINK_ABORT");
+  return refuse("ncclCommRevoke",
+                "revoking a communicator is not implemented; use ncclCommAbort or "
+                "ncclCommShrink with NCCL_SHRINK_ABORT");
 }
 
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
   ridgeConfig_t rc;
   if (ncclResult_t r = toRidgeConfig("ncclCommSplit", config, &rc); r != ncclSuccess) return r;
-  return toNccl(ridgeCommSplit(R(comm), color, key, reinterpret_cast<ridgeComm_t*>(newcomm), config ? &rc : nullptr));
+  return toNccl(
+      ridgeCommSplit(R(comm), color, key, reinterpret_cast<ridgeComm_t*>(newcomm), config ? &rc : nullptr));
 }
 
-ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm,
-                            ncclConfig_t* config, int shrinkFlags) {
+ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
+                            ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
   ridgeConfig_t rc;
   if (ncclResult_t r = toRidgeConfig("ncclCommShrink", config, &rc); r != ncclSuccess) return r;
-  return toNccl(ridgeCommShrink(R(comm), excludeRanksList, excludeRanksCount, reinterpret_cast<ridgeComm_t*>(newcomm),
-                                config ? &rc : nullptr, shrinkFlags));
+  return toNccl(ridgeCommShrink(R(comm), excludeRanksList, excludeRanksCount,
+                                reinterpret_cast<ridgeComm_t*>(newcomm), config ? &rc : nullptr,
+                                shrinkFlags));
 }
 
 const char* ncclGetErrorString(ncclResult_t result) {
@@ -251,11 +275,15 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   return toNccl(r);
 }
 
-ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) { return toNccl(ridgeCommCount(R(comm), count)); }
+ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+  return toNccl(ridgeCommCount(R(comm), count));
+}
 ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
   return toNccl(ridgeCommCuDevice(R(comm), device));
 }
-ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) { return toNccl(ridgeCommUserRank(R(comm), rank)); }
+ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+  return toNccl(ridgeCommUserRank(R(comm), rank));
+}
 
 ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
   return toNccl(ridgeCommRegister(R(comm), buff, size, handle));
@@ -264,7 +292,8 @@ ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
   return toNccl(ridgeCommDeregister(R(comm), handle));
 }
 
-ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags) {
+ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
+                                    int winFlags) {
   (void)comm, (void)buff, (void)size, (void)winFlags;
   if (win) *win = nullptr;
   return refuse("ncclCommWindowRegister", "symmetric memory windows need NCCL's device-side API");
@@ -280,10 +309,12 @@ ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataTyp
   return toNccl(ridgeRedOpCreatePreMulSum(reinterpret_cast<ridgeRedOp_t*>(op), scalar, R(datatype),
                                           static_cast<ridgeScalarResidence_t>(residence), R(comm)));
 }
-ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) { return toNccl(ridgeRedOpDestroy(R(op), R(comm))); }
+ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
+  return toNccl(ridgeRedOpDestroy(R(op), R(comm)));
+}
 
-ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
-                        int root, ncclComm_t comm, cudaStream_t stream) {
+ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
   if (fp8(datatype)) return refuseFp8("ncclReduce");
   return toNccl(ridgeReduce(sendbuff, recvbuff, count, R(datatype), R(op), root, R(comm), R(stream)));
 }
@@ -294,8 +325,8 @@ ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int ro
   return toNccl(ridgeBcast(buff, count, R(datatype), root, R(comm), R(stream)));
 }
 
-ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
-                           ncclComm_t comm, cudaStream_t stream) {
+ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                           int root, ncclComm_t comm, cudaStream_t stream) {
   if (fp8(datatype)) return refuseFp8("ncclBroadcast");
   return toNccl(ridgeBroadcast(sendbuff, recvbuff, count, R(datatype), root, R(comm), R(stream)));
 }
@@ -306,8 +337,9 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
   return toNccl(ridgeAllReduce(sendbuff, recvbuff, count, R(datatype), R(op), R(comm), R(stream)));
 }
 
-ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
-                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                               ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                               cudaStream_t stream) {
   if (fp8(datatype)) return refuseFp8("ncclReduceScatter");
   return toNccl(ridgeReduceScatter(sendbuff, recvbuff, recvcount, R(datatype), R(op), R(comm), R(stream)));
 }
@@ -330,8 +362,8 @@ ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, nccl
   return toNccl(ridgeGather(sendbuff, recvbuff, count, R(datatype), root, R(comm), R(stream)));
 }
 
-ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
-                         ncclComm_t comm, cudaStream_t stream) {
+ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                         int root, ncclComm_t comm, cudaStream_t stream) {
   if (fp8(datatype)) return refuseFp8("ncclScatter");
   return toNccl(ridgeScatter(sendbuff, recvbuff, count, R(datatype), root, R(comm), R(stream)));
 }
@@ -348,13 +380,18 @@ ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int
   return toNccl(ridgeRecv(recvbuff, count, R(datatype), peer, R(comm), R(stream)));
 }
 
-ncclResult_t ncclGroupStart() { return toNccl(ridgeGroupStart()); }
-ncclResult_t ncclGroupEnd() { return toNccl(ridgeGroupEnd()); }
+ncclResult_t ncclGroupStart() {
+  return toNccl(ridgeGroupStart());
+}
+ncclResult_t ncclGroupEnd() {
+  return toNccl(ridgeGroupEnd());
+}
 
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
   (void)simInfo;
-  return refuse("ncclGroupSimulateEnd", "Ridge has no NCCL performance model; the group stays open, end it with "
-                                        "ncclGroupEnd");
+  return refuse("ncclGroupSimulateEnd",
+                "Ridge has no NCCL performance model; the group stays open, end it with "
+                "ncclGroupEnd");
 }
 
 // ---- pnccl*: the profiling names, the same functions ----------------------------------------
@@ -377,7 +414,8 @@ RIDGE_PNCCL(ncclResult_t, ncclCommShrink,
             (ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm,
              ncclConfig_t* config, int shrinkFlags))
 RIDGE_PNCCL(ncclResult_t, ncclCommInitRankScalable,
-            (ncclComm_t * newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds, ncclConfig_t* config))
+            (ncclComm_t * newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds,
+             ncclConfig_t* config))
 RIDGE_PNCCL(const char*, ncclGetErrorString, (ncclResult_t result))
 RIDGE_PNCCL(const char*, ncclGetLastError, (ncclComm_t comm))
 RIDGE_PNCCL(ncclResult_t, ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t* asyncError))
@@ -394,13 +432,14 @@ RIDGE_PNCCL(ncclResult_t, ncclRedOpCreatePreMulSum,
              ncclComm_t comm))
 RIDGE_PNCCL(ncclResult_t, ncclRedOpDestroy, (ncclRedOp_t op, ncclComm_t comm))
 RIDGE_PNCCL(ncclResult_t, ncclReduce,
-            (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root,
-             ncclComm_t comm, cudaStream_t stream))
+            (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+             int root, ncclComm_t comm, cudaStream_t stream))
 RIDGE_PNCCL(ncclResult_t, ncclBcast,
-            (void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream))
-RIDGE_PNCCL(ncclResult_t, ncclBroadcast,
-            (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+            (void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
              cudaStream_t stream))
+RIDGE_PNCCL(ncclResult_t, ncclBroadcast,
+            (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+             ncclComm_t comm, cudaStream_t stream))
 RIDGE_PNCCL(ncclResult_t, ncclAllReduce,
             (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
              ncclComm_t comm, cudaStream_t stream))
@@ -414,16 +453,17 @@ RIDGE_PNCCL(ncclResult_t, ncclAlltoAll,
             (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm,
              cudaStream_t stream))
 RIDGE_PNCCL(ncclResult_t, ncclGather,
-            (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
-             cudaStream_t stream))
+            (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+             ncclComm_t comm, cudaStream_t stream))
 RIDGE_PNCCL(ncclResult_t, ncclScatter,
-            (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
-             cudaStream_t stream))
+            (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+             ncclComm_t comm, cudaStream_t stream))
 RIDGE_PNCCL(ncclResult_t, ncclSend,
             (const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
              cudaStream_t stream))
 RIDGE_PNCCL(ncclResult_t, ncclRecv,
-            (void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream))
+            (void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+             cudaStream_t stream))
 RIDGE_PNCCL(ncclResult_t, ncclGroupStart, ())
 RIDGE_PNCCL(ncclResult_t, ncclGroupEnd, ())
 RIDGE_PNCCL(ncclResult_t, ncclGroupSimulateEnd, (ncclSimInfo_t * simInfo))

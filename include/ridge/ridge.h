@@ -324,14 +324,16 @@ RIDGE_API ridgeResult_t ridgeAlltoAll(const void* sendbuff, void* recvbuff, size
  * sendbuff == recvbuff + root*count. Runs as one group of sends and receives.
  */
 RIDGE_API ridgeResult_t ridgeGather(const void* sendbuff, void* recvbuff, size_t count,
-                                    ridgeDataType_t datatype, int root, ridgeComm_t comm, ridgeStream_t stream);
+                                    ridgeDataType_t datatype, int root, ridgeComm_t comm,
+                                    ridgeStream_t stream);
 
 /**
  * Scatters root's sendbuff: block i (of `count` elements) goes to rank i's recvbuff
  * (sendbuff is read on root only). In place on root when recvbuff == sendbuff + root*count.
  */
 RIDGE_API ridgeResult_t ridgeScatter(const void* sendbuff, void* recvbuff, size_t count,
-                                     ridgeDataType_t datatype, int root, ridgeComm_t comm, ridgeStream_t stream);
+                                     ridgeDataType_t datatype, int root, ridgeComm_t comm,
+                                     ridgeStream_t stream);
 
 /**
  * Creates a reduction operator for `comm` that multiplies each rank's input by a scalar of

@@ -6,10 +6,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <memory>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -286,7 +286,8 @@ ridgeResult_t submit(ridgeComm* comm, const DeviceOp& op, bool device,
 // ---- PreMulSum operators ------------------------------------------------------------------
 
 // The live operator `op` of comm, checked against the call's datatype.
-Status findUserOp(const char* fn, ridgeComm* comm, ridgeRedOp_t op, ridgeDataType_t dt, ridgeComm::UserOp* out) {
+Status findUserOp(const char* fn, ridgeComm* comm, ridgeRedOp_t op, ridgeDataType_t dt,
+                  ridgeComm::UserOp* out) {
   const size_t index = static_cast<size_t>(op) - ridgeNumOps;
   std::lock_guard<std::mutex> lock(comm->userOpsMutex);
   if (index >= comm->userOps.size() || !comm->userOps[index].live)
@@ -314,7 +315,8 @@ Status readScalar(const char* fn, const ridgeComm::UserOp& op, unsigned char* ou
   if (rt && rt->deviceCount() > 0 && rt->classify(op.scalarPtr).kind == device::PointerKind::Device) {
     Status s = rt->copy(out, op.scalarPtr, es, nullptr);
     if (s.isOk()) s = rt->synchronize(nullptr);
-    if (!s.isOk()) return Status(s.code(), std::string(fn) + ": reading the PreMulSum scalar: " + s.message());
+    if (!s.isOk())
+      return Status(s.code(), std::string(fn) + ": reading the PreMulSum scalar: " + s.message());
     return Status::ok();
   }
   std::memcpy(out, op.scalarPtr, es);
@@ -331,7 +333,8 @@ void scaleTyped(unsigned char* dst, const void* src, size_t n, const unsigned ch
 }
 
 // dst = scalar * src, element by element in the datatype (half and bfloat16 through float).
-void scaleInto(unsigned char* dst, const void* src, size_t n, ridgeDataType_t dt, const unsigned char* scalar) {
+void scaleInto(unsigned char* dst, const void* src, size_t n, ridgeDataType_t dt,
+               const unsigned char* scalar) {
   switch (dt) {
     case ridgeInt8: return scaleTyped<int8_t>(dst, src, n, scalar);
     case ridgeUint8: return scaleTyped<uint8_t>(dst, src, n, scalar);
@@ -493,7 +496,8 @@ static Status checkConfig(const char* fn, const ridgeConfig_t* config) {
       config->size > sizeof(ridgeConfig_t))
     return badArg(fn, "config was not initialized with RIDGE_CONFIG_INITIALIZER (bad magic or size)");
   if (config->blocking != RIDGE_CONFIG_UNDEF_INT && config->blocking != 0 && config->blocking != 1)
-    return makeError(ridgeInvalidArgument, "%s: config->blocking must be 0 or 1, not %d", fn, config->blocking);
+    return makeError(ridgeInvalidArgument, "%s: config->blocking must be 0 or 1, not %d", fn,
+                     config->blocking);
   if (config->timeoutSeconds != RIDGE_CONFIG_UNDEF_INT && config->timeoutSeconds <= 0)
     return makeError(ridgeInvalidArgument, "%s: config->timeoutSeconds must be > 0, not %d", fn,
                      config->timeoutSeconds);
@@ -515,8 +519,9 @@ RIDGE_API ridgeResult_t ridgeCommInitAll(ridgeComm_t* comms, int ndev, const int
   const int devices = rt ? rt->deviceCount() : 0;
   for (int i = 0; devlist && i < ndev; ++i) {
     if (devlist[i] < 0 || (devices > 0 && devlist[i] >= devices))
-      return fail(nullptr, makeError(ridgeInvalidArgument, "%s: devlist[%d] = %d is not a device (this process has %d)",
-                                     fn, i, devlist[i], devices));
+      return fail(nullptr, makeError(ridgeInvalidArgument,
+                                     "%s: devlist[%d] = %d is not a device (this process has %d)", fn, i,
+                                     devlist[i], devices));
   }
   for (int i = 0; i < ndev; ++i) comms[i] = nullptr;
   ridgeUniqueId id;
@@ -566,7 +571,8 @@ RIDGE_API ridgeResult_t ridgeCommSplit(ridgeComm_t comm, int color, int key, rid
   if (!newcomm) return fail(comm, badArg(fn, "newcomm is NULL"));
   *newcomm = nullptr;
   if (color < 0 && color != RIDGE_SPLIT_NOCOLOR)
-    return fail(comm, makeError(ridgeInvalidArgument, "%s: color %d must be >= 0 or RIDGE_SPLIT_NOCOLOR", fn, color));
+    return fail(
+        comm, makeError(ridgeInvalidArgument, "%s: color %d must be >= 0 or RIDGE_SPLIT_NOCOLOR", fn, color));
   RIDGE_CHECK(comm, checkConfig(fn, config));
   if (tGroup.depth > 0)
     return fail(comm, makeError(ridgeInvalidUsage, "%s: called inside a group (ridgeGroupStart)", fn));
@@ -590,7 +596,8 @@ RIDGE_API ridgeResult_t ridgeCommSplit(ridgeComm_t comm, int color, int key, rid
     std::stable_sort(members.begin(), members.end(), [&](int a, int b) { return all[a].key < all[b].key; });
     // The first member of every color creates that color's id; a second all-gather hands it on.
     std::memset(ids.data(), 0, ids.size() * sizeof(ridgeUniqueId));
-    if (!members.empty() && members.front() == comm->rank) RIDGE_CHECK(comm, createUniqueId(&ids[comm->rank]));
+    if (!members.empty() && members.front() == comm->rank)
+      RIDGE_CHECK(comm, createUniqueId(&ids[comm->rank]));
     RIDGE_CHECK(comm, comm->bootstrap->allGather(ids.data(), sizeof(ridgeUniqueId)));
     if (members.empty()) return ridgeSuccess;  // RIDGE_SPLIT_NOCOLOR
     leader = members.front();
@@ -615,23 +622,23 @@ RIDGE_API ridgeResult_t ridgeCommShrink(ridgeComm_t comm, const int* excludeRank
                                 excludeCount));
   if (shrinkFlags != RIDGE_SHRINK_DEFAULT && shrinkFlags != RIDGE_SHRINK_ABORT)
     return fail(comm, makeError(ridgeInvalidArgument,
-                                "%s: shrinkFlags %d is neither RIDGE_SHRINK_DEFAULT nor RIDGE_SHRINK_ABORT", fn,
-                                shrinkFlags));
+                                "%s: shrinkFlags %d is neither RIDGE_SHRINK_DEFAULT nor RIDGE_SHRINK_ABORT",
+                                fn, shrinkFlags));
   RIDGE_CHECK(comm, checkConfig(fn, config));
   std::vector<bool> excluded(comm->nranks, false);
   for (int i = 0; i < excludeCount; ++i) {
     const int r = excludeRanks[i];
     if (r < 0 || r >= comm->nranks)
-      return fail(comm, makeError(ridgeInvalidArgument, "%s: excludeRanks[%d] = %d is out of range [0, %d)", fn, i,
-                                  r, comm->nranks));
+      return fail(comm, makeError(ridgeInvalidArgument, "%s: excludeRanks[%d] = %d is out of range [0, %d)",
+                                  fn, i, r, comm->nranks));
     if (excluded[r])
       return fail(comm, makeError(ridgeInvalidArgument, "%s: excludeRanks names rank %d twice", fn, r));
     excluded[r] = true;
   }
   if (excluded[comm->rank])
     return fail(comm, makeError(ridgeInvalidArgument,
-                                "%s: excludeRanks names this rank (%d); an excluded rank must not call it", fn,
-                                comm->rank));
+                                "%s: excludeRanks names this rank (%d); an excluded rank must not call it",
+                                fn, comm->rank));
   if (tGroup.depth > 0)
     return fail(comm, makeError(ridgeInvalidUsage, "%s: called inside a group (ridgeGroupStart)", fn));
   if (shrinkFlags == RIDGE_SHRINK_ABORT) {
@@ -652,7 +659,8 @@ RIDGE_API ridgeResult_t ridgeCommShrink(ridgeComm_t comm, const int* excludeRank
   std::vector<int> survivors;
   for (int r = 0; r < comm->nranks; ++r)
     if (!excluded[r]) survivors.push_back(r);
-  const int newRank = static_cast<int>(std::find(survivors.begin(), survivors.end(), comm->rank) - survivors.begin());
+  const int newRank =
+      static_cast<int>(std::find(survivors.begin(), survivors.end(), comm->rank) - survivors.begin());
   const uint32_t tag = 0x53480000u | (comm->shrinkCount++ & 0xffffu);  // "SH" and the shrink's number
   ridgeUniqueId id;
   {
@@ -886,14 +894,15 @@ RIDGE_API ridgeResult_t ridgeGroupEnd(void) {
 
 RIDGE_API ridgeResult_t ridgeBcast(void* buff, size_t count, ridgeDataType_t datatype, int root,
                                    ridgeComm_t comm, ridgeStream_t stream) {
-  return collective("ridgeBcast", CollType::Broadcast, buff, buff, count, datatype, ridgeSum, root, comm, stream,
-                    false, true);
+  return collective("ridgeBcast", CollType::Broadcast, buff, buff, count, datatype, ridgeSum, root, comm,
+                    stream, false, true);
 }
 
 // Gather and scatter: a group of sends and receives between the root and every other rank,
 // plus the root's own block copied locally (stream-ordered for device memory).
-static ridgeResult_t rootedExchange(const char* fn, bool gather, const void* sendbuff, void* recvbuff, size_t count,
-                                    ridgeDataType_t dt, int root, ridgeComm* comm, ridgeStream_t stream) {
+static ridgeResult_t rootedExchange(const char* fn, bool gather, const void* sendbuff, void* recvbuff,
+                                    size_t count, ridgeDataType_t dt, int root, ridgeComm* comm,
+                                    ridgeStream_t stream) {
   RIDGE_CHECK(comm, checkComm(fn, comm));
   RIDGE_CHECK(comm, checkTypeOp(fn, dt, nullptr));
   RIDGE_CHECK(comm, checkSize(fn, count, comm->nranks, dt));
@@ -905,8 +914,8 @@ static ridgeResult_t rootedExchange(const char* fn, bool gather, const void* sen
   RIDGE_CHECK(comm, checkBuffer(fn, "recvbuff", recvbuff, gather ? (isRoot ? all : 0) : count));
   bool onDevice = false;
   device::PointerKind sendKind, recvKind;
-  RIDGE_CHECK(comm, classifyBuffers(fn, comm, sendbuff, gather || isRoot, recvbuff, !gather || isRoot, &onDevice,
-                                    &sendKind, &recvKind));
+  RIDGE_CHECK(comm, classifyBuffers(fn, comm, sendbuff, gather || isRoot, recvbuff, !gather || isRoot,
+                                    &onDevice, &sendKind, &recvKind));
   const size_t bytes = count * dataTypeSize(dt);
   const char* sendBytes = static_cast<const char*>(sendbuff);
   char* recvBytes = static_cast<char*>(recvbuff);
@@ -928,20 +937,23 @@ static ridgeResult_t rootedExchange(const char* fn, bool gather, const void* sen
   if (ownSrc == ownDst) return ridgeSuccess;  // in place
   if (onDevice) {
     Status s = device::activeRuntime()->copy(ownDst, ownSrc, bytes, stream);
-    if (!s.isOk()) return fail(comm, Status(s.code(), std::string(fn) + ": copying root's own block: " + s.message()));
+    if (!s.isOk())
+      return fail(comm, Status(s.code(), std::string(fn) + ": copying root's own block: " + s.message()));
   } else {
     std::memmove(ownDst, ownSrc, bytes);
   }
   return ridgeSuccess;
 }
 
-RIDGE_API ridgeResult_t ridgeGather(const void* sendbuff, void* recvbuff, size_t count, ridgeDataType_t datatype,
-                                    int root, ridgeComm_t comm, ridgeStream_t stream) {
+RIDGE_API ridgeResult_t ridgeGather(const void* sendbuff, void* recvbuff, size_t count,
+                                    ridgeDataType_t datatype, int root, ridgeComm_t comm,
+                                    ridgeStream_t stream) {
   return rootedExchange("ridgeGather", true, sendbuff, recvbuff, count, datatype, root, comm, stream);
 }
 
-RIDGE_API ridgeResult_t ridgeScatter(const void* sendbuff, void* recvbuff, size_t count, ridgeDataType_t datatype,
-                                     int root, ridgeComm_t comm, ridgeStream_t stream) {
+RIDGE_API ridgeResult_t ridgeScatter(const void* sendbuff, void* recvbuff, size_t count,
+                                     ridgeDataType_t datatype, int root, ridgeComm_t comm,
+                                     ridgeStream_t stream) {
   return rootedExchange("ridgeScatter", false, sendbuff, recvbuff, count, datatype, root, comm, stream);
 }
 
@@ -954,8 +966,8 @@ RIDGE_API ridgeResult_t ridgeRedOpCreatePreMulSum(ridgeRedOp_t* op, void* scalar
   RIDGE_CHECK(comm, checkTypeOp(fn, datatype, nullptr));
   if (residence != ridgeScalarDevice && residence != ridgeScalarHostImmediate)
     return fail(comm, makeError(ridgeInvalidArgument,
-                                "%s: residence %d is neither ridgeScalarDevice nor ridgeScalarHostImmediate", fn,
-                                static_cast<int>(residence)));
+                                "%s: residence %d is neither ridgeScalarDevice nor ridgeScalarHostImmediate",
+                                fn, static_cast<int>(residence)));
   ridgeComm::UserOp u;
   u.live = true;
   u.type = datatype;
@@ -969,8 +981,10 @@ RIDGE_API ridgeResult_t ridgeRedOpCreatePreMulSum(ridgeRedOp_t* op, void* scalar
   while (index < comm->userOps.size() && comm->userOps[index].live) ++index;
   if (index >= static_cast<size_t>(ridgeMaxRedOp - ridgeNumOps))
     return fail(comm, makeError(ridgeInvalidUsage, "%s: too many live operators on this comm", fn));
-  if (index == comm->userOps.size()) comm->userOps.push_back(u);
-  else comm->userOps[index] = u;
+  if (index == comm->userOps.size())
+    comm->userOps.push_back(u);
+  else
+    comm->userOps[index] = u;
   *op = static_cast<ridgeRedOp_t>(ridgeNumOps + index);
   return ridgeSuccess;
 }
@@ -979,8 +993,10 @@ RIDGE_API ridgeResult_t ridgeRedOpDestroy(ridgeRedOp_t op, ridgeComm_t comm) {
   const char* fn = "ridgeRedOpDestroy";
   RIDGE_CHECK(comm, checkComm(fn, comm, /*allowBroken=*/true));
   if (static_cast<unsigned>(op) < static_cast<unsigned>(ridgeNumOps))
-    return fail(comm, makeError(ridgeInvalidArgument, "%s: op %d is a built-in operator, not one of "
-                                "ridgeRedOpCreatePreMulSum", fn, static_cast<int>(op)));
+    return fail(comm, makeError(ridgeInvalidArgument,
+                                "%s: op %d is a built-in operator, not one of "
+                                "ridgeRedOpCreatePreMulSum",
+                                fn, static_cast<int>(op)));
   const size_t index = static_cast<size_t>(op) - ridgeNumOps;
   std::lock_guard<std::mutex> lock(comm->userOpsMutex);
   if (index >= comm->userOps.size() || !comm->userOps[index].live)
@@ -1025,8 +1041,10 @@ RIDGE_API ridgeResult_t ridgeMemFree(void* ptr) {
     std::lock_guard<std::mutex> lock(gMemMutex);
     auto it = gMemAllocations.find(ptr);
     if (it == gMemAllocations.end())
-      return fail(nullptr, makeError(ridgeInvalidArgument, "%s: ptr %p was not returned by ridgeMemAlloc (or was "
-                                     "freed already)", fn, ptr));
+      return fail(nullptr, makeError(ridgeInvalidArgument,
+                                     "%s: ptr %p was not returned by ridgeMemAlloc (or was "
+                                     "freed already)",
+                                     fn, ptr));
     onDevice = it->second;
     gMemAllocations.erase(it);
   }

@@ -48,16 +48,18 @@ Status launcherPlace(LauncherPlace* out) {
       out->rootAddr = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + port;
   }
   if (out->source.empty() || out->rootAddr.empty())
-    return makeError(ridgeInvalidUsage,
-                     "%s: rank and world size from RIDGE_RANK/RIDGE_WORLD_SIZE, RANK/WORLD_SIZE, "
-                     "OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, PMI_RANK/PMI_SIZE or SLURM_PROCID/SLURM_NTASKS, "
-                     "and the root's host:port in RIDGE_ROOT_ADDR (or MASTER_ADDR and MASTER_PORT): %s",
-                     "ridgeCommInitFromEnv",
-                     out->source.empty() ? "no rank and world size found" : "no root address found");
+    return makeError(
+        ridgeInvalidUsage,
+        "%s: rank and world size from RIDGE_RANK/RIDGE_WORLD_SIZE, RANK/WORLD_SIZE, "
+        "OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, PMI_RANK/PMI_SIZE or SLURM_PROCID/SLURM_NTASKS, "
+        "and the root's host:port in RIDGE_ROOT_ADDR (or MASTER_ADDR and MASTER_PORT): %s",
+        "ridgeCommInitFromEnv",
+        out->source.empty() ? "no rank and world size found" : "no root address found");
   long rank = -1, size = 0;
   if (!parseInt(rankText, &rank) || !parseInt(sizeText, &size) || size < 1 || size > INT_MAX || rank < 0 ||
       rank >= size)
-    return makeError(ridgeInvalidArgument, "ridgeCommInitFromEnv: rank '%s' / world size '%s' from %s are not valid",
+    return makeError(ridgeInvalidArgument,
+                     "ridgeCommInitFromEnv: rank '%s' / world size '%s' from %s are not valid",
                      rankText.c_str(), sizeText.c_str(), out->source.c_str());
   out->rank = static_cast<int>(rank);
   out->worldSize = static_cast<int>(size);

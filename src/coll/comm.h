@@ -141,7 +141,7 @@ struct ridgeComm {
     bool live = false;
     ridgeDataType_t type = ridgeFloat32;
     ridgeScalarResidence_t residence = ridgeScalarHostImmediate;
-    unsigned char scalar[8] = {};      // the value (ridgeScalarHostImmediate)
+    unsigned char scalar[8] = {};     // the value (ridgeScalarHostImmediate)
     const void* scalarPtr = nullptr;  // read per call (ridgeScalarDevice)
   };
   std::mutex userOpsMutex;

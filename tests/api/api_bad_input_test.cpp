@@ -410,7 +410,8 @@ std::vector<BadCall> buildTable() {
         return ridgeCommSplit(nullptr, 0, 0, &x, nullptr);
       },
       1, false);
-  add("NullOut_CommSplit", IA, {"newcomm"}, [](const Ctx& c) { return ridgeCommSplit(c.comm, 0, 0, nullptr, nullptr); });
+  add("NullOut_CommSplit", IA, {"newcomm"},
+      [](const Ctx& c) { return ridgeCommSplit(c.comm, 0, 0, nullptr, nullptr); });
   add("BadColor_CommSplit", IA, {"color"}, [](const Ctx& c) {
     ridgeComm_t x;
     return ridgeCommSplit(c.comm, -7, 0, &x, nullptr);
@@ -429,8 +430,8 @@ std::vector<BadCall> buildTable() {
     return r;
   });
   add(
-      "NullOut_CommInitAll", IA, {"comms"}, [](const Ctx&) { return ridgeCommInitAll(nullptr, 2, nullptr); }, 1,
-      false);
+      "NullOut_CommInitAll", IA, {"comms"}, [](const Ctx&) { return ridgeCommInitAll(nullptr, 2, nullptr); },
+      1, false);
   add(
       "ZeroDevices_CommInitAll", IA, {"ndev"},
       [](const Ctx&) {
@@ -453,8 +454,9 @@ std::vector<BadCall> buildTable() {
         return ridgeCommShrink(nullptr, nullptr, 0, &x, nullptr, RIDGE_SHRINK_DEFAULT);
       },
       1, false);
-  add("NullOut_CommShrink", IA, {"newcomm"},
-      [](const Ctx& c) { return ridgeCommShrink(c.comm, nullptr, 0, nullptr, nullptr, RIDGE_SHRINK_DEFAULT); });
+  add("NullOut_CommShrink", IA, {"newcomm"}, [](const Ctx& c) {
+    return ridgeCommShrink(c.comm, nullptr, 0, nullptr, nullptr, RIDGE_SHRINK_DEFAULT);
+  });
   add("NegativeCount_CommShrink", IA, {"excludecount"}, [](const Ctx& c) {
     ridgeComm_t x;
     return ridgeCommShrink(c.comm, nullptr, -1, &x, nullptr, RIDGE_SHRINK_DEFAULT);
@@ -487,24 +489,26 @@ std::vector<BadCall> buildTable() {
     return ridgeCommShrink(c.comm, nullptr, 0, &x, nullptr, 7);
   });
   add(
-      "NullComm_Bcast", IA, kComm, [](const Ctx& c) { return ridgeBcast(c.rb, 8, kF32, 0, nullptr, nullptr); }, 1,
-      false);
+      "NullComm_Bcast", IA, kComm,
+      [](const Ctx& c) { return ridgeBcast(c.rb, 8, kF32, 0, nullptr, nullptr); }, 1, false);
   add("NullBuff_Bcast", IA, {"recvbuff", "sendbuff"},
       [](const Ctx& c) { return ridgeBcast(nullptr, 8, kF32, 0, c.comm, nullptr); });
-  add("BadRoot_Bcast", IA, {"root"}, [](const Ctx& c) { return ridgeBcast(c.rb, 8, kF32, c.n, c.comm, nullptr); });
+  add("BadRoot_Bcast", IA, {"root"},
+      [](const Ctx& c) { return ridgeBcast(c.rb, 8, kF32, c.n, c.comm, nullptr); });
   add("BadRoot_Gather", IA, {"root"},
       [](const Ctx& c) { return ridgeGather(c.sb, c.rb, 8, kF32, -1, c.comm, nullptr); });
   add("NullRecv_Gather", IA, {"recvbuff"},
       [](const Ctx& c) { return ridgeGather(c.sb, nullptr, 8, kF32, c.me, c.comm, nullptr); });
-  add("BadType_Gather", IA, {"datatype"},
-      [](const Ctx& c) { return ridgeGather(c.sb, c.rb, 8, static_cast<ridgeDataType_t>(42), 0, c.comm, nullptr); });
+  add("BadType_Gather", IA, {"datatype"}, [](const Ctx& c) {
+    return ridgeGather(c.sb, c.rb, 8, static_cast<ridgeDataType_t>(42), 0, c.comm, nullptr);
+  });
   add("BadRoot_Scatter", IA, {"root"},
       [](const Ctx& c) { return ridgeScatter(c.sb, c.rb, 8, kF32, c.n, c.comm, nullptr); });
   add("NullSend_Scatter", IA, {"sendbuff"},
       [](const Ctx& c) { return ridgeScatter(nullptr, c.rb, 8, kF32, c.me, c.comm, nullptr); });
   add(
-      "NullComm_Gather", IA, kComm, [](const Ctx& c) { return ridgeGather(c.sb, c.rb, 8, kF32, 0, nullptr, nullptr); },
-      1, false);
+      "NullComm_Gather", IA, kComm,
+      [](const Ctx& c) { return ridgeGather(c.sb, c.rb, 8, kF32, 0, nullptr, nullptr); }, 1, false);
   add("NullOut_RedOpCreatePreMulSum", IA, {"op"}, [](const Ctx& c) {
     float k = 2;
     return ridgeRedOpCreatePreMulSum(nullptr, &k, kF32, ridgeScalarHostImmediate, c.comm);
@@ -516,7 +520,8 @@ std::vector<BadCall> buildTable() {
   add("BadType_RedOpCreatePreMulSum", IA, {"datatype"}, [](const Ctx& c) {
     ridgeRedOp_t op;
     float k = 2;
-    return ridgeRedOpCreatePreMulSum(&op, &k, static_cast<ridgeDataType_t>(11), ridgeScalarHostImmediate, c.comm);
+    return ridgeRedOpCreatePreMulSum(&op, &k, static_cast<ridgeDataType_t>(11), ridgeScalarHostImmediate,
+                                     c.comm);
   });
   add("BadResidence_RedOpCreatePreMulSum", IA, {"residence"}, [](const Ctx& c) {
     ridgeRedOp_t op;
@@ -531,7 +536,8 @@ std::vector<BadCall> buildTable() {
         return ridgeRedOpCreatePreMulSum(&op, &k, kF32, ridgeScalarHostImmediate, nullptr);
       },
       1, false);
-  add("BuiltIn_RedOpDestroy", IA, {"built-in"}, [](const Ctx& c) { return ridgeRedOpDestroy(ridgeMax, c.comm); });
+  add("BuiltIn_RedOpDestroy", IA, {"built-in"},
+      [](const Ctx& c) { return ridgeRedOpDestroy(ridgeMax, c.comm); });
   add("Unknown_RedOpDestroy", IA, {"op"},
       [](const Ctx& c) { return ridgeRedOpDestroy(static_cast<ridgeRedOp_t>(ridgeNumOps + 900), c.comm); });
   add("DestroyedOp_AllReduce", IA, {"op"}, [](const Ctx& c) {
@@ -570,7 +576,8 @@ std::vector<BadCall> buildTable() {
       "Twice_MemFree", IA, {"ridgeMemAlloc"},
       [](const Ctx&) {
         void* p = nullptr;
-        if (ridgeMemAlloc(&p, 100) != ridgeSuccess || ridgeMemFree(p) != ridgeSuccess) return ridgeInternalError;
+        if (ridgeMemAlloc(&p, 100) != ridgeSuccess || ridgeMemFree(p) != ridgeSuccess)
+          return ridgeInternalError;
         return ridgeMemFree(p);
       },
       1, false);
@@ -582,12 +589,15 @@ std::vector<BadCall> buildTable() {
     void* h;
     return ridgeCommRegister(c.comm, c.sb, 0, &h);
   });
-  add("NullOut_CommRegister", IA, {"handle"}, [](const Ctx& c) { return ridgeCommRegister(c.comm, c.sb, 64, nullptr); });
-  add("NullHandle_CommDeregister", IA, {"handle"}, [](const Ctx& c) { return ridgeCommDeregister(c.comm, nullptr); });
+  add("NullOut_CommRegister", IA, {"handle"},
+      [](const Ctx& c) { return ridgeCommRegister(c.comm, c.sb, 64, nullptr); });
+  add("NullHandle_CommDeregister", IA, {"handle"},
+      [](const Ctx& c) { return ridgeCommDeregister(c.comm, nullptr); });
   add("Bogus_CommDeregister", IA, {"handle"}, [](const Ctx& c) { return ridgeCommDeregister(c.comm, c.rb); });
   add("Twice_CommDeregister", IA, {"handle"}, [](const Ctx& c) {
     void* h = nullptr;
-    if (ridgeCommRegister(c.comm, c.sb, 64, &h) != ridgeSuccess || ridgeCommDeregister(c.comm, h) != ridgeSuccess)
+    if (ridgeCommRegister(c.comm, c.sb, 64, &h) != ridgeSuccess ||
+        ridgeCommDeregister(c.comm, h) != ridgeSuccess)
       return ridgeInternalError;
     return ridgeCommDeregister(c.comm, h);
   });

@@ -18,7 +18,9 @@ namespace ridgetest {
 namespace {
 
 // The value rank r contributes at index i (exact in float and int32).
-int32_t valueOf(int r, size_t i) { return static_cast<int32_t>((i * 7 + r * 1000 + 3) % 4099) - 2000; }
+int32_t valueOf(int r, size_t i) {
+  return static_cast<int32_t>((i * 7 + r * 1000 + 3) % 4099) - 2000;
+}
 
 // Allreduce of valueOf over `members` (old ranks) on `comm`, checked; "" or what went wrong.
 std::string checkSumOfMembers(ridgeComm_t comm, int oldRank, const std::vector<int>& members) {
@@ -31,7 +33,8 @@ std::string checkSumOfMembers(ridgeComm_t comm, int oldRank, const std::vector<i
     int64_t want = 0;
     for (int m : members) want += valueOf(m, i);
     if (out[i] != want)
-      return "allreduce wrong at " + std::to_string(i) + ": " + std::to_string(out[i]) + " != " + std::to_string(want);
+      return "allreduce wrong at " + std::to_string(i) + ": " + std::to_string(out[i]) +
+             " != " + std::to_string(want);
   }
   return "";
 }
@@ -41,14 +44,15 @@ std::string queries(ridgeComm_t comm, int wantRank, int wantSize) {
   if (ridgeCommCount(comm, &n) != ridgeSuccess || ridgeCommUserRank(comm, &me) != ridgeSuccess)
     return "queries failed: " + std::string(ridgeGetLastError(nullptr));
   if (n != wantSize || me != wantRank)
-    return "rank " + std::to_string(me) + " of " + std::to_string(n) + ", expected " + std::to_string(wantRank) +
-           " of " + std::to_string(wantSize);
+    return "rank " + std::to_string(me) + " of " + std::to_string(n) + ", expected " +
+           std::to_string(wantRank) + " of " + std::to_string(wantSize);
   return "";
 }
 
 // Forks n ranks, each with a communicator of the n, and runs body(comm, rank, reporter) on
 // each (which destroys the communicator); the ranks fail when the id or the init fails.
-LaunchResult launchWithComms(int n, double timeoutSec, const std::function<int(ridgeComm_t, int, Reporter&)>& body) {
+LaunchResult launchWithComms(int n, double timeoutSec,
+                             const std::function<int(ridgeComm_t, int, Reporter&)>& body) {
   ridgeUniqueId id;
   if (!makeUniqueId(&id)) return LaunchResult{};
   return launchRanks(n, timeoutSec, [&](int me, Reporter& rep) {
@@ -347,7 +351,8 @@ TEST(PreMulSum, AllReduceReduceReduceScatter) {
       ridgeGroupStart();
       r = ridgeAllReduce(a.data(), b.data(), count, ridgeInt32, opi, comm, nullptr);
       ridgeResult_t end = ridgeGroupEnd();
-      if (r != ridgeSuccess || end != ridgeSuccess) rep.fail("int premulsum", describeResult(r != ridgeSuccess ? r : end));
+      if (r != ridgeSuccess || end != ridgeSuccess)
+        rep.fail("int premulsum", describeResult(r != ridgeSuccess ? r : end));
       for (size_t i = 0; i < count; ++i) {
         int64_t w = 0;
         for (int q = 0; q < n; ++q) w += static_cast<int64_t>(q + 2 + 10 * round) * valueOf(q, i);
@@ -383,7 +388,8 @@ int freeLoopbackPort() {
 
 // Forks n ranks that set rank/size through `rankVar`/`sizeVar` (plus RIDGE_ROOT_ADDR) and
 // init from the environment; returns the children's results. sizeOf(rank) lets ranks disagree.
-LaunchResult initFromEnv(int n, const char* rankVar, const char* sizeVar, const std::function<int(int)>& sizeOf,
+LaunchResult initFromEnv(int n, const char* rankVar, const char* sizeVar,
+                         const std::function<int(int)>& sizeOf,
                          const std::function<int(ridgeResult_t, ridgeComm_t, int, Reporter&)>& check) {
   const int port = freeLoopbackPort();
   return launchRanks(n, 60, [&](int me, Reporter& rep) {
@@ -405,19 +411,20 @@ class LauncherEnv : public ::testing::TestWithParam<std::pair<const char*, const
 
 TEST_P(LauncherEnv, RankAndSizeFromTheLaunchersVariables) {
   constexpr int n = 3;
-  LaunchResult res = initFromEnv(n, GetParam().first, GetParam().second, [](int) { return n; },
-                                 [](ridgeResult_t r, ridgeComm_t comm, int me, Reporter& rep) {
-                                   if (r != ridgeSuccess) {
-                                     rep.fail("init", describeResult(r));
-                                     return 1;
-                                   }
-                                   std::string e = queries(comm, me, n);
-                                   if (!e.empty()) rep.fail("queries", e);
-                                   e = checkSumOfMembers(comm, me, {0, 1, 2});
-                                   if (!e.empty()) rep.fail("allreduce", e);
-                                   ridgeCommDestroy(comm);
-                                   return 0;
-                                 });
+  LaunchResult res = initFromEnv(
+      n, GetParam().first, GetParam().second, [](int) { return n; },
+      [](ridgeResult_t r, ridgeComm_t comm, int me, Reporter& rep) {
+        if (r != ridgeSuccess) {
+          rep.fail("init", describeResult(r));
+          return 1;
+        }
+        std::string e = queries(comm, me, n);
+        if (!e.empty()) rep.fail("queries", e);
+        e = checkSumOfMembers(comm, me, {0, 1, 2});
+        if (!e.empty()) rep.fail("allreduce", e);
+        ridgeCommDestroy(comm);
+        return 0;
+      });
   reportChildFailures(res, GetParam().first);
 }
 
@@ -432,17 +439,18 @@ INSTANTIATE_TEST_SUITE_P(Launchers, LauncherEnv,
 TEST(LauncherEnvPrecedence, RidgeVariablesWin) {
   setenv("SLURM_PROCID", "7", 1);
   setenv("SLURM_NTASKS", "9", 1);
-  LaunchResult res = initFromEnv(2, "RIDGE_RANK", "RIDGE_WORLD_SIZE", [](int) { return 2; },
-                                 [](ridgeResult_t r, ridgeComm_t comm, int me, Reporter& rep) {
-                                   if (r != ridgeSuccess) {
-                                     rep.fail("init", describeResult(r));
-                                     return 1;
-                                   }
-                                   std::string e = queries(comm, me, 2);
-                                   if (!e.empty()) rep.fail("queries", e);
-                                   ridgeCommDestroy(comm);
-                                   return 0;
-                                 });
+  LaunchResult res = initFromEnv(
+      2, "RIDGE_RANK", "RIDGE_WORLD_SIZE", [](int) { return 2; },
+      [](ridgeResult_t r, ridgeComm_t comm, int me, Reporter& rep) {
+        if (r != ridgeSuccess) {
+          rep.fail("init", describeResult(r));
+          return 1;
+        }
+        std::string e = queries(comm, me, 2);
+        if (!e.empty()) rep.fail("queries", e);
+        ridgeCommDestroy(comm);
+        return 0;
+      });
   unsetenv("SLURM_PROCID");
   unsetenv("SLURM_NTASKS");
   reportChildFailures(res, "precedence");
@@ -451,17 +459,18 @@ TEST(LauncherEnvPrecedence, RidgeVariablesWin) {
 // Rank 1 thinks there are 3 ranks, rank 0 that there are 2: both fail, and the message says
 // that the world sizes differ (it used to blame "another job's" unique id).
 TEST(LauncherEnvMismatch, WorldSizeMismatchIsReportedAsSuch) {
-  LaunchResult res = initFromEnv(2, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", [](int me) { return me == 0 ? 2 : 3; },
-                                 [](ridgeResult_t r, ridgeComm_t comm, int, Reporter& rep) {
-                                   if (r == ridgeSuccess) {
-                                     rep.fail("init", "succeeded with mismatched world sizes");
-                                     ridgeCommDestroy(comm);
-                                     return 1;
-                                   }
-                                   const std::string text = ridgeGetLastError(nullptr);
-                                   rep.line("ERROR " + text);
-                                   return 0;
-                                 });
+  LaunchResult res = initFromEnv(
+      2, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", [](int me) { return me == 0 ? 2 : 3; },
+      [](ridgeResult_t r, ridgeComm_t comm, int, Reporter& rep) {
+        if (r == ridgeSuccess) {
+          rep.fail("init", "succeeded with mismatched world sizes");
+          ridgeCommDestroy(comm);
+          return 1;
+        }
+        const std::string text = ridgeGetLastError(nullptr);
+        rep.line("ERROR " + text);
+        return 0;
+      });
   reportChildFailures(res, "mismatch");
   int named = 0;
   for (const RankResult& rr : res.ranks)

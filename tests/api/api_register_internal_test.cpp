@@ -40,7 +40,8 @@ TEST(CommRegisterInternal, DirectPathCountsRegisteredBuffersOnly) {
       rep.fail("register", ridgeGetLastError(nullptr));
     allGather("registered");
     if (comm->registeredDirectCalls.load() != 1)
-      rep.fail("registered", "counter " + std::to_string(comm->registeredDirectCalls.load()) + ", expected 1");
+      rep.fail("registered",
+               "counter " + std::to_string(comm->registeredDirectCalls.load()) + ", expected 1");
     // Only the input registered: the output is not covered, so the call does not count.
     ridgeCommDeregister(comm, hOut);
     allGather("half registered");

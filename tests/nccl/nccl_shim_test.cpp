@@ -43,7 +43,8 @@ ncclComm_t oneRankComm() {
 TEST(NcclShim, TheLoadedLibraryIsRidges) {
   Dl_info info{};
   ASSERT_NE(dladdr(reinterpret_cast<void*>(&ncclAllReduce), &info), 0);
-  EXPECT_EQ(realPath(info.dli_fname), realPath(RIDGE_NCCL_LIBRARY)) << "ncclAllReduce came from " << info.dli_fname;
+  EXPECT_EQ(realPath(info.dli_fname), realPath(RIDGE_NCCL_LIBRARY))
+      << "ncclAllReduce came from " << info.dli_fname;
   auto version = reinterpret_cast<const char* (*)()>(dlsym(RTLD_DEFAULT, "ridgeNcclShimVersion"));
   ASSERT_NE(version, nullptr) << "no Ridge-only symbol: this is not Ridge's libnccl.so.2";
   EXPECT_NE(std::string(version()).find("Ridge"), std::string::npos);
@@ -66,7 +67,8 @@ TEST(NcclShim, ExportsEveryFunctionOfTheHeaderUnderBothNames) {
   for (const std::string& name : names) {
     void* sym = dlsym(lib, name.c_str());
     EXPECT_NE(sym, nullptr) << name << " is not exported";
-    if (sym && name[0] == 'p') EXPECT_EQ(sym, dlsym(lib, name.c_str() + 1)) << name << " is not " << name.substr(1);
+    if (sym && name[0] == 'p')
+      EXPECT_EQ(sym, dlsym(lib, name.c_str() + 1)) << name << " is not " << name.substr(1);
   }
   dlclose(lib);
 }
@@ -110,7 +112,8 @@ TEST(NcclShim, RefusesByNameWhatRidgeCannotDo) {
   // A later error raised by Ridge replaces the shim's text.
   EXPECT_EQ(ncclAllReduce(buf, buf, 4, ncclFloat, ncclSum, nullptr, nullptr), ncclInvalidArgument);
   EXPECT_EQ(std::string(ncclGetLastError(nullptr)).find("ncclGroupSimulateEnd"), std::string::npos);
-  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("comm"), std::string::npos) << ncclGetLastError(nullptr);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("comm"), std::string::npos)
+      << ncclGetLastError(nullptr);
   // And the communicator still works.
   for (int i = 0; i < 16; ++i) buf[i] = static_cast<float>(i);
   EXPECT_EQ(ncclAllReduce(buf, buf, 16, ncclFloat, ncclSum, comm, nullptr), ncclSuccess);
@@ -196,7 +199,8 @@ TEST(NcclShim, ATimeoutIsARemoteError) {
 // ---- NCCL_* settings: a fresh process per case, since they are mapped when the library loads.
 
 // Runs this binary with `env` added and returns what it prints for RIDGE_ variable `name`.
-std::string ridgeSettingInChild(const std::vector<std::string>& env, const char* name, std::string* err = nullptr) {
+std::string ridgeSettingInChild(const std::vector<std::string>& env, const char* name,
+                                std::string* err = nullptr) {
   int out[2], errPipe[2];
   if (pipe(out) != 0 || pipe(errPipe) != 0) return "pipe failed";
   pid_t pid = fork();
@@ -205,7 +209,8 @@ std::string ridgeSettingInChild(const std::vector<std::string>& env, const char*
     dup2(errPipe[1], 2);
     close(out[0]);
     close(errPipe[0]);
-    for (const char* v : {"RIDGE_SOCKET_IFNAME", "RIDGE_P2P", "RIDGE_DEBUG", "RIDGE_NET", "RIDGE_SHM"}) unsetenv(v);
+    for (const char* v : {"RIDGE_SOCKET_IFNAME", "RIDGE_P2P", "RIDGE_DEBUG", "RIDGE_NET", "RIDGE_SHM"})
+      unsetenv(v);
     for (const std::string& e : env) putenv(const_cast<char*>(e.c_str()));
     execl("/proc/self/exe", "nccl_shim_test", "--print-setting", name, static_cast<char*>(nullptr));
     _exit(127);
@@ -237,7 +242,8 @@ TEST(NcclShimEnvironment, NcclVariablesSetTheirRidgeSettings) {
 }
 
 TEST(NcclShimEnvironment, RidgeVariablesWinAndUnknownValuesAreLeftAlone) {
-  EXPECT_EQ(ridgeSettingInChild({"NCCL_SOCKET_IFNAME=eth7", "RIDGE_SOCKET_IFNAME=lo"}, "RIDGE_SOCKET_IFNAME"), "lo");
+  EXPECT_EQ(ridgeSettingInChild({"NCCL_SOCKET_IFNAME=eth7", "RIDGE_SOCKET_IFNAME=lo"}, "RIDGE_SOCKET_IFNAME"),
+            "lo");
   std::string err;
   EXPECT_EQ(ridgeSettingInChild({"NCCL_NET=Carrier-Pigeon"}, "RIDGE_NET", &err), "(unset)");
   EXPECT_NE(err.find("NCCL_NET=Carrier-Pigeon"), std::string::npos) << err;
