@@ -92,8 +92,27 @@ typedef enum {
   ridgeMax = 2,
   ridgeMin = 3,
   ridgeAvg = 4, /**< Sum divided by the rank count; integers divide with truncation. */
-  ridgeNumOps = 5
+  /** The built-in operators' count, and the first value of the operators that
+   *  ridgeRedOpCreatePreMulSum creates (one table per communicator). */
+  ridgeNumOps = 5,
+  ridgeMaxRedOp = 0x7fffffff /**< Largest value an operator handle may take (keeps the enum int-sized). */
 } ridgeRedOp_t;
+
+/** Where the scalar of ridgeRedOpCreatePreMulSum lives and when it is read (NCCL's values). */
+typedef enum {
+  /** The pointer stays valid and is read by every collective that uses the operator, when
+   *  it runs (device memory of the communicator's device, or host memory). */
+  ridgeScalarDevice = 0,
+  /** Host memory, read once before ridgeRedOpCreatePreMulSum returns. */
+  ridgeScalarHostImmediate = 1
+} ridgeScalarResidence_t;
+
+/** The color that leaves a rank out of every communicator of ridgeCommSplit. */
+#define RIDGE_SPLIT_NOCOLOR (-1)
+
+/** Flags of ridgeCommShrink (NCCL's values). */
+#define RIDGE_SHRINK_DEFAULT 0x00 /**< The parent has no operation in flight. */
+#define RIDGE_SHRINK_ABORT 0x01   /**< Abort the parent's operations in flight first (a rank died in one). */
 
 /** Size of the unique id in bytes (the same as NCCL's). */
 #define RIDGE_UNIQUE_ID_BYTES 128
@@ -165,12 +184,49 @@ RIDGE_API ridgeResult_t ridgeCommInitRankConfig(ridgeComm_t* comm, int nranks, r
                                                 ridgeConfig_t* config);
 
 /**
- * Creates a communicator from the environment, for launchers such as torchrun or
- * Slurm: RIDGE_RANK, RIDGE_WORLD_SIZE and RIDGE_ROOT_ADDR (host:port; rank 0 listens
- * there, the others connect). Falls back to RANK, WORLD_SIZE, MASTER_ADDR and
- * MASTER_PORT when the RIDGE_ names are unset.
+ * Creates a communicator from the environment, for launchers: rank 0 listens on
+ * RIDGE_ROOT_ADDR (host:port; else MASTER_ADDR and MASTER_PORT) and the others connect.
+ * Rank and world size come as a pair from the first of RIDGE_RANK/RIDGE_WORLD_SIZE,
+ * RANK/WORLD_SIZE (torchrun), OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE (mpirun),
+ * PMI_RANK/PMI_SIZE (PMI launchers) and SLURM_PROCID/SLURM_NTASKS (srun). Ranks that
+ * disagree on the world size fail with a message saying so.
  */
 RIDGE_API ridgeResult_t ridgeCommInitFromEnv(ridgeComm_t* comm);
+
+/**
+ * Creates `ndev` communicators of one process, rank i in comms[i], for a program that drives
+ * several ranks from one thread (each rank then needs its own thread or a group around its
+ * calls, as with NCCL). devlist[i] is the CUDA device of rank i (NULL: 0..ndev-1); in a
+ * process without a CUDA device the devices are not used and devlist must be NULL or hold
+ * values >= 0. The ranks connect on threads of their own; the call returns when all are
+ * ready, or frees them all and fails.
+ */
+RIDGE_API ridgeResult_t ridgeCommInitAll(ridgeComm_t* comms, int ndev, const int* devlist);
+
+/**
+ * Splits `comm`: the ranks that pass the same `color` form one new communicator, ordered by
+ * `key` (ties by rank in comm). A rank passing RIDGE_SPLIT_NOCOLOR takes part but gets
+ * *newcomm = NULL. Collective over comm: every rank must call it (nothing of comm may be in
+ * flight). config as for ridgeCommInitRankConfig (NULL: blocking, comm's timeout); with
+ * config->blocking == 0 the new communicators finish connecting in the background and the
+ * call returns ridgeInProgress. Each new communicator bootstraps through a unique id
+ * created by its first rank and passed to the others through comm's own connections.
+ */
+RIDGE_API ridgeResult_t ridgeCommSplit(ridgeComm_t comm, int color, int key, ridgeComm_t* newcomm,
+                                       ridgeConfig_t* config);
+
+/**
+ * Creates a communicator of the ranks of `comm` that are not in excludeRanks (which may
+ * name ranks that died): they keep their order, so new rank = old rank minus the excluded
+ * ranks below it. Collective over the surviving ranks only (each passes the same list);
+ * an excluded rank must not call it. With RIDGE_SHRINK_ABORT the parent's operations in
+ * flight on other threads are aborted first and the parent is unusable afterwards (only
+ * ridgeCommDestroy or ridgeCommAbort); with RIDGE_SHRINK_DEFAULT nothing may be in flight.
+ * The new rank 0 sends a fresh unique id to the others through the parent's bootstrap
+ * connections, which never touch the excluded ranks.
+ */
+RIDGE_API ridgeResult_t ridgeCommShrink(ridgeComm_t comm, const int* excludeRanks, int excludeCount,
+                                        ridgeComm_t* newcomm, ridgeConfig_t* config, int shrinkFlags);
 
 /**
  * Completes all outstanding operations and tears down connections in step with the
@@ -231,6 +287,10 @@ RIDGE_API ridgeResult_t ridgeBroadcast(const void* sendbuff, void* recvbuff, siz
                                        ridgeDataType_t datatype, int root, ridgeComm_t comm,
                                        ridgeStream_t stream);
 
+/** In-place broadcast: ridgeBroadcast(buff, buff, ...) (NCCL's legacy ncclBcast). */
+RIDGE_API ridgeResult_t ridgeBcast(void* buff, size_t count, ridgeDataType_t datatype, int root,
+                                   ridgeComm_t comm, ridgeStream_t stream);
+
 /** Reduces every rank's sendbuff into root's recvbuff (recvbuff is ignored elsewhere). */
 RIDGE_API ridgeResult_t ridgeReduce(const void* sendbuff, void* recvbuff, size_t count,
                                     ridgeDataType_t datatype, ridgeRedOp_t op, int root, ridgeComm_t comm,
@@ -257,6 +317,59 @@ RIDGE_API ridgeResult_t ridgeReduceScatter(const void* sendbuff, void* recvbuff,
  */
 RIDGE_API ridgeResult_t ridgeAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
                                       ridgeDataType_t datatype, ridgeComm_t comm, ridgeStream_t stream);
+
+/**
+ * Gathers `count` elements of every rank's sendbuff into root's recvbuff, rank i's block at
+ * offset i*count (recvbuff is used on root only). In place on root when
+ * sendbuff == recvbuff + root*count. Runs as one group of sends and receives.
+ */
+RIDGE_API ridgeResult_t ridgeGather(const void* sendbuff, void* recvbuff, size_t count,
+                                    ridgeDataType_t datatype, int root, ridgeComm_t comm,
+                                    ridgeStream_t stream);
+
+/**
+ * Scatters root's sendbuff: block i (of `count` elements) goes to rank i's recvbuff
+ * (sendbuff is read on root only). In place on root when recvbuff == sendbuff + root*count.
+ */
+RIDGE_API ridgeResult_t ridgeScatter(const void* sendbuff, void* recvbuff, size_t count,
+                                     ridgeDataType_t datatype, int root, ridgeComm_t comm,
+                                     ridgeStream_t stream);
+
+/**
+ * Creates a reduction operator for `comm` that multiplies each rank's input by a scalar of
+ * `datatype` before summing (sum over ranks of scalar*x; half and bfloat16 multiply in
+ * float32). The operator is valid with AllReduce, Reduce and ReduceScatter on `comm` and
+ * `datatype` only, on host memory (device memory: ridgeInvalidUsage, not yet supported).
+ * With ridgeScalarHostImmediate the scalar is copied now; with ridgeScalarDevice the
+ * pointer must stay valid and is read each time a collective using the operator runs.
+ */
+RIDGE_API ridgeResult_t ridgeRedOpCreatePreMulSum(ridgeRedOp_t* op, void* scalar, ridgeDataType_t datatype,
+                                                  ridgeScalarResidence_t residence, ridgeComm_t comm);
+
+/** Frees an operator of ridgeRedOpCreatePreMulSum (its handle may be reused later). */
+RIDGE_API ridgeResult_t ridgeRedOpDestroy(ridgeRedOp_t op, ridgeComm_t comm);
+
+/**
+ * Allocates memory for communication buffers: device memory of the current CUDA device in a
+ * CUDA build with a device, page-aligned host memory otherwise. Free it with ridgeMemFree.
+ */
+RIDGE_API ridgeResult_t ridgeMemAlloc(void** ptr, size_t size);
+
+/** Frees memory of ridgeMemAlloc; any other pointer is ridgeInvalidArgument. */
+RIDGE_API ridgeResult_t ridgeMemFree(void* ptr);
+
+/**
+ * Registers [buff, buff+size) with `comm` and returns a handle for ridgeCommDeregister.
+ * Host memory is locked in RAM when RLIMIT_MEMLOCK allows it, so that the single-copy path
+ * (peers reading it through CMA) never waits on a page brought back from swap, and the
+ * single-copy path counts the collectives whose buffers were registered (debug counters).
+ * Overlapping registrations are allowed; each has its own handle.
+ */
+RIDGE_API ridgeResult_t ridgeCommRegister(const ridgeComm_t comm, void* buff, size_t size, void** handle);
+
+/** Drops a registration of ridgeCommRegister; a handle of another communicator or one
+ *  already dropped is ridgeInvalidArgument. */
+RIDGE_API ridgeResult_t ridgeCommDeregister(const ridgeComm_t comm, void* handle);
 
 /**
  * Sends `count` elements to rank `peer`, which must post a matching ridgeRecv. Outside

@@ -1,6 +1,7 @@
 // The C ABI. Every entry point validates its arguments, runs the C++ core, and turns a
 // Status into a result code plus the ridgeGetLastError() text: this file is the one
 // place where that conversion happens.
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,12 +9,14 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
+#include "bootstrap/launcher_env.h"
 #include "coll/algorithms.h"
 #include "coll/batch.h"
 #include "coll/comm.h"
@@ -175,6 +178,9 @@ struct QueuedOp {
   ridgeComm* comm;
   DeviceOp op;  // the arguments, the stream and where the buffers live
   bool device;  // buffers in device memory: the stream-ordered path
+  // The pre-multiplied input of a PreMulSum operation (op.args.send points into it), kept
+  // until the group ran.
+  std::shared_ptr<std::vector<unsigned char>> scaledInput;
 };
 
 struct GroupState {
@@ -251,9 +257,10 @@ Status submitDeviceGroup(const std::vector<QueuedOp>& ops, std::vector<ridgeComm
 
 // Queues the operation inside a group; otherwise runs it now (host memory) or hands it to
 // the communicator's proxy (device memory).
-ridgeResult_t submit(ridgeComm* comm, const DeviceOp& op, bool device) {
+ridgeResult_t submit(ridgeComm* comm, const DeviceOp& op, bool device,
+                     std::shared_ptr<std::vector<unsigned char>> scaledInput = nullptr) {
   if (tGroup.depth > 0) {
-    tGroup.ops.push_back({comm, op, device});
+    tGroup.ops.push_back({comm, op, device, std::move(scaledInput)});
     return ridgeSuccess;
   }
   comm->callsInFlight.fetch_add(1);
@@ -276,11 +283,93 @@ ridgeResult_t submit(ridgeComm* comm, const DeviceOp& op, bool device) {
   return result;
 }
 
+// ---- PreMulSum operators ------------------------------------------------------------------
+
+// The live operator `op` of comm, checked against the call's datatype.
+Status findUserOp(const char* fn, ridgeComm* comm, ridgeRedOp_t op, ridgeDataType_t dt,
+                  ridgeComm::UserOp* out) {
+  const size_t index = static_cast<size_t>(op) - ridgeNumOps;
+  std::lock_guard<std::mutex> lock(comm->userOpsMutex);
+  if (index >= comm->userOps.size() || !comm->userOps[index].live)
+    return makeError(ridgeInvalidArgument,
+                     "%s: op %d is neither a built-in ridgeRedOp_t nor a live operator of "
+                     "ridgeRedOpCreatePreMulSum on this comm",
+                     fn, static_cast<int>(op));
+  *out = comm->userOps[index];
+  if (out->type != dt)
+    return makeError(ridgeInvalidArgument,
+                     "%s: op %d was created for datatype %d but the call passes datatype %d", fn,
+                     static_cast<int>(op), static_cast<int>(out->type), static_cast<int>(dt));
+  return Status::ok();
+}
+
+// The scalar's bytes now: the copy taken at creation, or (ridgeScalarDevice) read through the
+// pointer, with the device runtime when it points to device memory.
+Status readScalar(const char* fn, const ridgeComm::UserOp& op, unsigned char* out) {
+  const size_t es = dataTypeSize(op.type);
+  if (op.residence == ridgeScalarHostImmediate) {
+    std::memcpy(out, op.scalar, es);
+    return Status::ok();
+  }
+  device::DeviceRuntime* rt = device::activeRuntime();
+  if (rt && rt->deviceCount() > 0 && rt->classify(op.scalarPtr).kind == device::PointerKind::Device) {
+    Status s = rt->copy(out, op.scalarPtr, es, nullptr);
+    if (s.isOk()) s = rt->synchronize(nullptr);
+    if (!s.isOk())
+      return Status(s.code(), std::string(fn) + ": reading the PreMulSum scalar: " + s.message());
+    return Status::ok();
+  }
+  std::memcpy(out, op.scalarPtr, es);
+  return Status::ok();
+}
+
+template <class T>
+void scaleTyped(unsigned char* dst, const void* src, size_t n, const unsigned char* scalarBytes) {
+  T scalar;
+  std::memcpy(&scalar, scalarBytes, sizeof scalar);
+  const T* in = static_cast<const T*>(src);
+  T* out = reinterpret_cast<T*>(dst);
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<T>(in[i] * scalar);
+}
+
+// dst = scalar * src, element by element in the datatype (half and bfloat16 through float).
+void scaleInto(unsigned char* dst, const void* src, size_t n, ridgeDataType_t dt,
+               const unsigned char* scalar) {
+  switch (dt) {
+    case ridgeInt8: return scaleTyped<int8_t>(dst, src, n, scalar);
+    case ridgeUint8: return scaleTyped<uint8_t>(dst, src, n, scalar);
+    case ridgeInt32: return scaleTyped<int32_t>(dst, src, n, scalar);
+    case ridgeUint32: return scaleTyped<uint32_t>(dst, src, n, scalar);
+    case ridgeInt64: return scaleTyped<int64_t>(dst, src, n, scalar);
+    case ridgeUint64: return scaleTyped<uint64_t>(dst, src, n, scalar);
+    case ridgeFloat32: return scaleTyped<float>(dst, src, n, scalar);
+    case ridgeFloat64: return scaleTyped<double>(dst, src, n, scalar);
+    case ridgeFloat16:
+    case ridgeBfloat16: {
+      const bool half = dt == ridgeFloat16;
+      uint16_t bits;
+      std::memcpy(&bits, scalar, 2);
+      const float k = half ? halfToFloat(bits) : bf16ToFloat(bits);
+      const uint16_t* in = static_cast<const uint16_t*>(src);
+      uint16_t* out = reinterpret_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < n; ++i) {
+        const float x = (half ? halfToFloat(in[i]) : bf16ToFloat(in[i])) * k;
+        out[i] = half ? floatToHalf(x) : floatToBf16(x);
+      }
+      return;
+    }
+    default: return;
+  }
+}
+
 ridgeResult_t collective(const char* fn, CollType type, const void* send, void* recv, size_t count,
                          ridgeDataType_t dt, ridgeRedOp_t op, int root, ridgeComm* comm, ridgeStream_t stream,
                          bool hasOp, bool hasRoot) {
   RIDGE_CHECK(comm, checkComm(fn, comm));
-  RIDGE_CHECK(comm, checkTypeOp(fn, dt, hasOp ? &op : nullptr));
+  const bool userOp = hasOp && static_cast<unsigned>(op) >= static_cast<unsigned>(ridgeNumOps);
+  RIDGE_CHECK(comm, checkTypeOp(fn, dt, hasOp && !userOp ? &op : nullptr));
+  ridgeComm::UserOp premul;
+  if (userOp) RIDGE_CHECK(comm, findUserOp(fn, comm, op, dt, &premul));
   const size_t blocks =
       (type == CollType::AllGather || type == CollType::ReduceScatter || type == CollType::AlltoAll)
           ? static_cast<size_t>(comm->nranks)
@@ -308,7 +397,23 @@ ridgeResult_t collective(const char* fn, CollType type, const void* send, void* 
   if (!onDevice && tGroup.depth == 0) RIDGE_CHECK(comm, syncStreamForHostCall(fn, stream));
   if (onDevice && tGroup.depth == 0)
     RIDGE_CHECK(comm, refuseCapturingStream(fn, device::activeRuntime(), stream));
-  return submit(comm, call, onDevice);
+  if (!userOp) return submit(comm, call, onDevice);
+  // PreMulSum: the sum of scalar*x, with x scaled here into a buffer of its own.
+  if (onDevice)
+    return fail(comm, makeError(ridgeInvalidUsage,
+                                "%s: operators of ridgeRedOpCreatePreMulSum work on host memory only; "
+                                "these buffers are device memory",
+                                fn));
+  auto scaled = std::make_shared<std::vector<unsigned char>>();
+  if (use.readsSend && use.sendCount > 0) {
+    unsigned char scalar[8];
+    RIDGE_CHECK(comm, readScalar(fn, premul, scalar));
+    scaled->resize(use.sendCount * dataTypeSize(dt));
+    scaleInto(scaled->data(), send, use.sendCount, dt, scalar);
+    call.args.send = scaled->data();
+  }
+  call.args.op = ridgeSum;
+  return submit(comm, call, false, std::move(scaled));
 }
 
 }  // namespace
@@ -331,8 +436,10 @@ static int defaultTimeout() {
   return t > 0 && t < INT_MAX ? static_cast<int>(t) : 120;
 }
 
+// inheritedTimeout > 0: the timeout of the communicator this one is made from (split, shrink)
+// when config does not set one.
 static ridgeResult_t initRank(const char* fn, ridgeComm_t* out, int nranks, const ridgeUniqueId& id, int rank,
-                              const ridgeConfig_t* config) {
+                              const ridgeConfig_t* config, int inheritedTimeout = 0) {
   if (!out) return fail(nullptr, badArg(fn, "comm is NULL"));
   *out = nullptr;
   if (nranks < 1) return fail(nullptr, makeError(ridgeInvalidArgument, "%s: nranks %d < 1", fn, nranks));
@@ -346,7 +453,7 @@ static ridgeResult_t initRank(const char* fn, ridgeComm_t* out, int nranks, cons
   auto* comm = new ridgeComm();
   comm->rank = rank;
   comm->nranks = nranks;
-  comm->timeoutSec = defaultTimeout();
+  comm->timeoutSec = inheritedTimeout > 0 ? inheritedTimeout : defaultTimeout();
   comm->name = "comm";
   // As NCCL: the communicator serves the device current on the calling thread. Read here,
   // on that thread: a non-blocking init runs initComm on a thread of its own, whose current
@@ -383,62 +490,209 @@ RIDGE_API ridgeResult_t ridgeCommInitRank(ridgeComm_t* comm, int nranks, ridgeUn
   return initRank("ridgeCommInitRank", comm, nranks, commId, rank, nullptr);
 }
 
+static Status checkConfig(const char* fn, const ridgeConfig_t* config) {
+  if (!config) return Status::ok();
+  if (config->magic != RIDGE_CONFIG_MAGIC || config->size < offsetof(ridgeConfig_t, blocking) + sizeof(int) ||
+      config->size > sizeof(ridgeConfig_t))
+    return badArg(fn, "config was not initialized with RIDGE_CONFIG_INITIALIZER (bad magic or size)");
+  if (config->blocking != RIDGE_CONFIG_UNDEF_INT && config->blocking != 0 && config->blocking != 1)
+    return makeError(ridgeInvalidArgument, "%s: config->blocking must be 0 or 1, not %d", fn,
+                     config->blocking);
+  if (config->timeoutSeconds != RIDGE_CONFIG_UNDEF_INT && config->timeoutSeconds <= 0)
+    return makeError(ridgeInvalidArgument, "%s: config->timeoutSeconds must be > 0, not %d", fn,
+                     config->timeoutSeconds);
+  return Status::ok();
+}
+
 RIDGE_API ridgeResult_t ridgeCommInitRankConfig(ridgeComm_t* comm, int nranks, ridgeUniqueId commId, int rank,
                                                 ridgeConfig_t* config) {
   const char* fn = "ridgeCommInitRankConfig";
-  if (config) {
-    if (config->magic != RIDGE_CONFIG_MAGIC ||
-        config->size < offsetof(ridgeConfig_t, blocking) + sizeof(int) ||
-        config->size > sizeof(ridgeConfig_t))
-      return fail(nullptr,
-                  badArg(fn, "config was not initialized with RIDGE_CONFIG_INITIALIZER (bad magic or size)"));
-    if (config->blocking != RIDGE_CONFIG_UNDEF_INT && config->blocking != 0 && config->blocking != 1)
-      return fail(nullptr, makeError(ridgeInvalidArgument, "%s: config->blocking must be 0 or 1, not %d", fn,
-                                     config->blocking));
-    if (config->timeoutSeconds != RIDGE_CONFIG_UNDEF_INT && config->timeoutSeconds <= 0)
-      return fail(nullptr, makeError(ridgeInvalidArgument, "%s: config->timeoutSeconds must be > 0, not %d",
-                                     fn, config->timeoutSeconds));
-  }
+  RIDGE_CHECK(nullptr, checkConfig(fn, config));
   return initRank(fn, comm, nranks, commId, rank, config);
+}
+
+RIDGE_API ridgeResult_t ridgeCommInitAll(ridgeComm_t* comms, int ndev, const int* devlist) {
+  const char* fn = "ridgeCommInitAll";
+  if (!comms) return fail(nullptr, badArg(fn, "comms is NULL"));
+  if (ndev < 1) return fail(nullptr, makeError(ridgeInvalidArgument, "%s: ndev %d < 1", fn, ndev));
+  device::DeviceRuntime* rt = device::activeRuntime();
+  const int devices = rt ? rt->deviceCount() : 0;
+  for (int i = 0; devlist && i < ndev; ++i) {
+    if (devlist[i] < 0 || (devices > 0 && devlist[i] >= devices))
+      return fail(nullptr, makeError(ridgeInvalidArgument,
+                                     "%s: devlist[%d] = %d is not a device (this process has %d)", fn, i,
+                                     devlist[i], devices));
+  }
+  for (int i = 0; i < ndev; ++i) comms[i] = nullptr;
+  ridgeUniqueId id;
+  RIDGE_CHECK(nullptr, createUniqueId(&id));
+  // One thread per rank: each blocks in the rendezvous until all have arrived.
+  std::vector<ridgeResult_t> results(ndev, ridgeSuccess);
+  std::vector<std::string> errors(ndev);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < ndev; ++i) {
+    threads.emplace_back([&, i] {
+      if (devices > 0) {
+        Status bound = rt->bindThread(devlist ? devlist[i] : i % devices);
+        if (!bound.isOk()) {
+          results[i] = fail(nullptr, bound);
+          errors[i] = tLastError;
+          return;
+        }
+      }
+      results[i] = initRank(fn, &comms[i], ndev, id, i, nullptr);
+      if (results[i] != ridgeSuccess) errors[i] = tLastError;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < ndev; ++i) {
+    if (results[i] == ridgeSuccess) continue;
+    for (int k = 0; k < ndev; ++k) {
+      if (comms[k]) ridgeCommDestroy(comms[k]);
+      comms[k] = nullptr;
+    }
+    tLastError = std::string(fn) + ": rank " + std::to_string(i) + ": " + errors[i];
+    return results[i];
+  }
+  return ridgeSuccess;
+}
+
+// Marks a call in flight on comm for its lifetime (ridgeCommAbort waits for it).
+struct InFlight {
+  ridgeComm* comm;
+  explicit InFlight(ridgeComm* c) : comm(c) { comm->callsInFlight.fetch_add(1); }
+  ~InFlight() { comm->callsInFlight.fetch_sub(1); }
+};
+
+RIDGE_API ridgeResult_t ridgeCommSplit(ridgeComm_t comm, int color, int key, ridgeComm_t* newcomm,
+                                       ridgeConfig_t* config) {
+  const char* fn = "ridgeCommSplit";
+  RIDGE_CHECK(comm, checkComm(fn, comm));
+  if (!newcomm) return fail(comm, badArg(fn, "newcomm is NULL"));
+  *newcomm = nullptr;
+  if (color < 0 && color != RIDGE_SPLIT_NOCOLOR)
+    return fail(
+        comm, makeError(ridgeInvalidArgument, "%s: color %d must be >= 0 or RIDGE_SPLIT_NOCOLOR", fn, color));
+  RIDGE_CHECK(comm, checkConfig(fn, config));
+  if (tGroup.depth > 0)
+    return fail(comm, makeError(ridgeInvalidUsage, "%s: called inside a group (ridgeGroupStart)", fn));
+  int timeout = comm->timeoutSec;
+  std::vector<ridgeUniqueId> ids(comm->nranks);
+  int newRank = -1, newSize = 0, leader = -1;
+  {
+    InFlight guard(comm);
+    // Device operations queued earlier use the connections; let them finish first.
+    RIDGE_CHECK(comm, drainDeviceOps(comm));
+    struct Entry {
+      int32_t color, key;
+    };
+    std::vector<Entry> all(comm->nranks);
+    all[comm->rank] = {color, key};
+    RIDGE_CHECK(comm, comm->bootstrap->allGather(all.data(), sizeof(Entry)));
+    // Members of this rank's color in new-rank order: by key, then by old rank.
+    std::vector<int> members;
+    for (int r = 0; r < comm->nranks; ++r)
+      if (color != RIDGE_SPLIT_NOCOLOR && all[r].color == color) members.push_back(r);
+    std::stable_sort(members.begin(), members.end(), [&](int a, int b) { return all[a].key < all[b].key; });
+    // The first member of every color creates that color's id; a second all-gather hands it on.
+    std::memset(ids.data(), 0, ids.size() * sizeof(ridgeUniqueId));
+    if (!members.empty() && members.front() == comm->rank)
+      RIDGE_CHECK(comm, createUniqueId(&ids[comm->rank]));
+    RIDGE_CHECK(comm, comm->bootstrap->allGather(ids.data(), sizeof(ridgeUniqueId)));
+    if (members.empty()) return ridgeSuccess;  // RIDGE_SPLIT_NOCOLOR
+    leader = members.front();
+    newSize = static_cast<int>(members.size());
+    newRank = static_cast<int>(std::find(members.begin(), members.end(), comm->rank) - members.begin());
+  }
+  return initRank(fn, newcomm, newSize, ids[leader], newRank, config, timeout);
+}
+
+RIDGE_API ridgeResult_t ridgeCommShrink(ridgeComm_t comm, const int* excludeRanks, int excludeCount,
+                                        ridgeComm_t* newcomm, ridgeConfig_t* config, int shrinkFlags) {
+  const char* fn = "ridgeCommShrink";
+  // A communicator broken by a dead rank is what shrink is for.
+  RIDGE_CHECK(comm, checkComm(fn, comm, /*allowBroken=*/true));
+  if (!newcomm) return fail(comm, badArg(fn, "newcomm is NULL"));
+  *newcomm = nullptr;
+  if (excludeCount < 0 || excludeCount >= comm->nranks)
+    return fail(comm, makeError(ridgeInvalidArgument, "%s: excludeCount %d is not in [0, %d) (nranks %d)", fn,
+                                excludeCount, comm->nranks, comm->nranks));
+  if (excludeCount > 0 && !excludeRanks)
+    return fail(comm, makeError(ridgeInvalidArgument, "%s: excludeRanks is NULL with excludeCount %d", fn,
+                                excludeCount));
+  if (shrinkFlags != RIDGE_SHRINK_DEFAULT && shrinkFlags != RIDGE_SHRINK_ABORT)
+    return fail(comm, makeError(ridgeInvalidArgument,
+                                "%s: shrinkFlags %d is neither RIDGE_SHRINK_DEFAULT nor RIDGE_SHRINK_ABORT",
+                                fn, shrinkFlags));
+  RIDGE_CHECK(comm, checkConfig(fn, config));
+  std::vector<bool> excluded(comm->nranks, false);
+  for (int i = 0; i < excludeCount; ++i) {
+    const int r = excludeRanks[i];
+    if (r < 0 || r >= comm->nranks)
+      return fail(comm, makeError(ridgeInvalidArgument, "%s: excludeRanks[%d] = %d is out of range [0, %d)",
+                                  fn, i, r, comm->nranks));
+    if (excluded[r])
+      return fail(comm, makeError(ridgeInvalidArgument, "%s: excludeRanks names rank %d twice", fn, r));
+    excluded[r] = true;
+  }
+  if (excluded[comm->rank])
+    return fail(comm, makeError(ridgeInvalidArgument,
+                                "%s: excludeRanks names this rank (%d); an excluded rank must not call it",
+                                fn, comm->rank));
+  if (tGroup.depth > 0)
+    return fail(comm, makeError(ridgeInvalidUsage, "%s: called inside a group (ridgeGroupStart)", fn));
+  if (shrinkFlags == RIDGE_SHRINK_ABORT) {
+    // Calls blocked on the parent (waiting for a dead rank) leave with ridgeAborted; then the
+    // bootstrap connections are usable again for the id, and the parent stays marked broken.
+    comm->aborted.store(true);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (comm->callsInFlight.load() > 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (comm->callsInFlight.load() > 0) {
+      comm->aborted.store(false);
+      return fail(comm, makeError(ridgeInternalError, "%s: a call on comm did not leave within 10 s", fn));
+    }
+    int expected = ridgeSuccess;
+    comm->asyncError.compare_exchange_strong(expected, ridgeAborted);
+    comm->aborted.store(false);
+  }
+  std::vector<int> survivors;
+  for (int r = 0; r < comm->nranks; ++r)
+    if (!excluded[r]) survivors.push_back(r);
+  const int newRank =
+      static_cast<int>(std::find(survivors.begin(), survivors.end(), comm->rank) - survivors.begin());
+  const uint32_t tag = 0x53480000u | (comm->shrinkCount++ & 0xffffu);  // "SH" and the shrink's number
+  ridgeUniqueId id;
+  {
+    InFlight guard(comm);
+    // Point-to-point bootstrap messages between survivors only: an excluded (maybe dead) rank
+    // is never contacted.
+    if (newRank == 0) {
+      RIDGE_CHECK(comm, createUniqueId(&id));
+      for (size_t i = 1; i < survivors.size(); ++i)
+        RIDGE_CHECK(comm, comm->bootstrap->send(survivors[i], tag, &id, sizeof id));
+    } else {
+      RIDGE_CHECK(comm, comm->bootstrap->recv(survivors[0], tag, &id, sizeof id));
+    }
+  }
+  return initRank(fn, newcomm, static_cast<int>(survivors.size()), id, newRank, config, comm->timeoutSec);
 }
 
 RIDGE_API ridgeResult_t ridgeCommInitFromEnv(ridgeComm_t* comm) {
   const char* fn = "ridgeCommInitFromEnv";
   if (!comm) return fail(nullptr, badArg(fn, "comm is NULL"));
-  auto envOr = [](const char* a, const char* b) -> std::string {
-    const char* v = std::getenv(a);
-    if (v && *v) return v;
-    v = b ? std::getenv(b) : nullptr;
-    return v ? v : "";
-  };
-  std::string rankText = envOr("RIDGE_RANK", "RANK"), sizeText = envOr("RIDGE_WORLD_SIZE", "WORLD_SIZE");
-  std::string addr = envOr("RIDGE_ROOT_ADDR", nullptr);
-  if (addr.empty()) {
-    std::string host = envOr("MASTER_ADDR", nullptr), port = envOr("MASTER_PORT", nullptr);
-    if (!host.empty() && !port.empty())
-      addr = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + port;
-  }
-  if (rankText.empty() || sizeText.empty() || addr.empty())
-    return fail(nullptr, makeError(ridgeInvalidUsage,
-                                   "%s: set RIDGE_RANK, RIDGE_WORLD_SIZE and RIDGE_ROOT_ADDR (host:port), or "
-                                   "RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT",
-                                   fn));
-  char* end = nullptr;
-  long rank = std::strtol(rankText.c_str(), &end, 10);
-  bool ok = *end == 0;
-  long size = std::strtol(sizeText.c_str(), &end, 10);
-  ok = ok && *end == 0;
-  if (!ok || size < 1 || size > INT_MAX || rank < 0 || rank >= size)
-    return fail(nullptr, makeError(ridgeInvalidArgument, "%s: rank '%s' / world size '%s' are not valid", fn,
-                                   rankText.c_str(), sizeText.c_str()));
-  // Every rank derives the same nonce from what they all know, so no id has to travel.
-  uint64_t nonce = std::hash<std::string>{}(addr + "/" + sizeText) | 1;
-  if (rank == 0) {
-    if (Status s = startRootService(addr, nonce); !s.isOk()) return fail(nullptr, s);
+  LauncherPlace place;
+  RIDGE_CHECK(nullptr, launcherPlace(&place));
+  // Every rank derives the same nonce from what they all know, so no id has to travel. Not
+  // from the world size: ranks that disagree on it must reach the root, which reports the
+  // mismatch, instead of being turned away as another job's.
+  uint64_t nonce = std::hash<std::string>{}(place.rootAddr) | 1;
+  if (place.rank == 0) {
+    if (Status s = startRootService(place.rootAddr, nonce); !s.isOk()) return fail(nullptr, s);
   }
   ridgeUniqueId id;
-  if (Status s = uniqueIdFromAddress(addr, nonce, &id); !s.isOk()) return fail(nullptr, s);
-  return initRank(fn, comm, static_cast<int>(size), id, static_cast<int>(rank), nullptr);
+  if (Status s = uniqueIdFromAddress(place.rootAddr, nonce, &id); !s.isOk()) return fail(nullptr, s);
+  return initRank(fn, comm, place.worldSize, id, place.rank, nullptr);
 }
 
 RIDGE_API ridgeResult_t ridgeCommFinalize(ridgeComm_t comm) {
@@ -636,6 +890,215 @@ RIDGE_API ridgeResult_t ridgeGroupEnd(void) {
   for (ridgeComm* c : deviceComms) c->callsInFlight.fetch_sub(1);
   for (ridgeComm* c : hostComms) c->callsInFlight.fetch_sub(1);
   return result;
+}
+
+RIDGE_API ridgeResult_t ridgeBcast(void* buff, size_t count, ridgeDataType_t datatype, int root,
+                                   ridgeComm_t comm, ridgeStream_t stream) {
+  return collective("ridgeBcast", CollType::Broadcast, buff, buff, count, datatype, ridgeSum, root, comm,
+                    stream, false, true);
+}
+
+// Gather and scatter: a group of sends and receives between the root and every other rank,
+// plus the root's own block copied locally (stream-ordered for device memory).
+static ridgeResult_t rootedExchange(const char* fn, bool gather, const void* sendbuff, void* recvbuff,
+                                    size_t count, ridgeDataType_t dt, int root, ridgeComm* comm,
+                                    ridgeStream_t stream) {
+  RIDGE_CHECK(comm, checkComm(fn, comm));
+  RIDGE_CHECK(comm, checkTypeOp(fn, dt, nullptr));
+  RIDGE_CHECK(comm, checkSize(fn, count, comm->nranks, dt));
+  RIDGE_CHECK(comm, checkRoot(fn, "root", root, comm));
+  const bool isRoot = comm->rank == root;
+  const size_t all = count * comm->nranks;
+  // Gather: every rank reads count of sendbuff, root writes all of recvbuff. Scatter: the reverse.
+  RIDGE_CHECK(comm, checkBuffer(fn, "sendbuff", sendbuff, gather ? count : (isRoot ? all : 0)));
+  RIDGE_CHECK(comm, checkBuffer(fn, "recvbuff", recvbuff, gather ? (isRoot ? all : 0) : count));
+  bool onDevice = false;
+  device::PointerKind sendKind, recvKind;
+  RIDGE_CHECK(comm, classifyBuffers(fn, comm, sendbuff, gather || isRoot, recvbuff, !gather || isRoot,
+                                    &onDevice, &sendKind, &recvKind));
+  const size_t bytes = count * dataTypeSize(dt);
+  const char* sendBytes = static_cast<const char*>(sendbuff);
+  char* recvBytes = static_cast<char*>(recvbuff);
+  ridgeGroupStart();
+  ridgeResult_t r = ridgeSuccess;
+  for (int p = 0; p < comm->nranks && r == ridgeSuccess && count > 0; ++p) {
+    if (p == root) continue;
+    if (gather && isRoot) r = ridgeRecv(recvBytes + p * bytes, count, dt, p, comm, stream);
+    if (gather && p == comm->rank) r = ridgeSend(sendbuff, count, dt, root, comm, stream);
+    if (!gather && isRoot) r = ridgeSend(sendBytes + p * bytes, count, dt, p, comm, stream);
+    if (!gather && p == comm->rank) r = ridgeRecv(recvbuff, count, dt, root, comm, stream);
+  }
+  const ridgeResult_t end = ridgeGroupEnd();
+  if (r != ridgeSuccess) return r;
+  if (end != ridgeSuccess) return end;
+  if (!isRoot || count == 0) return ridgeSuccess;
+  const char* ownSrc = gather ? sendBytes : sendBytes + root * bytes;
+  char* ownDst = gather ? recvBytes + root * bytes : recvBytes;
+  if (ownSrc == ownDst) return ridgeSuccess;  // in place
+  if (onDevice) {
+    Status s = device::activeRuntime()->copy(ownDst, ownSrc, bytes, stream);
+    if (!s.isOk())
+      return fail(comm, Status(s.code(), std::string(fn) + ": copying root's own block: " + s.message()));
+  } else {
+    std::memmove(ownDst, ownSrc, bytes);
+  }
+  return ridgeSuccess;
+}
+
+RIDGE_API ridgeResult_t ridgeGather(const void* sendbuff, void* recvbuff, size_t count,
+                                    ridgeDataType_t datatype, int root, ridgeComm_t comm,
+                                    ridgeStream_t stream) {
+  return rootedExchange("ridgeGather", true, sendbuff, recvbuff, count, datatype, root, comm, stream);
+}
+
+RIDGE_API ridgeResult_t ridgeScatter(const void* sendbuff, void* recvbuff, size_t count,
+                                     ridgeDataType_t datatype, int root, ridgeComm_t comm,
+                                     ridgeStream_t stream) {
+  return rootedExchange("ridgeScatter", false, sendbuff, recvbuff, count, datatype, root, comm, stream);
+}
+
+RIDGE_API ridgeResult_t ridgeRedOpCreatePreMulSum(ridgeRedOp_t* op, void* scalar, ridgeDataType_t datatype,
+                                                  ridgeScalarResidence_t residence, ridgeComm_t comm) {
+  const char* fn = "ridgeRedOpCreatePreMulSum";
+  RIDGE_CHECK(comm, checkComm(fn, comm));
+  if (!op) return fail(comm, badArg(fn, "op is NULL"));
+  if (!scalar) return fail(comm, badArg(fn, "scalar is NULL"));
+  RIDGE_CHECK(comm, checkTypeOp(fn, datatype, nullptr));
+  if (residence != ridgeScalarDevice && residence != ridgeScalarHostImmediate)
+    return fail(comm, makeError(ridgeInvalidArgument,
+                                "%s: residence %d is neither ridgeScalarDevice nor ridgeScalarHostImmediate",
+                                fn, static_cast<int>(residence)));
+  ridgeComm::UserOp u;
+  u.live = true;
+  u.type = datatype;
+  u.residence = residence;
+  if (residence == ridgeScalarHostImmediate)
+    std::memcpy(u.scalar, scalar, dataTypeSize(datatype));
+  else
+    u.scalarPtr = scalar;
+  std::lock_guard<std::mutex> lock(comm->userOpsMutex);
+  size_t index = 0;
+  while (index < comm->userOps.size() && comm->userOps[index].live) ++index;
+  if (index >= static_cast<size_t>(ridgeMaxRedOp - ridgeNumOps))
+    return fail(comm, makeError(ridgeInvalidUsage, "%s: too many live operators on this comm", fn));
+  if (index == comm->userOps.size())
+    comm->userOps.push_back(u);
+  else
+    comm->userOps[index] = u;
+  *op = static_cast<ridgeRedOp_t>(ridgeNumOps + index);
+  return ridgeSuccess;
+}
+
+RIDGE_API ridgeResult_t ridgeRedOpDestroy(ridgeRedOp_t op, ridgeComm_t comm) {
+  const char* fn = "ridgeRedOpDestroy";
+  RIDGE_CHECK(comm, checkComm(fn, comm, /*allowBroken=*/true));
+  if (static_cast<unsigned>(op) < static_cast<unsigned>(ridgeNumOps))
+    return fail(comm, makeError(ridgeInvalidArgument,
+                                "%s: op %d is a built-in operator, not one of "
+                                "ridgeRedOpCreatePreMulSum",
+                                fn, static_cast<int>(op)));
+  const size_t index = static_cast<size_t>(op) - ridgeNumOps;
+  std::lock_guard<std::mutex> lock(comm->userOpsMutex);
+  if (index >= comm->userOps.size() || !comm->userOps[index].live)
+    return fail(comm, makeError(ridgeInvalidArgument, "%s: op %d is not a live operator of this comm", fn,
+                                static_cast<int>(op)));
+  comm->userOps[index].live = false;
+  return ridgeSuccess;
+}
+
+namespace {
+// Allocations of ridgeMemAlloc and whether each is device memory.
+std::mutex gMemMutex;
+std::unordered_map<void*, bool> gMemAllocations;
+}  // namespace
+
+RIDGE_API ridgeResult_t ridgeMemAlloc(void** ptr, size_t size) {
+  const char* fn = "ridgeMemAlloc";
+  if (!ptr) return fail(nullptr, badArg(fn, "ptr is NULL"));
+  *ptr = nullptr;
+  if (size == 0) return fail(nullptr, badArg(fn, "size is 0"));
+  if (size > SIZE_MAX - 4096) return fail(nullptr, badArg(fn, "size is too large"));
+  void* p = nullptr;
+  device::DeviceRuntime* rt = device::activeRuntime();
+  const bool onDevice = rt && rt->deviceCount() > 0;
+  if (onDevice) {
+    RIDGE_CHECK(nullptr, rt->allocDevice(size, &p));
+  } else {
+    p = std::aligned_alloc(4096, (size + 4095) / 4096 * 4096);
+    if (!p) return fail(nullptr, makeError(ridgeSystemError, "%s: no memory for %zu bytes", fn, size));
+  }
+  std::lock_guard<std::mutex> lock(gMemMutex);
+  gMemAllocations[p] = onDevice;
+  *ptr = p;
+  return ridgeSuccess;
+}
+
+RIDGE_API ridgeResult_t ridgeMemFree(void* ptr) {
+  const char* fn = "ridgeMemFree";
+  if (!ptr) return fail(nullptr, badArg(fn, "ptr is NULL"));
+  bool onDevice = false;
+  {
+    std::lock_guard<std::mutex> lock(gMemMutex);
+    auto it = gMemAllocations.find(ptr);
+    if (it == gMemAllocations.end())
+      return fail(nullptr, makeError(ridgeInvalidArgument,
+                                     "%s: ptr %p was not returned by ridgeMemAlloc (or was "
+                                     "freed already)",
+                                     fn, ptr));
+    onDevice = it->second;
+    gMemAllocations.erase(it);
+  }
+  if (onDevice)
+    device::activeRuntime()->freeDevice(ptr);
+  else
+    std::free(ptr);
+  return ridgeSuccess;
+}
+
+RIDGE_API ridgeResult_t ridgeCommRegister(const ridgeComm_t comm, void* buff, size_t size, void** handle) {
+  const char* fn = "ridgeCommRegister";
+  RIDGE_CHECK(comm, checkComm(fn, comm, /*allowBroken=*/true));
+  if (!handle) return fail(comm, badArg(fn, "handle is NULL"));
+  *handle = nullptr;
+  if (!buff) return fail(comm, badArg(fn, "buff is NULL"));
+  if (size == 0) return fail(comm, badArg(fn, "size is 0"));
+  if (reinterpret_cast<uintptr_t>(buff) > UINTPTR_MAX - size)
+    return fail(comm, badArg(fn, "buff + size wraps around the address space"));
+  auto reg = std::make_unique<ridgeComm::Registration>();
+  reg->base = static_cast<const char*>(buff);
+  reg->bytes = size;
+  device::DeviceRuntime* rt = device::activeRuntime();
+  const bool host = !rt || rt->deviceCount() == 0 || rt->classify(buff).kind == device::PointerKind::Host;
+  // Best effort: over RLIMIT_MEMLOCK the registration still counts, unlocked.
+  reg->locked = host && mlock(buff, size) == 0;
+  std::lock_guard<std::mutex> lock(comm->registrationsMutex);
+  *handle = reg.get();
+  comm->registrations.push_back(std::move(reg));
+  return ridgeSuccess;
+}
+
+RIDGE_API ridgeResult_t ridgeCommDeregister(const ridgeComm_t comm, void* handle) {
+  const char* fn = "ridgeCommDeregister";
+  RIDGE_CHECK(comm, checkComm(fn, comm, /*allowBroken=*/true));
+  if (!handle) return fail(comm, badArg(fn, "handle is NULL"));
+  std::lock_guard<std::mutex> lock(comm->registrationsMutex);
+  auto& regs = comm->registrations;
+  auto it = std::find_if(regs.begin(), regs.end(), [&](const auto& r) { return r.get() == handle; });
+  if (it == regs.end())
+    return fail(comm, makeError(ridgeInvalidArgument,
+                                "%s: handle %p is not a live registration of this comm (another comm's, or "
+                                "deregistered already)",
+                                fn, handle));
+  std::unique_ptr<ridgeComm::Registration> gone = std::move(*it);
+  regs.erase(it);
+  if (gone->locked) {
+    // Locks do not nest: unlock, then lock again what other registrations still cover.
+    munlock(gone->base, gone->bytes);
+    for (const auto& r : regs)
+      if (r->locked && r->base < gone->base + gone->bytes && gone->base < r->base + r->bytes)
+        mlock(r->base, r->bytes);
+  }
+  return ridgeSuccess;
 }
 
 }  // extern "C"

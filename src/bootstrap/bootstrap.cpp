@@ -201,8 +201,8 @@ void RootService::handleHello(Socket s, const SocketAddress& from, const Hello& 
     members_.resize(static_cast<size_t>(nranks));
   } else if (nranks != nranks_) {
     Status e = makeError(ridgeInvalidArgument,
-                         "%s: %s says there are %d ranks but the first rank to arrive said %d: every "
-                         "rank must pass the same nranks",
+                         "%s: world size mismatch: %s says there are %d ranks but the first rank to arrive "
+                         "said %d: every rank must pass the same nranks (world size)",
                          who_.c_str(), rankText.c_str(), nranks, nranks_);
     sendReply(s.fd(), e, nullptr, deadline, rankText);
     fail(e, deadline);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "coll/batch.h"
 #include "coll/comm.h"
 #include "coll/data_ops.h"
 #include "core/log.h"
@@ -605,6 +606,15 @@ Task directBegin(ridgeComm* c, const CollArgs& a) {
   const int P = c->nranks, r = c->rank;
   ridgeComm::DirectDescriptor mine{reinterpret_cast<uint64_t>(a.send), reinterpret_cast<uint64_t>(a.recv),
                                    a.count, static_cast<uint32_t>(a.type), static_cast<uint32_t>(a.root)};
+  // Peers read (and write) these buffers through CMA: count the calls whose buffers the
+  // caller registered (ridgeCommRegister locks them in RAM for exactly this access).
+  if (!c->registrations.empty()) {
+    const BufferUse use = bufferUse(a, r, P);
+    const size_t es = dataTypeSize(a.dtype);
+    if ((!use.readsSend || bufferRegistered(c, a.send, use.sendCount * es)) &&
+        (!use.writesRecv || bufferRegistered(c, a.recv, use.recvCount * es)))
+      c->registeredDirectCalls.fetch_add(1, std::memory_order_relaxed);
+  }
   for (int k = 1; k < P; ++k) {
     int j = (r + k) % P;
     void* slot = co_await AcquireSlot(c->sendTo[j]);

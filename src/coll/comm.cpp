@@ -1,5 +1,6 @@
 #include "coll/comm.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -247,6 +248,15 @@ Status finalizeComm(ridgeComm* c) {
   return s;
 }
 
+bool bufferRegistered(const ridgeComm* c, const void* p, size_t bytes) {
+  const char* b = static_cast<const char*>(p);
+  std::lock_guard<std::mutex> lock(c->registrationsMutex);
+  for (const auto& r : c->registrations)
+    if (b >= r->base && b <= r->base + r->bytes && bytes <= static_cast<size_t>(r->base + r->bytes - b))
+      return true;
+  return false;
+}
+
 void freeComm(ridgeComm* c) {
   if (c->initThread.joinable()) c->initThread.join();
   // Before the connectors go: the proxy may still be using them, and every stream waiting
@@ -267,6 +277,8 @@ void freeComm(ridgeComm* c) {
   c->transports.clear();
   if (c->bootstrap) c->bootstrap->close();
   c->bootstrap.reset();
+  for (const auto& r : c->registrations)
+    if (r->locked) munlock(r->base, r->bytes);
   c->magic = ridgeComm::kDeadMagic;
   delete c;
 }

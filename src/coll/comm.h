@@ -136,6 +136,30 @@ struct ridgeComm {
   // marker; built at init when every rank can take part, null otherwise. Small collectives
   // on device memory are then launched on the caller's stream, not handed to the proxy.
   std::unique_ptr<ridge::LLState, ridge::LLStateDeleter> ll;
+  // Operators of ridgeRedOpCreatePreMulSum: handle ridgeNumOps + index (src/api/api.cpp).
+  struct UserOp {
+    bool live = false;
+    ridgeDataType_t type = ridgeFloat32;
+    ridgeScalarResidence_t residence = ridgeScalarHostImmediate;
+    unsigned char scalar[8] = {};     // the value (ridgeScalarHostImmediate)
+    const void* scalarPtr = nullptr;  // read per call (ridgeScalarDevice)
+  };
+  std::mutex userOpsMutex;
+  std::vector<UserOp> userOps;
+  // Registrations of ridgeCommRegister; the handle is the Registration's address.
+  struct Registration {
+    const char* base;
+    size_t bytes;
+    bool locked;  // mlock succeeded (host memory)
+  };
+  mutable std::mutex registrationsMutex;
+  std::vector<std::unique_ptr<Registration>> registrations;
+  // Direct (single-copy) collectives whose own buffers were all registered (debug counter).
+  std::atomic<uint64_t> registeredDirectCalls{0};
+  // How many ridgeCommShrink calls this rank made on the communicator: the tag of the next
+  // one's id message, so that two shrinks never read each other's id.
+  uint32_t shrinkCount = 0;
+
   // Counters (proxy thread; read after the batches finished).
   uint64_t deviceNetBatches = 0;   // batches every rank voted onto the device network
   uint64_t deviceNetDeclined = 0;  // batches the vote left to staging
@@ -155,5 +179,8 @@ Status initComm(ridgeComm* comm, const ridgeUniqueId& id);
 Status finalizeComm(ridgeComm* comm);
 // Frees everything (waits for a non-blocking init thread first).
 void freeComm(ridgeComm* comm);
+// Whether [p, p+bytes) lies inside one registration of ridgeCommRegister (bytes 0: p is
+// inside one). One lock per call, never per chunk.
+bool bufferRegistered(const ridgeComm* comm, const void* p, size_t bytes);
 
 }  // namespace ridge

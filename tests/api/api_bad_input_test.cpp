@@ -401,6 +401,207 @@ std::vector<BadCall> buildTable() {
       },
       1, false);
 
+  // ---- The calls NCCL 2.28 has beyond the collectives (issue 16) ---------------------------
+  const ridgeResult_t IU = ridgeInvalidUsage;
+  add(
+      "NullComm_CommSplit", IA, kComm,
+      [](const Ctx&) {
+        ridgeComm_t x;
+        return ridgeCommSplit(nullptr, 0, 0, &x, nullptr);
+      },
+      1, false);
+  add("NullOut_CommSplit", IA, {"newcomm"},
+      [](const Ctx& c) { return ridgeCommSplit(c.comm, 0, 0, nullptr, nullptr); });
+  add("BadColor_CommSplit", IA, {"color"}, [](const Ctx& c) {
+    ridgeComm_t x;
+    return ridgeCommSplit(c.comm, -7, 0, &x, nullptr);
+  });
+  add("BadConfig_CommSplit", IA, {"config"}, [](const Ctx& c) {
+    ridgeConfig_t cfg = RIDGE_CONFIG_INITIALIZER;
+    cfg.magic = 1;
+    ridgeComm_t x;
+    return ridgeCommSplit(c.comm, 0, 0, &x, &cfg);
+  });
+  add("InGroup_CommSplit", IU, {"group"}, [](const Ctx& c) {
+    ridgeComm_t x;
+    ridgeGroupStart();
+    ridgeResult_t r = ridgeCommSplit(c.comm, 0, 0, &x, nullptr);
+    ridgeGroupEnd();
+    return r;
+  });
+  add(
+      "NullOut_CommInitAll", IA, {"comms"}, [](const Ctx&) { return ridgeCommInitAll(nullptr, 2, nullptr); },
+      1, false);
+  add(
+      "ZeroDevices_CommInitAll", IA, {"ndev"},
+      [](const Ctx&) {
+        ridgeComm_t x[1];
+        return ridgeCommInitAll(x, 0, nullptr);
+      },
+      1, false);
+  add(
+      "NegativeDevice_CommInitAll", IA, {"devlist"},
+      [](const Ctx&) {
+        ridgeComm_t x[2];
+        const int devs[2] = {0, -3};
+        return ridgeCommInitAll(x, 2, devs);
+      },
+      1, false);
+  add(
+      "NullComm_CommShrink", IA, kComm,
+      [](const Ctx&) {
+        ridgeComm_t x;
+        return ridgeCommShrink(nullptr, nullptr, 0, &x, nullptr, RIDGE_SHRINK_DEFAULT);
+      },
+      1, false);
+  add("NullOut_CommShrink", IA, {"newcomm"}, [](const Ctx& c) {
+    return ridgeCommShrink(c.comm, nullptr, 0, nullptr, nullptr, RIDGE_SHRINK_DEFAULT);
+  });
+  add("NegativeCount_CommShrink", IA, {"excludecount"}, [](const Ctx& c) {
+    ridgeComm_t x;
+    return ridgeCommShrink(c.comm, nullptr, -1, &x, nullptr, RIDGE_SHRINK_DEFAULT);
+  });
+  add(
+      "NullList_CommShrink", IA, {"excluderanks"},
+      [](const Ctx& c) {
+        ridgeComm_t x;
+        return ridgeCommShrink(c.comm, nullptr, 1, &x, nullptr, RIDGE_SHRINK_DEFAULT);
+      },
+      2);
+  add(
+      "OutOfRange_CommShrink", IA, {"excluderanks"},
+      [](const Ctx& c) {
+        ridgeComm_t x;
+        const int ex[1] = {c.n + 5};
+        return ridgeCommShrink(c.comm, ex, 1, &x, nullptr, RIDGE_SHRINK_DEFAULT);
+      },
+      2);
+  add(
+      "ExcludesSelf_CommShrink", IA, {"this rank"},
+      [](const Ctx& c) {
+        ridgeComm_t x;
+        const int ex[1] = {c.me};
+        return ridgeCommShrink(c.comm, ex, 1, &x, nullptr, RIDGE_SHRINK_DEFAULT);
+      },
+      2);
+  add("BadFlags_CommShrink", IA, {"shrinkflags"}, [](const Ctx& c) {
+    ridgeComm_t x;
+    return ridgeCommShrink(c.comm, nullptr, 0, &x, nullptr, 7);
+  });
+  add(
+      "NullComm_Bcast", IA, kComm,
+      [](const Ctx& c) { return ridgeBcast(c.rb, 8, kF32, 0, nullptr, nullptr); }, 1, false);
+  add("NullBuff_Bcast", IA, {"recvbuff", "sendbuff"},
+      [](const Ctx& c) { return ridgeBcast(nullptr, 8, kF32, 0, c.comm, nullptr); });
+  add("BadRoot_Bcast", IA, {"root"},
+      [](const Ctx& c) { return ridgeBcast(c.rb, 8, kF32, c.n, c.comm, nullptr); });
+  add("BadRoot_Gather", IA, {"root"},
+      [](const Ctx& c) { return ridgeGather(c.sb, c.rb, 8, kF32, -1, c.comm, nullptr); });
+  add("NullRecv_Gather", IA, {"recvbuff"},
+      [](const Ctx& c) { return ridgeGather(c.sb, nullptr, 8, kF32, c.me, c.comm, nullptr); });
+  add("BadType_Gather", IA, {"datatype"}, [](const Ctx& c) {
+    return ridgeGather(c.sb, c.rb, 8, static_cast<ridgeDataType_t>(42), 0, c.comm, nullptr);
+  });
+  add("BadRoot_Scatter", IA, {"root"},
+      [](const Ctx& c) { return ridgeScatter(c.sb, c.rb, 8, kF32, c.n, c.comm, nullptr); });
+  add("NullSend_Scatter", IA, {"sendbuff"},
+      [](const Ctx& c) { return ridgeScatter(nullptr, c.rb, 8, kF32, c.me, c.comm, nullptr); });
+  add(
+      "NullComm_Gather", IA, kComm,
+      [](const Ctx& c) { return ridgeGather(c.sb, c.rb, 8, kF32, 0, nullptr, nullptr); }, 1, false);
+  add("NullOut_RedOpCreatePreMulSum", IA, {"op"}, [](const Ctx& c) {
+    float k = 2;
+    return ridgeRedOpCreatePreMulSum(nullptr, &k, kF32, ridgeScalarHostImmediate, c.comm);
+  });
+  add("NullScalar_RedOpCreatePreMulSum", IA, {"scalar"}, [](const Ctx& c) {
+    ridgeRedOp_t op;
+    return ridgeRedOpCreatePreMulSum(&op, nullptr, kF32, ridgeScalarHostImmediate, c.comm);
+  });
+  add("BadType_RedOpCreatePreMulSum", IA, {"datatype"}, [](const Ctx& c) {
+    ridgeRedOp_t op;
+    float k = 2;
+    return ridgeRedOpCreatePreMulSum(&op, &k, static_cast<ridgeDataType_t>(11), ridgeScalarHostImmediate,
+                                     c.comm);
+  });
+  add("BadResidence_RedOpCreatePreMulSum", IA, {"residence"}, [](const Ctx& c) {
+    ridgeRedOp_t op;
+    float k = 2;
+    return ridgeRedOpCreatePreMulSum(&op, &k, kF32, static_cast<ridgeScalarResidence_t>(5), c.comm);
+  });
+  add(
+      "NullComm_RedOpCreatePreMulSum", IA, kComm,
+      [](const Ctx&) {
+        ridgeRedOp_t op;
+        float k = 2;
+        return ridgeRedOpCreatePreMulSum(&op, &k, kF32, ridgeScalarHostImmediate, nullptr);
+      },
+      1, false);
+  add("BuiltIn_RedOpDestroy", IA, {"built-in"},
+      [](const Ctx& c) { return ridgeRedOpDestroy(ridgeMax, c.comm); });
+  add("Unknown_RedOpDestroy", IA, {"op"},
+      [](const Ctx& c) { return ridgeRedOpDestroy(static_cast<ridgeRedOp_t>(ridgeNumOps + 900), c.comm); });
+  add("DestroyedOp_AllReduce", IA, {"op"}, [](const Ctx& c) {
+    ridgeRedOp_t op;
+    float k = 2;
+    if (ridgeRedOpCreatePreMulSum(&op, &k, kF32, ridgeScalarHostImmediate, c.comm) != ridgeSuccess)
+      return ridgeInternalError;
+    if (ridgeRedOpDestroy(op, c.comm) != ridgeSuccess) return ridgeInternalError;
+    return ridgeAllReduce(c.sb, c.rb, 8, kF32, op, c.comm, nullptr);
+  });
+  add("OpOfOtherType_AllReduce", IA, {"datatype"}, [](const Ctx& c) {
+    ridgeRedOp_t op;
+    double k = 2;
+    if (ridgeRedOpCreatePreMulSum(&op, &k, ridgeFloat64, ridgeScalarHostImmediate, c.comm) != ridgeSuccess)
+      return ridgeInternalError;
+    ridgeResult_t r = ridgeAllReduce(c.sb, c.rb, 8, kF32, op, c.comm, nullptr);
+    const std::string text = ridgeGetLastError(nullptr);
+    ridgeRedOpDestroy(op, c.comm);
+    ridgeGetLastError(nullptr);
+    return r == ridgeInvalidArgument && text.find("datatype") != std::string::npos ? r : ridgeInternalError;
+  });
+  add(
+      "NullOut_MemAlloc", IA, {"ptr"}, [](const Ctx&) { return ridgeMemAlloc(nullptr, 64); }, 1, false);
+  add(
+      "ZeroSize_MemAlloc", IA, {"size"},
+      [](const Ctx&) {
+        void* p;
+        return ridgeMemAlloc(&p, 0);
+      },
+      1, false);
+  add(
+      "Null_MemFree", IA, {"ptr"}, [](const Ctx&) { return ridgeMemFree(nullptr); }, 1, false);
+  add(
+      "Foreign_MemFree", IA, {"ridgeMemAlloc"}, [](const Ctx& c) { return ridgeMemFree(c.sb); }, 1, false);
+  add(
+      "Twice_MemFree", IA, {"ridgeMemAlloc"},
+      [](const Ctx&) {
+        void* p = nullptr;
+        if (ridgeMemAlloc(&p, 100) != ridgeSuccess || ridgeMemFree(p) != ridgeSuccess)
+          return ridgeInternalError;
+        return ridgeMemFree(p);
+      },
+      1, false);
+  add("NullBuff_CommRegister", IA, {"buff"}, [](const Ctx& c) {
+    void* h;
+    return ridgeCommRegister(c.comm, nullptr, 64, &h);
+  });
+  add("ZeroSize_CommRegister", IA, {"size"}, [](const Ctx& c) {
+    void* h;
+    return ridgeCommRegister(c.comm, c.sb, 0, &h);
+  });
+  add("NullOut_CommRegister", IA, {"handle"},
+      [](const Ctx& c) { return ridgeCommRegister(c.comm, c.sb, 64, nullptr); });
+  add("NullHandle_CommDeregister", IA, {"handle"},
+      [](const Ctx& c) { return ridgeCommDeregister(c.comm, nullptr); });
+  add("Bogus_CommDeregister", IA, {"handle"}, [](const Ctx& c) { return ridgeCommDeregister(c.comm, c.rb); });
+  add("Twice_CommDeregister", IA, {"handle"}, [](const Ctx& c) {
+    void* h = nullptr;
+    if (ridgeCommRegister(c.comm, c.sb, 64, &h) != ridgeSuccess ||
+        ridgeCommDeregister(c.comm, h) != ridgeSuccess)
+      return ridgeInternalError;
+    return ridgeCommDeregister(c.comm, h);
+  });
+
   // ---- Group misuse --------------------------------------------------------------------------
   add(
       "GroupEndWithoutStart", ridgeInvalidUsage, {"group"}, [](const Ctx&) { return ridgeGroupEnd(); }, 1,
@@ -745,10 +946,4 @@ TEST(NonBlockingInit, ConfigTimeoutWhenPeerNeverArrives) {
 }  // namespace
 }  // namespace ridgetest
 
-int main(int argc, char** argv) {
-  // Before any library call: loopback bootstrap, and a timeout that bounds every wait.
-  ridgetest::setLoopbackEnv();
-  setenv("RIDGE_TIMEOUT", "10", 1);
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}
+#include "api_test_main.h"

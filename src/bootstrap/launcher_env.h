@@ -1,0 +1,26 @@
+// Where ridgeCommInitFromEnv finds its rank, world size and root address: the variables that
+// launchers set (torchrun, Open MPI's mpirun, PMI/PMIx launchers such as MPICH's and Slurm's
+// srun --mpi=pmi2, and Slurm itself).
+#pragma once
+
+#include <string>
+
+#include "core/status.h"
+
+namespace ridge {
+
+struct LauncherPlace {
+  int rank = -1;
+  int worldSize = 0;
+  std::string rootAddr;  // host:port ([v6]:port)
+  std::string source;    // which variables gave rank and size, for messages
+};
+
+// Rank and size come as a pair from the first of these that sets both: RIDGE_RANK/
+// RIDGE_WORLD_SIZE, RANK/WORLD_SIZE (torchrun), OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE,
+// PMI_RANK/PMI_SIZE, SLURM_PROCID/SLURM_NTASKS. The address is RIDGE_ROOT_ADDR, else
+// MASTER_ADDR and MASTER_PORT. ridgeInvalidUsage when something is missing (the message
+// lists what is looked for), ridgeInvalidArgument when a value is malformed.
+Status launcherPlace(LauncherPlace* out);
+
+}  // namespace ridge
