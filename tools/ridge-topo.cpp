@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "core/json.h"
+#include "ridge/version.h"
 #include "core/settings.h"
 #include "topo/discover.h"
 #include "topo/gdr_advisor.h"
@@ -266,6 +267,7 @@ void printUsage(FILE* f) {
                "  ridge-topo --preset dgx-h100 tree\n"
                "  ridge-topo paths --preset cross-rc GPU0 NIC0\n"
                "  ridge-topo draw --preset dgx-a100 --svg dgx-a100.svg\n\n"
+               "ridge-topo --version prints the version.\n\n"
                "exit status: 0 success, 1 the command failed (unreadable file, unknown preset or\n"
                "device, Graphviz missing), 2 bad usage.\n\n"
                "'ridge-topo help SUBCOMMAND' describes one of them.\n");
@@ -855,6 +857,10 @@ int main(int argc, char** argv) {
     }
     rest.push_back(a);
     if (name.empty() && takesValue(a) && i + 1 < argc) rest.push_back(argv[++i]);
+  }
+  if (name.empty() && rest.size() == 1 && (rest[0] == "--version" || rest[0] == "-V")) {
+    std::printf("ridge-topo (Ridge) %d.%d.%d\n", RIDGE_MAJOR, RIDGE_MINOR, RIDGE_PATCH);
+    return kExitOk;
   }
   if (name.empty()) {
     const bool help = !rest.empty() && (rest[0] == "-h" || rest[0] == "--help");
