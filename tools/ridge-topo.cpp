@@ -17,6 +17,7 @@
 // before the subcommand. Each subcommand is one row of kCommands: a name, a synopsis, a
 // paragraph of help and a handler that receives the remaining arguments through ArgList.
 // Exit status: 0 success, 1 the command failed, 2 bad usage.
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,9 +31,10 @@
 #include <vector>
 
 #include "core/json.h"
-#include "ridge/version.h"
 #include "core/settings.h"
+#include "ridge/version.h"
 #include "topo/discover.h"
+#include "topo/doctor.h"
 #include "topo/gdr_advisor.h"
 #include "topo/gdr_placement.h"
 #include "topo/load.h"
@@ -157,6 +159,8 @@ int runGdr(ArgList& args);
 int runDraw(ArgList& args);
 int runPlan(ArgList& args);
 int runSimulate(ArgList& args);
+int runDoctor(ArgList& args);
+int runCapture(ArgList& args);
 int runPresets(ArgList& args);
 int runSummary(ArgList& args);
 int runSettings(ArgList& args);
@@ -227,6 +231,29 @@ const Command kCommands[] = {
      "plan options as for 'plan'), then the busiest resources at the largest size.\n\n"
      "  ridge-topo --preset dgx-h100 simulate --nodes 4 --ranks-per-node 8 -b 8 -e 1G",
      runSimulate},
+    {"doctor", "doctor [WHICH] [A B] [--all] [--json]",
+     "For each GPU-GPU pair and each GPU with its nearest NICs (--all: every NIC; A B: one\n"
+     "pair), what stands between it and full speed, in words: the path class; PCIe links\n"
+     "trained below what both ends can do; ACS redirecting peer traffic on a switch of the\n"
+     "path (needs root to read); IOMMU translation; BAR1 size; the process's NUMA placement;\n"
+     "for NICs RDMA capability and link state, GPU memory registration (nvidia-peermem or\n"
+     "dma-buf) and GPU doorbells (PeerMappingOverride), the GDR-write ladder rung and the\n"
+     "GDR advisor's choice. Faults are fixable, limits are where the devices sit. Reads this\n"
+     "machine's /sys and /proc, or a folder 'ridge-topo capture' wrote (--input DIR).\n\n"
+     "  ridge-topo doctor\n"
+     "  ridge-topo doctor GPU0 NIC0\n"
+     "  ridge-topo doctor --input ./capture-node17 --json",
+     runDoctor},
+    {"capture", "capture DIR",
+     "Writes this machine into DIR for a bug report: topology.json (Ridge's format),\n"
+     "hwloc.xml, and every /sys and /proc file the doctor reads (PCIe link attributes and\n"
+     "config space of the devices on the paths, InfiniBand and network ports, IOMMU groups,\n"
+     "/proc/modules, kernel version and command line, the NVIDIA driver's version and\n"
+     "parameters, the process's CPUs). Any subcommand reads it back with --input DIR. Run as\n"
+     "root to include the PCIe extended config space (ACS).\n\n"
+     "  sudo ridge-topo capture node17 && tar czf node17.tgz node17\n"
+     "  ridge-topo doctor --input node17",
+     runCapture},
     {"presets", "presets", "Lists the built-in machines that --preset accepts.", runPresets},
     {"summary", "summary [--xml FILE] [--compact]",
      "Counts packages, NUMA nodes, cores, hardware threads (PUs), GPUs and NICs, and lists\n"
@@ -255,7 +282,8 @@ void printUsage(FILE* f) {
   std::fprintf(f,
                "\nWHICH machine (before or after the subcommand):\n"
                "  (nothing)          this machine, discovered live\n"
-               "  --input FILE       hwloc XML, NCCL topology XML or Ridge JSON (told apart by content)\n"
+               "  --input FILE|DIR   hwloc XML, NCCL topology XML or Ridge JSON (told apart by content),\n"
+               "                     or a folder written by 'ridge-topo capture'\n"
                "  --preset NAME      a built-in machine: ");
   const std::vector<std::string> names = topo::presetNames();
   for (size_t i = 0; i < names.size(); ++i) std::fprintf(f, "%s%s", i ? ", " : "", names[i].c_str());
@@ -316,10 +344,16 @@ bool parseCommon(const char* cmd, ArgList& args, Common* c, bool drawingAllowed)
 }
 
 // Loads the machine the options name. Returns an exit status (kExitOk on success).
+bool isDirectory(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 int loadTopology(const char* cmd, const Common& c, topo::Topology* t) {
-  Status st = !c.preset.empty()  ? topo::loadPreset(c.preset, t)
-              : !c.input.empty() ? topo::loadTopologyFile(c.input, t)
-                                 : topo::discoverThisMachine(t);
+  Status st = !c.preset.empty()      ? topo::loadPreset(c.preset, t)
+              : isDirectory(c.input) ? topo::loadCapturedTopology(c.input, t)
+              : !c.input.empty()     ? topo::loadTopologyFile(c.input, t)
+                                     : topo::discoverThisMachine(t);
   if (!st.isOk()) {
     std::fprintf(stderr, "ridge-topo %s: %s\n", cmd, st.message().c_str());
     return kExitFailed;
@@ -667,6 +701,60 @@ int runGdr(ArgList& args) {
   printRows(rows, {4, 5});
   std::printf("\n'ridge-topo gdr GPU NIC' shows every option for one pair%s.\n",
               all ? "" : "; --all lists every GPU-NIC pair");
+  return kExitOk;
+}
+
+// ---- doctor, capture -----------------------------------------------------------------------
+
+int runDoctor(ArgList& args) {
+  Common c;
+  const bool all = args.flag("--all");
+  if (!parseCommon("doctor", args, &c, false)) return kExitUsage;
+  const std::vector<std::string> names = args.positionals();
+  if (!args.finish()) return kExitUsage;
+  if (names.size() == 1 || names.size() > 2) {
+    std::fprintf(stderr, "ridge-topo doctor: give two devices, or none (see 'ridge-topo help doctor')\n");
+    return kExitUsage;
+  }
+  topo::Topology t;
+  if (int rc = loadTopology("doctor", c, &t)) return rc;
+  topo::DoctorOptions options;
+  options.allPairs = all;
+  if (names.size() == 2) {
+    options.onlyA = findDevice("doctor", t, names[0]);
+    options.onlyB = options.onlyA < 0 ? -1 : findDevice("doctor", t, names[1]);
+    if (options.onlyA < 0 || options.onlyB < 0) return kExitFailed;
+    if (t.node(options.onlyA).kind != topo::NodeKind::Gpu) std::swap(options.onlyA, options.onlyB);
+    if (t.node(options.onlyA).kind != topo::NodeKind::Gpu ||
+        (t.node(options.onlyB).kind != topo::NodeKind::Gpu &&
+         t.node(options.onlyB).kind != topo::NodeKind::Nic)) {
+      std::fprintf(stderr, "ridge-topo doctor: '%s' and '%s' must be two GPUs or a GPU and a NIC\n",
+                   names[0].c_str(), names[1].c_str());
+      return kExitFailed;
+    }
+  }
+  // A preset or a topology file has no kernel files: only the path classes are examined.
+  const bool captured = !c.input.empty() && isDirectory(c.input);
+  const topo::SysRoot root(captured ? c.input : c.preset.empty() && c.input.empty() ? "" : "/nonexistent");
+  const topo::DoctorReport r = topo::runDoctor(t, root, options);
+  std::fputs((c.json ? topo::doctorJson(r, t) : topo::doctorText(r, t, c.out.color)).c_str(), stdout);
+  return kExitOk;
+}
+
+int runCapture(ArgList& args) {
+  const std::vector<std::string> dirs = args.positionals();
+  if (!args.finish()) return kExitUsage;
+  if (dirs.size() != 1) {
+    std::fprintf(stderr, "ridge-topo capture: give one folder to write (see 'ridge-topo help capture')\n");
+    return kExitUsage;
+  }
+  std::string summary;
+  Status st = topo::captureMachine(dirs[0], &summary);
+  if (!st.isOk()) {
+    std::fprintf(stderr, "ridge-topo capture: %s\n", st.message().c_str());
+    return kExitFailed;
+  }
+  std::printf("%s\n", summary.c_str());
   return kExitOk;
 }
 

@@ -1,8 +1,10 @@
 #include "topo/sysfs.h"
 
 #include <dirent.h>
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -51,6 +53,73 @@ std::vector<int> parseCpuList(const std::string& text) {
     ++p;
   }
   return cpus;
+}
+
+bool makeDirs(const std::string& dir) {
+  if (dir.empty()) return true;
+  struct stat st;
+  if (stat(dir.c_str(), &st) == 0) return S_ISDIR(st.st_mode);
+  const size_t slash = dir.find_last_of('/');
+  if (slash != std::string::npos && slash > 0 && !makeDirs(dir.substr(0, slash))) return false;
+  return mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST;
+}
+
+bool writeFile(const std::string& path, const std::string& content) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) return false;
+  const bool ok = std::fwrite(content.data(), 1, content.size(), f) == content.size();
+  return std::fclose(f) == 0 && ok;
+}
+
+SysRoot::SysRoot(std::string root, std::string recordTo)
+    : root_(std::move(root)), recordTo_(std::move(recordTo)) {
+  while (!root_.empty() && root_.back() == '/') root_.pop_back();
+}
+
+void SysRoot::record(const std::string& path, const std::string& content) const {
+  if (recordTo_.empty()) return;
+  const std::string dest = recordTo_ + path;
+  if (makeDirs(dest.substr(0, dest.find_last_of('/')))) writeFile(dest, content);
+}
+
+bool SysRoot::bytes(const std::string& path, std::string* out, size_t maxBytes) const {
+  FILE* f = std::fopen((root_ + path).c_str(), "rb");
+  if (!f) return false;
+  out->clear();
+  char buf[4096];
+  size_t n = 0;
+  // sysfs files report a size of 4096 whatever they hold, so read until EOF.
+  while (out->size() < maxBytes &&
+         (n = std::fread(buf, 1, std::min(sizeof buf, maxBytes - out->size()), f)) > 0)
+    out->append(buf, n);
+  const bool ok = !std::ferror(f);
+  std::fclose(f);
+  if (ok) record(path, *out);
+  return ok;
+}
+
+bool SysRoot::line(const std::string& path, std::string* out) const {
+  std::string all;
+  if (!bytes(path, &all, 4096) || all.empty()) return false;
+  size_t n = all.find('\n');
+  if (n == std::string::npos) n = all.size();
+  while (n && (all[n - 1] == '\r' || all[n - 1] == ' ')) --n;
+  out->assign(all, 0, n);
+  return true;
+}
+
+std::vector<std::string> SysRoot::list(const std::string& path) const {
+  std::vector<std::string> names = listDir(root_ + path);
+  struct stat dirStat;
+  if (!recordTo_.empty() && stat((root_ + path).c_str(), &dirStat) == 0 && S_ISDIR(dirStat.st_mode)) {
+    makeDirs(recordTo_ + path);
+    for (const std::string& n : names) {
+      struct stat st;
+      if (stat((root_ + path + "/" + n).c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+        makeDirs(recordTo_ + path + "/" + n);
+    }
+  }
+  return names;
 }
 
 }  // namespace ridge::topo
