@@ -35,6 +35,7 @@
 #include "ridge/version.h"
 #include "topo/discover.h"
 #include "topo/doctor.h"
+#include "topo/export_nccl.h"
 #include "topo/gdr_advisor.h"
 #include "topo/gdr_placement.h"
 #include "topo/load.h"
@@ -161,6 +162,7 @@ int runPlan(ArgList& args);
 int runSimulate(ArgList& args);
 int runDoctor(ArgList& args);
 int runCapture(ArgList& args);
+int runExportNccl(ArgList& args);
 int runPresets(ArgList& args);
 int runSummary(ArgList& args);
 int runSettings(ArgList& args);
@@ -254,6 +256,14 @@ const Command kCommands[] = {
      "  sudo ridge-topo capture node17 && tar czf node17.tgz node17\n"
      "  ridge-topo doctor --input node17",
      runCapture},
+    {"export-nccl", "export-nccl [WHICH] FILE",
+     "Writes the machine as an NCCL topology file (NCCL_TOPO_FILE, <system version=\"1\">): a\n"
+     "<cpu> per NUMA node with its CPU affinity, nested <pci> switches, GPUs with their NVLinks\n"
+     "and NICs with their ports. Give it to NCCL where its own detection sees less than Ridge\n"
+     "does (in a VM, NCCL_TOPO_FILE=FILE). FILE '-' writes to stdout.\n\n"
+     "  ridge-topo export-nccl /etc/nccl-topo.xml\n"
+     "  ridge-topo export-nccl --preset dgx-h100 -",
+     runExportNccl},
     {"presets", "presets", "Lists the built-in machines that --preset accepts.", runPresets},
     {"summary", "summary [--xml FILE] [--compact]",
      "Counts packages, NUMA nodes, cores, hardware threads (PUs), GPUs and NICs, and lists\n"
@@ -755,6 +765,36 @@ int runCapture(ArgList& args) {
     return kExitFailed;
   }
   std::printf("%s\n", summary.c_str());
+  return kExitOk;
+}
+
+int runExportNccl(ArgList& args) {
+  Common c;
+  if (!parseCommon("export-nccl", args, &c, false)) return kExitUsage;
+  // "-" looks like an option to positionals(); take it first.
+  const bool toStdout = args.flag("-");
+  std::vector<std::string> files = args.positionals();
+  if (!args.finish()) return kExitUsage;
+  if (toStdout) files.push_back("-");
+  if (files.size() != 1 || c.json) {
+    std::fprintf(
+        stderr, "ridge-topo export-nccl: give one FILE to write, or - (see 'ridge-topo help export-nccl')\n");
+    return kExitUsage;
+  }
+  topo::Topology t;
+  if (int rc = loadTopology("export-nccl", c, &t)) return rc;
+  const std::string xml = topo::topologyToNcclXml(t);
+  if (files[0] == "-") {
+    std::fputs(xml.c_str(), stdout);
+    return kExitOk;
+  }
+  if (!topo::writeFile(files[0], xml)) {
+    std::fprintf(stderr, "ridge-topo export-nccl: cannot write %s: %s\n", files[0].c_str(),
+                 std::strerror(errno));
+    return kExitFailed;
+  }
+  std::printf("wrote %s: %zu GPUs, %zu NICs of %s as an NCCL topology file (NCCL_TOPO_FILE=%s)\n",
+              files[0].c_str(), t.gpus().size(), t.nics().size(), t.name.c_str(), files[0].c_str());
   return kExitOk;
 }
 

@@ -190,6 +190,7 @@ Status sysfsGraph(Topology* t) {
     Node numa;
     numa.kind = NodeKind::Numa;
     numa.index = std::atoi(n.c_str() + 4);
+    numa.cpus = cpus;
     const int id = t->addNode(numa);
     auto pkg = cpuPackage.find(list.front());
     t->connect(pkg != cpuPackage.end() ? packageNode[pkg->second] : machine, id, LinkKind::Internal, 0, 0);

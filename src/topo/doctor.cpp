@@ -121,14 +121,7 @@ Platform readPlatform(const SysRoot& root) {
 }
 
 std::string cpuListText(const std::vector<int>& cpus) {
-  std::string out;
-  for (size_t i = 0; i < cpus.size();) {
-    size_t j = i;
-    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
-    out += (out.empty() ? "" : ",") + std::to_string(cpus[i]) + (j > i ? "-" + std::to_string(cpus[j]) : "");
-    i = j + 1;
-  }
-  return out.empty() ? "?" : out;
+  return cpus.empty() ? "?" : formatCpuList(cpus);
 }
 
 // ---- per device -------------------------------------------------------------------------

@@ -55,6 +55,55 @@ std::vector<int> parseCpuList(const std::string& text) {
   return cpus;
 }
 
+std::string formatCpuList(const std::vector<int>& cpus) {
+  std::string out;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    out += (out.empty() ? "" : ",") + std::to_string(cpus[i]) + (j > i ? "-" + std::to_string(cpus[j]) : "");
+    i = j + 1;
+  }
+  return out;
+}
+
+bool parseCpuMask(const std::string& text, std::vector<int>* cpus) {
+  cpus->clear();
+  std::vector<uint32_t> words;  // most significant first
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    std::string word = text.substr(start, comma - start);
+    if (word.rfind("0x", 0) == 0) word = word.substr(2);
+    if (word.empty() || word.size() > 8 ||
+        word.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
+      return false;
+    words.push_back(static_cast<uint32_t>(std::strtoul(word.c_str(), nullptr, 16)));
+    if (words.size() > 4096) return false;
+    start = comma + 1;
+  }
+  for (size_t w = 0; w < words.size(); ++w) {
+    const uint32_t bits = words[words.size() - 1 - w];
+    for (int b = 0; b < 32; ++b)
+      if (bits >> b & 1u) cpus->push_back(static_cast<int>(w * 32 + b));
+  }
+  return true;
+}
+
+std::string formatCpuMask(const std::vector<int>& cpus) {
+  const size_t nwords = cpus.empty() ? 1 : static_cast<size_t>(cpus.back()) / 32 + 1;
+  std::vector<uint32_t> words(nwords, 0);
+  for (int c : cpus)
+    if (c >= 0 && static_cast<size_t>(c) / 32 < nwords) words[static_cast<size_t>(c) / 32] |= 1u << (c % 32);
+  std::string out;
+  char buf[16];
+  for (size_t w = nwords; w-- > 0;) {
+    std::snprintf(buf, sizeof buf, "%08x", words[w]);
+    out += (out.empty() ? "" : ",") + std::string(buf);
+  }
+  return out;
+}
+
 bool makeDirs(const std::string& dir) {
   if (dir.empty()) return true;
   struct stat st;

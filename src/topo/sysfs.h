@@ -20,6 +20,17 @@ std::vector<std::string> listDir(const std::string& path);
 /// Parses a kernel CPU list such as "0-3,8,10-11" (stops at the first malformed part).
 std::vector<int> parseCpuList(const std::string& text);
 
+/// The kernel's list syntax for ascending CPU numbers: {0,1,2,3,8} -> "0-3,8"; "" for none.
+std::string formatCpuList(const std::vector<int>& cpus);
+
+/// Parses a kernel CPU mask ("00000000,ffffffff": 32-bit hex words, most significant first,
+/// as in /sys/.../local_cpus and NCCL's affinity attribute) into ascending CPU numbers;
+/// false when malformed.
+bool parseCpuMask(const std::string& text, std::vector<int>* cpus);
+
+/// The mask form of ascending CPU numbers (at least one word).
+std::string formatCpuMask(const std::vector<int>& cpus);
+
 /// Where /sys and /proc are read: this machine ("" root) or a folder that `ridge-topo capture`
 /// filled with the same layout below it, so that one piece of code (the doctor) reads both.
 /// With a record folder, every file read and every directory listed is also copied there:
