@@ -96,6 +96,21 @@ class ArgList {
     return false;
   }
 
+  // "--name [VALUE]": true when present; the next argument is its value unless it is an
+  // option (or absent), as in "plan --dot FILE" and "plan --dot".
+  bool optionalValue(const char* name, std::string* value) {
+    for (size_t i = 0; i < args_.size(); ++i) {
+      if (used_[i] || args_[i] != name) continue;
+      used_[i] = true;
+      if (i + 1 < args_.size() && !used_[i + 1] && !args_[i + 1].empty() && args_[i + 1][0] != '-') {
+        used_[i + 1] = true;
+        *value = args_[i + 1];
+      }
+      return true;
+    }
+    return false;
+  }
+
   // Positional (non-option) arguments not consumed yet, in order; consumes them.
   std::vector<std::string> positionals() {
     std::vector<std::string> out;
@@ -265,12 +280,13 @@ const Command kCommands[] = {
      "  ridge-topo export-nccl --preset dgx-h100 -",
      runExportNccl},
     {"presets", "presets", "Lists the built-in machines that --preset accepts.", runPresets},
-    {"summary", "summary [--xml FILE] [--compact]",
+    {"summary", "summary [WHICH] [--compact]",
      "Counts packages, NUMA nodes, cores, hardware threads (PUs), GPUs and NICs, and lists\n"
-     "the GPUs and NICs with their PCI address and link. Without --xml it describes this\n"
-     "machine (hwloc when built in, else /proc and /sys). --xml reads an hwloc XML file\n"
-     "(lstopo --of xml) or an NCCL topology file (NCCL_TOPO_FILE format). --compact prints\n"
-     "the one-line form that ranks exchange at bootstrap.",
+     "the GPUs and NICs with their PCI address and link. Without WHICH it describes this\n"
+     "machine (hwloc when built in, else /proc and /sys). --input reads an hwloc XML file\n"
+     "(lstopo --of xml), an NCCL topology file, Ridge JSON or a captured folder (--xml FILE\n"
+     "is the older spelling for the XML files); --preset a built-in machine (cores unknown).\n"
+     "--compact prints the one-line form that ranks exchange at bootstrap.",
      runSummary},
     {"settings", "settings [--markdown]",
      "Lists every RIDGE_* environment variable with its type, default, current value and\n"
@@ -353,12 +369,12 @@ bool parseCommon(const char* cmd, ArgList& args, Common* c, bool drawingAllowed)
   return true;
 }
 
-// Loads the machine the options name. Returns an exit status (kExitOk on success).
 bool isDirectory(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+// Loads the machine the options name. Returns an exit status (kExitOk on success).
 int loadTopology(const char* cmd, const Common& c, topo::Topology* t) {
   Status st = !c.preset.empty()      ? topo::loadPreset(c.preset, t)
               : isDirectory(c.input) ? topo::loadCapturedTopology(c.input, t)
@@ -804,13 +820,48 @@ int runExportNccl(ArgList& args) {
 // and every argument this file does not own.
 int runPlanner(const char* cmd, ArgList& args, bool simulate) {
   Common c;
+  // plan's --dot takes an optional FILE (the usage says so); the other views' --dot has none.
+  std::string dotFile;
+  const bool dot = args.optionalValue("--dot", &dotFile);
   if (!parseCommon(cmd, args, &c, true)) return kExitUsage;
+  if (dot && (c.json || !c.svg.empty() || !c.png.empty())) {
+    std::fprintf(stderr, "ridge-topo %s: choose one of --json, --dot, --svg, --png\n", cmd);
+    return kExitUsage;
+  }
+  const bool picture = !c.svg.empty() || !c.png.empty();
+  if (simulate && (dot || c.dot || picture)) {
+    std::fprintf(stderr, "ridge-topo simulate: no drawing for this view; use 'ridge-topo plan'\n");
+    return kExitUsage;
+  }
+  if (dot) {
+    c.dot = true;
+    c.out.format = ridge::tools::OutputFormat::Dot;
+    c.out.outputPath = dotFile;
+    c.out.color = false;
+  }
   const std::vector<std::string> rest = args.rest();
 #ifdef RIDGE_TOPO_HAVE_PLANNER
   topo::Topology t;
   if (int rc = loadTopology(cmd, c, &t)) return rc;
-  return simulate ? ridge::tools::runSimulateCommand(t, c.out, rest)
-                  : ridge::tools::runPlanCommand(t, c.out, rest);
+  if (simulate) return ridge::tools::runSimulateCommand(t, c.out, rest);
+  if (!picture) return ridge::tools::runPlanCommand(t, c.out, rest);
+  // --svg/--png: the plan's dot source through a scratch file, then Graphviz.
+  char scratch[] = "/tmp/ridge-topo-plan-XXXXXX";
+  const int fd = mkstemp(scratch);
+  if (fd < 0) {
+    std::fprintf(stderr, "ridge-topo plan: cannot create a scratch file: %s\n", std::strerror(errno));
+    return kExitFailed;
+  }
+  close(fd);
+  ridge::tools::CommonOptions dotOut = c.out;
+  dotOut.format = ridge::tools::OutputFormat::Dot;
+  dotOut.outputPath = scratch;
+  int rc = ridge::tools::runPlanCommand(t, dotOut, rest);
+  std::string source;
+  if (rc == kExitOk && !topo::SysRoot().bytes(scratch, &source, size_t{64} << 20)) rc = kExitFailed;
+  unlink(scratch);
+  if (rc != kExitOk) return rc;
+  return runGraphviz("plan", source, c.svg.empty() ? "png" : "svg", c.svg.empty() ? c.png : c.svg);
 #else
   (void)rest;
   (void)simulate;
@@ -839,13 +890,42 @@ int runPresets(ArgList& args) {
 
 // ---- summary ------------------------------------------------------------------------------
 
+// Whether a file holds XML (hwloc or NCCL), which the summary reads itself (cores and PUs
+// included), rather than Ridge JSON.
+bool isXmlFile(const std::string& path) {
+  std::string head;
+  if (!topo::SysRoot().bytes(path, &head, 256)) return false;
+  const size_t first = head.find_first_not_of(" \t\r\n");
+  return first != std::string::npos && head[first] == '<';
+}
+
 int runSummary(ArgList& args) {
   std::string xml;
-  bool haveXml = args.option("--xml", &xml);
+  bool haveXml = args.option("--xml", &xml);  // the older spelling of --input FILE
   bool compact = args.flag("--compact");
-  if (!args.finish()) return kExitUsage;
+  Common c;
+  if (!parseCommon("summary", args, &c, false) || !args.finish()) return kExitUsage;
+  if (c.json || (haveXml && (!c.input.empty() || !c.preset.empty()))) {
+    std::fprintf(
+        stderr, "ridge-topo summary: %s\n",
+        c.json ? "no --json for this view" : "--xml, --input and --preset are alternatives; give one");
+    return kExitUsage;
+  }
+  if (!c.input.empty() && !isDirectory(c.input) && isXmlFile(c.input)) {
+    xml = c.input;
+    haveXml = true;
+  }
   ridge::HostSummary s;
-  ridge::Status st = haveXml ? ridge::summarizeHwlocXml(xml, &s) : ridge::summarizeThisHost(&s);
+  ridge::Status st;
+  if (haveXml) {
+    st = ridge::summarizeHwlocXml(xml, &s);
+  } else if (!c.input.empty() || !c.preset.empty()) {
+    topo::Topology t;
+    if (int rc = loadTopology("summary", c, &t)) return rc;
+    s = ridge::summarizeTopology(t);
+  } else {
+    st = ridge::summarizeThisHost(&s);
+  }
   if (!st.isOk()) {
     std::fprintf(stderr, "ridge-topo summary: %s\n", st.message().c_str());
     return kExitFailed;
