@@ -337,6 +337,9 @@ class Doctor {
     for (int id : path.nodes) {
       const Node& n = t_.node(id);
       if (!isFunctionAddress(n.busId) || n.parent < 0 || !on.count(n.parent)) continue;
+      // A switch's downstream port reports the link below it, which its child reports too;
+      // paired with the upstream port's maximum (the link above) it would compare two links.
+      if (n.kind == NodeKind::PciBridge && n.pciSwitch >= 0 && n.pciSwitch != id) continue;
       const LinkAttrs l = readLink(root_, n.busId);
       if (!l.known) continue;
       const LinkAttrs up = readLink(root_, t_.node(n.parent).busId);

@@ -60,7 +60,10 @@ std::string formatCpuList(const std::vector<int>& cpus) {
   for (size_t i = 0; i < cpus.size();) {
     size_t j = i;
     while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
-    out += (out.empty() ? "" : ",") + std::to_string(cpus[i]) + (j > i ? "-" + std::to_string(cpus[j]) : "");
+    // Appended piece by piece: a concatenation of temporaries trips GCC 12's -Wrestrict.
+    if (!out.empty()) out += ',';
+    out += std::to_string(cpus[i]);
+    if (j > i) out.append("-").append(std::to_string(cpus[j]));
     i = j + 1;
   }
   return out;
@@ -99,7 +102,8 @@ std::string formatCpuMask(const std::vector<int>& cpus) {
   char buf[16];
   for (size_t w = nwords; w-- > 0;) {
     std::snprintf(buf, sizeof buf, "%08x", words[w]);
-    out += (out.empty() ? "" : ",") + std::string(buf);
+    if (!out.empty()) out += ',';
+    out += buf;
   }
   return out;
 }
