@@ -7,16 +7,19 @@
 //   ridge-topo gdr       [WHICH] [GPU NIC] [--all] [--constants FILE] [--json]   GDR advisor
 //   ridge-topo draw      [WHICH] [--dot | --svg FILE | --png FILE]   the drawing (dot source)
 //   ridge-topo plan / simulate [WHICH] ...              the planner (tools/topo_commands.h)
+//   ridge-topo doctor    [WHICH] [A B] [--all] [--json]  what stands between pairs and full speed
+//   ridge-topo capture DIR                               this machine into a folder (--input DIR)
+//   ridge-topo export-nccl [WHICH] FILE                  an NCCL topology file (NCCL_TOPO_FILE)
 //   ridge-topo presets                                   the built-in machines
-//   ridge-topo summary [--xml FILE] [--compact]          packages, NUMA nodes, cores, GPUs, NICs
+//   ridge-topo summary [WHICH] [--compact]               packages, NUMA nodes, cores, GPUs, NICs
 //   ridge-topo settings [--markdown]                     every RIDGE_* variable
 //   ridge-topo help [SUBCOMMAND]
 //
-// WHICH is --input FILE (hwloc XML, NCCL topology XML or Ridge JSON, told apart by content)
-// or --preset NAME; without either, this machine is discovered. These options may also come
-// before the subcommand. Each subcommand is one row of kCommands: a name, a synopsis, a
-// paragraph of help and a handler that receives the remaining arguments through ArgList.
-// Exit status: 0 success, 1 the command failed, 2 bad usage.
+// WHICH is --input FILE (hwloc XML, NCCL topology XML or Ridge JSON, told apart by content),
+// --input DIR (a capture) or --preset NAME; without either, this machine is discovered. These options may
+// also come before the subcommand. Each subcommand is one row of kCommands: a name, a synopsis, a paragraph
+// of help and a handler that receives the remaining arguments through ArgList. Exit status: 0 success, 1 the
+// command failed, 2 bad usage.
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -233,7 +236,7 @@ const Command kCommands[] = {
      runDraw},
     {"plan",
      "plan [WHICH] -n RANKS [--nodes N] [--ranks-per-node K] [--network SPEC] [--max-channels C] [--full] "
-     "[--json | --dot [FILE]]",
+     "[--json | --dot [FILE] | --svg FILE | --png FILE]",
      "Builds Ridge's collective plan (rings, trees, a transport per hop) for N nodes of the\n"
      "machine. --network: comma-separated rails=R, nic=400G, tiers=NAME:RADIX:SPEED[:OVERSUB][:LAT]\n"
      "(repeated, leaf first), latency=1us, transport=rdma|tcp (docs/planner.md, \"Simulator\").\n"
