@@ -7,16 +7,20 @@
 //   ridge-topo gdr       [WHICH] [GPU NIC] [--all] [--constants FILE] [--json]   GDR advisor
 //   ridge-topo draw      [WHICH] [--dot | --svg FILE | --png FILE]   the drawing (dot source)
 //   ridge-topo plan / simulate [WHICH] ...              the planner (tools/topo_commands.h)
+//   ridge-topo doctor    [WHICH] [A B] [--all] [--json]  what stands between pairs and full speed
+//   ridge-topo capture DIR                               this machine into a folder (--input DIR)
+//   ridge-topo export-nccl [WHICH] FILE                  an NCCL topology file (NCCL_TOPO_FILE)
 //   ridge-topo presets                                   the built-in machines
-//   ridge-topo summary [--xml FILE] [--compact]          packages, NUMA nodes, cores, GPUs, NICs
+//   ridge-topo summary [WHICH] [--compact]               packages, NUMA nodes, cores, GPUs, NICs
 //   ridge-topo settings [--markdown]                     every RIDGE_* variable
 //   ridge-topo help [SUBCOMMAND]
 //
-// WHICH is --input FILE (hwloc XML, NCCL topology XML or Ridge JSON, told apart by content)
-// or --preset NAME; without either, this machine is discovered. These options may also come
-// before the subcommand. Each subcommand is one row of kCommands: a name, a synopsis, a
-// paragraph of help and a handler that receives the remaining arguments through ArgList.
-// Exit status: 0 success, 1 the command failed, 2 bad usage.
+// WHICH is --input FILE (hwloc XML, NCCL topology XML or Ridge JSON, told apart by content),
+// --input DIR (a capture) or --preset NAME; without either, this machine is discovered. These options may
+// also come before the subcommand. Each subcommand is one row of kCommands: a name, a synopsis, a paragraph
+// of help and a handler that receives the remaining arguments through ArgList. Exit status: 0 success, 1 the
+// command failed, 2 bad usage.
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,7 +35,10 @@
 
 #include "core/json.h"
 #include "core/settings.h"
+#include "ridge/version.h"
 #include "topo/discover.h"
+#include "topo/doctor.h"
+#include "topo/export_nccl.h"
 #include "topo/gdr_advisor.h"
 #include "topo/gdr_placement.h"
 #include "topo/load.h"
@@ -89,6 +96,21 @@ class ArgList {
         *value = args_[i].substr(len + 1);
         return true;
       }
+    }
+    return false;
+  }
+
+  // "--name [VALUE]": true when present; the next argument is its value unless it is an
+  // option (or absent), as in "plan --dot FILE" and "plan --dot".
+  bool optionalValue(const char* name, std::string* value) {
+    for (size_t i = 0; i < args_.size(); ++i) {
+      if (used_[i] || args_[i] != name) continue;
+      used_[i] = true;
+      if (i + 1 < args_.size() && !used_[i + 1] && !args_[i + 1].empty() && args_[i + 1][0] != '-') {
+        used_[i + 1] = true;
+        *value = args_[i + 1];
+      }
+      return true;
     }
     return false;
   }
@@ -157,6 +179,9 @@ int runGdr(ArgList& args);
 int runDraw(ArgList& args);
 int runPlan(ArgList& args);
 int runSimulate(ArgList& args);
+int runDoctor(ArgList& args);
+int runCapture(ArgList& args);
+int runExportNccl(ArgList& args);
 int runPresets(ArgList& args);
 int runSummary(ArgList& args);
 int runSettings(ArgList& args);
@@ -212,7 +237,7 @@ const Command kCommands[] = {
      runDraw},
     {"plan",
      "plan [WHICH] -n RANKS [--nodes N] [--ranks-per-node K] [--network SPEC] [--max-channels C] [--full] "
-     "[--json | --dot [FILE]]",
+     "[--json | --dot [FILE] | --svg FILE | --png FILE]",
      "Builds Ridge's collective plan (rings, trees, a transport per hop) for N nodes of the\n"
      "machine. --network: comma-separated rails=R, nic=400G, tiers=NAME:RADIX:SPEED[:OVERSUB][:LAT]\n"
      "(repeated, leaf first), latency=1us, transport=rdma|tcp (docs/planner.md, \"Simulator\").\n"
@@ -227,13 +252,45 @@ const Command kCommands[] = {
      "plan options as for 'plan'), then the busiest resources at the largest size.\n\n"
      "  ridge-topo --preset dgx-h100 simulate --nodes 4 --ranks-per-node 8 -b 8 -e 1G",
      runSimulate},
+    {"doctor", "doctor [WHICH] [A B] [--all] [--json]",
+     "For each GPU-GPU pair and each GPU with its nearest NICs (--all: every NIC; A B: one\n"
+     "pair), what stands between it and full speed, in words: the path class; PCIe links\n"
+     "trained below what both ends can do; ACS redirecting peer traffic on a switch of the\n"
+     "path (needs root to read); IOMMU translation; BAR1 size; the process's NUMA placement;\n"
+     "for NICs RDMA capability and link state, GPU memory registration (nvidia-peermem or\n"
+     "dma-buf) and GPU doorbells (PeerMappingOverride), the GDR-write ladder rung and the\n"
+     "GDR advisor's choice. Faults are fixable, limits are where the devices sit. Reads this\n"
+     "machine's /sys and /proc, or a folder 'ridge-topo capture' wrote (--input DIR).\n\n"
+     "  ridge-topo doctor\n"
+     "  ridge-topo doctor GPU0 NIC0\n"
+     "  ridge-topo doctor --input ./capture-node17 --json",
+     runDoctor},
+    {"capture", "capture DIR",
+     "Writes this machine into DIR for a bug report: topology.json (Ridge's format),\n"
+     "hwloc.xml, and every /sys and /proc file the doctor reads (PCIe link attributes and\n"
+     "config space of the devices on the paths, InfiniBand and network ports, IOMMU groups,\n"
+     "/proc/modules, kernel version and command line, the NVIDIA driver's version and\n"
+     "parameters, the process's CPUs). Any subcommand reads it back with --input DIR. Run as\n"
+     "root to include the PCIe extended config space (ACS).\n\n"
+     "  sudo ridge-topo capture node17 && tar czf node17.tgz node17\n"
+     "  ridge-topo doctor --input node17",
+     runCapture},
+    {"export-nccl", "export-nccl [WHICH] FILE",
+     "Writes the machine as an NCCL topology file (NCCL_TOPO_FILE, <system version=\"1\">): a\n"
+     "<cpu> per NUMA node with its CPU affinity, nested <pci> switches, GPUs with their NVLinks\n"
+     "and NICs with their ports. Give it to NCCL where its own detection sees less than Ridge\n"
+     "does (in a VM, NCCL_TOPO_FILE=FILE). FILE '-' writes to stdout.\n\n"
+     "  ridge-topo export-nccl /etc/nccl-topo.xml\n"
+     "  ridge-topo export-nccl --preset dgx-h100 -",
+     runExportNccl},
     {"presets", "presets", "Lists the built-in machines that --preset accepts.", runPresets},
-    {"summary", "summary [--xml FILE] [--compact]",
+    {"summary", "summary [WHICH] [--compact]",
      "Counts packages, NUMA nodes, cores, hardware threads (PUs), GPUs and NICs, and lists\n"
-     "the GPUs and NICs with their PCI address and link. Without --xml it describes this\n"
-     "machine (hwloc when built in, else /proc and /sys). --xml reads an hwloc XML file\n"
-     "(lstopo --of xml) or an NCCL topology file (NCCL_TOPO_FILE format). --compact prints\n"
-     "the one-line form that ranks exchange at bootstrap.",
+     "the GPUs and NICs with their PCI address and link. Without WHICH it describes this\n"
+     "machine (hwloc when built in, else /proc and /sys). --input reads an hwloc XML file\n"
+     "(lstopo --of xml), an NCCL topology file, Ridge JSON or a captured folder (--xml FILE\n"
+     "is the older spelling for the XML files); --preset a built-in machine (cores unknown).\n"
+     "--compact prints the one-line form that ranks exchange at bootstrap.",
      runSummary},
     {"settings", "settings [--markdown]",
      "Lists every RIDGE_* environment variable with its type, default, current value and\n"
@@ -255,7 +312,8 @@ void printUsage(FILE* f) {
   std::fprintf(f,
                "\nWHICH machine (before or after the subcommand):\n"
                "  (nothing)          this machine, discovered live\n"
-               "  --input FILE       hwloc XML, NCCL topology XML or Ridge JSON (told apart by content)\n"
+               "  --input FILE|DIR   hwloc XML, NCCL topology XML or Ridge JSON (told apart by content),\n"
+               "                     or a folder written by 'ridge-topo capture'\n"
                "  --preset NAME      a built-in machine: ");
   const std::vector<std::string> names = topo::presetNames();
   for (size_t i = 0; i < names.size(); ++i) std::fprintf(f, "%s%s", i ? ", " : "", names[i].c_str());
@@ -267,6 +325,7 @@ void printUsage(FILE* f) {
                "  ridge-topo --preset dgx-h100 tree\n"
                "  ridge-topo paths --preset cross-rc GPU0 NIC0\n"
                "  ridge-topo draw --preset dgx-a100 --svg dgx-a100.svg\n\n"
+               "ridge-topo --version prints the version.\n\n"
                "exit status: 0 success, 1 the command failed (unreadable file, unknown preset or\n"
                "device, Graphviz missing), 2 bad usage.\n\n"
                "'ridge-topo help SUBCOMMAND' describes one of them.\n");
@@ -314,11 +373,17 @@ bool parseCommon(const char* cmd, ArgList& args, Common* c, bool drawingAllowed)
   return true;
 }
 
+bool isDirectory(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 // Loads the machine the options name. Returns an exit status (kExitOk on success).
 int loadTopology(const char* cmd, const Common& c, topo::Topology* t) {
-  Status st = !c.preset.empty()  ? topo::loadPreset(c.preset, t)
-              : !c.input.empty() ? topo::loadTopologyFile(c.input, t)
-                                 : topo::discoverThisMachine(t);
+  Status st = !c.preset.empty()      ? topo::loadPreset(c.preset, t)
+              : isDirectory(c.input) ? topo::loadCapturedTopology(c.input, t)
+              : !c.input.empty()     ? topo::loadTopologyFile(c.input, t)
+                                     : topo::discoverThisMachine(t);
   if (!st.isOk()) {
     std::fprintf(stderr, "ridge-topo %s: %s\n", cmd, st.message().c_str());
     return kExitFailed;
@@ -687,19 +752,138 @@ int runGdr(ArgList& args) {
   return kExitOk;
 }
 
+// ---- doctor, capture -----------------------------------------------------------------------
+
+int runDoctor(ArgList& args) {
+  Common c;
+  const bool all = args.flag("--all");
+  if (!parseCommon("doctor", args, &c, false)) return kExitUsage;
+  const std::vector<std::string> names = args.positionals();
+  if (!args.finish()) return kExitUsage;
+  if (names.size() == 1 || names.size() > 2) {
+    std::fprintf(stderr, "ridge-topo doctor: give two devices, or none (see 'ridge-topo help doctor')\n");
+    return kExitUsage;
+  }
+  topo::Topology t;
+  if (int rc = loadTopology("doctor", c, &t)) return rc;
+  topo::DoctorOptions options;
+  options.allPairs = all;
+  if (names.size() == 2) {
+    options.onlyA = findDevice("doctor", t, names[0]);
+    options.onlyB = options.onlyA < 0 ? -1 : findDevice("doctor", t, names[1]);
+    if (options.onlyA < 0 || options.onlyB < 0) return kExitFailed;
+    if (t.node(options.onlyA).kind != topo::NodeKind::Gpu) std::swap(options.onlyA, options.onlyB);
+    if (t.node(options.onlyA).kind != topo::NodeKind::Gpu ||
+        (t.node(options.onlyB).kind != topo::NodeKind::Gpu &&
+         t.node(options.onlyB).kind != topo::NodeKind::Nic)) {
+      std::fprintf(stderr, "ridge-topo doctor: '%s' and '%s' must be two GPUs or a GPU and a NIC\n",
+                   names[0].c_str(), names[1].c_str());
+      return kExitFailed;
+    }
+  }
+  // A preset or a topology file has no kernel files: only the path classes are examined.
+  const bool captured = !c.input.empty() && isDirectory(c.input);
+  const topo::SysRoot root(captured ? c.input : c.preset.empty() && c.input.empty() ? "" : "/nonexistent");
+  const topo::DoctorReport r = topo::runDoctor(t, root, options);
+  std::fputs((c.json ? topo::doctorJson(r, t) : topo::doctorText(r, t, c.out.color)).c_str(), stdout);
+  return kExitOk;
+}
+
+int runCapture(ArgList& args) {
+  const std::vector<std::string> dirs = args.positionals();
+  if (!args.finish()) return kExitUsage;
+  if (dirs.size() != 1) {
+    std::fprintf(stderr, "ridge-topo capture: give one folder to write (see 'ridge-topo help capture')\n");
+    return kExitUsage;
+  }
+  std::string summary;
+  Status st = topo::captureMachine(dirs[0], &summary);
+  if (!st.isOk()) {
+    std::fprintf(stderr, "ridge-topo capture: %s\n", st.message().c_str());
+    return kExitFailed;
+  }
+  std::printf("%s\n", summary.c_str());
+  return kExitOk;
+}
+
+int runExportNccl(ArgList& args) {
+  Common c;
+  if (!parseCommon("export-nccl", args, &c, false)) return kExitUsage;
+  // "-" looks like an option to positionals(); take it first.
+  const bool toStdout = args.flag("-");
+  std::vector<std::string> files = args.positionals();
+  if (!args.finish()) return kExitUsage;
+  if (toStdout) files.push_back("-");
+  if (files.size() != 1 || c.json) {
+    std::fprintf(
+        stderr, "ridge-topo export-nccl: give one FILE to write, or - (see 'ridge-topo help export-nccl')\n");
+    return kExitUsage;
+  }
+  topo::Topology t;
+  if (int rc = loadTopology("export-nccl", c, &t)) return rc;
+  const std::string xml = topo::topologyToNcclXml(t);
+  if (files[0] == "-") {
+    std::fputs(xml.c_str(), stdout);
+    return kExitOk;
+  }
+  if (!topo::writeFile(files[0], xml)) {
+    std::fprintf(stderr, "ridge-topo export-nccl: cannot write %s: %s\n", files[0].c_str(),
+                 std::strerror(errno));
+    return kExitFailed;
+  }
+  std::printf("wrote %s: %zu GPUs, %zu NICs of %s as an NCCL topology file (NCCL_TOPO_FILE=%s)\n",
+              files[0].c_str(), t.gpus().size(), t.nics().size(), t.name.c_str(), files[0].c_str());
+  return kExitOk;
+}
+
 // ---- plan, simulate -----------------------------------------------------------------------
 
 // The planner's subcommands live in tools/topo_plan_commands.cpp; they get the loaded machine
 // and every argument this file does not own.
 int runPlanner(const char* cmd, ArgList& args, bool simulate) {
   Common c;
+  // plan's --dot takes an optional FILE (the usage says so); the other views' --dot has none.
+  std::string dotFile;
+  const bool dot = args.optionalValue("--dot", &dotFile);
   if (!parseCommon(cmd, args, &c, true)) return kExitUsage;
+  if (dot && (c.json || !c.svg.empty() || !c.png.empty())) {
+    std::fprintf(stderr, "ridge-topo %s: choose one of --json, --dot, --svg, --png\n", cmd);
+    return kExitUsage;
+  }
+  const bool picture = !c.svg.empty() || !c.png.empty();
+  if (simulate && (dot || c.dot || picture)) {
+    std::fprintf(stderr, "ridge-topo simulate: no drawing for this view; use 'ridge-topo plan'\n");
+    return kExitUsage;
+  }
+  if (dot) {
+    c.dot = true;
+    c.out.format = ridge::tools::OutputFormat::Dot;
+    c.out.outputPath = dotFile;
+    c.out.color = false;
+  }
   const std::vector<std::string> rest = args.rest();
 #ifdef RIDGE_TOPO_HAVE_PLANNER
   topo::Topology t;
   if (int rc = loadTopology(cmd, c, &t)) return rc;
-  return simulate ? ridge::tools::runSimulateCommand(t, c.out, rest)
-                  : ridge::tools::runPlanCommand(t, c.out, rest);
+  if (simulate) return ridge::tools::runSimulateCommand(t, c.out, rest);
+  if (!picture) return ridge::tools::runPlanCommand(t, c.out, rest);
+  // --svg/--png: the plan's dot source through a scratch file, then Graphviz.
+  char scratch[] = "/tmp/ridge-topo-plan-XXXXXX";
+  const int fd = mkstemp(scratch);
+  if (fd < 0) {
+    std::fprintf(stderr, "ridge-topo plan: cannot create a scratch file: %s\n", std::strerror(errno));
+    return kExitFailed;
+  }
+  close(fd);
+  ridge::tools::CommonOptions dotOut = c.out;
+  dotOut.format = ridge::tools::OutputFormat::Dot;
+  dotOut.outputPath = scratch;
+  int rc = ridge::tools::runPlanCommand(t, dotOut, rest);
+  std::string source;
+  if (rc == kExitOk && !topo::SysRoot().bytes(scratch, &source, size_t{64} << 20)) rc = kExitFailed;
+  unlink(scratch);
+  if (rc != kExitOk) return rc;
+  return runGraphviz("plan", source, c.svg.empty() ? "png" : "svg", c.svg.empty() ? c.png : c.svg);
 #else
   (void)rest;
   (void)simulate;
@@ -728,13 +912,42 @@ int runPresets(ArgList& args) {
 
 // ---- summary ------------------------------------------------------------------------------
 
+// Whether a file holds XML (hwloc or NCCL), which the summary reads itself (cores and PUs
+// included), rather than Ridge JSON.
+bool isXmlFile(const std::string& path) {
+  std::string head;
+  if (!topo::SysRoot().bytes(path, &head, 256)) return false;
+  const size_t first = head.find_first_not_of(" \t\r\n");
+  return first != std::string::npos && head[first] == '<';
+}
+
 int runSummary(ArgList& args) {
   std::string xml;
-  bool haveXml = args.option("--xml", &xml);
+  bool haveXml = args.option("--xml", &xml);  // the older spelling of --input FILE
   bool compact = args.flag("--compact");
-  if (!args.finish()) return kExitUsage;
+  Common c;
+  if (!parseCommon("summary", args, &c, false) || !args.finish()) return kExitUsage;
+  if (c.json || (haveXml && (!c.input.empty() || !c.preset.empty()))) {
+    std::fprintf(
+        stderr, "ridge-topo summary: %s\n",
+        c.json ? "no --json for this view" : "--xml, --input and --preset are alternatives; give one");
+    return kExitUsage;
+  }
+  if (!c.input.empty() && !isDirectory(c.input) && isXmlFile(c.input)) {
+    xml = c.input;
+    haveXml = true;
+  }
   ridge::HostSummary s;
-  ridge::Status st = haveXml ? ridge::summarizeHwlocXml(xml, &s) : ridge::summarizeThisHost(&s);
+  ridge::Status st;
+  if (haveXml) {
+    st = ridge::summarizeHwlocXml(xml, &s);
+  } else if (!c.input.empty() || !c.preset.empty()) {
+    topo::Topology t;
+    if (int rc = loadTopology("summary", c, &t)) return rc;
+    s = ridge::summarizeTopology(t);
+  } else {
+    st = ridge::summarizeThisHost(&s);
+  }
   if (!st.isOk()) {
     std::fprintf(stderr, "ridge-topo summary: %s\n", st.message().c_str());
     return kExitFailed;
@@ -874,6 +1087,10 @@ int main(int argc, char** argv) {
     }
     rest.push_back(a);
     if (name.empty() && takesValue(a) && i + 1 < argc) rest.push_back(argv[++i]);
+  }
+  if (name.empty() && rest.size() == 1 && (rest[0] == "--version" || rest[0] == "-V")) {
+    std::printf("ridge-topo (Ridge) %d.%d.%d\n", RIDGE_MAJOR, RIDGE_MINOR, RIDGE_PATCH);
+    return kExitOk;
   }
   if (name.empty()) {
     const bool help = !rest.empty() && (rest[0] == "-h" || rest[0] == "--help");

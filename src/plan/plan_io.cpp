@@ -275,31 +275,94 @@ json::Value planJson(const Plan& p, const std::vector<Estimate>& algorithms, con
   return doc;
 }
 
+// One row per ring channel, read left to right: the ring's ranks in order from rank 0 (rank
+// 0 again at the end, dashed, instead of an arc back across the row), filled by node,
+// intra-node hops thin and unlabelled unless not NVLink, network hops bold with the NIC and
+// the send/receive modes. Ranks past `maxNodes` nodes fold into one "..." box per stretch.
+// An all-edges graph (every ring over the same rank boxes) is unreadable past a few
+// channels: at 16 ranks x 8 channels it has 128 crossing labelled arcs.
 std::string planDot(const Plan& p, int maxNodes) {
   const NodeTemplate& t = *p.node;
   static const char* const kColors[] = {"red",    "blue",  "darkgreen", "orange",
                                         "purple", "brown", "magenta",   "cyan"};
+  static const char* const kNodeFills[] = {"#dbe9f6", "#fdf0d5", "#e2f0d9", "#f3e0ef"};
+  const int shownRanks = std::min(p.nodes, std::max(1, maxNodes)) * p.ranksPerNode;
   std::ostringstream o;
-  o << "digraph plan {\n  rankdir=LR;\n  node [shape=box, fontname=\"Helvetica\"];\n";
-  const int shownNodes = std::min(p.nodes, std::max(1, maxNodes));
-  for (int n = 0; n < shownNodes; ++n) {
-    o << "  subgraph cluster_node" << n << " {\n    label=\"node " << n << "\";\n";
-    for (int l = 0; l < p.ranksPerNode; ++l)
-      o << "    r" << n * p.ranksPerNode + l << " [label=\"rank " << n * p.ranksPerNode + l << "\\n"
-        << t.deviceName(l) << "\"];\n";
-    o << "  }\n";
-  }
-  const int shownRanks = shownNodes * p.ranksPerNode;
-  for (size_t c = 0; c < p.rings.size(); ++c) {
-    for (const Edge& e : p.rings[c].edges) {
-      if (e.from >= shownRanks || e.to >= shownRanks) continue;
-      std::string label = transportName(e.transport);
-      if (e.sendMode != NetMode::None)
-        label += std::string("\\n") + netModeName(e.sendMode) + "/" + netModeName(e.recvMode) + " " +
-                 nicName(t, e.nic);
-      o << "  r" << e.from << " -> r" << e.to << " [color=" << kColors[c % 8] << ", label=\"c" << c << " "
-        << label << "\"];\n";
+  o << "digraph plan {\n  rankdir=LR;\n  newrank=true;\n  nodesep=0.12;\n  ranksep=0.28;\n"
+    << "  node [shape=box, style=filled, fontname=\"Helvetica\", fontsize=10, height=0.3, "
+       "margin=\"0.05,0.02\"];\n"
+    << "  edge [fontname=\"Helvetica\", fontsize=9, arrowsize=0.6];\n"
+    << "  labelloc=t;\n  label=\"" << p.nranks << " ranks = " << p.nodes << " nodes x " << p.ranksPerNode
+    << ", " << p.rings.size()
+    << " ring channels; one row per channel from rank 0; fill = node; bold = network"
+    << (shownRanks < p.nranks
+            ? "; ranks past node " + std::to_string(shownRanks / p.ranksPerNode - 1) + " folded"
+            : std::string())
+    << "\";\n";
+  // Emitted last to first: Graphviz stacks the rows of a left-to-right graph bottom up.
+  for (size_t c = p.rings.size(); c-- > 0;) {
+    // The ring's order, following its edges from rank 0.
+    std::vector<int> next(static_cast<size_t>(p.nranks), -1);
+    std::vector<const Edge*> edgeFrom(static_cast<size_t>(p.nranks), nullptr);
+    for (const Edge& e : p.rings[c].edges)
+      if (e.from >= 0 && e.from < p.nranks) {
+        next[static_cast<size_t>(e.from)] = e.to;
+        edgeFrom[static_cast<size_t>(e.from)] = &e;
+      }
+    const char* colour = kColors[c % 8];
+    const ChannelTemplate* ct =
+        p.rings[c].templateChannel >= 0 && static_cast<size_t>(p.rings[c].templateChannel) < t.channels.size()
+            ? &t.channels[static_cast<size_t>(p.rings[c].templateChannel)]
+            : nullptr;
+    o << "  subgraph cluster_c" << c << " {\n    label=\"channel " << c;
+    if (ct) o << ", " << std::round(ct->speedGBs * 100) / 100 << " GB/s";
+    o << "\";\n    labeljust=l;\n    color=" << colour << ";\n";
+    std::string prev;
+    const Edge* prevEdge = nullptr;
+    int folded = 0, foldedFirstNode = -1, foldId = 0;
+    auto box = [&](const std::string& id) {
+      if (!prev.empty()) {
+        o << "    " << prev << " -> " << id;
+        if (prevEdge && prevEdge->transport == Transport::Net) {
+          o << " [color=" << colour << ", penwidth=2.2, label=\"" << nicName(t, prevEdge->nic) << "\\n"
+            << netModeName(prevEdge->sendMode) << "/" << netModeName(prevEdge->recvMode) << "\"]";
+        } else if (prevEdge && prevEdge->transport != Transport::NvLink) {
+          o << " [label=\"" << transportName(prevEdge->transport) << "\"]";
+        }
+        o << ";\n";
+      }
+      prev = id;
+    };
+    auto flushFold = [&](int lastNode) {
+      if (folded == 0) return;
+      const std::string id = "c" + std::to_string(c) + "_fold" + std::to_string(foldId++);
+      o << "    " << id << " [label=\"... " << folded << " ranks\\nnodes " << foldedFirstNode << "-"
+        << lastNode << "\", style=dashed];\n";
+      box(id);
+      folded = 0;
+    };
+    int r = 0, lastFoldedNode = -1;
+    for (int step = 0; step < p.nranks && r >= 0; ++step) {
+      const Edge* out = edgeFrom[static_cast<size_t>(r)];
+      if (r >= shownRanks) {
+        if (folded++ == 0) foldedFirstNode = p.nodeOf(r);
+        lastFoldedNode = p.nodeOf(r);
+      } else {
+        flushFold(lastFoldedNode);
+        const std::string id = "c" + std::to_string(c) + "_r" + std::to_string(r);
+        o << "    " << id << " [label=\"r" << r << "\\n"
+          << t.deviceName(p.localOf(r)) << "\", fillcolor=\"" << kNodeFills[p.nodeOf(r) % 4] << "\"];\n";
+        box(id);
+      }
+      prevEdge = out;
+      r = next[static_cast<size_t>(r)];
+      if (r == 0) break;
     }
+    flushFold(lastFoldedNode);
+    const std::string back = "c" + std::to_string(c) + "_back";
+    o << "    " << back << " [label=\"r0\", style=dashed];\n";
+    box(back);
+    o << "  }\n";
   }
   o << "}\n";
   return o.str();

@@ -190,6 +190,7 @@ Status sysfsGraph(Topology* t) {
     Node numa;
     numa.kind = NodeKind::Numa;
     numa.index = std::atoi(n.c_str() + 4);
+    numa.cpus = cpus;
     const int id = t->addNode(numa);
     auto pkg = cpuPackage.find(list.front());
     t->connect(pkg != cpuPackage.end() ? packageNode[pkg->second] : machine, id, LinkKind::Internal, 0, 0);
@@ -296,35 +297,8 @@ Status sysfsGraph(Topology* t) {
 
 #ifdef RIDGE_HAVE_HWLOC
 Status hwlocGraph(Topology* t, std::string* version) {
-  hwloc_topology_t topo = nullptr;
-  if (hwloc_topology_init(&topo) != 0) return systemError("hwloc_topology_init");
-  // Devices that matter (GPUs, NICs, storage, co-processors) and the bridges above them;
-  // caches say nothing about I/O paths and only make the export longer.
-  hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
-  hwloc_topology_set_cache_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_NONE);
-  hwloc_topology_set_icache_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_NONE);
-  // Components that cost time and add nothing here: cuda initializes the CUDA runtime
-  // (hundreds of ms on a GPU machine), nvml is read by us with NVLink detail, opencl/gl/
-  // levelzero start other runtimes, and x86 runs CPUID on every PU (slow under a
-  // hypervisor) for vendor/model infos the linux component reads from /proc/cpuinfo too.
-  // Blacklisting a component this hwloc lacks fails harmlessly.
-  for (const char* name : {"cuda", "nvml", "opencl", "gl", "levelzero", "x86"})
-    hwloc_topology_set_components(topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, name);
-  if (hwloc_topology_load(topo) != 0) {
-    hwloc_topology_destroy(topo);
-    return systemError("hwloc_topology_load");
-  }
-  char* xml = nullptr;
-  int len = 0;
-  if (hwloc_topology_export_xmlbuffer(topo, &xml, &len, 0) != 0) {
-    hwloc_topology_destroy(topo);
-    return systemError("hwloc_topology_export_xmlbuffer");
-  }
-  const std::string text(xml, len > 0 ? static_cast<size_t>(len - 1) : 0);
-  hwloc_free_xmlbuffer(topo, xml);
-  const char* ver = hwloc_obj_get_info_by_name(hwloc_get_root_obj(topo), "hwlocVersion");
-  *version = ver ? ver : HWLOC_VERSION;
-  hwloc_topology_destroy(topo);
+  std::string text;
+  RIDGE_TRY(exportHwlocXml(&text, version));
   return parseHwlocXmlText(text, "hwloc export (this machine)", t);
 }
 #endif
@@ -380,6 +354,45 @@ Status enrich(const Topology& src, Topology* out, std::string* nvmlNote) {
 }
 
 }  // namespace
+
+#ifdef RIDGE_HAVE_HWLOC
+Status exportHwlocXml(std::string* xmlOut, std::string* version) {
+  hwloc_topology_t topo = nullptr;
+  if (hwloc_topology_init(&topo) != 0) return systemError("hwloc_topology_init");
+  // Devices that matter (GPUs, NICs, storage, co-processors) and the bridges above them;
+  // caches say nothing about I/O paths and only make the export longer.
+  hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+  hwloc_topology_set_cache_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_NONE);
+  hwloc_topology_set_icache_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_NONE);
+  // Components that cost time and add nothing here: cuda initializes the CUDA runtime
+  // (hundreds of ms on a GPU machine), nvml is read by us with NVLink detail, opencl/gl/
+  // levelzero start other runtimes, and x86 runs CPUID on every PU (slow under a
+  // hypervisor) for vendor/model infos the linux component reads from /proc/cpuinfo too.
+  // Blacklisting a component this hwloc lacks fails harmlessly.
+  for (const char* name : {"cuda", "nvml", "opencl", "gl", "levelzero", "x86"})
+    hwloc_topology_set_components(topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, name);
+  if (hwloc_topology_load(topo) != 0) {
+    hwloc_topology_destroy(topo);
+    return systemError("hwloc_topology_load");
+  }
+  char* xml = nullptr;
+  int len = 0;
+  if (hwloc_topology_export_xmlbuffer(topo, &xml, &len, 0) != 0) {
+    hwloc_topology_destroy(topo);
+    return systemError("hwloc_topology_export_xmlbuffer");
+  }
+  xmlOut->assign(xml, len > 0 ? static_cast<size_t>(len - 1) : 0);
+  hwloc_free_xmlbuffer(topo, xml);
+  const char* ver = hwloc_obj_get_info_by_name(hwloc_get_root_obj(topo), "hwlocVersion");
+  *version = ver ? ver : HWLOC_VERSION;
+  hwloc_topology_destroy(topo);
+  return Status::ok();
+}
+#else
+Status exportHwlocXml(std::string*, std::string*) {
+  return Status(ridgeInvalidUsage, "built without hwloc");
+}
+#endif
 
 void addNvLinksFromNvml(Topology* tp, int machine, const std::vector<NvmlGpu>& nvml) {
   Topology& t = *tp;

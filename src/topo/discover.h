@@ -10,6 +10,7 @@
 //     and the GPUs' compute capability. Missing library or no GPU: one INFO line.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "core/status.h"
@@ -20,6 +21,10 @@ namespace ridge::topo {
 
 /// Discovers this machine into `out` (finalized; name = hostname; loadMs = time taken).
 Status discoverThisMachine(Topology* out);
+
+/// This machine as hwloc XML (lstopo --of xml with the filters discovery uses) and hwloc's
+/// version; an error when Ridge is built without hwloc.
+Status exportHwlocXml(std::string* xml, std::string* version);
 
 /// The same without hwloc, from /sys only (what a build without hwloc does); public so that
 /// tests can compare the two.

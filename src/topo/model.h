@@ -76,6 +76,8 @@ struct Node {
   int index = -1;                    ///< per-kind ordinal: GPU 0..n-1, NIC 0..n-1, package/NUMA os index
   std::string model;                 ///< "H100 80GB HBM3", "ConnectX-7", CPU model, ...
   std::vector<std::string> osNames;  ///< "cuda0", "nvme0n1", "mlx5_0", "ens5"
+  /// NUMA nodes: their CPUs in the kernel's list syntax ("0-55,112-167"); "" unknown.
+  std::string cpus;
   // GPU
   int cudaIndex = -1;  ///< CUDA device ordinal when known
   int smVersion = 0;   ///< 90 for Hopper, 0 unknown

@@ -42,6 +42,7 @@
 #include "core/log.h"
 #include "topo/graph_build.h"
 #include "topo/pci.h"
+#include "topo/sysfs.h"
 
 namespace ridge::topo {
 
@@ -71,6 +72,15 @@ struct Bitmap {
     return infinite && o.infinite;
   }
 };
+
+// The CPUs of a (finite part of a) bitmap in the kernel's list syntax.
+std::string cpuListText(const Bitmap& b) {
+  std::vector<int> cpus;
+  for (size_t w = 0; w < b.words.size(); ++w)
+    for (int bit = 0; bit < 32; ++bit)
+      if (b.words[w] >> bit & 1u) cpus.push_back(static_cast<int>(w * 32 + bit));
+  return formatCpuList(cpus);
+}
 
 // 4096 words = 131072 bits: more CPUs or NUMA nodes than any machine has.
 constexpr size_t kMaxBitmapWords = 4096;
@@ -297,6 +307,7 @@ class HwlocReader {
       Node numa;
       numa.kind = NodeKind::Numa;
       numa.index = n->osIndex;
+      numa.cpus = cpuListText(n->cpuset);
       n->node = t_->addNode(numa);
       t_->connect(parent, n->node, LinkKind::Internal, 0, 0);
       placeable_.push_back(*n);
@@ -313,6 +324,7 @@ class HwlocReader {
     info.cpuset = cpuset;
     info.osIndex = static_cast<int>(placeable_.size());
     numa.index = info.osIndex;
+    numa.cpus = cpuListText(cpuset);
     info.node = t_->addNode(numa);
     t_->connect(parent, info.node, LinkKind::Internal, 0, 0);
     placeable_.push_back(info);

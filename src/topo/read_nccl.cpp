@@ -29,6 +29,7 @@
 #include "core/log.h"
 #include "topo/graph_build.h"
 #include "topo/pci.h"
+#include "topo/sysfs.h"
 
 namespace ridge::topo {
 
@@ -64,6 +65,13 @@ class NcclReader {
       if (t_->node(g).cudaIndex >= 0) devs.insert(t_->node(g).cudaIndex);
     if (devs.size() == gpus.size())
       for (int g : gpus) t_->mutableNode(g).index = t_->node(g).cudaIndex;
+    // NIC names follow the order of their net devices when every NIC has a distinct one.
+    std::map<long long, int> byDev;
+    for (auto [nic, dev] : nicDev_) byDev.emplace(dev, nic);
+    if (byDev.size() == t_->nodesOfKind(NodeKind::Nic).size() && byDev.size() == nicDev_.size()) {
+      int index = 0;
+      for (auto [dev, nic] : byDev) t_->mutableNode(nic).index = index++;
+    }
     return Status::ok();
   }
 
@@ -93,6 +101,8 @@ class NcclReader {
     pkg.kind = NodeKind::Package;
     if (!cpu.vendor.empty())
       pkg.model = cpu.vendor + (family >= 0 ? format(" family %lld model %lld", family, model) : "");
+    else
+      pkg.model = cpu.arch;  // ppc64, arm64: what the file says about the CPU
     if (packages_.size() >= kMaxPackages)
       return xmlError(what_, e, format("more than %zu <cpu> elements: not a real machine", kMaxPackages));
     const int pkgId = t_->addNode(pkg);
@@ -101,6 +111,11 @@ class NcclReader {
     Node numa;
     numa.kind = NodeKind::Numa;
     numa.index = static_cast<int>(numaId);
+    std::vector<int> cpus;
+    const std::string affinity = stringAttribute(e, "affinity");
+    if (!affinity.empty() && !parseCpuMask(affinity, &cpus))
+      return xmlError(what_, e, "affinity \"" + affinity + "\" is not a CPU mask");
+    numa.cpus = formatCpuList(cpus);
     const int numaId_ = t_->addNode(numa);
     t_->connect(pkgId, numaId_, LinkKind::Internal, 0, 0);
 
@@ -247,6 +262,10 @@ class NcclReader {
       // 10 Tb/s per port bounds anything real; NCCL writes Mb/s.
       RIDGE_TRY(intAttribute(what_, c, "speed", 0, 10'000'000, &speed));
       RIDGE_TRY(intAttribute(what_, c, "dev", 0, 1 << 20, &dev));
+      if (dev >= 0) {
+        auto [slot, fresh] = nicDev_.emplace(nic, dev);
+        if (!fresh) slot->second = std::min(slot->second, dev);
+      }
       double latency = 0;
       RIDGE_TRY(realAttribute(what_, c, "latency", 0, 1e9, &latency));
       NicPort p;
@@ -340,6 +359,7 @@ class NcclReader {
   CpuIdentity firstCpu_;
   std::map<std::string, std::pair<int, int>> byBusId_;  // bus id -> (node id, line)
   std::map<std::string, int> switches_;
+  std::map<int, long long> nicDev_;  // NIC node -> its lowest net dev
   std::vector<PendingNvlink> nvlinks_;
   std::vector<NvBundle> links_;
 };

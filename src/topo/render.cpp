@@ -350,8 +350,10 @@ std::string renderMatrix(const Topology& t, const RenderOptions& o) {
   // Cells are padded by hand (not Table) so that each one can carry its class colour.
   std::vector<std::string> header{""};
   for (int id : ids) header.push_back(t.node(id).name);
+  // nvidia-smi's affinity columns, then the socket.
+  header.push_back("CPU Affinity");
+  header.push_back("NUMA Affinity");
   header.push_back("Socket");
-  header.push_back("NUMA");
   std::vector<std::vector<std::string>> cells{header};
   std::vector<std::vector<const char*>> colours{std::vector<const char*>(header.size(), nullptr)};
   for (int r : ids) {
@@ -363,10 +365,11 @@ std::string renderMatrix(const Topology& t, const RenderOptions& o) {
       rowColours.push_back(classColour(p));
     }
     const int pkg = nodeIndexOf(t, t.node(r).package), numa = nodeIndexOf(t, t.node(r).numa);
-    row.push_back(pkg < 0 ? "N/A" : std::to_string(pkg));
+    const std::string cpus = t.node(r).numa < 0 ? "" : t.node(t.node(r).numa).cpus;
+    row.push_back(cpus.empty() ? "N/A" : cpus);
     row.push_back(numa < 0 ? "N/A" : std::to_string(numa));
-    rowColours.push_back(nullptr);
-    rowColours.push_back(nullptr);
+    row.push_back(pkg < 0 ? "N/A" : std::to_string(pkg));
+    rowColours.insert(rowColours.end(), 3, nullptr);
     cells.push_back(row);
     colours.push_back(rowColours);
   }
@@ -405,7 +408,9 @@ std::string renderMatrix(const Topology& t, const RenderOptions& o) {
         "  NODE  between host bridges within one NUMA node\n"
         "  SYS   across NUMA nodes or the inter-socket link (UPI, xGMI)\n";
   }
-  out += "  Socket and NUMA: the package and NUMA node the device hangs from\n";
+  out +=
+      "  CPU Affinity, NUMA Affinity: the CPUs and the NUMA node the device hangs from (N/A: not known\n"
+      "  from this source); Socket: its package\n";
   const std::vector<int> nics = t.nics();
   if (!nics.empty()) {
     out += "\nNICs:\n";
@@ -433,6 +438,7 @@ std::string matrixJson(const Topology& t) {
     for (const std::string& s : n.osNames) os.push(s);
     d.set("package", nodeIndexOf(t, n.package));
     d.set("numa", nodeIndexOf(t, n.numa));
+    if (n.numa >= 0 && !t.node(n.numa).cpus.empty()) d.set("cpuAffinity", t.node(n.numa).cpus);
   }
   json::Value& smi = doc.set("smi", json::Value::array());
   json::Value& nccl = doc.set("nccl", json::Value::array());

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "topo/model.h"
 
 namespace ridge {
 
@@ -51,6 +52,11 @@ Status summarizeThisHost(HostSummary* out);
 /// recognised by their root element and read too; NCCL graph files (`<graphs>`) are refused
 /// with ridgeInvalidArgument because they describe channels, not a machine.
 Status summarizeHwlocXml(const std::string& path, HostSummary* out);
+
+/// Describes a machine already loaded as a graph (a preset, Ridge JSON, a captured folder):
+/// packages, NUMA nodes, GPUs and NICs from the graph, PUs from the NUMA nodes' CPU lists
+/// (unknown, -1, when they have none), cores unknown.
+HostSummary summarizeTopology(const topo::Topology& t);
 
 /// The /proc + /sys reader on its own (also what summarizeThisHost falls back to); public so
 /// that tests can compare it with hwloc.

@@ -170,6 +170,7 @@ Status readNode(const json::Value& v, size_t id, size_t count, const std::string
   RIDGE_TRY(f.integer("parent", &n->parent, -1, maxId));
   RIDGE_TRY(f.integer("index", &n->index, -1, 1 << 20));
   RIDGE_TRY(f.string("model", &n->model));
+  RIDGE_TRY(f.string("cpus", &n->cpus));
   RIDGE_TRY(readStrings(f, "osNames", &n->osNames));
   RIDGE_TRY(f.integer("cudaIndex", &n->cudaIndex, -1, 1 << 20));
   RIDGE_TRY(f.integer("smVersion", &n->smVersion, 0, 1000));
@@ -219,6 +220,7 @@ json::Value nodeToJson(const Node& n, int id) {
   if (n.vendor) o.set("vendor", hex(n.vendor, 4));
   if (n.device) o.set("device", hex(n.device, 4));
   if (!n.model.empty()) o.set("model", n.model);
+  if (!n.cpus.empty()) o.set("cpus", n.cpus);
   if (!n.osNames.empty()) {
     json::Value& names = o.set("osNames", json::Value::array());
     for (const std::string& s : n.osNames) names.push(s);

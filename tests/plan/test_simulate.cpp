@@ -66,7 +66,8 @@ TEST(PlanCommand, TextJsonAndDot) {
   std::string dot = captureStdout([&] { return runPlanCommand(*t, common, {"-n", "16", "--dot"}); }, &rc);
   EXPECT_EQ(rc, 0);
   EXPECT_EQ(dot.rfind("digraph plan {", 0), 0u) << dot.substr(0, 100);
-  EXPECT_NE(dot.find("r7 -> r8"), std::string::npos) << "ring edge between nodes";
+  // One row per channel (ids cC_rR); channel 0's hop between the nodes is a network edge.
+  EXPECT_NE(dot.find("c0_r7 -> c0_r8 [color=red, penwidth="), std::string::npos) << "ring edge between nodes";
 
   EXPECT_EQ(runPlanCommand(*t, common, {"-n", "15", "--nodes", "2"}), 1)
       << "15 ranks do not split over 2 nodes";
