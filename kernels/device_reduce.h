@@ -12,6 +12,7 @@
 #include <cstddef>
 
 #include "core/status.h"
+#include "kernels/channel_partition.h"
 #include "ridge/ridge.h"
 
 namespace ridge::gpu {
@@ -30,9 +31,6 @@ Status launchReduce(void* dst, const void* const* srcs, int nsrcs, size_t count,
 /// pipeline; plain transfers use the copy engines).
 Status launchCopy(void* dst, const void* src, size_t bytes, ridgeStream_t stream, int maxBlocks = 0);
 
-/// Most channels one launch is cut into.
-constexpr int kMaxChannels = 64;
-
 /// Launch geometry of the bulk kernels with channels. The buffer is cut into `channels`
 /// contiguous slices of whole 16-byte vectors; each slice is worked by its own
 /// `blocksPerChannel` blocks of 512 threads (a channel is not limited to one block, as it is
@@ -40,6 +38,7 @@ constexpr int kMaxChannels = 64;
 /// HBM bandwidth on its own). blocksPerChannel 0 is the default: the blocks that fill the
 /// device (4 resident 512-thread blocks per SM, so 528 on an H100 SXM) shared out over the
 /// channels, and never more blocks than the slice has 512-vector strips (no idle blocks).
+/// The arithmetic (planChannels, channelRange) is in kernels/channel_partition.h.
 struct LaunchShape {
   int channels = 1;
   int blocksPerChannel = 0;
