@@ -291,6 +291,13 @@ Status preloadKernels(int* loaded) {
   return s;
 }
 
+int preloadedModuleAnchors(const void** out, int max) {
+  const void* anchors[] = {reinterpret_cast<const void*>(copyKernel), llModuleAnchor()};
+  constexpr int n = sizeof anchors / sizeof anchors[0];
+  for (int i = 0; i < n && i < max; ++i) out[i] = anchors[i];
+  return n;
+}
+
 int deviceCount() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
