@@ -45,19 +45,17 @@ union Vec {
 };
 
 // The part of a launch one block works on. The grid is `channels` groups of
-// gridDim.x / channels blocks; group c owns units [c * perSlice, (c + 1) * perSlice) of the
-// buffer (the last slice may be shorter or empty) and strides over it with its own blocks
-// only, so channels never share a cache line and each can be given several blocks.
+// gridDim.x / channels blocks; group c owns the slice channelRange gives it (the last one
+// runs to the end of the buffer, tail elements included) and strides over it with its own
+// blocks only, so channels never share a cache line and each can be given several blocks.
 struct Slice {
   size_t begin, end;   // units of the whole buffer
   size_t tid, stride;  // this thread's index and the stride within its channel
 };
 __device__ inline Slice channelSlice(size_t total, size_t perSlice, int channels) {
   const unsigned bpc = gridDim.x / static_cast<unsigned>(channels);
-  const size_t c = blockIdx.x / bpc;
-  const size_t begin = c * perSlice < total ? c * perSlice : total;
-  const size_t end = total - begin > perSlice ? begin + perSlice : total;
-  return {begin, end, static_cast<size_t>(blockIdx.x % bpc) * blockDim.x + threadIdx.x,
+  const SliceRange r = channelRange(blockIdx.x / bpc, channels, total, perSlice);
+  return {r.begin, r.end, static_cast<size_t>(blockIdx.x % bpc) * blockDim.x + threadIdx.x,
           static_cast<size_t>(bpc) * blockDim.x};
 }
 
@@ -78,32 +76,58 @@ __global__ void __launch_bounds__(kThreads)
   size_t scalarFrom = 0;
   if (vectorOk) {
     const size_t nvec = count / kPerVec;
-    // Main body: kUnroll vectors per thread, loads of all of them issued before any math.
+    // Main body: several vectors per thread, loads of all of them issued before any math.
     size_t v = tid;
-    for (; v + (kUnroll - 1) * stride < nvec; v += kUnroll * stride) {
-      Vec<T> acc[kUnroll];
+    if (sizeof(T) == 2 && nsrcs == 2) {
+      // fp16/bf16 from two sources (every ring and P2P step): each element folded straight
+      // from the two raw vectors, op(fp32(a), fp32(b)) rounded once, the same arithmetic as
+      // the general loop below, without its array of fp32 accumulators.
+      const uint4* a = static_cast<const uint4*>(srcs.ptr[0]);
+      const uint4* b = static_cast<const uint4*>(srcs.ptr[1]);
+      for (; v + (kUnroll - 1) * stride < nvec; v += kUnroll * stride) {
+        Vec<T> x[kUnroll], y[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) acc[u].raw = static_cast<const uint4*>(srcs.ptr[0])[v + u * stride];
-      typename R::Acc a[kUnroll][kPerVec];
+        for (int u = 0; u < kUnroll; ++u) x[u].raw = a[v + u * stride];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
+        for (int u = 0; u < kUnroll; ++u) y[u].raw = b[v + u * stride];
 #pragma unroll
-        for (int e = 0; e < kPerVec; ++e) a[u][e] = R::load(acc[u].e[e]);
-      for (int k = 1; k < nsrcs; ++k) {
-        Vec<T> in[kUnroll];
+        for (int u = 0; u < kUnroll; ++u) {
+          Vec<T> out;
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) in[u].raw = static_cast<const uint4*>(srcs.ptr[k])[v + u * stride];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-          for (int e = 0; e < kPerVec; ++e) a[u][e] = combine<Op>(a[u][e], R::load(in[u].e[e]));
+          for (int e = 0; e < kPerVec; ++e)
+            out.e[e] = R::store(finish<Op>(combine<Op>(R::load(x[u].e[e]), R::load(y[u].e[e])), divisor));
+          reinterpret_cast<uint4*>(dst)[v + u * stride] = out.raw;
+        }
       }
+    } else {
+      // fp16/bf16 keep 8 fp32 accumulators per vector: a smaller unroll keeps them within the
+      // 64 registers that let two 512-thread blocks share an SM (docs/gpu.md, "First GPU run").
+      constexpr int U = sizeof(T) == 2 ? 2 : kUnroll;
+      for (; v + (U - 1) * stride < nvec; v += U * stride) {
+        Vec<T> acc[U];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        Vec<T> out;
+        for (int u = 0; u < U; ++u) acc[u].raw = static_cast<const uint4*>(srcs.ptr[0])[v + u * stride];
+        typename R::Acc a[U][kPerVec];
 #pragma unroll
-        for (int e = 0; e < kPerVec; ++e) out.e[e] = R::store(finish<Op>(a[u][e], divisor));
-        reinterpret_cast<uint4*>(dst)[v + u * stride] = out.raw;
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int e = 0; e < kPerVec; ++e) a[u][e] = R::load(acc[u].e[e]);
+        for (int k = 1; k < nsrcs; ++k) {
+          Vec<T> in[U];
+#pragma unroll
+          for (int u = 0; u < U; ++u) in[u].raw = static_cast<const uint4*>(srcs.ptr[k])[v + u * stride];
+#pragma unroll
+          for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int e = 0; e < kPerVec; ++e) a[u][e] = combine<Op>(a[u][e], R::load(in[u].e[e]));
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          Vec<T> out;
+#pragma unroll
+          for (int e = 0; e < kPerVec; ++e) out.e[e] = R::store(finish<Op>(a[u][e], divisor));
+          reinterpret_cast<uint4*>(dst)[v + u * stride] = out.raw;
+        }
       }
     }
     // Remaining whole vectors, one per thread.
@@ -157,14 +181,6 @@ int fillBlocks() {
   return fill;
 }
 
-int blocksFor(size_t work, int maxBlocks) {
-  const int fill = fillBlocks();
-  const size_t needed = (work + kThreads - 1) / kThreads;
-  size_t blocks = needed < static_cast<size_t>(fill) ? needed : static_cast<size_t>(fill);
-  if (maxBlocks > 0 && blocks > static_cast<size_t>(maxBlocks)) blocks = static_cast<size_t>(maxBlocks);
-  return blocks < 1 ? 1 : static_cast<int>(blocks);
-}
-
 bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
 }
@@ -177,28 +193,10 @@ struct Request {
 };
 
 // The grid of one launch over `units` work items (16-byte vectors, or elements on the
-// scalar path): channels, blocks per channel, and units per channel slice.
-struct Grid {
-  int channels;
-  int blocksPerChannel;
-  size_t perSlice;
-};
-
-size_t ceilDiv(size_t a, size_t b) {
-  return (a + b - 1) / b;
-}
-
-Grid gridFor(size_t units, const Request& rq) {
-  if (rq.shape.channels <= 0) return {1, blocksFor(units, rq.maxBlocks), units > 0 ? units : 1};
-  size_t ch = static_cast<size_t>(rq.shape.channels < kMaxChannels ? rq.shape.channels : kMaxChannels);
-  if (ch > units) ch = units > 0 ? units : 1;  // no empty channels
-  const size_t perSlice = units > 0 ? ceilDiv(units, ch) : 1;
-  size_t bpc = rq.shape.blocksPerChannel > 0 ? static_cast<size_t>(rq.shape.blocksPerChannel)
-                                             : static_cast<size_t>(fillBlocks()) / ch;
-  const size_t useful = ceilDiv(perSlice, kThreads);  // more blocks than this would idle
-  if (bpc > useful) bpc = useful;
-  if (bpc < 1) bpc = 1;
-  return {static_cast<int>(ch), static_cast<int>(bpc), perSlice};
+// scalar path): kernels/channel_partition.h.
+ChannelPlan gridFor(size_t units, const Request& rq) {
+  return planChannels(units, rq.shape.channels, rq.shape.blocksPerChannel, rq.maxBlocks, fillBlocks(),
+                      kThreads);
 }
 
 template <typename T, ridgeRedOp_t Op>
@@ -208,7 +206,7 @@ cudaError_t launchTyped(void* dst, const Sources& s, int nsrcs, size_t count, in
   bool vectorOk = aligned16(dst);
   for (int k = 0; k < nsrcs; ++k) vectorOk = vectorOk && aligned16(s.ptr[k]);
   // Vector path: slices are whole vectors (the tail elements fall in the last slice).
-  const Grid g = vectorOk ? gridFor(count / kPerVec, rq) : gridFor(count, rq);
+  const ChannelPlan g = vectorOk ? gridFor(count / kPerVec, rq) : gridFor(count, rq);
   const size_t sliceElems = vectorOk ? g.perSlice * kPerVec : g.perSlice;
   reduceKernel<T, Op><<<g.channels * g.blocksPerChannel, kThreads, 0, stream>>>(
       static_cast<T*>(dst), s, nsrcs, count, divisor, vectorOk, g.channels,
@@ -261,7 +259,7 @@ Status copyWith(void* dst, const void* src, size_t bytes, ridgeStream_t stream, 
   // a single channel then gets the whole grid.
   Request one = rq;
   if (!vec && one.shape.channels > 1) one.shape.channels = 1;
-  const Grid g = gridFor(vec ? nvec : bytes, one);
+  const ChannelPlan g = gridFor(vec ? nvec : bytes, one);
   copyKernel<<<g.channels * g.blocksPerChannel, kThreads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(
       static_cast<uint4*>(dst), static_cast<const uint4*>(src), nvec, static_cast<unsigned char*>(dst) + body,
       static_cast<const unsigned char*>(src) + body, bytes - body, g.channels,
@@ -317,6 +315,13 @@ Status preloadKernels(int* loaded) {
                                 : preloadLLKernels(&n);
   if (loaded) *loaded = n;
   return s;
+}
+
+int preloadedModuleAnchors(const void** out, int max) {
+  const void* anchors[] = {reinterpret_cast<const void*>(copyKernel), llModuleAnchor()};
+  constexpr int n = sizeof anchors / sizeof anchors[0];
+  for (int i = 0; i < n && i < max; ++i) out[i] = anchors[i];
+  return n;
 }
 
 int deviceCount() {

@@ -12,6 +12,8 @@
 #include <cstddef>
 
 #include "core/status.h"
+#include "kernels/channel_partition.h"
+#include "kernels/ll_protocol.h"
 #include "ridge/ridge.h"
 
 namespace ridge::gpu {
@@ -30,9 +32,6 @@ Status launchReduce(void* dst, const void* const* srcs, int nsrcs, size_t count,
 /// pipeline; plain transfers use the copy engines).
 Status launchCopy(void* dst, const void* src, size_t bytes, ridgeStream_t stream, int maxBlocks = 0);
 
-/// Most channels one launch is cut into.
-constexpr int kMaxChannels = 64;
-
 /// Launch geometry of the bulk kernels with channels. The buffer is cut into `channels`
 /// contiguous slices of whole 16-byte vectors; each slice is worked by its own
 /// `blocksPerChannel` blocks of 512 threads (a channel is not limited to one block, as it is
@@ -40,6 +39,7 @@ constexpr int kMaxChannels = 64;
 /// HBM bandwidth on its own). blocksPerChannel 0 is the default: the blocks that fill the
 /// device (4 resident 512-thread blocks per SM, so 528 on an H100 SXM) shared out over the
 /// channels, and never more blocks than the slice has 512-vector strips (no idle blocks).
+/// The arithmetic (planChannels, channelRange) is in kernels/channel_partition.h.
 struct LaunchShape {
   int channels = 1;
   int blocksPerChannel = 0;
@@ -54,9 +54,21 @@ Status launchReduceChannels(void* dst, const void* const* srcs, int nsrcs, size_
 /// copied bytewise by one channel.
 Status launchCopyChannels(void* dst, const void* src, size_t bytes, ridgeStream_t stream, LaunchShape shape);
 
-/// Kernel instantiations preloadKernels loads: the reduce kernel for every type and op
-/// (10 x 5), the copy kernel, the two LL kernels and the fused LL step for every type and op.
-constexpr int kPreloadedKernels = 10 * 5 + 1 + 2 + 10 * 5;
+/// Kernel instantiations preloadKernels loads: the reduce kernel for every type and op, the
+/// copy kernel and the LL kernels (kLLPreloadedKernels, ll_protocol.h). That is every kernel
+/// Ridge's library code launches: kernels/gdr/ holds only kernels of the GDR-write check
+/// binary, which never run beside a spinning launch of Ridge's. Derived from the type and op
+/// counts, so a new type or op cannot leave it stale; a new kernel must be added to the
+/// preload and here, and the GPU test that enumerates the modules' functions
+/// (preloadedModuleAnchors) fails until it is.
+constexpr int kPreloadedKernels = int{ridgeNumTypes} * int{ridgeNumOps} + 1 + kLLPreloadedKernels;
+
+/// One kernel of each CUDA module (one per .cu file: device_reduce.cu, ll_protocol.cu) whose
+/// kernels preloadKernels loads, as the host-side entry symbols cudaGetFuncBySymbol takes.
+/// A test finds each module from them and checks that the functions the modules hold are
+/// exactly the kPreloadedKernels that preloadKernels loads. Writes at most `max`; returns
+/// how many there are.
+int preloadedModuleAnchors(const void** out, int max);
 
 /// Loads every kernel of this library into the calling thread's current device context
 /// (cudaFuncGetAttributes on each instantiation, which the CUDA Programming Guide names as

@@ -239,6 +239,10 @@ cudaStream_t cudaStreamOf(ridgeStream_t s) {
 
 }  // namespace
 
+const void* llModuleAnchor() {
+  return reinterpret_cast<const void*>(llSendKernel);
+}
+
 Status preloadLLKernels(int* loaded) {
   cudaError_t err = loadKernel(llSendKernel);
   if (err == cudaSuccess) {

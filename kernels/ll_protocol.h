@@ -58,9 +58,15 @@ Status launchLLRecvReduceSend(ll::Line* nextLines, void* dst, const ll::Line* li
 /// use one instantiation.
 Status launchLLCollective(const ll::Launch& d, ridgeStream_t stream, int blocks = 0);
 
-/// Loads the LL kernels (send, receive, the fused step and the collective for every type
-/// and op) into the current device context; part of preloadKernels (device_reduce.h).
-/// *loaded: how many.
+/// Kernel instantiations preloadLLKernels loads: send, receive, and the fused step and the
+/// collective for every type and op.
+constexpr int kLLPreloadedKernels = 2 + 2 * int{ridgeNumTypes} * int{ridgeNumOps};
+
+/// Loads the LL kernels (kLLPreloadedKernels of them) into the current device context; part
+/// of preloadKernels (device_reduce.h). *loaded: how many.
 Status preloadLLKernels(int* loaded);
+
+/// One kernel of this file's CUDA module (the send kernel), for preloadedModuleAnchors.
+const void* llModuleAnchor();
 
 }  // namespace ridge::gpu

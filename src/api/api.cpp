@@ -233,6 +233,16 @@ Status submitDeviceGroup(const std::vector<QueuedOp>& ops, std::vector<ridgeComm
   device::DeviceRuntime* rt = device::activeRuntime();
   std::vector<DeviceOp> batch;
   return forEachComm(ops, comms, [&](ridgeComm* c, const std::vector<QueuedOp>& mine) {
+    // One rank, every operation on one stream: the copies in call order on that stream (with
+    // several streams the proxy's batch makes each wait for the whole group).
+    bool oneRankOneStream = c->nranks == 1;
+    for (const QueuedOp& o : mine)
+      oneRankOneStream =
+          oneRankOneStream && oneRankDeviceCopyTakes(c, o.op) && o.op.stream == mine.front().op.stream;
+    if (oneRankOneStream) {
+      for (const QueuedOp& o : mine) RIDGE_TRY(runOneRankDeviceCopy(c, rt, o.op));
+      return Status::ok();
+    }
     bool allLL = true;
     for (const QueuedOp& o : mine) allLL = allLL && (isExchange(o.op.args.type) || llTakes(c, o.op));
     batch.clear();
@@ -265,7 +275,9 @@ ridgeResult_t submit(ridgeComm* comm, const DeviceOp& op, bool device,
   }
   comm->callsInFlight.fetch_add(1);
   Status s;
-  if (device && llTakes(comm, op)) {
+  if (device && oneRankDeviceCopyTakes(comm, op)) {
+    s = runOneRankDeviceCopy(comm, device::activeRuntime(), op);
+  } else if (device && llTakes(comm, op)) {
     s = launchLL(comm, device::activeRuntime(), op);
   } else if (device) {
     s = submitDeviceBatch(comm, device::activeRuntime(), &op, 1);

@@ -49,6 +49,18 @@ Status readStagingBytes(size_t* out);
 // Most operations one batch (a group on one communicator) may hold; the ring holds this many.
 constexpr size_t kMaxDeviceBatchOps = 256;
 
+// One rank on device memory: every collective's result is its input (a sum, product, max,
+// min or average over one rank is the value itself, bit for bit; a gather, scatter or
+// all-to-all of one block is that block), so the call is one device-to-device copy of the
+// output's bytes on the caller's stream, or nothing in place: no proxy, no host staging, no
+// kernel. oneRankDeviceCopyTakes: whether `op` of `comm` goes that way (one rank, not a send
+// or receive, and the short-cut not turned off for a test); runOneRankDeviceCopy queues it.
+bool oneRankDeviceCopyTakes(const ridgeComm* comm, const DeviceOp& op);
+Status runOneRankDeviceCopy(ridgeComm* comm, device::DeviceRuntime* rt, const DeviceOp& op);
+// Tests of the proxy's own machinery (ring, staging, abort) with a single rank turn the
+// short-cut off, so that their one-rank calls still go through the proxy. Default on.
+void setOneRankDeviceCopyForTesting(bool on);
+
 // Enqueues `n` operations of `comm` as one batch (starting the proxy on first use) and
 // returns without waiting for them. Waits, bounded by the communicator's timeout and by
 // ridgeCommAbort, while the ring is full. Refuses (nothing queued) a batch that the staging

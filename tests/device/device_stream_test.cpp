@@ -172,8 +172,12 @@ std::vector<unsigned char> hostBytes(size_t n) {
 }
 
 // Tests with the emulated runtime installed for their duration.
+// These tests exercise the proxy, many of them with one rank: the one-rank short-cut (one
+// copy on the caller's stream, coll/gpu_proxy.h) is off for them, on for the test of it.
 class EmulatedDeviceTest : public ::testing::Test {
  protected:
+  EmulatedDeviceTest() { ridge::setOneRankDeviceCopyForTesting(false); }
+  ~EmulatedDeviceTest() override { ridge::setOneRankDeviceCopyForTesting(true); }
   EmulatedRuntime rt;
   ScopedRuntimeForTesting scope{&rt};
 };
@@ -1181,6 +1185,98 @@ std::vector<Case> chunkedCases() {
           {Coll::AlltoAll, ridgeInt32, ridgeSum, 6007, false},
           {Coll::SendRecv, ridgeFloat64, ridgeSum, 12345, false},
           {Coll::AllReduce, ridgeFloat32, ridgeMax, 15000, /*managed=*/true}};
+}
+
+// One rank on device memory: each collective is one device-to-device copy of the output's
+// bytes on the caller's stream, and nothing when in place; never the proxy (no proxy thread,
+// no pinned staging, no host round trip), never a kernel. Groups on one stream likewise.
+// Results equal the input bit for bit (sum, avg, max of one rank; gathers of one block).
+TEST_F(DeviceStreams, OneRankIsOneDeviceCopyOnTheCallersStream) {
+  ridge::setOneRankDeviceCopyForTesting(true);
+  runRanks(rt, 1, [&](int, ridgeComm_t comm, ridgeStream_t stream) {
+    const size_t count = 4099;
+    DeviceBuffer send(rt, count * 8), recv(rt, count * 8);
+    std::vector<unsigned char> input(count * 8);
+    for (size_t i = 0; i < input.size(); ++i) input[i] = static_cast<unsigned char>(i * 131 + 7);
+    send.upload(input);
+    struct Call {
+      const char* what;
+      std::function<ridgeResult_t(void*)> run;  // the output buffer
+      size_t bytes;
+    };
+    const Call calls[] = {
+        {"allreduce sum float32",
+         [&](void* out) {
+           return ridgeAllReduce(send.get(), out, count, ridgeFloat32, ridgeSum, comm, stream);
+         },
+         count * 4},
+        {"allreduce avg float16",
+         [&](void* out) {
+           return ridgeAllReduce(send.get(), out, count, ridgeFloat16, ridgeAvg, comm, stream);
+         },
+         count * 2},
+        {"broadcast int64",
+         [&](void* out) { return ridgeBroadcast(send.get(), out, count, ridgeInt64, 0, comm, stream); },
+         count * 8},
+        {"reduce max int8",
+         [&](void* out) { return ridgeReduce(send.get(), out, count, ridgeInt8, ridgeMax, 0, comm, stream); },
+         count},
+        {"allgather uint32",
+         [&](void* out) { return ridgeAllGather(send.get(), out, count, ridgeUint32, comm, stream); },
+         count * 4},
+        {"reducescatter prod float64",
+         [&](void* out) {
+           return ridgeReduceScatter(send.get(), out, count, ridgeFloat64, ridgeProd, comm, stream);
+         },
+         count * 8},
+        {"alltoall bfloat16",
+         [&](void* out) { return ridgeAlltoAll(send.get(), out, count, ridgeBfloat16, comm, stream); },
+         count * 2},
+    };
+    const uint64_t reducesBefore = rt.reducesLaunched();
+    for (const Call& c : calls) {
+      recv.poison();
+      rt.setRecordCopies(true);
+      EXPECT_EQ(c.run(recv.get()), ridgeSuccess) << c.what << ": " << lastError();
+      EXPECT_TRUE(rt.synchronize(stream).isOk());
+      rt.setRecordCopies(false);
+      const std::vector<EmulatedRuntime::CopyRecord> log = rt.copyLog();
+      EXPECT_EQ(log.size(), 1u) << c.what << ": one copy expected";
+      if (log.size() != 1) continue;
+      EXPECT_EQ(log[0].dst, recv.get()) << c.what;
+      EXPECT_EQ(log[0].src, send.get()) << c.what;
+      EXPECT_EQ(log[0].bytes, c.bytes) << c.what;
+      EXPECT_NE(log[0].ran, 0u) << c.what;
+      const std::vector<unsigned char> out = recv.download();
+      EXPECT_EQ(std::memcmp(out.data(), input.data(), c.bytes), 0) << c.what;
+      size_t past = 0;
+      for (size_t i = c.bytes; i < out.size(); ++i) past += out[i] != kPoison;
+      EXPECT_EQ(past, 0u) << c.what << " wrote past its output";
+    }
+    // In place: nothing at all. A group on one stream: its copies, in call order.
+    rt.setRecordCopies(true);
+    EXPECT_EQ(ridgeAllReduce(send.get(), send.get(), count, ridgeFloat32, ridgeSum, comm, stream),
+              ridgeSuccess);
+    EXPECT_TRUE(rt.synchronize(stream).isOk());
+    EXPECT_TRUE(rt.copyLog().empty()) << "an in-place one-rank call copied";
+    ridgeGroupStart();
+    ridgeAllReduce(send.get(), recv.get(), count, ridgeFloat32, ridgeSum, comm, stream);
+    ridgeAllGather(send.get(), recv.get(), 16, ridgeInt8, comm, stream);
+    EXPECT_EQ(ridgeGroupEnd(), ridgeSuccess) << lastError();
+    EXPECT_TRUE(rt.synchronize(stream).isOk());
+    rt.setRecordCopies(false);
+    const std::vector<EmulatedRuntime::CopyRecord> log = rt.copyLog();
+    EXPECT_EQ(log.size(), 2u);
+    if (log.size() == 2) {
+      EXPECT_EQ(log[0].bytes, count * 4);
+      EXPECT_EQ(log[1].bytes, 16u);
+      EXPECT_LT(log[0].ran, log[1].ran);
+    }
+    EXPECT_EQ(rt.reducesLaunched(), reducesBefore) << "a one-rank call launched a reduction";
+    EXPECT_EQ(comm->gpuProxy, nullptr) << "a one-rank device call started the proxy (host staging)";
+    expectRanClean(rt, stream, comm, 0);
+    return true;
+  });
 }
 
 }  // namespace

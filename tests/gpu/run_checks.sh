@@ -426,6 +426,9 @@ all_steps() {
   # otherwise: Ridge's own kernel preload must be enough. Last, so that a hang here costs none
   # of the checks above.
   step_env=(CUDA_MODULE_LOADING=LAZY)
+  step "kernel preload, lazy module loading" 15 gtest test_gpu_kernels --gtest_brief=1 \
+    --gtest_filter='GpuKernels.Preload*'
+  step_env=(CUDA_MODULE_LOADING=LAZY)
   step "stream-ordered collectives, lazy module loading" 25 gtest test_gpu_stream --gtest_brief=1
   step_env=(CUDA_MODULE_LOADING=LAZY)
   step "LL send/recv and ring steps, lazy module loading" 25 gtest test_gpu_ll --gtest_brief=1 \

@@ -4,11 +4,14 @@
 // aside: the GPU's float arithmetic returns its one canonical NaN where the host keeps the
 // input's payload, so a NaN matches any NaN and every other value is compared bit for bit.
 // Without a CUDA device every test reports "skipped: no CUDA device".
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/device_reduce.h"
@@ -198,6 +201,9 @@ TEST(GpuKernels, ComparisonTreatsOnlyNaNsAsEqual) {
 
 // Every kernel instantiation loads without a launch (the preload the proxy runs in its
 // setup, so that no first launch meets a parked stream), and a second call is harmless.
+// kPreloadedKernels once forgot the LL collective kernels (103 for 153 loaded: the first GPU
+// run); it is now derived from the same counts, and PreloadCoversEveryKernelOfRidgesModules
+// checks it against the modules.
 TEST(GpuKernels, PreloadLoadsEveryKernel) {
   SKIP_WITHOUT_GPU();
   for (int round = 0; round < 2; ++round) {
@@ -206,6 +212,83 @@ TEST(GpuKernels, PreloadLoadsEveryKernel) {
     ASSERT_TRUE(s.isOk()) << s.message();
     EXPECT_EQ(loaded, gpu::kPreloadedKernels) << "round " << round;
   }
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// A driver entry point by name (the tests link only the runtime), or null.
+template <typename Fn>
+Fn driverFn(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+#if CUDART_VERSION >= 12050
+  const cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, CUDART_VERSION, cudaEnableDefault, &q);
+#else
+  const cudaError_t e = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &q);
+#endif
+  if (e != cudaSuccess || q != cudaDriverEntryPointSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  return reinterpret_cast<Fn>(fn);
+}
+
+// The invariant behind the preload: every kernel in the CUDA modules of Ridge's launchers is
+// one preloadKernels loads (so none is left to lazy loading, whose first launch may wait for
+// a spinning LL kernel or a parked stream: a hang), and after the preload every one of them
+// is loaded. Counted from the modules themselves (cuModuleEnumerateFunctions), so a kernel
+// added without its preload fails here in both builds: kernels in each binary, or once in
+// libridge_gpu.so (RIDGE_GPU_CODE_SHARED, the pack's mode). Meaningful under
+// CUDA_MODULE_LOADING=LAZY (the runner's "kernel preload, lazy module loading" step); under
+// EAGER everything is loaded anyway and only the count is checked.
+TEST(GpuKernels, PreloadCoversEveryKernelOfRidgesModules) {
+  SKIP_WITHOUT_GPU();
+  using GetModuleFn = CUresult (*)(CUmodule*, CUfunction);
+  using CountFn = CUresult (*)(unsigned int*, CUmodule);
+  using EnumerateFn = CUresult (*)(CUfunction*, unsigned int, CUmodule);
+  using IsLoadedFn = CUresult (*)(CUfunctionLoadingState*, CUfunction);
+  using NameFn = CUresult (*)(const char**, CUfunction);
+  const auto getModule = driverFn<GetModuleFn>("cuFuncGetModule");
+  const auto count = driverFn<CountFn>("cuModuleGetFunctionCount");
+  const auto enumerate = driverFn<EnumerateFn>("cuModuleEnumerateFunctions");
+  const auto isLoaded = driverFn<IsLoadedFn>("cuFuncIsLoaded");
+  const auto name = driverFn<NameFn>("cuFuncGetName");
+  if (!getModule || !count || !enumerate || !isLoaded || !name)
+    GTEST_SKIP() << "skipped: this driver lacks cuModuleEnumerateFunctions or cuFuncIsLoaded (CUDA < 12.4)";
+  int loaded = -1;
+  const Status s = gpu::preloadKernels(&loaded);
+  ASSERT_TRUE(s.isOk()) << s.message();
+  const void* anchors[4] = {};
+  const int nAnchors = gpu::preloadedModuleAnchors(anchors, 4);
+  ASSERT_GE(nAnchors, 1);
+  unsigned int inModules = 0;
+  std::vector<CUmodule> seen;
+  for (int a = 0; a < nAnchors; ++a) {
+    cudaFunction_t f = nullptr;
+    CUDA_OK(cudaGetFuncBySymbol(&f, anchors[a]));
+    CUmodule mod = nullptr;
+    ASSERT_EQ(getModule(&mod, reinterpret_cast<CUfunction>(f)), CUDA_SUCCESS) << "anchor " << a;
+    bool dup = false;
+    for (CUmodule m : seen) dup = dup || m == mod;
+    if (dup) continue;  // one module holding several files' kernels (relocatable device code)
+    seen.push_back(mod);
+    unsigned int n = 0;
+    ASSERT_EQ(count(&n, mod), CUDA_SUCCESS);
+    std::vector<CUfunction> fns(n);
+    ASSERT_EQ(enumerate(fns.data(), n, mod), CUDA_SUCCESS);
+    for (CUfunction fn : fns) {
+      const char* fname = nullptr;
+      if (name(&fname, fn) != CUDA_SUCCESS) fname = "?";
+      CUfunctionLoadingState st = CU_FUNCTION_LOADING_STATE_UNLOADED;
+      ASSERT_EQ(isLoaded(&st, fn), CUDA_SUCCESS) << fname;
+      EXPECT_EQ(st, CU_FUNCTION_LOADING_STATE_LOADED) << fname << " was not loaded by preloadKernels";
+    }
+    inModules += n;
+  }
+  EXPECT_EQ(inModules, static_cast<unsigned int>(gpu::kPreloadedKernels))
+      << "kernels in the launchers' modules vs those preloadKernels loads: a kernel without a preload?";
+  EXPECT_EQ(loaded, gpu::kPreloadedKernels);
+  std::printf("figure: kernel preload: %d kernels loaded, %u in %zu modules of Ridge's launchers\n", loaded,
+              inModules, seen.size());
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 

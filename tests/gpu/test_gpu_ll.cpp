@@ -245,7 +245,7 @@ TEST(GpuChannels, ReduceAndCopyMatchHostForEveryShape) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(77);
   const gpu::LaunchShape shapes[] = {{1, 0}, {1, 3}, {3, 0}, {3, 2}, {8, 1}, {8, 0}, {64, 0}, {200, 1}};
-  for (size_t count : {size_t{1}, size_t{5}, size_t{1000}, size_t{100003}}) {
+  for (size_t count : {size_t{1}, size_t{5}, size_t{33}, size_t{1000}, size_t{4097}, size_t{100003}}) {
     for (const gpu::LaunchShape& sh : shapes) {
       for (ridgeDataType_t t : {ridgeFloat32, ridgeFloat16, ridgeInt8, ridgeFloat64}) {
         const size_t bytes = count * dataTypeSize(t);

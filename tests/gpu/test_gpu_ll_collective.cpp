@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <thread>
@@ -54,7 +55,14 @@ void arriveAndWait(std::atomic<int>& arrived, int n) {
 // Every rank allocates its stream and buffers (the largest call's) before the first call and
 // frees them after the last, all ranks between barriers: cudaMalloc and cudaFree may wait for
 // the whole device, where a peer's LL launch spins until this rank launches too (a hang).
-// Copies go on the rank's own non-blocking stream for the same reason.
+// Copies go on the rank's own non-blocking stream for the same reason, and to and from pinned
+// host memory (cudaMallocHost, allocated and freed between the same barriers): a copy from or
+// to pageable memory goes through the driver's staging buffers, which all threads of the
+// process share, and a device-to-host one returns only once its stream has run it. On the
+// first GPU run (docs/gpu.md, "First GPU run") that hung ranks 0 and 2 of three: a rank's
+// pageable copy of its output waits for its LL launch, which spins for a peer's lines, while
+// that peer's pageable copy of its input, queued behind it in the staging path, cannot start,
+// so the peer never launches (until RIDGE_TIMEOUT ends the spin).
 // With `pendingUserError`, each rank leaves a CUDA error pending on its thread before every
 // call (a failed runtime call nobody checked, as after a bad launch of the caller's): the call
 // must succeed and leave the error pending, the caller's to see.
@@ -78,6 +86,9 @@ void runRanks(int n, const std::vector<Call>& calls, bool expectLL,
       void *send = nullptr, *recv = nullptr;
       ASSERT_EQ(cudaMalloc(&send, maxIn), cudaSuccess);
       ASSERT_EQ(cudaMalloc(&recv, maxOut), cudaSuccess);
+      unsigned char *pinnedIn = nullptr, *pinnedOut = nullptr;
+      ASSERT_EQ(cudaMallocHost(&pinnedIn, maxIn), cudaSuccess);
+      ASSERT_EQ(cudaMallocHost(&pinnedOut, maxOut), cudaSuccess);
       ridgeComm_t comm = nullptr;
       ASSERT_EQ(ridgeCommInitRank(&comm, n, id, r), ridgeSuccess) << lastError();
       arriveAndWait(ready, n);
@@ -90,8 +101,10 @@ void runRanks(int n, const std::vector<Call>& calls, bool expectLL,
         ++seed;
         std::vector<unsigned char> in(inBytes), out(outBytes, kPoison);
         fillRankInput(c.op, c.dt, c.red, in.data(), c.count, n, keys[r]);
-        ASSERT_EQ(cudaMemcpyAsync(send, in.data(), inBytes, cudaMemcpyHostToDevice, stream), cudaSuccess);
-        ASSERT_EQ(cudaMemcpyAsync(recv, out.data(), outBytes, cudaMemcpyHostToDevice, stream), cudaSuccess);
+        std::memcpy(pinnedIn, in.data(), inBytes);
+        std::memcpy(pinnedOut, out.data(), outBytes);
+        ASSERT_EQ(cudaMemcpyAsync(send, pinnedIn, inBytes, cudaMemcpyHostToDevice, stream), cudaSuccess);
+        ASSERT_EQ(cudaMemcpyAsync(recv, pinnedOut, outBytes, cudaMemcpyHostToDevice, stream), cudaSuccess);
         const int root = n / 2;
         cudaDeviceProp prop;
         if (pendingUserError) ASSERT_EQ(cudaGetDeviceProperties(&prop, -1), cudaErrorInvalidDevice);
@@ -102,8 +115,9 @@ void runRanks(int n, const std::vector<Call>& calls, bool expectLL,
         if (pendingUserError) {
           EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidDevice) << "the caller's pending error was consumed";
         }
-        ASSERT_EQ(cudaMemcpyAsync(out.data(), recv, outBytes, cudaMemcpyDeviceToHost, stream), cudaSuccess);
+        ASSERT_EQ(cudaMemcpyAsync(pinnedOut, recv, outBytes, cudaMemcpyDeviceToHost, stream), cudaSuccess);
         ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        std::memcpy(out.data(), pinnedOut, outBytes);
         ridgeResult_t async = ridgeSuccess;
         ASSERT_EQ(ridgeCommGetAsyncError(comm, &async), ridgeSuccess);
         ASSERT_EQ(async, ridgeSuccess) << lastError();
@@ -118,6 +132,8 @@ void runRanks(int n, const std::vector<Call>& calls, bool expectLL,
       EXPECT_EQ(ridgeCommDestroy(comm), ridgeSuccess) << lastError();
       cudaFree(send);
       cudaFree(recv);
+      cudaFreeHost(pinnedIn);
+      cudaFreeHost(pinnedOut);
       cudaStreamDestroy(stream);
     });
   for (auto& t : threads) t.join();
