@@ -51,9 +51,10 @@ namespace {
 
 // The measured crossovers (docs/performance.md, "Algorithm crossovers").
 Algo fixedChoice(const AlgoDefaults& d, CollType type, size_t bytes) {
-  // All-to-all is all-pairs by nature; everything else switches to the direct or the
-  // pipelined ring algorithms once the message amortises their extra steps.
-  if (type == CollType::AlltoAll) return Algo::AllPairs;
+  // All-to-all has no ring: all-pairs, or the single copy once it amortises its extra steps;
+  // everything else switches to the direct or the pipelined ring algorithms.
+  if (type == CollType::AlltoAll)
+    return d.directAvailable && bytes >= d.directMin ? Algo::Direct : Algo::AllPairs;
   // Copy collectives gain from the single copy at every size; reductions only up to
   // directMax, beyond which the ring's streaming output stores win.
   const bool copyOnly = type == CollType::AllGather || type == CollType::Broadcast;
@@ -105,10 +106,10 @@ Status AlgoSelector::configure(const std::string& overrides, const AlgoDefaults&
       case plan::AlgoName::Hier: rule.algo = Algo::Ring; break;
     }
     // An algorithm the collective lacks here runs its ring (direct without peer-memory
-    // access too); all-to-all has only the all-pairs form.
+    // access too); all-to-all, which has no ring, its all-pairs form.
     const auto host = static_cast<plan::HostAlgo>(rule.algo);
     if (!plan::hostAlgoAvailable(p.coll, host, defaults.directAvailable)) rule.algo = Algo::Ring;
-    if (rule.type == CollType::AlltoAll) rule.algo = Algo::AllPairs;
+    if (rule.type == CollType::AlltoAll && rule.algo != Algo::Direct) rule.algo = Algo::AllPairs;
     rules_.push_back(rule);
   }
   if (!bad.empty())

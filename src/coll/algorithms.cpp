@@ -727,6 +727,44 @@ Task directCopy(ridgeComm* c, CollArgs a) {
   co_return co_await directEnd(c, a.type);
 }
 
+// AlltoAll: rank r's output block j is block r of rank j's input. Where neither rank of a
+// pair is in place, each reads its peer's block straight into its output (one kernel copy
+// per byte, no staging), and nobody writes what a peer reads. Where either is in place, the
+// block a rank reads is the one its peer overwrites, so the pair swaps instead, each chunk
+// entirely by one of the two (even chunks the lower rank, odd the higher: the split is the
+// same on both sides and the chunks are disjoint): read the peer's chunk into the bounce
+// buffer, write the own chunk into the peer's output, copy the bounce into the own output.
+Task directAlltoAll(ridgeComm* c, CollArgs a) {
+  RIDGE_CO_TRY(co_await directBegin(c, a));
+  const int P = c->nranks, r = c->rank;
+  const size_t bytes = a.count * dataTypeSize(a.dtype);
+  const char* in = cbytes(a.send);
+  char* out = mbytes(a.recv);
+  if (in != out) std::memcpy(out + size_t(r) * bytes, in + size_t(r) * bytes, bytes);
+  char* bounce = c->bounce.get() + size_t(r) * c->bounceChunk;
+  for (int k = 1; k < P; ++k) {
+    const int j = (r + k) % P;
+    const auto& d = c->peerDesc[j];
+    const uint64_t peerBlock = d.send + size_t(r) * bytes;  // block r of j's input
+    char* mine = out + size_t(j) * bytes;                   // lands in block j of the output
+    if (in != out && d.send != d.recv) {
+      RIDGE_CO_TRY(c->peerMemory[j]->read(mine, peerBlock, bytes));
+      continue;
+    }
+    const size_t parity = r < j ? 0 : 1;
+    size_t index = 0;
+    for (size_t off = 0; off < bytes; off += c->bounceChunk, ++index) {
+      if (index % 2 != parity) continue;
+      const size_t n = std::min(c->bounceChunk, bytes - off);
+      RIDGE_CO_TRY(c->peerMemory[j]->read(bounce, peerBlock + off, n));
+      RIDGE_CO_TRY(
+          c->peerMemory[j]->write(d.recv + size_t(r) * bytes + off, in + size_t(j) * bytes + off, n));
+      std::memcpy(mine + off, bounce, n);
+    }
+  }
+  co_return co_await directEnd(c, a.type);
+}
+
 // ---- tree: pipelined up and down a binary tree (plan::hostTreeLinks) ---------------------
 //
 // Positions count along the plan's ring from the root, so every subtree is a run of ring
@@ -900,6 +938,7 @@ Task runCollective(ridgeComm* c, CollArgs a) {
       case CollType::Reduce: co_return co_await directReduce(c, a);
       case CollType::AllGather:
       case CollType::Broadcast: co_return co_await directCopy(c, a);
+      case CollType::AlltoAll: co_return co_await directAlltoAll(c, a);
       default: break;
     }
   }

@@ -57,8 +57,9 @@ bool hostAlgoAvailable(Coll coll, HostAlgo algo, bool direct) {
   switch (algo) {
     case HostAlgo::AllPairs: return true;
     case HostAlgo::Ring: return coll != Coll::AlltoAll;
-    // All-to-all has no direct form: a peer's read would race with its own in-place writes.
-    case HostAlgo::Direct: return direct && coll != Coll::AlltoAll;
+    // All-to-all's direct form reads each peer's block straight into the output (in place,
+    // pairs swap chunks instead: src/coll/algorithms.cpp).
+    case HostAlgo::Direct: return direct;
     case HostAlgo::Tree: return coll == Coll::AllReduce || coll == Coll::Reduce || coll == Coll::Broadcast;
   }
   return false;
@@ -224,6 +225,10 @@ double hostAlgoTimeUs(const HostConstants& k, Coll coll, HostAlgo algo, int nran
       }
       break;
     case Coll::AlltoAll:
+      if (algo == HostAlgo::Direct) {
+        directReads(0);  // out of place; the in-place swap costs a CMA write and a copy more
+        break;
+      }
       latencyUs = s;
       workNsPerB = (P - 1) * (2 * c.copy + c.cross);
       break;
