@@ -154,6 +154,30 @@ TEST(HostCostModel, TwoRankReduceScatterNeverPicksDirect) {
   }
 }
 
+// The copy collectives have a single-copy form with CMA (the kernel copies each byte from the
+// peer's buffer straight into the output: 2 bytes of traffic per byte) against at least 4
+// through slots (docs/algorithms.md). Once the message amortises the two extra hand-offs
+// (1 MiB here, well past RIDGE_DIRECT_MIN), neither the model nor the selector may choose
+// an algorithm that stages the bytes, on 2 to 8 ranks. All-to-all included: it had only
+// the all-pairs exchange through slots before (issue 21).
+TEST(HostCostModel, CopyCollectivesTakeTheSingleCopyWhereCmaApplies) {
+  const CollType copies[] = {CollType::AllGather, CollType::Broadcast, CollType::AlltoAll};
+  for (int P = 2; P <= 8; ++P) {
+    const AlgoSelector s = selector(P, true, false);
+    for (CollType t : copies)
+      for (size_t bytes = MiB; bytes <= 256 * MiB; bytes *= 2) {
+        const auto coll = static_cast<Coll>(t);
+        EXPECT_EQ(hostBestAlgo(HostConstants(), coll, P, bytes, true), HostAlgo::Direct)
+            << collTypeName(t) << " P=" << P << " " << bytes << " B";
+        EXPECT_EQ(s.defaultChoice(t, bytes), Algo::Direct)
+            << collTypeName(t) << " P=" << P << " " << bytes << " B";
+      }
+  }
+  // Without CMA there is no single copy: all-to-all stays with its exchange.
+  EXPECT_EQ(selector(2, false, false).defaultChoice(CollType::AlltoAll, 16 * MiB), Algo::AllPairs);
+  EXPECT_FALSE(hostAlgoAvailable(Coll::AlltoAll, HostAlgo::Ring, true));
+}
+
 // The table is indexed by size class: every size between two powers of two gets the choice
 // of the lower one, and RIDGE_ALGO's rules still come first.
 TEST(HostCostModel, SelectorLooksUpSizeClassesAndRulesWin) {
