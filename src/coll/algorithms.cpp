@@ -230,19 +230,33 @@ Task allPairsReduce(ridgeComm* c, CollArgs a, bool scatter) {
 // of the input goes to rank j). Each round sends one chunk to every peer before it
 // receives any, which also makes the in-place forms safe: a block is copied into a slot
 // before the incoming chunk for the same offset overwrites it.
+// Two ranks over a connector with the direct extension (TCP) send straight from the input
+// and receive straight into the output (no copy in user space but the own block's), except
+// an all-to-all in place, whose incoming chunk would overwrite the one still to be sent.
 Task allPairsExchange(ridgeComm* c, CollArgs a, bool gather) {
   const int P = c->nranks, r = c->rank;
   const size_t es = dataTypeSize(a.dtype);
   const size_t chunkElems = P == 1 ? std::max<size_t>(a.count, 1) : c->sendTo[(r + 1) % P]->slotBytes() / es;
+  const int peer = (r + 1) % P;
+  const bool direct = P == 2 && !c->deviceData && (gather || a.send != a.recv);
+  SendConnector* txDirect = direct && offersDirect(c->sendTo[peer]) ? c->sendTo[peer] : nullptr;
+  RecvConnector* rxDirect = direct && offersDirect(c->recvFrom[peer]) ? c->recvFrom[peer] : nullptr;
+  DirectWithdrawal withdrawal{txDirect, rxDirect};
+  size_t planOff = 0;
+  ExpectAhead expect(rxDirect, [&](char** dst, size_t* bytes) {
+    if (planOff >= a.count) return false;
+    *dst = mbytes(a.recv) + (size_t(peer) * a.count + planOff) * es;
+    *bytes = std::min(chunkElems, a.count - planOff) * es;
+    planOff += chunkElems;
+    return true;
+  });
   for (size_t off = 0; off < a.count; off += chunkElems) {
     const size_t n = std::min(chunkElems, a.count - off);
     for (int k = 1; k < P; ++k) {
       int j = (r + k) % P;
       size_t src = gather ? off : size_t(j) * a.count + off;
-      void* slot = co_await AcquireSlot(c->sendTo[j]);
-      RIDGE_CO_TRY(dataCopy(c, slot, cbytes(a.send) + src * es, n * es));
-      RIDGE_CO_TRY(co_await dataSettled(c));
-      c->sendTo[j]->post(static_cast<uint32_t>(n * es), false);
+      RIDGE_CO_TRY(
+          co_await sendChunk(c, c->sendTo[j], txDirect != nullptr, cbytes(a.send) + src * es, n * es, false));
     }
     // The own block gates no slot: on the device it is left to the stream (coll/data_ops.h).
     char* own = mbytes(a.recv) + (size_t(r) * a.count + off) * es;
@@ -254,11 +268,14 @@ Task allPairsExchange(ridgeComm* c, CollArgs a, bool gather) {
       const void* slot = co_await pk;
       if (pk.info.bytes != n * es)
         co_return mismatch(c, gather ? CollType::AllGather : CollType::AlltoAll, j, n * es, pk.info);
-      RIDGE_CO_TRY(dataCopy(c, mbytes(a.recv) + (size_t(j) * a.count + off) * es, slot, n * es));
+      char* dst = mbytes(a.recv) + (size_t(j) * a.count + off) * es;
+      if (slot != dst) RIDGE_CO_TRY(dataCopy(c, dst, slot, n * es));  // arrived in a slot
       RIDGE_CO_TRY(co_await dataSettled(c));
-      c->recvFrom[j]->release();
+      expect.release(c->recvFrom[j]);
     }
   }
+  if (txDirect) co_await SendsComplete(txDirect);
+  withdrawal.armed = false;
   co_return Status::ok();
 }
 
