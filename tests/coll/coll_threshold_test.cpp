@@ -39,7 +39,9 @@ std::vector<Case> thresholdCases(int rank, int n) {
         const bool alt = placement == 1 || (placement == 2 && rank == 0);
         // Bound the 3-rank reductions' reference time: the largest counts at 2 ranks only.
         if (n > 2 && count > 1000000 && isReducing(coll)) continue;
-        cases.push_back(Case{coll, ridgeFloat32, ridgeSum, alt, count, int(count % n), ++seed, 0, false});
+        // Odd counts also move the buffers off their alignment by one element.
+        cases.push_back(Case{coll, ridgeFloat32, ridgeSum, alt, count, int(count % n), ++seed,
+                             count % 2 ? 4u : 0u, false});
         if (count == 65537 && isReducing(coll))
           cases.push_back(Case{coll, ridgeBfloat16, ridgeSum, alt, count, 0, ++seed, 0, false});
       }
