@@ -63,7 +63,8 @@ TEST(HostCostModel, TwoRanksReproduceTheMeasuredCrossoversWithinOneSizeStep) {
 // The model's own choice gives every algorithm one contiguous range of sizes (no flip-flop
 // as the size grows), and each algorithm's modeled time grows with the size. The selector
 // keeps the measured crossovers' choice only where the model prices it within its margin of
-// the best, and configuring twice gives the same table.
+// the best (a copy collective its single copy within the margin too), and configuring
+// twice gives the same table.
 TEST(HostCostModel, ChoicesAreContiguousInSizeMonotoneInTimeAndDeterministic) {
   const HostConstants k;
   for (int P : {2, 3, 4, 8, 16, 64})
@@ -87,7 +88,9 @@ TEST(HostCostModel, ChoicesAreContiguousInSizeMonotoneInTimeAndDeterministic) {
           EXPECT_EQ(x, b.defaultChoice(t, bytes));
           EXPECT_TRUE(hostAlgoAvailable(coll, static_cast<HostAlgo>(x), direct));
           if (static_cast<HostAlgo>(x) != best) {
-            EXPECT_EQ(x, measured.defaultChoice(t, bytes));
+            // Kept within the margin: the measured crossovers' choice, or a copy
+            // collective's single copy (the least memory traffic).
+            if (!(x == Algo::Direct && hostCopiesOnly(coll))) EXPECT_EQ(x, measured.defaultChoice(t, bytes));
             EXPECT_LE(hostAlgoTimeUs(k, coll, static_cast<HostAlgo>(x), P, bytes, direct),
                       hostAlgoTimeUs(k, coll, best, P, bytes, direct) * (1 + kHostModelMargin))
                 << collTypeName(t) << " P=" << P << " " << bytes << " B";
