@@ -35,6 +35,13 @@ const char* collName(Coll c);
 bool parseColl(const std::string& s, Coll* out);
 // busbw = algbw * factor (nccl-tests convention).
 double busBwFactor(Coll c, int nranks);
+// The memory-bandwidth bound (bench/runner.cpp, measureMemory): the least memory traffic,
+// across the node, of one call per byte of its size (the size column, nccl-tests'
+// convention), so that algbw <= traffic bandwidth / factor.
+//   allreduce 2n (n inputs read, n outputs written); reduce, reducescatter n + 1 (every
+//   input read once, the result written once); allgather, broadcast, alltoall, sendrecv 2n
+//   (every output byte copied once: read and written).
+double boundTrafficFactor(Coll c, int nranks);
 // Whether the collective takes a reduction operator / a root.
 bool collHasOp(Coll c);
 bool collHasRoot(Coll c);

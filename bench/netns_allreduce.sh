@@ -20,7 +20,7 @@
 #   5. everything is removed on exit, also after a failure or Ctrl-C; namespaces left by
 #      an earlier run that was killed are swept first.
 #
-#   bench/netns_allreduce.sh [build-dir] [ridge-bench options...]
+#   [COLL=allgather] bench/netns_allreduce.sh [build-dir] [ridge-bench options...]  (COLL: the collective, default allreduce)
 # Default options: -b 1K -e 64M -f 4 -n 20 -w 5. Environment: RIDGE_* settings pass through
 # (e.g. RIDGE_SOCKET_STREAMS=4); STREAM_SECONDS (default 3) for the socket stream,
 # STREAM_WALK (default 32M) for its uncached variant; ROUNDS (default 1) repeats the
@@ -127,7 +127,7 @@ run_stream() {  # the ceiling; run before and after the benchmark to bracket its
 
 echo "# netns_allreduce: 2 ranks in namespaces ${ns[0]} (${addr[0]}) and ${ns[1]} (${addr[1]}), $(nproc) cores"
 run_stream before 0
-echo "# command: RIDGE_SOCKET_IFNAME==rdg0 $bench allreduce ${opts[*]} --peer gloo (one rank per namespace)"
+echo "# command: RIDGE_SOCKET_IFNAME==rdg0 $bench ${COLL:-allreduce} ${opts[*]} --peer gloo (one rank per namespace)"
 export RIDGE_SOCKET_IFNAME==rdg0 RIDGE_WORLD_SIZE=2 RIDGE_ROOT_ADDR="${addr[0]}:29500"
 export RIDGE_BENCH_GLOO_IFACE=rdg0
 rounds=${ROUNDS:-1}
@@ -135,9 +135,9 @@ for ((round = 0; round < rounds; round++)); do
   # Gloo's file store must start empty every time.
   export RIDGE_BENCH_GLOO_STORE="$store/$round"
   mkdir -p "$RIDGE_BENCH_GLOO_STORE"
-  RIDGE_RANK=1 run_in 1 timeout 900 "$bench" allreduce "${opts[@]}" --peer gloo >/dev/null &
+  RIDGE_RANK=1 run_in 1 timeout 900 "$bench" "${COLL:-allreduce}" "${opts[@]}" --peer gloo >/dev/null &
   peer=$!
-  RIDGE_RANK=0 run_in 0 timeout 900 "$bench" allreduce "${opts[@]}" --peer gloo --csv "$csvdir/$round.csv" |
+  RIDGE_RANK=0 run_in 0 timeout 900 "$bench" "${COLL:-allreduce}" "${opts[@]}" --peer gloo --csv "$csvdir/$round.csv" |
     { if [ "$round" = 0 ]; then cat; else cat >/dev/null; fi; }
   wait "$peer"
   # Between rounds too, so that each round's share is taken against the streams measured

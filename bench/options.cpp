@@ -71,6 +71,22 @@ double busBwFactor(Coll c, int n) {
   return 1.0;
 }
 
+double boundTrafficFactor(Coll c, int n) {
+  // Reductions: every input read once, every output written once. Copies: every output
+  // byte copied once from wherever it lives (a read and a write), as a single-copy
+  // algorithm does; the root's own copy of an out-of-place broadcast included.
+  switch (c) {
+    case Coll::AllReduce: return 2.0 * n;
+    case Coll::Reduce:
+    case Coll::ReduceScatter: return n + 1.0;
+    case Coll::Broadcast:
+    case Coll::AllGather:
+    case Coll::AlltoAll:
+    case Coll::SendRecv: return 2.0 * n;
+  }
+  return 2.0 * n;
+}
+
 bool collHasOp(Coll c) {
   return c == Coll::AllReduce || c == Coll::Reduce || c == Coll::ReduceScatter;
 }

@@ -245,10 +245,10 @@ class Bench {
 
   double algbw(const Row& r, int v) const { return double(r.bytes) / (r.timeUs[v] * 1e3); }
   double busbw(const Row& r, int v) const { return algbw(r, v) * busBwFactor(o_.coll, nranks_); }
-  bool hasBound() const { return o_.coll == Coll::AllReduce && trafficGBs_ > 0; }
-  double boundPct(const Row& r) const {
-    return algbw(r, kRidgeOop) / (trafficGBs_ / (2.0 * nranks_)) * 100.0;
-  }
+  bool hasBound() const { return trafficGBs_ > 0; }
+  // The ceiling of algbw that the memory bandwidth allows (measureMemory).
+  double boundGBs() const { return trafficGBs_ / boundTrafficFactor(o_.coll, nranks_); }
+  double boundPct(const Row& r) const { return algbw(r, kRidgeOop) / boundGBs() * 100.0; }
   bool hasRatio(const Row& r) const { return r.avail[kMpiOop] && r.avail[kRidgeOop]; }
   // Whether a peer library runs alongside, and its name for headers and records.
   bool hasPeer() const { return info_.mpiPeer || info_.glooPeer || info_.ncclPeer; }
@@ -524,7 +524,7 @@ void Bench::printRanks() {
 }
 
 /*
- * Memory-bandwidth bound for allreduce.
+ * Memory-bandwidth bound (allreduce first; the others below).
  *
  * On one node every byte a collective moves goes through the same memory system, so the
  * copy bandwidth of all ranks copying at once bounds what any algorithm can reach. For an
@@ -540,6 +540,11 @@ void Bench::printRanks() {
  * and bound% = algbw / (T / (2*N)) * 100 says how close the run is to that ceiling. It is a
  * lower bound on traffic for an ideal single-copy fused algorithm; a copy-in/copy-out
  * algorithm moves several times more and cannot come near 100%.
+ *
+ * The other collectives get their own least traffic per byte of size (boundTrafficFactor,
+ * bench/options.cpp): reduce and reducescatter read every input once and write the result
+ * once (N+1); the copy collectives copy every output byte once (2N), which is what a
+ * single-copy algorithm (CMA straight into the output) does and what memcpy's rate measures.
  */
 void Bench::measureMemory() {
   constexpr size_t kBytes = size_t(64) << 20;
@@ -570,13 +575,16 @@ void Bench::measureMemory() {
                "# Memory bandwidth (all %d ranks copying at once): %.2f GB/s copied, %.2f GB/s "
                "traffic\n",
                nranks_, copiedGBs_, trafficGBs_);
-  if (o_.coll == Coll::AllReduce)
-    std::fprintf(out_,
-                 "# bound%%: each of N ranks must read N*count input bytes collectively and write "
-                 "its output, so traffic >= 2*N*bytes across the node; algbw <= traffic/(2*N) = "
-                 "%.2f GB/s here; bound%% = Ridge out-of-place algbw / that * 100 (sizes that "
-                 "fit in cache can exceed 100%%)\n",
-                 trafficGBs_ / (2.0 * nranks_));
+  const bool reduces = o_.coll == Coll::Reduce || o_.coll == Coll::ReduceScatter;
+  std::fprintf(out_,
+               "# bound%%: %s, so traffic >= %g*size across the node; algbw <= traffic/%g = %.2f GB/s "
+               "here; bound%% = Ridge out-of-place algbw / that * 100 (sizes that fit in cache can "
+               "exceed 100%%)\n",
+               o_.coll == Coll::AllReduce
+                   ? "each of N ranks' inputs is read once and each output written once"
+               : reduces ? "every input byte is read once and the result written once"
+                         : "every output byte is copied once (read and written)",
+               boundTrafficFactor(o_.coll, nranks_), boundTrafficFactor(o_.coll, nranks_), boundGBs());
 }
 
 // ---- buffers, calls and checks ----------------------------------------------------------

@@ -51,9 +51,10 @@ namespace {
 
 // The measured crossovers (docs/performance.md, "Algorithm crossovers").
 Algo fixedChoice(const AlgoDefaults& d, CollType type, size_t bytes) {
-  // All-to-all is all-pairs by nature; everything else switches to the direct or the
-  // pipelined ring algorithms once the message amortises their extra steps.
-  if (type == CollType::AlltoAll) return Algo::AllPairs;
+  // All-to-all has no ring: all-pairs, or the single copy once it amortises its extra steps;
+  // everything else switches to the direct or the pipelined ring algorithms.
+  if (type == CollType::AlltoAll)
+    return d.directAvailable && bytes >= d.directMin ? Algo::Direct : Algo::AllPairs;
   // Copy collectives gain from the single copy at every size; reductions only up to
   // directMax, beyond which the ring's streaming output stores win.
   const bool copyOnly = type == CollType::AllGather || type == CollType::Broadcast;
@@ -69,9 +70,18 @@ Algo fixedChoice(const AlgoDefaults& d, CollType type, size_t bytes) {
 // error of the best: the constants vary more between runs than the margins between the
 // algorithms near a crossover (docs/planner.md), so only a clear difference overrides what
 // was measured.
+// A copy collective takes its single copy wherever the model prices it within that error of
+// the best: it moves the fewest bytes through memory, so it is also the choice that loses
+// least when the data is not in cache (issue 21: on 2 ranks of the Intel VM, direct
+// allgather and alltoall measured as fast as all-pairs from 8 KiB per rank and faster from
+// 32 KiB, broadcast from 64 KiB; docs/performance.md).
 Algo modelChoice(const AlgoDefaults& d, plan::Coll coll, size_t bytes, Algo measured) {
   const plan::HostAlgo best = plan::hostBestAlgo(d.constants, coll, d.nranks, bytes, d.directAvailable);
   const double bestUs = plan::hostAlgoTimeUs(d.constants, coll, best, d.nranks, bytes, d.directAvailable);
+  if (plan::hostCopiesOnly(coll) &&
+      plan::hostAlgoTimeUs(d.constants, coll, plan::HostAlgo::Direct, d.nranks, bytes, d.directAvailable) <=
+          bestUs * (1 + plan::kHostModelMargin))
+    return Algo::Direct;
   const double measuredUs = plan::hostAlgoTimeUs(d.constants, coll, static_cast<plan::HostAlgo>(measured),
                                                  d.nranks, bytes, d.directAvailable);
   return measuredUs <= bestUs * (1 + plan::kHostModelMargin) ? measured : static_cast<Algo>(best);
@@ -105,10 +115,10 @@ Status AlgoSelector::configure(const std::string& overrides, const AlgoDefaults&
       case plan::AlgoName::Hier: rule.algo = Algo::Ring; break;
     }
     // An algorithm the collective lacks here runs its ring (direct without peer-memory
-    // access too); all-to-all has only the all-pairs form.
+    // access too); all-to-all, which has no ring, its all-pairs form.
     const auto host = static_cast<plan::HostAlgo>(rule.algo);
     if (!plan::hostAlgoAvailable(p.coll, host, defaults.directAvailable)) rule.algo = Algo::Ring;
-    if (rule.type == CollType::AlltoAll) rule.algo = Algo::AllPairs;
+    if (rule.type == CollType::AlltoAll && rule.algo != Algo::Direct) rule.algo = Algo::AllPairs;
     rules_.push_back(rule);
   }
   if (!bad.empty())

@@ -231,19 +231,33 @@ Task allPairsReduce(ridgeComm* c, CollArgs a, bool scatter) {
 // of the input goes to rank j). Each round sends one chunk to every peer before it
 // receives any, which also makes the in-place forms safe: a block is copied into a slot
 // before the incoming chunk for the same offset overwrites it.
+// Two ranks over a connector with the direct extension (TCP) send straight from the input
+// and receive straight into the output (no copy in user space but the own block's), except
+// an all-to-all in place, whose incoming chunk would overwrite the one still to be sent.
 Task allPairsExchange(ridgeComm* c, CollArgs a, bool gather) {
   const int P = c->nranks, r = c->rank;
   const size_t es = dataTypeSize(a.dtype);
   const size_t chunkElems = P == 1 ? std::max<size_t>(a.count, 1) : c->sendTo[(r + 1) % P]->slotBytes() / es;
+  const int peer = (r + 1) % P;
+  const bool direct = P == 2 && !c->deviceData && (gather || a.send != a.recv);
+  SendConnector* txDirect = direct && offersDirect(c->sendTo[peer]) ? c->sendTo[peer] : nullptr;
+  RecvConnector* rxDirect = direct && offersDirect(c->recvFrom[peer]) ? c->recvFrom[peer] : nullptr;
+  DirectWithdrawal withdrawal{txDirect, rxDirect};
+  size_t planOff = 0;
+  ExpectAhead expect(rxDirect, [&](char** dst, size_t* bytes) {
+    if (planOff >= a.count) return false;
+    *dst = mbytes(a.recv) + (size_t(peer) * a.count + planOff) * es;
+    *bytes = std::min(chunkElems, a.count - planOff) * es;
+    planOff += chunkElems;
+    return true;
+  });
   for (size_t off = 0; off < a.count; off += chunkElems) {
     const size_t n = std::min(chunkElems, a.count - off);
     for (int k = 1; k < P; ++k) {
       int j = (r + k) % P;
       size_t src = gather ? off : size_t(j) * a.count + off;
-      void* slot = co_await AcquireSlot(c->sendTo[j]);
-      RIDGE_CO_TRY(dataCopy(c, slot, cbytes(a.send) + src * es, n * es));
-      RIDGE_CO_TRY(co_await dataSettled(c));
-      c->sendTo[j]->post(static_cast<uint32_t>(n * es), false);
+      RIDGE_CO_TRY(
+          co_await sendChunk(c, c->sendTo[j], txDirect != nullptr, cbytes(a.send) + src * es, n * es, false));
     }
     // The own block gates no slot: on the device it is left to the stream (coll/data_ops.h).
     char* own = mbytes(a.recv) + (size_t(r) * a.count + off) * es;
@@ -255,11 +269,14 @@ Task allPairsExchange(ridgeComm* c, CollArgs a, bool gather) {
       const void* slot = co_await pk;
       if (pk.info.bytes != n * es)
         co_return mismatch(c, gather ? CollType::AllGather : CollType::AlltoAll, j, n * es, pk.info);
-      RIDGE_CO_TRY(dataCopy(c, mbytes(a.recv) + (size_t(j) * a.count + off) * es, slot, n * es));
+      char* dst = mbytes(a.recv) + (size_t(j) * a.count + off) * es;
+      if (slot != dst) RIDGE_CO_TRY(dataCopy(c, dst, slot, n * es));  // arrived in a slot
       RIDGE_CO_TRY(co_await dataSettled(c));
-      c->recvFrom[j]->release();
+      expect.release(c->recvFrom[j]);
     }
   }
+  if (txDirect) co_await SendsComplete(txDirect);
+  withdrawal.armed = false;
   co_return Status::ok();
 }
 
@@ -722,17 +739,58 @@ Task directCopy(ridgeComm* c, CollArgs a) {
   RIDGE_CO_TRY(co_await directBegin(c, a));
   const int P = c->nranks, r = c->rank;
   const size_t bytes = a.count * dataTypeSize(a.dtype);
+  // The local copy runs while peers read this rank's memory: above RIDGE_STREAM_MIN its
+  // stores skip the read-for-ownership (a third of its memory traffic), as the allreduce's do.
+  const bool stream = bytes >= c->streamMin;
   if (a.type == CollType::AllGather) {
     char* own = mbytes(a.recv) + size_t(r) * bytes;
-    if (own != a.send) std::memcpy(own, a.send, bytes);
+    if (own != a.send) copyOut(stream, own, a.send, bytes);
     for (int k = 1; k < P; ++k) {
       int j = (r + k) % P;
       RIDGE_CO_TRY(c->peerMemory[j]->read(mbytes(a.recv) + size_t(j) * bytes, c->peerDesc[j].send, bytes));
     }
   } else if (r == a.root) {
-    if (a.recv != a.send) std::memcpy(a.recv, a.send, bytes);
+    if (a.recv != a.send) copyOut(stream, a.recv, a.send, bytes);
   } else {
     RIDGE_CO_TRY(c->peerMemory[a.root]->read(a.recv, c->peerDesc[a.root].send, bytes));
+  }
+  co_return co_await directEnd(c, a.type);
+}
+
+// AlltoAll: rank r's output block j is block r of rank j's input. Where neither rank of a
+// pair is in place, each reads its peer's block straight into its output (one kernel copy
+// per byte, no staging), and nobody writes what a peer reads. Where either is in place, the
+// block a rank reads is the one its peer overwrites, so the pair swaps instead, each chunk
+// entirely by one of the two (even chunks the lower rank, odd the higher: the split is the
+// same on both sides and the chunks are disjoint): read the peer's chunk into the bounce
+// buffer, write the own chunk into the peer's output, copy the bounce into the own output.
+Task directAlltoAll(ridgeComm* c, CollArgs a) {
+  RIDGE_CO_TRY(co_await directBegin(c, a));
+  const int P = c->nranks, r = c->rank;
+  const size_t bytes = a.count * dataTypeSize(a.dtype);
+  const char* in = cbytes(a.send);
+  char* out = mbytes(a.recv);
+  if (in != out) copyOut(bytes >= c->streamMin, out + size_t(r) * bytes, in + size_t(r) * bytes, bytes);
+  char* bounce = c->bounce.get() + size_t(r) * c->bounceChunk;
+  for (int k = 1; k < P; ++k) {
+    const int j = (r + k) % P;
+    const auto& d = c->peerDesc[j];
+    const uint64_t peerBlock = d.send + size_t(r) * bytes;  // block r of j's input
+    char* mine = out + size_t(j) * bytes;                   // lands in block j of the output
+    if (in != out && d.send != d.recv) {
+      RIDGE_CO_TRY(c->peerMemory[j]->read(mine, peerBlock, bytes));
+      continue;
+    }
+    const size_t parity = r < j ? 0 : 1;
+    size_t index = 0;
+    for (size_t off = 0; off < bytes; off += c->bounceChunk, ++index) {
+      if (index % 2 != parity) continue;
+      const size_t n = std::min(c->bounceChunk, bytes - off);
+      RIDGE_CO_TRY(c->peerMemory[j]->read(bounce, peerBlock + off, n));
+      RIDGE_CO_TRY(
+          c->peerMemory[j]->write(d.recv + size_t(r) * bytes + off, in + size_t(j) * bytes + off, n));
+      std::memcpy(mine + off, bounce, n);
+    }
   }
   co_return co_await directEnd(c, a.type);
 }
@@ -910,6 +968,7 @@ Task runCollective(ridgeComm* c, CollArgs a) {
       case CollType::Reduce: co_return co_await directReduce(c, a);
       case CollType::AllGather:
       case CollType::Broadcast: co_return co_await directCopy(c, a);
+      case CollType::AlltoAll: co_return co_await directAlltoAll(c, a);
       default: break;
     }
   }

@@ -57,8 +57,9 @@ bool hostAlgoAvailable(Coll coll, HostAlgo algo, bool direct) {
   switch (algo) {
     case HostAlgo::AllPairs: return true;
     case HostAlgo::Ring: return coll != Coll::AlltoAll;
-    // All-to-all has no direct form: a peer's read would race with its own in-place writes.
-    case HostAlgo::Direct: return direct && coll != Coll::AlltoAll;
+    // All-to-all's direct form reads each peer's block straight into the output (in place,
+    // pairs swap chunks instead: src/coll/algorithms.cpp).
+    case HostAlgo::Direct: return direct;
     case HostAlgo::Tree: return coll == Coll::AllReduce || coll == Coll::Reduce || coll == Coll::Broadcast;
   }
   return false;
@@ -115,6 +116,7 @@ double hostAlgoTimeUs(const HostConstants& k, Coll coll, HostAlgo algo, int nran
   const int depth = hostTreeDepth(nranks);
   const double kids = nranks > 2 ? 2 : 1;  // children of an inner rank
   double latencyUs = 0, cmaCalls = 0, workNsPerB = 0;
+  double fillBytes = 0;  // bytes copied before the pipeline runs (its first chunk)
   // Shared shapes: all-pairs reductions copy the chunk into P - 1 peers' slots and reduce P
   // sources, P - 1 of them written by other cores; direct reads of whole buffers read
   // N from each of P - 1 peers in CMA chunks, then `extra` per byte.
@@ -177,8 +179,12 @@ double hostAlgoTimeUs(const HostConstants& k, Coll coll, HostAlgo algo, int nran
     case Coll::Broadcast:
       switch (algo) {
         case HostAlgo::AllPairs:
+          // Receivers copy a chunk out while the root copies the next one in, but nobody
+          // copies out the first chunk before the root has copied it in: one chunk's copy
+          // is not overlapped (below).
           latencyUs = s;
           workNsPerB = std::max((P - 1) * c.copy, c.copy + c.cross);
+          fillBytes = std::min(N, static_cast<double>(k.slotBytes));
           break;
         case HostAlgo::Ring:  // a chain from the root; inner ranks forward and copy out
           latencyUs = (P - 1) * s;
@@ -224,11 +230,19 @@ double hostAlgoTimeUs(const HostConstants& k, Coll coll, HostAlgo algo, int nran
       }
       break;
     case Coll::AlltoAll:
+      if (algo == HostAlgo::Direct) {
+        directReads(0);  // out of place; the in-place swap costs a CMA write and a copy more
+        break;
+      }
       latencyUs = s;
       workNsPerB = (P - 1) * (2 * c.copy + c.cross);
       break;
   }
-  return k.callUs + latencyUs + cmaCalls * k.cmaCallUs + N * workNsPerB * 1e-3;
+  return k.callUs + latencyUs + cmaCalls * k.cmaCallUs + N * workNsPerB * 1e-3 + fillBytes * c.copy * 1e-3;
+}
+
+bool hostCopiesOnly(Coll coll) {
+  return coll == Coll::Broadcast || coll == Coll::AllGather || coll == Coll::AlltoAll;
 }
 
 HostAlgo hostBestAlgo(const HostConstants& k, Coll coll, int nranks, size_t bytes, bool direct) {

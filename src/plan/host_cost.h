@@ -49,6 +49,7 @@ struct HostConstants {
   HostRates memory{5.3, 4.2, 0.038, 6.6, 2.9};
   double cacheBytes = 32.0 * (1 << 20);  ///< last-level cache shared by the ranks
   size_t cmaChunkBytes = 128 * 1024;     ///< bytes per CMA call (the direct bounce buffer)
+  size_t slotBytes = 256 * 1024;         ///< RIDGE_SHM_SLOT_BYTES: the chunk of the slot algorithms
   size_t streamMinBytes = 4u << 20;      ///< RIDGE_STREAM_MIN: the ring's output skips the RFO
 };
 
@@ -87,5 +88,9 @@ constexpr double kHostModelMargin = 0.15;
 
 /// The fastest available algorithm; ties go to the lower HostAlgo.
 HostAlgo hostBestAlgo(const HostConstants& k, Coll coll, int nranks, size_t bytes, bool direct);
+
+/// Whether `coll` only copies (broadcast, allgather, alltoall): with CMA its direct form is
+/// one kernel copy per byte against two through slots, the least memory traffic of all.
+bool hostCopiesOnly(Coll coll);
 
 }  // namespace ridge::plan

@@ -207,6 +207,20 @@ TEST(SocketOneHost, DirectTreeMatrixRanks3) {
   runDirectMatrix(3, kAllTree, -1);
 }
 
+// The all-pairs exchange of two ranks (allgather, alltoall) sends from the input and lands
+// in the output (issue 21), but for an all-to-all in place; both ranks direct, and one of
+// them slots only.
+bool exchangeCase(const Case& c) {
+  return c.coll == kAllGather || c.coll == kAlltoAll;
+}
+constexpr const char* kAllPairsExchange = "allgather:0-:allpairs;alltoall:0-:allpairs";
+TEST(SocketOneHost, DirectAllPairsExchangeRanks2) {
+  runDirectMatrix(2, kAllPairsExchange, -1, {}, exchangeCase);
+}
+TEST(SocketOneHost, DirectAllPairsExchangeRanks2OneRankSlotsOnly) {
+  runDirectMatrix(2, kAllPairsExchange, 0, {}, exchangeCase);
+}
+
 // A ring of two ranks sends the reduce-scatter's first chunks of later rounds ahead
 // (ringAhead in src/coll/algorithms.cpp), as far as the two FIFOs hold without any kernel
 // buffering. Here the kernel buffers of a direction (2 streams x 64 KiB sent + 64 KiB
