@@ -140,6 +140,7 @@ class EmulatedRuntime final : public DeviceRuntime {
   // Waits until `stuck(state)` holds for `stream` (checked at every change of the stream's
   // state, no polling) or `timeout` passes; false then, or when `stream` is not a stream.
   // "The stream can go no further" is `idle`, or a wait that only the test can release.
+  // The stream must not be destroyed meanwhile.
   bool waitForStream(ridgeStream_t stream, const std::function<bool(const StreamState&)>& stuck,
                      std::chrono::milliseconds timeout);
   // How long a queued wait (release word, test gate) may block before it fails the stream.
