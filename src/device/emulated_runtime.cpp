@@ -65,10 +65,18 @@ constexpr uint64_t kIpcMagic = 0x454d55495043ull;  // "EMUIPC"
 }  // namespace
 
 struct EmulatedRuntime::Queue {
+  struct Entry {
+    EntryKind kind;
+    std::function<Status()> fn;
+  };
   std::mutex mutex;
-  std::condition_variable wake, idle;
-  std::deque<std::function<Status()>> items;
+  // wake: the worker (an entry queued); idle: synchronize; changed: waitForStream (any
+  // change of busy, running or llRun).
+  std::condition_variable wake, idle, changed;
+  std::deque<Entry> items;
   bool busy = false;
+  EntryKind running = EntryKind::Work;  // what busy runs
+  uint64_t llRun = 0;                   // LL launches finished
   bool stop = false;
   int device = 0;  // the device current on the thread that created the stream
   Status error;    // the first failure since the last synchronize
@@ -291,28 +299,82 @@ void EmulatedRuntime::workerLoop(Queue* q) {
   for (;;) {
     q->wake.wait(lock, [q] { return q->stop || !q->items.empty(); });
     if (q->items.empty()) return;  // stop requested and nothing left
-    std::function<Status()> fn = std::move(q->items.front());
+    Queue::Entry entry = std::move(q->items.front());
     q->items.pop_front();
     q->busy = true;
+    q->running = entry.kind;
+    q->changed.notify_all();
     lock.unlock();
-    Status s = fn();
+    Status s = entry.fn();
     lock.lock();
     q->busy = false;
+    if (entry.kind == EntryKind::LLLaunch) ++q->llRun;
     if (!s.isOk() && q->error.isOk()) q->error = s;
     if (q->items.empty()) q->idle.notify_all();
+    q->changed.notify_all();
   }
 }
 
 Status EmulatedRuntime::enqueue(ridgeStream_t stream, std::function<Status()> fn) {
+  return enqueueAs(stream, EntryKind::Work, std::move(fn));
+}
+
+Status EmulatedRuntime::enqueueAs(ridgeStream_t stream, EntryKind kind, std::function<Status()> fn) {
   Status s;
   Queue* q = queueOf(stream, &s);
   if (!q) return s;
   {
     std::lock_guard<std::mutex> lock(q->mutex);
-    q->items.push_back(std::move(fn));
+    q->items.push_back(Queue::Entry{kind, std::move(fn)});
   }
   q->wake.notify_one();
   return Status::ok();
+}
+
+void EmulatedRuntime::StreamGate::open() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    open_ = true;
+  }
+  opened_.notify_all();
+}
+
+bool EmulatedRuntime::StreamGate::isOpen() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return open_;
+}
+
+Status EmulatedRuntime::enqueueGate(ridgeStream_t stream, std::shared_ptr<StreamGate> gate) {
+  return enqueueAs(stream, EntryKind::Gate, [this, gate] {
+    std::unique_lock<std::mutex> lock(gate->mutex_);
+    if (gate->opened_.wait_for(lock, waitTimeout(), [&] { return gate->open_; })) return Status::ok();
+    return makeError(ridgeTimeout, "emulated stream: a test's gate stayed closed for %lld ms",
+                     static_cast<long long>(waitTimeout().count()));
+  });
+}
+
+bool EmulatedRuntime::waitForStream(ridgeStream_t stream,
+                                    const std::function<bool(const StreamState&)>& stuck,
+                                    std::chrono::milliseconds timeout) {
+  Status ignored;
+  Queue* q = queueOf(stream, &ignored);
+  if (!q) return false;
+  auto state = [q] {
+    StreamState st;
+    st.idle = !q->busy && q->items.empty();
+    st.llLaunchesRun = q->llRun;
+    if (q->busy) {
+      switch (q->running) {
+        case EntryKind::MarkerWait: st.waiting = Waiting::Marker; break;
+        case EntryKind::Gate: st.waiting = Waiting::Gate; break;
+        case EntryKind::WordWait: st.waiting = Waiting::Word; break;
+        default: break;
+      }
+    }
+    return st;
+  };
+  std::unique_lock<std::mutex> lock(q->mutex);
+  return q->changed.wait_for(lock, timeout, [&] { return stuck(state()); });
 }
 
 Status EmulatedRuntime::synchronize(ridgeStream_t stream) {
@@ -384,7 +446,7 @@ Status EmulatedRuntime::waitWord(ridgeStream_t stream, const ReleaseWord& word, 
     id = nextPendingId_++;
     pending_[id] = PendingWait{q->device, w, value};
   }
-  s = enqueue(stream, [this, w, value, id] {
+  s = enqueueAs(stream, EntryKind::WordWait, [this, w, value, id] {
     auto reached = [w, value] { return sequenceReached(__atomic_load_n(w, __ATOMIC_ACQUIRE), value); };
     const bool ok = boundedWait(reached, waitTimeout());
     {
@@ -871,7 +933,7 @@ struct EmulatedLLEnv {
 Status EmulatedRuntime::waitMarker(ridgeStream_t stream, Marker* m) {
   std::shared_ptr<MarkerState> state = asEmulated(m)->state;
   const uint64_t generation = state->recorded.load();
-  return enqueue(stream, [this, state, generation] {
+  return enqueueAs(stream, EntryKind::MarkerWait, [this, state, generation] {
     auto passed = [&] { return state->completed.load(std::memory_order_acquire) >= generation; };
     if (boundedWait(passed, waitTimeout())) return Status::ok();
     return makeError(ridgeTimeout, "emulated stream: a marker wait did not pass within %lld ms",
@@ -918,7 +980,7 @@ Status EmulatedRuntime::launchLLCollective(const ll::Launch& d, ridgeStream_t st
   }
   if (!loaded && releaseWaitPending(tCurrentDevice)) launchesBeforePreload_.fetch_add(1);
   const int64_t delayUs = workDelayOf(stream);
-  return enqueue(stream, [x, delayUs] {
+  return enqueueAs(stream, EntryKind::LLLaunch, [x, delayUs] {
     if (delayUs) std::this_thread::sleep_for(std::chrono::microseconds(delayUs));
     EmulatedLLEnv env{static_cast<ridgeDataType_t>(x.type), static_cast<ridgeRedOp_t>(x.op),
                       reinterpret_cast<volatile uint32_t*>(static_cast<uintptr_t>(x.statusWord)),

@@ -23,6 +23,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -118,6 +119,38 @@ class EmulatedRuntime final : public DeviceRuntime {
   Status copyToHost(void* dst, const void* src, size_t bytes);
   // Queues `fn` on `stream` (a "kernel"); an error it returns fails the stream.
   Status enqueue(ridgeStream_t stream, std::function<Status()> fn);
+
+  // ---- stream progress, for tests that wait on events instead of time ----
+  // A gate a test queues on a stream: the stream's worker stops there until the test opens
+  // it (bounded by waitTimeout(), after which the stream fails with an error and goes on).
+  // Work queued behind it is held for exactly as long as the test decides: a controllable
+  // delay, where a sleep would only hope that the other threads got that far.
+  class StreamGate {
+   public:
+    void open();
+    bool isOpen();
+
+   private:
+    friend class EmulatedRuntime;
+    std::mutex mutex_;
+    std::condition_variable opened_;
+    bool open_ = false;
+  };
+  // Queues a closed gate on `stream`; `gate` is shared with the queued entry.
+  Status enqueueGate(ridgeStream_t stream, std::shared_ptr<StreamGate> gate);
+  // What a stream's worker is doing now.
+  enum class Waiting { Nothing, Marker, Gate, Word };
+  struct StreamState {
+    bool idle = false;                   // nothing queued and nothing running
+    Waiting waiting = Waiting::Nothing;  // the entry running now, when it is a wait
+    uint64_t llLaunchesRun = 0;          // LL launches this stream has finished running
+  };
+  // Waits until `stuck(state)` holds for `stream` (checked at every change of the stream's
+  // state, no polling) or `timeout` passes; false then, or when `stream` is not a stream.
+  // "The stream can go no further" is `idle`, or a wait that only the test can release.
+  // The stream must not be destroyed meanwhile.
+  bool waitForStream(ridgeStream_t stream, const std::function<bool(const StreamState&)>& stuck,
+                     std::chrono::milliseconds timeout);
   // How long a queued wait (release word, test gate) may block before it fails the stream.
   void setWaitTimeout(std::chrono::milliseconds t) { waitTimeoutMs_.store(t.count()); }
   std::chrono::milliseconds waitTimeout() const { return std::chrono::milliseconds(waitTimeoutMs_.load()); }
@@ -248,6 +281,9 @@ class EmulatedRuntime final : public DeviceRuntime {
     uint64_t id;   // unique per allocation: a handle of a freed one never opens its successor
   };
   struct Queue;
+  // One queue entry: what it is (StreamState::waiting while it runs; LL launches counted).
+  enum class EntryKind { Work, LLLaunch, MarkerWait, Gate, WordWait };
+  Status enqueueAs(ridgeStream_t stream, EntryKind kind, std::function<Status()> fn);
   // A release wait queued and not finished: on which device, for which word and value.
   struct PendingWait {
     int device;

@@ -18,6 +18,7 @@
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/socket.h"
 #include "bootstrap/wire.h"
+#include "time_scale.h"
 
 namespace ridge {
 namespace {
@@ -269,7 +270,7 @@ TEST(BootstrapUniqueId, MalformedIdIsInvalidArgument) {
   EXPECT_EQ(Bootstrap::connect(id, -1, 2, 2, nullptr, &b).code(), ridgeInvalidArgument);
   EXPECT_EQ(Bootstrap::connect(id, 0, 0, 2, nullptr, &b).code(), ridgeInvalidArgument);
   EXPECT_EQ(b, nullptr);
-  EXPECT_LT(secondsSince(start), 1.0);
+  EXPECT_LT(secondsSince(start), ridgetest::scaledSeconds(1.0));
 }
 
 // ---- Rendezvous and collectives ----------------------------------------------------------
@@ -453,7 +454,7 @@ TEST(BootstrapFailure, MissingRankTimesOut) {
     EXPECT_NE(st[r].message().find(format("rank %d", r)), std::string::npos) << st[r].message();
   }
   EXPECT_GE(took, 1.5);
-  EXPECT_LT(took, 6.0);
+  EXPECT_LT(took, ridgetest::scaledSeconds(6.0));
 }
 
 TEST(BootstrapFailure, RootNeverUpTimesOut) {
@@ -469,7 +470,7 @@ TEST(BootstrapFailure, RootNeverUpTimesOut) {
   Status s = Bootstrap::connect(id, 0, 2, 1, nullptr, &b);
   EXPECT_EQ(s.code(), ridgeTimeout) << s.message();
   EXPECT_NE(s.message().find(bound.toString()), std::string::npos) << s.message();
-  EXPECT_LT(secondsSince(start), 4.0);
+  EXPECT_LT(secondsSince(start), ridgetest::scaledSeconds(4.0));
 }
 
 TEST(BootstrapFailure, AbortFlagUnblocksRendezvous) {
@@ -485,7 +486,7 @@ TEST(BootstrapFailure, AbortFlagUnblocksRendezvous) {
   Status s = Bootstrap::connect(id, 0, 2, 30, &abortFlag, &b);
   setter.join();
   EXPECT_EQ(s.code(), ridgeAborted) << s.message();
-  EXPECT_LT(secondsSince(start), 5.0);
+  EXPECT_LT(secondsSince(start), ridgetest::scaledSeconds(5.0));
 }
 
 TEST(BootstrapFailure, AbortFlagUnblocksRecv) {
@@ -518,7 +519,7 @@ TEST(BootstrapFailure, AbortFlagUnblocksRecv) {
     return Status::ok();
   });
   for (int r = 0; r < n; ++r) EXPECT_TRUE(st[r].isOk()) << "rank " << r << ": " << st[r].message();
-  EXPECT_LT(secondsSince(start), 8.0);
+  EXPECT_LT(secondsSince(start), ridgetest::scaledSeconds(8.0));
 }
 
 TEST(BootstrapFailure, RankThatLeftMayComeBack) {
@@ -547,7 +548,7 @@ TEST(BootstrapFailure, RankThatLeftMayComeBack) {
     return exercise(*b, 21, 40);
   });
   for (int r = 0; r < n; ++r) EXPECT_TRUE(st[r].isOk()) << "rank " << r << ": " << st[r].message();
-  EXPECT_LT(secondsSince(start), 5.0);
+  EXPECT_LT(secondsSince(start), ridgetest::scaledSeconds(5.0));
 }
 
 TEST(BootstrapFailure, DuplicateRankIsAnErrorNotAHang) {
@@ -564,7 +565,7 @@ TEST(BootstrapFailure, DuplicateRankIsAnErrorNotAHang) {
   bool mentionsTwice = false;
   for (auto& s : st) mentionsTwice |= s.message().find("twice") != std::string::npos;
   EXPECT_TRUE(mentionsTwice);
-  EXPECT_LT(secondsSince(start), 8.0);
+  EXPECT_LT(secondsSince(start), ridgetest::scaledSeconds(8.0));
 }
 
 TEST(BootstrapFailure, NranksMismatchIsInvalidArgument) {
@@ -577,7 +578,7 @@ TEST(BootstrapFailure, NranksMismatchIsInvalidArgument) {
     return Bootstrap::connect(id, r, r == 0 ? 2 : 3, 10, nullptr, &b);
   });
   for (int r = 0; r < 2; ++r) EXPECT_EQ(st[r].code(), ridgeInvalidArgument) << r << ": " << st[r].message();
-  EXPECT_LT(secondsSince(start), 8.0);
+  EXPECT_LT(secondsSince(start), ridgetest::scaledSeconds(8.0));
 }
 
 TEST(BootstrapFailure, WrongNonceIsRejectedAndJobContinues) {
@@ -593,7 +594,7 @@ TEST(BootstrapFailure, WrongNonceIsRejectedAndJobContinues) {
   Status s = Bootstrap::connect(stale, 0, n, 10, nullptr, &bad);
   EXPECT_EQ(s.code(), ridgeInvalidArgument) << s.message();
   EXPECT_NE(s.message().find("nonce"), std::string::npos) << s.message();
-  EXPECT_LT(secondsSince(start), 3.0);
+  EXPECT_LT(secondsSince(start), ridgetest::scaledSeconds(3.0));
   // Garbage and a silent connection to the root do not disturb the real job either.
   {
     Socket junk;
@@ -606,7 +607,8 @@ TEST(BootstrapFailure, WrongNonceIsRejectedAndJobContinues) {
   ASSERT_TRUE(connectWithRetry(info.root, Deadline::after(2), "test silent", &silent).isOk());
   auto st = runRanks(n, [&](int r) { return connectAndExercise(id, r, n, 11, 8); });
   for (int r = 0; r < n; ++r) EXPECT_TRUE(st[r].isOk()) << "rank " << r << ": " << st[r].message();
-  EXPECT_LT(secondsSince(start), 5.0);  // the silent connection did not hold the root up
+  EXPECT_LT(secondsSince(start),
+            ridgetest::scaledSeconds(5.0));  // the silent connection did not hold the root up
 }
 
 TEST(BootstrapFailure, PeerClosingIsRemoteError) {
@@ -715,7 +717,7 @@ TEST(BootstrapFailure, MalformedMessagesAreErrors) {
   auto start = Clock::now();
   s = bs[2]->recv(0, 1, &x, sizeof x);
   EXPECT_EQ(s.code(), ridgeTimeout) << s.message();
-  EXPECT_LT(secondsSince(start), 8.0);
+  EXPECT_LT(secondsSince(start), ridgetest::scaledSeconds(8.0));
   for (auto& b : bs) b->close();
 }
 

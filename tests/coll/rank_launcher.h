@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "ridge/ridge.h"
+#include "time_scale.h"
 
 namespace ridgetest {
 
@@ -142,9 +143,9 @@ using RankBody = std::function<int(int rank, Reporter& rep)>;
 using LineHook = std::function<void(int rank, const std::string& line, double t, LaunchControl& ctl)>;
 
 /**
- * Forks `nranks` children, child r runs body(r, reporter). Waits at most timeoutSec for all
- * of them, then SIGKILLs the rest. Lines are handed to `hook` as they arrive (with the
- * arrival time from nowSec()).
+ * Forks `nranks` children, child r runs body(r, reporter). Waits at most timeoutSec (times
+ * RIDGE_TEST_TIME_SCALE) for all of them, then SIGKILLs the rest. Lines are handed to `hook` as they arrive
+ * (with the arrival time from nowSec()).
  */
 inline LaunchResult launchRanks(int nranks, double timeoutSec, const RankBody& body,
                                 const LineHook& hook = nullptr) {
@@ -200,7 +201,7 @@ inline LaunchResult launchRanks(int nranks, double timeoutSec, const RankBody& b
   }
 
   LaunchControl ctl(pids, out.ranks);
-  const double deadline = t0 + timeoutSec;
+  const double deadline = t0 + scaledSeconds(timeoutSec);
   char buf[65536];
   for (;;) {
     std::vector<pollfd> pfd;

@@ -29,6 +29,7 @@
 #include "ridge/ridge.h"
 #include "scoped_env.h"
 #include "test_data.h"
+#include "time_scale.h"
 
 namespace {
 
@@ -116,7 +117,8 @@ struct Gate {
 // `timeoutSec`) and an emulated stream; destroys both afterwards unless body returns false
 // (it took care of the communicator itself, e.g. aborted it).
 using RankBody = std::function<bool(int rank, ridgeComm_t comm, ridgeStream_t stream)>;
-void runRanks(EmulatedRuntime& rt, int n, const RankBody& body, int timeoutSec = 30) {
+void runRanks(EmulatedRuntime& rt, int n, const RankBody& body,
+              int timeoutSec = ridgetest::scaledSeconds(30)) {
   ridgeUniqueId id;
   ASSERT_EQ(ridgeGetUniqueId(&id), ridgeSuccess) << lastError();
   std::vector<std::thread> threads;
@@ -391,7 +393,7 @@ TEST_F(DeviceStreams, CallReturnsBeforeTheStreamReachesItAndCompletesInOrder) {
     EXPECT_EQ(ridgeAllReduce(send.get(), recv.get(), count, ridgeFloat32, ridgeSum, comm, stream),
               ridgeSuccess)
         << lastError();
-    EXPECT_LT(secondsSince(t0), 2.0) << "the call waited for the stream";
+    EXPECT_LT(secondsSince(t0), ridgetest::scaledSeconds(2.0)) << "the call waited for the stream";
     EXPECT_GT(rt.releaseWaitsQueued(), waitsBefore);
     // Work queued after the collective: sees its result.
     std::vector<unsigned char> seenAfter(count * 4, 0);
@@ -505,7 +507,8 @@ TEST_F(DeviceStreams, AbortReleasesAStreamStuckOnAPeerThatNeverCalls) {
         EXPECT_EQ(ridgeCommAbort(comm), ridgeSuccess) << lastError();
         Status s = rt.synchronize(stream);
         EXPECT_TRUE(s.isOk()) << s.message();
-        EXPECT_LT(secondsSince(t0), 5.0) << "abort did not release the stream promptly";
+        EXPECT_LT(secondsSince(t0), ridgetest::scaledSeconds(5.0))
+            << "abort did not release the stream promptly";
         rank0Done.store(true);
         return false;  // aborted: nothing to destroy
       },
@@ -517,7 +520,7 @@ TEST_F(DeviceStreams, AbortReleasesAStreamThatHasNotReachedTheCollective) {
     EXPECT_EQ(ridgeAllReduce(buf.get(), buf.get(), 1024, ridgeFloat32, ridgeSum, comm, stream), ridgeSuccess);
     const auto t0 = Clock::now();
     EXPECT_EQ(ridgeCommAbort(comm), ridgeSuccess) << lastError();
-    EXPECT_LT(secondsSince(t0), 5.0);
+    EXPECT_LT(secondsSince(t0), ridgetest::scaledSeconds(5.0));
     gate.open.store(true);  // the stream reaches the marker and the (released) wait
     EXPECT_TRUE(rt.synchronize(stream).isOk());
   });
@@ -540,7 +543,7 @@ TEST_F(DeviceStreams, PeerTimeoutIsAnAsyncErrorAndStillReleasesTheStream) {
         const auto t0 = Clock::now();
         Status s = rt.synchronize(stream);  // released after the 1 s timeout
         EXPECT_TRUE(s.isOk()) << s.message();
-        EXPECT_LT(secondsSince(t0), 8.0);
+        EXPECT_LT(secondsSince(t0), ridgetest::scaledSeconds(8.0));
         ridgeResult_t async = ridgeSuccess;
         EXPECT_EQ(ridgeCommGetAsyncError(comm, &async), ridgeSuccess);
         EXPECT_EQ(async, ridgeTimeout);
@@ -800,7 +803,7 @@ TEST(EmulatedRuntime, ReleaseWaitIsBoundedAndReported) {
   const auto t0 = Clock::now();
   Status st = rt.synchronize(s);
   EXPECT_EQ(st.code(), ridgeTimeout) << st.message();
-  EXPECT_LT(secondsSince(t0), 2.0);
+  EXPECT_LT(secondsSince(t0), ridgetest::scaledSeconds(2.0));
   // Reached (cyclically: a word past 2^32 wraps) waits pass at once.
   *w.host = v + 1;
   ASSERT_TRUE(rt.waitWord(s, w, v + 1).isOk());
@@ -1046,10 +1049,11 @@ TEST_F(DeviceStreams, AbortReleasesTheStreamWhileTheProxyIsStuckInARuntimeCall) 
         std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the proxy is in copy() now
         const auto t0 = Clock::now();
         EXPECT_EQ(ridgeCommAbort(comm), ridgeSuccess) << lastError();
-        EXPECT_LT(secondsSince(t0), 5.0) << "abort waited for the stuck proxy before releasing";
+        EXPECT_LT(secondsSince(t0), ridgetest::scaledSeconds(5.0))
+            << "abort waited for the stuck proxy before releasing";
         Status s = rt.synchronize(stream);
         EXPECT_TRUE(s.isOk()) << s.message();  // released, not timed out
-        EXPECT_LT(secondsSince(t0), 5.0);
+        EXPECT_LT(secondsSince(t0), ridgetest::scaledSeconds(5.0));
         return false;  // aborted
       },
       60);
@@ -1062,7 +1066,8 @@ namespace {
 // On one rank's stream: gate `first`, `early` (its calls), gate `second`, `late` (its calls);
 // then stops the proxy as finalize does (finishGpuProxy, what ridgeCommFinalize runs first:
 // its status is finalize's to report) while another thread opens `first` after
-// `firstOpensMs` and `second` `secondOpensMs` later. Returns the stop's status.
+// `firstOpensMs` and `second` `secondOpensMs` later (both times RIDGE_TEST_TIME_SCALE, as the
+// communicator's timeout they are placed around). Returns the stop's status.
 Status finishWhileGatesOpen(EmulatedRuntime& rt, ridgeComm_t comm, ridgeStream_t stream,
                             const std::function<void()>& early, const std::function<void()>& late,
                             int firstOpensMs, int secondOpensMs) {
@@ -1072,9 +1077,9 @@ Status finishWhileGatesOpen(EmulatedRuntime& rt, ridgeComm_t comm, ridgeStream_t
   EXPECT_TRUE(second.enqueue(rt, stream).isOk());
   late();
   std::thread opener([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(firstOpensMs));
+    std::this_thread::sleep_for(ridgetest::scaled(std::chrono::milliseconds(firstOpensMs)));
     first.open.store(true);
-    std::this_thread::sleep_for(std::chrono::milliseconds(secondOpensMs));
+    std::this_thread::sleep_for(ridgetest::scaled(std::chrono::milliseconds(secondOpensMs)));
     second.open.store(true);
   });
   Status stopped = ridge::finishGpuProxy(comm);
@@ -1134,7 +1139,7 @@ void runFinishWhileGated(EmulatedRuntime& rt, int firstOpensMs, int secondOpensM
         EXPECT_EQ(mm.count, 0u) << "the batch running when finalize gave up: " << mm.text;
         return true;
       },
-      /*timeoutSec=*/3);
+      /*timeoutSec=*/ridgetest::scaledSeconds(3));
 }
 }  // namespace
 

@@ -34,6 +34,7 @@
 #include "rank_launcher.h"
 #include "ridge/ridge.h"
 #include "scoped_env.h"
+#include "time_scale.h"
 #include "transports/p2p/p2p.h"
 
 namespace {
@@ -50,17 +51,29 @@ using Clock = std::chrono::steady_clock;
 // reads it; the tests of auto and off set it themselves.
 [[maybe_unused]] const bool kLLOnForTheseTests = setenv("RIDGE_LL", "on", 0) == 0;
 
-// A closure queued on a stream that holds it until `open` (bounded by the emulator's wait).
+// The emulator's gate: work queued on a stream behind it waits until the test opens it
+// (bounded by the emulator's wait timeout).
 struct Gate {
-  std::atomic<bool> open{false};
-  Status enqueue(EmulatedRuntime& rt, ridgeStream_t s) {
-    return rt.enqueue(s, [this] {
-      for (int i = 0; i < 20000 && !open.load(); ++i)
-        std::this_thread::sleep_for(std::chrono::microseconds(500));
-      return Status::ok();
-    });
-  }
+  std::shared_ptr<EmulatedRuntime::StreamGate> gate = std::make_shared<EmulatedRuntime::StreamGate>();
+  Status enqueue(EmulatedRuntime& rt, ridgeStream_t s) { return rt.enqueueGate(s, gate); }
+  void open() { gate->open(); }
 };
+
+// Waits until stream `s` has run `llLaunches` LL launches and can go no further by itself:
+// it is idle, or it waits (for a marker, a gate) on something the test still holds. Then what
+// the stream has done is all it will do until the test opens a gate: an event, where a sleep
+// would only hope that the stream's thread got that far (the thread may wait for a CPU
+// longer than any sleep).
+void waitUntilStreamStops(EmulatedRuntime& rt, ridgeStream_t s, uint64_t llLaunches) {
+  const bool stopped = rt.waitForStream(
+      s,
+      [llLaunches](const EmulatedRuntime::StreamState& st) {
+        return st.llLaunchesRun >= llLaunches && (st.idle || st.waiting != EmulatedRuntime::Waiting::Nothing);
+      },
+      scaled(std::chrono::seconds(20)));
+  ASSERT_TRUE(stopped) << "the stream neither finished nor stopped at a wait within 20 s (times "
+                       << timeScale() << ")";
+}
 
 // A closure queued on `s` that sets `ran` when the stream reaches it.
 Status enqueueMark(EmulatedRuntime& rt, ridgeStream_t s, std::atomic<bool>& ran) {
@@ -86,10 +99,11 @@ int32_t lastInt32(const DevMem& m, size_t count) {
   return v;
 }
 
-// Waits (bounded: 10 s) until `flag` is set: a rank that stays out of a collective until its
-// peer is done with it.
+// Waits (bounded: 10 s times RIDGE_TEST_TIME_SCALE) until `flag` is set: a rank that stays out
+// of a collective until its peer is done with it.
 void waitFor(const std::atomic<bool>& flag) {
-  for (int i = 0; i < 2000 && !flag.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const auto deadline = Clock::now() + scaled(std::chrono::seconds(10));
+  while (!flag.load() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
 }
 
 // Two ranks on one device whose rank 1 never calls a collective: rank 0 runs `rankZero`,
@@ -420,9 +434,10 @@ TEST(LLCollectives, AlternatingStreamsKeepIssueOrder) {
     ASSERT_EQ(ridgeAllReduce(in2.p, out2.p, count, ridgeInt32, ridgeSum, t.comm, b), ridgeSuccess);
     std::atomic<bool> bDone{false};
     ASSERT_TRUE(enqueueMark(rt, b, bDone).isOk());
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    // B either ran to its end (operation 2 did not wait) or waits for operation 1.
+    waitUntilStreamStops(rt, b, 0);
     EXPECT_FALSE(bDone.load()) << "rank " << t.rank << ": operation 2 ran before operation 1";
-    gate.open.store(true);
+    gate.open();
     ASSERT_TRUE(rt.synchronize(t.stream).isOk());
     ASSERT_TRUE(rt.synchronize(b).isOk());
     EXPECT_TRUE(bDone.load());
@@ -456,12 +471,13 @@ TEST(LLCollectives, GroupOverTwoStreamsWaitsForBoth) {
     ridgeAllReduce(a.p, ar.p, count, ridgeFloat32, ridgeMax, t.comm, t.stream);
     ridgeBroadcast(bc.p, bc.p, count, ridgeFloat32, 1, t.comm, b);
     ASSERT_EQ(ridgeGroupEnd(), ridgeSuccess) << errorText();
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    // Stream A either ran the allreduce (it did not wait for B) or waits for B's gate.
+    waitUntilStreamStops(rt, t.stream, 0);
     const std::vector<unsigned char> early = ar.get(0, count * 4);
     size_t written = 0;
     for (unsigned char c : early) written += c != kPoison;
     EXPECT_EQ(written, 0u) << "the group's LL operations ran before every stream reached the group";
-    gateB.open.store(true);
+    gateB.open();
     ASSERT_TRUE(rt.synchronize(t.stream).isOk());
     ASSERT_TRUE(rt.synchronize(b).isOk());
     Mismatches mm;
@@ -480,19 +496,25 @@ TEST(LLCollectives, GroupOverTwoStreamsWaitsForBoth) {
 
 // After a group, every stream of the group waits for the whole group, as after a proxy batch:
 // rank 0 groups {op 1 on stream A, op 2 on stream B}, rank 1 issues the same operations
-// ungrouped with a gate before op 2, so rank 0's op 2 cannot finish while the gate is closed.
-// Work rank 0 queues on A after the group must wait for it (without the wait at the group's
-// exit, A went on as soon as op 1 finished).
+// ungrouped with a closed gate before op 2, so rank 0's op 2 cannot finish while the gate is
+// closed. Work rank 0 queues on A after the group must wait for it: without the wait at the
+// group's exit (leaveLLGroup), A goes on as soon as op 1 finished.
+//
+// Rank 0 opens rank 1's gate itself, once its stream A has run op 1 and stopped (idle, or
+// waiting at the group's exit). This test used to sleep 300 ms on both ranks, then look
+// (rank 0) and open the gate (rank 1): when rank 0's thread ran more than a few ms behind
+// rank 1's (a loaded machine), the gate opened first, the group finished, A legitimately went
+// on and the test failed, with group exit correct all along.
 TEST(LLCollectives, GroupExitEveryStreamWaitsForTheWholeGroup) {
   EmulatedRuntime rt(1);
   ScopedRuntimeForTesting scope(&rt);
+  Gate gate;  // on rank 1's stream B
   withRanks(rt, 2, 1, [&](TestRank& t) {
     ridgeStream_t b = nullptr;
     ASSERT_TRUE(rt.createStream(&b).isOk());
     const size_t count = 64;
     DevMem in(rt, count * 4), out1(rt, count * 4), out2(rt, count * 4);
     putRankPlusOne(in, count, t.rank);
-    Gate gate;
     std::atomic<bool> afterGroupRan{false};
     if (t.rank == 0) {
       ridgeGroupStart();
@@ -500,17 +522,16 @@ TEST(LLCollectives, GroupExitEveryStreamWaitsForTheWholeGroup) {
       ridgeAllReduce(in.p, out2.p, count, ridgeInt32, ridgeSum, t.comm, b);
       ASSERT_EQ(ridgeGroupEnd(), ridgeSuccess) << errorText();
       ASSERT_TRUE(enqueueMark(rt, t.stream, afterGroupRan).isOk());
+      // Op 1 needs rank 1's op 1 only; op 2 on either rank cannot end before the gate opens.
+      waitUntilStreamStops(rt, t.stream, 1);
+      EXPECT_FALSE(afterGroupRan.load())
+          << "stream A went past the group before its operation on stream B ended";
+      gate.open();
     } else {
       ASSERT_EQ(ridgeAllReduce(in.p, out1.p, count, ridgeInt32, ridgeSum, t.comm, t.stream), ridgeSuccess);
       ASSERT_TRUE(gate.enqueue(rt, b).isOk());
       ASSERT_EQ(ridgeAllReduce(in.p, out2.p, count, ridgeInt32, ridgeSum, t.comm, b), ridgeSuccess);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    if (t.rank == 0) {
-      EXPECT_FALSE(afterGroupRan.load())
-          << "stream A went past the group before its operation on stream B ended";
-    }
-    gate.open.store(true);
     ASSERT_TRUE(rt.synchronize(t.stream).isOk());
     ASSERT_TRUE(rt.synchronize(b).isOk());
     if (t.rank == 0) {
@@ -656,7 +677,7 @@ TEST(LLCollectives, AbortNeverFreesTheAreaAPeerMayStillWrite) {
                     ridgeSuccess);
           queued.store(true);
           waitFor(rank0Aborted);
-          gate.open.store(true);
+          gate.open();
           (void)rt.synchronize(t.stream);  // its wait for rank 0 times out
           rank1Ran.store(true);
         } else {
@@ -699,8 +720,8 @@ TEST(LLCollectives, AbortReturnsPromptlyWithALaunchQueuedBehindAGate) {
     ASSERT_EQ(ridgeAllReduce(in.p, out.p, 100, ridgeFloat32, ridgeSum, t.comm, t.stream), ridgeSuccess);
     const auto t0 = Clock::now();
     EXPECT_EQ(ridgeCommAbort(t.comm), ridgeSuccess);
-    EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 5.0);
-    gate.open.store(true);
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), scaledSeconds(5.0));
+    gate.open();
     (void)rt.synchronize(t.stream);  // the launch starts, sees the abort and ends
   });
 }
@@ -717,7 +738,7 @@ TEST(LLCollectives, TimeoutIsAnAsyncErrorNotAHang) {
     ASSERT_TRUE(rt.synchronize(t.stream).isOk());
     const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
     EXPECT_GE(waited, 0.9);
-    EXPECT_LT(waited, 5.0);
+    EXPECT_LT(waited, scaledSeconds(5.0));
     ridgeResult_t async = ridgeSuccess;
     ASSERT_EQ(ridgeCommGetAsyncError(t.comm, &async), ridgeSuccess);
     EXPECT_EQ(async, ridgeTimeout);
@@ -753,7 +774,7 @@ TEST(LLCollectives, HostMemoryOnOneRankEndsInErrorsNotAHang) {
         EXPECT_EQ(ridgeCommAbort(t.comm), ridgeSuccess);
       },
       /*destroy=*/false, /*timeoutSeconds=*/2);
-  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 15.0);
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), scaledSeconds(15.0));
 }
 
 // Flags are flagForStep(operation number): across the 2^32 - 1 wrap they stay non-zero and
@@ -805,7 +826,7 @@ TEST(LLCollectives, StaleLineFromBeforeTheFlagWrapIsNotReady) {
     ASSERT_EQ(ridgeAllReduce(in.p, out.p, count, ridgeFloat32, ridgeSum, t.comm, t.stream), ridgeSuccess);
     if (t.rank == 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
-      gate.open.store(true);
+      gate.open();
     }
     ASSERT_TRUE(rt.synchronize(t.stream).isOk());
     Mismatches mm;

@@ -15,6 +15,7 @@
 #include "collective_case.h"
 #include "device/emulated_runtime.h"
 #include "ridge/ridge.h"
+#include "time_scale.h"
 
 namespace p2ptest {
 
@@ -59,9 +60,10 @@ using Body = std::function<void(TestRank&)>;
 
 // Runs `body` on `n` rank threads (thread r binds device r % devices first, so its
 // communicator serves that device), then destroys the communicators (unless `destroy` is
-// false: the body aborted them). `timeoutSeconds`: each communicator's timeout.
+// false: the body aborted them). `timeoutSeconds`: each communicator's timeout (by default
+// 30 s times RIDGE_TEST_TIME_SCALE: a timeout that should never fire).
 inline void withRanks(EmulatedRuntime& rt, int n, int devices, const Body& body, bool destroy = true,
-                      int timeoutSeconds = 30) {
+                      int timeoutSeconds = ridgetest::scaledSeconds(30)) {
   ridgeUniqueId id;
   ASSERT_EQ(ridgeGetUniqueId(&id), ridgeSuccess) << errorText();
   std::vector<std::thread> threads;
@@ -99,7 +101,8 @@ inline void expectAbortReleasesTheStream(EmulatedRuntime& rt, const TestRank& t)
   EXPECT_EQ(ridgeCommAbort(t.comm), ridgeSuccess) << errorText();
   ridge::Status s = rt.synchronize(t.stream);
   EXPECT_TRUE(s.isOk()) << s.message();
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0)
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+            ridgetest::scaledSeconds(5.0))
       << "abort did not release the stream";
 }
 

@@ -11,6 +11,7 @@
 
 #include "core/json.h"
 #include "plan_fixtures.h"
+#include "time_scale.h"
 #include "tools/topo_commands.h"
 
 namespace ridge::tools {
@@ -119,7 +120,7 @@ TEST(SimulateCommand, FourThousandNodesTableAndLoads) {
       &rc);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(rc, 0);
-  EXPECT_LT(s, 10.0);
+  EXPECT_LT(s, ridgetest::scaledSeconds(10.0));
   std::printf("%s(%.2f s)\n", text.c_str(), s);
   EXPECT_NE(text.find("32768 ranks"), std::string::npos);
   EXPECT_NE(text.find("allreduce"), std::string::npos);
