@@ -490,9 +490,10 @@ class Doctor {
            "GPUs cannot map this NIC's doorbell page (the NVIDIA driver's RegistryDwords lack "
            "PeerMappingOverride=1): gdr-write falls back to a CPU-rung doorbell; set "
            "options nvidia NVreg_RegistryDwords=\"PeerMappingOverride=1;\" and reload the driver"});
-    // The GDR-write ladder, locally: GPU doorbell when the GPU may map the NIC's doorbell,
-    // else the CPU rings it, else (no RDMA) host staging over sockets.
-    // TODO(integrator): take the rung from the verbs transport's ladder decision once it exists.
+    // The GDR-write ladder from what sysfs shows: GPU doorbell when the GPU may map the NIC's
+    // doorbell, else the CPU rings it, else (no RDMA) host staging over sockets. The doctor is
+    // in the topology layer, below the transports, so it cannot call the verbs transport's
+    // decideGdrLadder (which also needs live queues); `ridge-topo gdr` prints that prediction.
     out->rung = !rdma && sysfs ? "host-staged" : p_.peerMappingOverride ? "gpu-doorbell" : "cpu-doorbell";
     GdrPlacement placement;
     if (gdrPlacementFor(t_, gpu, nicId, &placement).isOk()) {
