@@ -59,7 +59,9 @@ targets=("${bins[@]}")
 have_nccl_target=0
 nccl_target=${nccl_targets%% *}
 for t in $nccl_targets; do
-  if ninja -C "$build" -t targets all 2>/dev/null | grep -q "^$t:"; then
+  # Not grep -q: it would stop reading early, ninja would die of SIGPIPE, and pipefail would
+  # make an existing target look absent.
+  if ninja -C "$build" -t targets all 2>/dev/null | grep "^$t:" >/dev/null; then
     have_nccl_target=1
     nccl_target=$t
     targets+=("$t")
