@@ -76,58 +76,32 @@ __global__ void __launch_bounds__(kThreads)
   size_t scalarFrom = 0;
   if (vectorOk) {
     const size_t nvec = count / kPerVec;
-    // Main body: several vectors per thread, loads of all of them issued before any math.
+    // Main body: kUnroll vectors per thread, loads of all of them issued before any math.
     size_t v = tid;
-    if (sizeof(T) == 2 && nsrcs == 2) {
-      // fp16/bf16 from two sources (every ring and P2P step): each element folded straight
-      // from the two raw vectors, op(fp32(a), fp32(b)) rounded once, the same arithmetic as
-      // the general loop below, without its array of fp32 accumulators.
-      const uint4* a = static_cast<const uint4*>(srcs.ptr[0]);
-      const uint4* b = static_cast<const uint4*>(srcs.ptr[1]);
-      for (; v + (kUnroll - 1) * stride < nvec; v += kUnroll * stride) {
-        Vec<T> x[kUnroll], y[kUnroll];
+    for (; v + (kUnroll - 1) * stride < nvec; v += kUnroll * stride) {
+      Vec<T> acc[kUnroll];
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) x[u].raw = a[v + u * stride];
+      for (int u = 0; u < kUnroll; ++u) acc[u].raw = static_cast<const uint4*>(srcs.ptr[0])[v + u * stride];
+      typename R::Acc a[kUnroll][kPerVec];
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) y[u].raw = b[v + u * stride];
+      for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          Vec<T> out;
+        for (int e = 0; e < kPerVec; ++e) a[u][e] = R::load(acc[u].e[e]);
+      for (int k = 1; k < nsrcs; ++k) {
+        Vec<T> in[kUnroll];
 #pragma unroll
-          for (int e = 0; e < kPerVec; ++e)
-            out.e[e] = R::store(finish<Op>(combine<Op>(R::load(x[u].e[e]), R::load(y[u].e[e])), divisor));
-          reinterpret_cast<uint4*>(dst)[v + u * stride] = out.raw;
-        }
+        for (int u = 0; u < kUnroll; ++u) in[u].raw = static_cast<const uint4*>(srcs.ptr[k])[v + u * stride];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+          for (int e = 0; e < kPerVec; ++e) a[u][e] = combine<Op>(a[u][e], R::load(in[u].e[e]));
       }
-    } else {
-      // fp16/bf16 keep 8 fp32 accumulators per vector: a smaller unroll keeps them within the
-      // 64 registers that let two 512-thread blocks share an SM (docs/gpu.md, "First GPU run").
-      constexpr int U = sizeof(T) == 2 ? 2 : kUnroll;
-      for (; v + (U - 1) * stride < nvec; v += U * stride) {
-        Vec<T> acc[U];
 #pragma unroll
-        for (int u = 0; u < U; ++u) acc[u].raw = static_cast<const uint4*>(srcs.ptr[0])[v + u * stride];
-        typename R::Acc a[U][kPerVec];
+      for (int u = 0; u < kUnroll; ++u) {
+        Vec<T> out;
 #pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-          for (int e = 0; e < kPerVec; ++e) a[u][e] = R::load(acc[u].e[e]);
-        for (int k = 1; k < nsrcs; ++k) {
-          Vec<T> in[U];
-#pragma unroll
-          for (int u = 0; u < U; ++u) in[u].raw = static_cast<const uint4*>(srcs.ptr[k])[v + u * stride];
-#pragma unroll
-          for (int u = 0; u < U; ++u)
-#pragma unroll
-            for (int e = 0; e < kPerVec; ++e) a[u][e] = combine<Op>(a[u][e], R::load(in[u].e[e]));
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          Vec<T> out;
-#pragma unroll
-          for (int e = 0; e < kPerVec; ++e) out.e[e] = R::store(finish<Op>(a[u][e], divisor));
-          reinterpret_cast<uint4*>(dst)[v + u * stride] = out.raw;
-        }
+        for (int e = 0; e < kPerVec; ++e) out.e[e] = R::store(finish<Op>(a[u][e], divisor));
+        reinterpret_cast<uint4*>(dst)[v + u * stride] = out.raw;
       }
     }
     // Remaining whole vectors, one per thread.
