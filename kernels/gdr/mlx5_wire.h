@@ -433,6 +433,12 @@ RIDGE_HOST_DEVICE inline void ringDoorbell(const SqView& sq, const WqeBuf& last)
   *reinterpret_cast<volatile uint64_t*>(sq.uarDoorbell) = *reinterpret_cast<const uint64_t*>(last.bytes);
 }
 
+// The same with the doorbell word kept from the WQE (a producer that no longer holds the WQE).
+RIDGE_HOST_DEVICE inline void ringDoorbellWord(const SqView& sq, uint64_t ctrlFirst8) {
+  releaseFence();
+  *reinterpret_cast<volatile uint64_t*>(sq.uarDoorbell) = ctrlFirst8;
+}
+
 // BlueFlame: the whole WQE written into the register when it fits (the NIC need not fetch it);
 // the halves alternate. Returns false (nothing written) when the WQE is too large or the queue
 // has no register; the caller then rings the plain doorbell.

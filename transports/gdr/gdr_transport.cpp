@@ -6,9 +6,10 @@
 //        in our CreditRecord through the same connection.
 //   in:  the peer's data QP -> our landing QP. Each landed slot completes a posted receive on
 //        our landing CQ; releasing it writes our consumed count back (plain RDMA WRITE).
-// The producer side of both rings (WQEs, doorbell record and page) is driven through the
-// device-side subset in kernels/gdr/gdr_device.h, except in host-staged mode, where a CPU
-// proxy posts through the provider (QueuePair::postSend), as its name says.
+// The producer side of both queues (mlx5 WQEs, doorbell record, UAR doorbell, CQ polling) is
+// driven through the device-side subset in kernels/gdr/gdr_device.h, except in host-staged
+// mode, where a CPU proxy posts and polls through the provider (postSend / poll), as its name
+// says.
 #include "transports/gdr/gdr_transport.h"
 
 #include <sys/mman.h>
@@ -59,6 +60,8 @@ void addCounters(Counters* sum, const Counters& c) {
   sum->slotsLanded += c.slotsLanded;
   sum->creditWrites += c.creditWrites;
   sum->completionErrors += c.completionErrors;
+  sum->remoteReads += c.remoteReads;
+  sum->devicePosts += c.devicePosts;
 }
 
 std::mutex gCountersMutex;
@@ -115,10 +118,10 @@ struct Link {
   std::unique_ptr<verbs::MemoryRegion> creditInMr;
   SendChannel ch{};
   SendState st{};
-  uint32_t dataCi = 0;
   Pacer pacer;
   struct PendingRing {
     uint32_t pi;     // producer index to ring with
+    uint64_t ctrl8;  // the doorbell word of the WQE below pi
     int64_t due;     // when the model lets it ring
     verbs::Wqe wqe;  // host-staged: what the proxy posts then
   };
@@ -140,6 +143,8 @@ struct Link {
   uint32_t landCi = 0;
   uint32_t creditCi = 0;
   uint32_t creditPi = 0;
+  uint32_t creditRetired = 0;  // credit writes completed (every one asks for a CQE)
+  uint32_t creditBfOffset = 0;
   bool creditDirty = false;
   uint64_t remoteCreditAddr = 0;
   uint32_t remoteCreditRkey = 0;
@@ -173,9 +178,11 @@ class GdrTransport final : public Transport {
   Status chooseMode(Mode* mode, std::string* why);
   Status setUpStaging(Link* l, std::string* tier, std::string* why);
   void fail(Link* l, Status s);
-  void pollDataErrors(Link* l);
+  void pollDataCompletions(Link* l);
+  void postStaged(Link* l, const verbs::Wqe& w);
   void pumpRings(Link* l, int64_t now);
   void returnCredit(Link* l);
+  void pollCreditCq(Link* l);
   void noticeDoorbell() { softnic::notifyDoorbell(device_.get()); }
   void drainPostedWrites();
   static bool landedPending(const Link* l);
@@ -262,8 +269,22 @@ void GdrTransport::drainPostedWrites() {
     for (Link* l : active_) {
       if (l->dataQp->state() == QpState::Error || l->landQp->state() == QpState::Error) continue;
       if (l->creditDirty) returnCredit(l);
-      pending = pending || loadVolatile32(l->ch.sq.retired) != l->st.rungPi ||
-                loadVolatile32(l->landQp->sendRing()->retired) != l->creditPi || l->creditDirty;
+      pollCreditCq(l);
+      pollDataCompletions(l);
+      // Only WQEs that asked for a CQE report back: put a signaled NOP behind an unsignaled last.
+      if (l->st.signaledPi != l->st.pi && l->st.rungPi == l->st.pi) {
+        if (l->mode == Mode::Staged) {
+          verbs::Wqe nop{};
+          nop.opcode = verbs::kWqeNop;
+          nop.flags = verbs::kWqeSignaled;
+          l->st.pi += 1;
+          postStaged(l, nop);
+          l->st.signaledPi = l->st.pi;
+        } else if (postCompletionMarker(l->ch, &l->st, &l->ctr)) {
+          noticeDoorbell();
+        }
+      }
+      pending = pending || l->st.retired != l->st.rungPi || l->creditRetired != l->creditPi || l->creditDirty;
     }
     if (!pending || nowNs() > deadline || (abortFlag_ && abortFlag_->load())) return;
     noticeDoorbell();
@@ -277,11 +298,11 @@ void GdrTransport::drainPostedWrites() {
 // send credit in a 2-rank ring, must learn that the peer is gone at once, not at
 // RIDGE_TIMEOUT.)
 bool GdrTransport::landedPending(const Link* l) {
-  const verbs::CqRingView& cq = *l->landCq->ring();
-  if (!verbs::cqeReady(cq.cqes, l->landCi, cq.log2Size)) return false;
-  verbs::verbsAcquireFence();
-  const volatile Cqe* c = cq.cqes + (l->landCi & ((1u << cq.log2Size) - 1u));
-  return c->status == verbs::kCqeOk;
+  const mlx5::CqView& cq = *l->landCq->mlx5Cq();
+  const uint8_t opOwn =
+      reinterpret_cast<const volatile mlx5::Cqe64*>(cq.cqes + (l->landCi & ((1u << cq.log2Size) - 1u)))
+          ->opOwn;
+  return mlx5::cqeIsNew(opOwn, l->landCi, cq.log2Size) && mlx5::cqeOpcode(opOwn) != mlx5::kCqeRespErr;
 }
 
 GdrTransport::~GdrTransport() {
@@ -367,16 +388,11 @@ void GdrTransport::pumpRings(Link* l, int64_t now) {
   if (last == l->pendingHead) return;
   if (l->mode == Mode::Staged) {
     // The proxy posts each WQE whose modeled copy is done.
-    for (size_t i = l->pendingHead; i < last; ++i) {
-      Status s = l->dataQp->postSend(l->pendingRings[i].wqe);
-      if (!s.isOk()) fail(l, s);
-      l->ctr.doorbells += 1;
-    }
-    l->st.rungPi = l->pendingRings[last - 1].pi;
+    for (size_t i = l->pendingHead; i < last; ++i) postStaged(l, l->pendingRings[i].wqe);
   } else {
     // Ringing with the newest due index publishes every WQE below it: one doorbell for all.
     const uint32_t pi = l->pendingRings[last - 1].pi;
-    ringDoorbell(l->ch.sq, pi, &l->ctr);
+    ringTo(l->ch.sq, pi, l->pendingRings[last - 1].ctrl8, &l->ctr);
     l->st.rungPi = pi;
     noticeDoorbell();
   }
@@ -402,29 +418,71 @@ void GdrTransport::progress() {
     if (l->creditDirty) returnCredit(l);
 }
 
-// Failed sends still produce CQEs (the NIC flushes a QP in error); successes do not (WQEs are
-// unsignaled), so anything on the data CQ is an error to report.
-void GdrTransport::pollDataErrors(Link* l) {
-  Cqe c;
-  for (int i = 0; i < 16 && pollCq(*l->dataCq->ring(), &l->dataCi, &c); ++i) {
-    if (c.status != verbs::kCqeOk) {
-      l->ctr.completionErrors += 1;
-      fail(l, makeError(ridgeRemoteError, "gdr: rank %d: send to rank %d failed: %s", rank_, l->peer,
-                        verbs::cqeStatusName(c.status)));
-    }
+// The proxy of host-staged mode posts through the provider, in the order the slots were
+// sealed (st.pi counted them), so the WQE index it lands at is the one rungPi names.
+void GdrTransport::postStaged(Link* l, const verbs::Wqe& w) {
+  Status s = l->dataQp->postSend(w);
+  if (!s.isOk()) {
+    fail(l, s);
+    return;
   }
+  l->st.rungPi += 1;
+  l->ctr.doorbells += 1;
+}
+
+// Staging credits and send failures come back as CQEs (every k-th WQE asks for one; a QP in
+// error flushes every outstanding WQE with an error CQE). The device-side producer polls the
+// CQ itself (in tryAcquireSlot); host-staged mode polls through the provider, as any
+// rdma-core device allows.
+void GdrTransport::pollDataCompletions(Link* l) {
+  if (l->mode == Mode::Staged) {
+    Cqe c[16];
+    const int n = l->dataCq->poll(c, 16);
+    for (int i = 0; i < n; ++i) {
+      if (c[i].status == verbs::kCqeOk) {
+        const uint32_t upTo = l->st.retired + static_cast<uint16_t>(c[i].wqeCounter + 1u - l->st.retired);
+        l->ctr.creditsReturned += upTo - l->st.retired;
+        l->st.retired = upTo;
+      } else {
+        l->ctr.completionErrors += 1;
+        fail(l, makeError(ridgeRemoteError, "gdr: rank %d: send to rank %d failed: %s", rank_, l->peer,
+                          verbs::cqeStatusName(c[i].status)));
+      }
+    }
+  } else {
+    pollSendCq(l->ch, &l->st, &l->ctr);
+  }
+  if (l->st.failedSyndrome != 0)
+    fail(l, makeError(ridgeRemoteError, "gdr: rank %d: send to rank %d failed (mlx5 CQE syndrome 0x%02x)",
+                      rank_, l->peer, l->st.failedSyndrome));
 }
 
 void* GdrTransport::tryAcquire(Link* l) {
   progress();
   if (!l->error.isOk()) return nullptr;
+  if (l->mode == Mode::Staged) pollDataCompletions(l);
   char* payload = tryAcquireSlot(l->ch, &l->st, &l->ctr);
   if (!payload) {
-    pollDataErrors(l);
+    pollDataCompletions(l);
     return nullptr;
   }
   // host-staged: the producer writes its own (GPU) slot; the copy to the host slot is post's.
   return l->mode == Mode::Staged ? l->gpuSlot.p : payload;
+}
+
+// The host-staged proxy's work request for a sealed slot.
+verbs::Wqe stagedWqe(const Link* l, const SlotSend& s) {
+  verbs::Wqe w{};
+  w.opcode = verbs::kWqeRdmaWriteImm;
+  w.flags = s.signaled ? uint8_t{verbs::kWqeSignaled} : uint8_t{0};
+  w.immData = s.imm;
+  w.length = s.bytes;
+  w.remoteAddr = s.remoteAddr;
+  w.rkey = l->ch.remoteRkey;
+  w.localAddr = s.localAddr;
+  w.lkey = l->ch.stagingLkey;
+  w.wrId = s.imm;
+  return w;
 }
 
 void GdrTransport::post(Link* l, uint32_t bytes, bool last) {
@@ -440,12 +498,16 @@ void GdrTransport::post(Link* l, uint32_t bytes, bool last) {
     const int64_t due = l->pacer.dueNs(now, bytes);
     Link::PendingRing p{};
     if (l->mode == Mode::Staged) {
-      p.wqe = sealSlot(l->ch, &l->st, bytes, last, &l->ctr);
+      const SlotSend sealed = sealSlot(l->ch, &l->st, bytes, last, &l->ctr);
+      p.wqe = stagedWqe(l, sealed);
       l->st.pi += 1;
+      if (sealed.signaled) l->st.signaledPi = l->st.pi;
+      p.pi = l->st.pi;
     } else {
       postSlot(l->ch, &l->st, bytes, last, &l->ctr);
+      p.pi = l->st.pi;
+      p.ctrl8 = l->st.lastCtrl8;
     }
-    p.pi = l->st.pi;
     p.due = due;
     l->pendingRings.push_back(p);
     anyPending_ = true;
@@ -460,16 +522,11 @@ void GdrTransport::post(Link* l, uint32_t bytes, bool last) {
     return;
   }
   if (l->mode == Mode::Staged) {
-    // The CPU proxy posts the very WQE the device-side code builds, through the provider.
-    const verbs::Wqe w = sealSlot(l->ch, &l->st, bytes, last, &l->ctr);
-    Status s = l->dataQp->postSend(w);
-    if (!s.isOk()) {
-      fail(l, s);
-      return;
-    }
+    // The CPU proxy posts the send the device-side code seals, through the provider.
+    const SlotSend sealed = sealSlot(l->ch, &l->st, bytes, last, &l->ctr);
     l->st.pi += 1;
-    l->st.rungPi = l->st.pi;
-    l->ctr.doorbells += 1;
+    if (sealed.signaled) l->st.signaledPi = l->st.pi;
+    postStaged(l, stagedWqe(l, sealed));
     return;
   }
   postSlot(l->ch, &l->st, bytes, last, &l->ctr);
@@ -485,32 +542,32 @@ const void* GdrTransport::tryPeek(Link* l, SlotInfo* info) {
     *info = l->peekInfo;
     return slot + kSlotHeaderBytes;
   }
-  Cqe c;
-  if (!pollCq(*l->landCq->ring(), &l->landCi, &c)) return nullptr;
-  if (c.status != verbs::kCqeOk) {
+  mlx5::CqeFields c;
+  if (!mlx5::pollCq(*l->landCq->mlx5Cq(), &l->landCi, &c)) return nullptr;
+  if (c.opcode != mlx5::kCqeRespWrImm) {
     l->ctr.completionErrors += 1;
-    fail(l, makeError(ridgeRemoteError, "gdr: rank %d: receive from rank %d failed: %s", rank_, l->peer,
-                      verbs::cqeStatusName(c.status)));
+    fail(l, makeError(ridgeRemoteError,
+                      "gdr: rank %d: receive from rank %d failed (mlx5 CQE opcode %u, syndrome 0x%02x)",
+                      rank_, l->peer, c.opcode, c.syndrome));
     return nullptr;
   }
   // The receive buffer was consumed: give the NIC a new one for a later slot.
   verbs::RecvWqe r{};
-  r.wrId = c.wrId;
+  r.wrId = c.wqeCounter;
   Status s = l->landQp->postRecv(r);
   if (!s.isOk()) {
     fail(l, s);
     return nullptr;
   }
   const uint64_t expect = l->recvSeq + 1;
-  const uint32_t check = checkLanded(slot, l->payloadCapacity, expect, c.immData, c.byteLen);
+  const uint32_t check = checkLanded(slot, l->payloadCapacity, expect, c.imm, c.byteCnt);
   if (check != kLandedOk) {
     l->ctr.stagedLost += 1;
     static const char* const kWhat[] = {"ok", "a slot was dropped or repeated (immediate)",
                                         "the slot header was overwritten in staging",
                                         "the slot trailer was overwritten in staging", "bad slot size"};
     fail(l, makeError(ridgeInternalError, "gdr: rank %d: slot %llu from rank %d: %s (immediate %u)", rank_,
-                      static_cast<unsigned long long>(expect), l->peer, kWhat[check < 5 ? check : 4],
-                      c.immData));
+                      static_cast<unsigned long long>(expect), l->peer, kWhat[check < 5 ? check : 4], c.imm));
     return nullptr;
   }
   const SlotHeader* h = reinterpret_cast<const SlotHeader*>(slot);
@@ -537,19 +594,28 @@ void GdrTransport::release(Link* l) {
   returnCredit(l);
 }
 
-void GdrTransport::returnCredit(Link* l) {
-  Cqe c;
-  for (int i = 0; i < 16 && pollCq(*l->creditCq->ring(), &l->creditCi, &c); ++i) {
-    if (c.status != verbs::kCqeOk) {
+// Every credit write asks for its CQE: completions move creditRetired, failures are kept.
+void GdrTransport::pollCreditCq(Link* l) {
+  mlx5::CqeFields c;
+  for (int i = 0; i < 16 && mlx5::pollCq(*l->creditCq->mlx5Cq(), &l->creditCi, &c); ++i) {
+    if (c.opcode == mlx5::kCqeReq) {
+      l->creditRetired += static_cast<uint16_t>(c.wqeCounter + 1u - l->creditRetired);
+    } else {
       l->ctr.completionErrors += 1;
       if (l->creditError.isOk())
-        l->creditError = makeError(ridgeRemoteError, "gdr: rank %d: credit write to rank %d failed: %s",
-                                   rank_, l->peer, verbs::cqeStatusName(c.status));
+        l->creditError = makeError(ridgeRemoteError,
+                                   "gdr: rank %d: credit write to rank %d failed (mlx5 CQE syndrome 0x%02x)",
+                                   rank_, l->peer, c.syndrome);
     }
   }
-  const verbs::SendRingView& sq = *l->landQp->sendRing();
-  if (postPlainWrite(sq, &l->creditPi, reinterpret_cast<uint64_t>(l->creditOut.p), l->creditOutMr->lkey(),
-                     sizeof(CreditRecord), l->remoteCreditAddr, l->remoteCreditRkey, &l->ctr)) {
+}
+
+void GdrTransport::returnCredit(Link* l) {
+  pollCreditCq(l);
+  // The record travels inline in the WQE (16 bytes): the NIC reads no buffer for it.
+  if (postInlineWrite(*l->landQp->mlx5Sq(), &l->creditPi, l->creditRetired, &l->creditBfOffset,
+                      l->creditOut.p, sizeof(CreditRecord), l->remoteCreditAddr, l->remoteCreditRkey,
+                      &l->ctr)) {
     l->creditDirty = false;
     l->ctr.creditWrites += 1;
     noticeDoorbell();
@@ -743,14 +809,17 @@ Status GdrTransport::connect(const TransportSetup& setup) {
     landCaps.maxSendWr = creditEntries;
     landCaps.maxRecvWr = static_cast<uint32_t>(landingSlots);
     RIDGE_TRY(pd_->createQp(l->creditCq.get(), l->landCq.get(), landCaps, &l->landQp));
-    if (!l->dataQp->sendRing() || !l->landQp->sendRing() || !l->dataCq->ring() || !l->landCq->ring() ||
-        !l->creditCq->ring())
-      return makeError(ridgeInvalidUsage, "gdr: the %s provider does not expose its rings to producers",
+    if (!l->dataQp->mlx5Sq() || !l->landQp->mlx5Sq() || !l->dataCq->mlx5Cq() || !l->landCq->mlx5Cq() ||
+        !l->creditCq->mlx5Cq())
+      return makeError(ridgeInvalidUsage, "gdr: the %s provider does not expose mlx5 queues to producers",
                        device_->attributes().provider.c_str());
     RIDGE_TRY(l->dataQp->modify(QpState::Init));
     RIDGE_TRY(l->landQp->modify(QpState::Init));
 
-    l->ch.sq = *l->dataQp->sendRing();
+    l->ch.sq = *l->dataQp->mlx5Sq();
+    // Host-staged polls through the provider; the device-side producer polls the CQ itself.
+    if (mode != Mode::Staged) l->ch.cq = *l->dataCq->mlx5Cq();
+    l->ch.signalEvery = std::max<uint32_t>(1, static_cast<uint32_t>(slots) / 2);
     l->ch.slotCount = static_cast<uint32_t>(slots);
     l->ch.slotStrideBytes = stride;
     l->ch.payloadCapacity = capacity;
@@ -874,12 +943,14 @@ Counters processCounters() {
 std::string countersToString(const Counters& c) {
   return format(
       "slotsWritten=%llu creditsConsumed=%llu creditsReturned=%llu creditStalls=%llu remoteStalls=%llu "
-      "doorbells=%llu stagedLost=%llu slotsLanded=%llu creditWrites=%llu completionErrors=%llu",
+      "doorbells=%llu stagedLost=%llu slotsLanded=%llu creditWrites=%llu completionErrors=%llu "
+      "remoteReads=%llu devicePosts=%llu",
       (unsigned long long)c.slotsWritten, (unsigned long long)c.creditsConsumed,
       (unsigned long long)c.creditsReturned, (unsigned long long)c.creditStalls,
       (unsigned long long)c.remoteStalls, (unsigned long long)c.doorbells, (unsigned long long)c.stagedLost,
       (unsigned long long)c.slotsLanded, (unsigned long long)c.creditWrites,
-      (unsigned long long)c.completionErrors);
+      (unsigned long long)c.completionErrors, (unsigned long long)c.remoteReads,
+      (unsigned long long)c.devicePosts);
 }
 
 SetupReport lastSetupReport() {

@@ -5,9 +5,10 @@
 // providers: "verbs" (rdma-core's libibverbs, built when RIDGE_WITH_VERBS is on) and
 // "softnic" (a NIC emulated in user space, always built).
 //
-// Work requests and completions use the plain-data layouts of verbs_layout.h, so the
-// same WQE a host thread hands to postSend can be written by a GPU thread straight into
-// the send ring of a provider that exposes it (sendRing()).
+// Work requests and completions handed to postSend / returned by poll use the plain-data
+// structs of verbs_layout.h (as ibv_send_wr / ibv_wc do); the queues themselves are in the
+// mlx5 wire format (kernels/gdr/mlx5_wire.h), which a provider that exposes them (mlx5Sq(),
+// mlx5Cq()) lets a GPU thread write and poll directly.
 //
 // Object lifetimes nest: a Device outlives its ProtectionDomains, which outlive their
 // regions, device memory, CQs and QPs; a CQ outlives the QPs that use it. Calls on one
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "kernels/gdr/mlx5_wire.h"
 #include "transports/verbs/verbs_layout.h"
 
 namespace ridge {
@@ -103,8 +105,9 @@ class CompletionQueue {
   // `stillIdle(arg)` (re-checked after announcing the sleep) says there is other work.
   // May return early spuriously. Thread safe against the NIC, not against other pollers.
   virtual void wait(int64_t maxWaitNs, bool (*stillIdle)(void*), void* arg) = 0;
-  // The ring for pollers that bypass the provider, or nullptr.
-  virtual const CqRingView* ring() const { return nullptr; }
+  // The mlx5 CQ (kernels/gdr/mlx5_wire.h) for pollers that bypass the provider, or nullptr.
+  // Polling it directly and through poll() must not be mixed on one CQ.
+  virtual const mlx5::CqView* mlx5Cq() const { return nullptr; }
 };
 
 class QueuePair {
@@ -123,8 +126,9 @@ class QueuePair {
   virtual Status postRecv(const RecvWqe& wqe) = 0;
   // Free send-queue slots right now.
   virtual uint32_t sendSlotsFree() const = 0;
-  // The raw send ring for producers that bypass postSend (GPU threads), or nullptr.
-  virtual const SendRingView* sendRing() const { return nullptr; }
+  // The mlx5 send queue (kernels/gdr/mlx5_wire.h) for producers that bypass postSend (GPU
+  // threads), or nullptr. A QP is driven either through it or through postSend, not both.
+  virtual const mlx5::SqView* mlx5Sq() const { return nullptr; }
 };
 
 class ProtectionDomain {
