@@ -291,6 +291,15 @@ class Trace {
   int fd_ = -1;
 };
 
+// First QP number of a NIC: distinct across the NICs of a run (as on hardware, where each
+// NIC numbers its own QPs, they would collide between processes and the lines of a shared
+// RIDGE_SOFTNIC_TRACE file could not be told apart); 4096 QPs per NIC, 24-bit numbers.
+uint32_t qpnBase() {
+  static std::atomic<uint32_t> nics{0};
+  const uint32_t h = static_cast<uint32_t>(getpid()) * 2654435761u ^ nics.fetch_add(1) * 0x9e3779b9u;
+  return (((h >> 8) & 0xfffu) << 12) | 1u;
+}
+
 class Nic;
 std::mutex gRegistryMutex;
 std::vector<Nic*> gLiveNics;
@@ -457,7 +466,7 @@ class Nic {
   // while someone waits (one fence and one load per iteration otherwise).
   std::atomic<uint32_t> activityWord_{0};
   std::atomic<uint32_t> activityWaiters_{0};
-  std::atomic<uint32_t> nextQpn_{1};
+  std::atomic<uint32_t> nextQpn_{qpnBase()};
   uint64_t probeWord_ = 0;
   uint64_t rng_ = 1;
 
