@@ -103,8 +103,8 @@ struct Counters {
   uint64_t creditWrites;      // receiver: consumed counts written back to the sender
   uint64_t completionErrors;  // CQEs with a status other than success
   uint64_t remoteReads;       // producer loads from NIC-side memory (staging, UAR): must stay 0
-  uint64_t devicePosts;       // sends whose payload the device-side producer wrote (GPU kernel or
-                              // the emulated runtime's device threads), not the host proxy
+  uint64_t devicePosts;       // slots the device-side producer filled straight from a device
+                              // buffer (GPU kernel, or the emulated runtime's device thread)
 };
 
 // ---- Device handles -------------------------------------------------------------------
@@ -308,7 +308,6 @@ RIDGE_HOST_DEVICE inline uint32_t postSlot(const SendChannel& ch, SendState* st,
                                      s.remoteAddr, ch.remoteRkey, s.localAddr, ch.stagingLkey, s.bytes);
   appendWqe(ch.sq, &st->pi, &st->lastCtrl8, w, ds);
   if (s.signaled) st->signaledPi = st->pi;
-  ctr->devicePosts += 1;
   return st->pi;
 }
 

@@ -31,6 +31,7 @@ __global__ void gdrSendKernel(SendChannel ch, SendState* st, Counters* ctr, cons
     if (threadIdx.x == 0) {
       postSlot(ch, st, chunk, done + chunk == bytes, ctr);
       flushDoorbell(ch, st, ctr);
+      ctr->devicePosts += 1;
     }
     __syncthreads();
     done += chunk;

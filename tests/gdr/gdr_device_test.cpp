@@ -188,7 +188,6 @@ TEST(GdrDevice, LoopbackStreamThroughOneStagingSlot) {
       << "one CQE per slot but the last's in flight";
   // The producer read only local memory (its CQ, the credit record): no PCIe read per slot.
   EXPECT_EQ(tx.remoteReads, 0u);
-  EXPECT_EQ(tx.devicePosts, static_cast<uint64_t>(kSlots));
   // The accounting itself: a load from staging counts as a remote read.
   Counters probe{};
   producerLoad64(ch, &probe, reinterpret_cast<const uint64_t*>(ch.staging));

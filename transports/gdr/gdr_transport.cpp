@@ -18,8 +18,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -96,7 +96,8 @@ std::string bindToNode(void* p, size_t bytes, int node) {
   unsigned long mask[1024 / (8 * sizeof(unsigned long))] = {};
   mask[node / (8 * sizeof(unsigned long))] = 1ul << (node % (8 * sizeof(unsigned long)));
   if (syscall(SYS_mbind, p, bytes, kMpolBind, mask, 1024ul, kMpolMfMove) != 0)
-    return format("NIC on NUMA node %d: mbind failed (%s), first touch by this thread", node, std::strerror(errno));
+    return format("NIC on NUMA node %d: mbind failed (%s), first touch by this thread", node,
+                  std::strerror(errno));
   return format("NIC on NUMA node %d (pages bound there with mbind)", node);
 }
 
@@ -120,7 +121,10 @@ struct Link {
   uint32_t payloadCapacity = 0;
   uint32_t stride = 0;
   Counters ctr{};
+  Counters deviceCtr{};  // the device-side producer's (another thread: not shared with ctr)
   Status error;
+  GdrTransport* transport = nullptr;
+  Status deviceSendStatus;  // the last device-side send's; read once the device ran it
 
   // Out: data QP and what it sends from.
   std::unique_ptr<verbs::CompletionQueue> dataCq;
@@ -188,6 +192,7 @@ class GdrTransport final : public Transport {
   void post(Link* l, uint32_t bytes, bool last);
   const void* tryPeek(Link* l, SlotInfo* info);
   void release(Link* l);
+  static void runDeviceSend(void* link, const void* src, size_t bytes);
 
  private:
   Status chooseMode(Mode* mode, std::string* why);
@@ -199,6 +204,7 @@ class GdrTransport final : public Transport {
   void returnCredit(Link* l);
   void pollCreditCq(Link* l);
   void noticeDoorbell() { softnic::notifyDoorbell(device_.get()); }
+  bool deviceProducerUsable(const Link* l) const { return l->mode == Mode::Write && !paced_ && wakingNic_; }
   void drainPostedWrites();
   static bool landedPending(const Link* l);
 
@@ -225,15 +231,27 @@ class GdrTransport final : public Transport {
   void pacerLoop();
 };
 
-class GdrSend final : public SendConnector {
+class GdrSend final : public SendConnector, public DeviceProducer {
  public:
-  GdrSend(GdrTransport* t, Link* l) : SendConnector(l->payloadCapacity, l->peer), t_(t), l_(l) {}
+  GdrSend(GdrTransport* t, Link* l, bool deviceProducer)
+      : SendConnector(l->payloadCapacity, l->peer), t_(t), l_(l), deviceProducer_(deviceProducer) {}
   void* tryAcquire() override { return t_->tryAcquire(l_); }
   void post(uint32_t bytes, bool lastOfMessage) override { t_->post(l_, bytes, lastOfMessage); }
+  DeviceProducer* deviceProducer() override { return deviceProducer_ ? this : nullptr; }
+  Fn deviceFunction(void** arg) override {
+    *arg = l_;
+    return &GdrTransport::runDeviceSend;
+  }
+  Status finishDeviceSend() override {
+    Status s = std::move(l_->deviceSendStatus);
+    l_->deviceSendStatus = Status::ok();
+    return s;
+  }
 
  private:
   GdrTransport* t_;
   Link* l_;
+  const bool deviceProducer_;
 };
 
 class GdrRecv final : public RecvConnector {
@@ -327,7 +345,10 @@ GdrTransport::~GdrTransport() {
     pacerThread_.join();
   }
   Counters mine{};
-  for (Link* l : active_) addCounters(&mine, l->ctr);
+  for (Link* l : active_) {
+    addCounters(&mine, l->ctr);
+    addCounters(&mine, l->deviceCtr);
+  }
   // Proof, for runs that see only the public API (ridge-bench), that the gdr transport carried
   // the traffic and lost nothing.
   if (!active_.empty()) RIDGE_INFO("gdr: rank %d: closing: %s", rank_, countersToString(mine).c_str());
@@ -335,7 +356,10 @@ GdrTransport::~GdrTransport() {
   for (Link* l : active_) {
     gLiveCounters.erase(std::remove(gLiveCounters.begin(), gLiveCounters.end(), &l->ctr),
                         gLiveCounters.end());
+    gLiveCounters.erase(std::remove(gLiveCounters.begin(), gLiveCounters.end(), &l->deviceCtr),
+                        gLiveCounters.end());
     addCounters(&gRetiredCounters, l->ctr);
+    addCounters(&gRetiredCounters, l->deviceCtr);
   }
 }
 
@@ -395,6 +419,43 @@ void GdrTransport::waitForActivity(int64_t maxWaitNs, bool (*stillIdle)(void*), 
     }
   }
   progress();
+}
+
+// The device-side producer of a device buffer's message (DeviceProducer): what the GPU kernel
+// of kernels/gdr/gdr_kernels.cu runs, the same gdr_device.h calls (credits from its own CQ,
+// payload from device memory straight into staging, mlx5 WQE, doorbell record, UAR), here on
+// the emulated device's stream thread. The emulation of the NIC around it (telling the
+// software NIC's engine about the doorbell, sleeping until it did something) is not device
+// code. Owns the link's send side until it returns: the host touches it only after the stream
+// has passed this (the strand awaits the settle).
+void GdrTransport::runDeviceSend(void* link, const void* src, size_t bytes) {
+  Link* l = static_cast<Link*>(link);
+  GdrTransport* t = l->transport;
+  const char* from = static_cast<const char*>(src);
+  const int64_t deadline = nowNs() + static_cast<int64_t>(t->timeoutSeconds_) * 1000000000;
+  size_t done = 0;
+  bool first = true;
+  while (done < bytes || first) {
+    first = false;
+    const uint32_t chunk = static_cast<uint32_t>(std::min<size_t>(bytes - done, l->payloadCapacity));
+    char* slot = nullptr;
+    while ((slot = tryAcquireSlot(l->ch, &l->st, &l->deviceCtr)) == nullptr) {
+      if (l->st.failedSyndrome != 0 || (t->abortFlag_ && t->abortFlag_->load()) || nowNs() > deadline) {
+        l->deviceSendStatus = makeError(
+            l->st.failedSyndrome ? ridgeRemoteError : ridgeTimeout,
+            "gdr: rank %d: device-side send to rank %d: %s", t->rank_, l->peer,
+            l->st.failedSyndrome ? "a send failed (mlx5 error CQE)" : "no credit within RIDGE_TIMEOUT");
+        return;
+      }
+      softnic::waitForNicActivity(t->device_.get(), kNicWaitCapNs, nullptr, nullptr);
+    }
+    writeStaging(slot, from + done, chunk, 0, 1);
+    postSlot(l->ch, &l->st, chunk, done + chunk == bytes, &l->deviceCtr);
+    flushDoorbell(l->ch, &l->st, &l->deviceCtr);
+    l->deviceCtr.devicePosts += 1;
+    t->noticeDoorbell();
+    done += chunk;
+  }
 }
 
 void GdrTransport::pumpRings(Link* l, int64_t now) {
@@ -906,13 +967,17 @@ Status GdrTransport::connect(const TransportSetup& setup) {
   RIDGE_TRY(setup.bootstrap->barrier());
   for (int peer : peers) {
     Link* l = links_[peer].get();
-    l->sendConn = std::make_unique<GdrSend>(this, l);
+    l->transport = this;
+    l->sendConn = std::make_unique<GdrSend>(this, l, deviceProducerUsable(l));
     l->recvConn = std::make_unique<GdrRecv>(this, l);
     active_.push_back(l);
   }
   {
     std::lock_guard<std::mutex> g(gCountersMutex);
-    for (Link* l : active_) gLiveCounters.push_back(&l->ctr);
+    for (Link* l : active_) {
+      gLiveCounters.push_back(&l->ctr);
+      gLiveCounters.push_back(&l->deviceCtr);
+    }
     gLastReport.mode = mode;
     gLastReport.modeReason = modeWhy;
     gLastReport.stagingTier = mode == Mode::Write ? tierName : "";
