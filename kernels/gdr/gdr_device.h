@@ -1,8 +1,8 @@
 // Device-side verbs subset of the GDR-write transport: what a GPU thread needs to push a
 // send through a NIC with no CPU on the path. The producer
-//   1. takes a staging slot, but only while it holds a credit for it (the NIC's retired
-//      counter says the slot's previous send completed, the receiver's consumed counter says
-//      the landing slot at the far end is free),
+//   1. takes a staging slot, but only while it holds a credit for it (a CQE says the slot's
+//      previous send completed, the receiver's consumed counter says the landing slot at the
+//      far end is free),
 //   2. writes the payload into the slot (posted writes into NIC-side memory),
 //   3. writes the slot's header and trailer (sequence number, size, flags),
 //   4. builds an mlx5 RDMA WRITE WITH IMMEDIATE WQE (staging slot -> remote slot; the wire
@@ -97,7 +97,7 @@ struct Counters {
   uint64_t creditsReturned;   // staging credits the NIC gave back (retired sends seen)
   uint64_t creditStalls;      // times the producer found no staging credit (one per episode)
   uint64_t remoteStalls;      // times it found the receiver's ring full (one per episode)
-  uint64_t doorbells;         // doorbell page writes
+  uint64_t doorbells;         // UAR doorbell (or BlueFlame) writes
   uint64_t stagedLost;        // staged data dropped or overwritten: must stay 0
   uint64_t slotsLanded;       // receiver: slots verified and handed out
   uint64_t creditWrites;      // receiver: consumed counts written back to the sender
