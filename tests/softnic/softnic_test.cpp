@@ -512,6 +512,40 @@ TEST(SoftnicEngine, RawMlx5QueuesWithoutProviderCalls) {
   EXPECT_FALSE(mlx5::pollCq(*cq, &ci, &extra)) << "unsignaled WQEs complete without CQEs";
 }
 
+// The engine parses what it takes: a WQE whose control segment carries another index than the
+// consumer index (a producer that published the record before writing the WQE, or wrote it at
+// the wrong place) is malformed, and the QP fails with an mlx5 error CQE instead of sending.
+TEST(SoftnicEngine, MalformedMlx5WqeFailsTheQp) {
+  auto p = Pair::make();
+  ASSERT_TRUE(p);
+  const mlx5::SqView* sq = p->qpA->mlx5Sq();
+  const mlx5::CqView* cq = p->cqA->mlx5Cq();
+  std::vector<uint8_t> src(64, 7), dst(64, 0);
+  std::unique_ptr<MemoryRegion> ms, md;
+  ASSERT_TRUE(p->pdA->registerMemory(src.data(), src.size(), 0, &ms).isOk());
+  ASSERT_TRUE(p->pdB->registerMemory(dst.data(), dst.size(), kAccessRemoteWrite, &md).isOk());
+  mlx5::WqeBuf w;
+  mlx5::buildWqe(&w, mlx5::kOpRdmaWrite, /*wqeIndex=*/5, sq->qpn, mlx5::kCtrlCqUpdate, 0, md->addr(),
+                 md->rkey(), ms->addr(), ms->lkey(), 64);
+  mlx5::copyToRing(*sq, 0, w, 1);
+  mlx5::publishDbr(*sq, 1);
+  mlx5::ringDoorbell(*sq, w);
+  mlx5::CqeFields c{};
+  uint32_t ci = 0;
+  const double end = nowSec() + 10;
+  bool got = false;
+  while (!got && nowSec() < end) {
+    got = mlx5::pollCq(*cq, &ci, &c);
+    if (!got) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  ASSERT_TRUE(got) << "no completion for the malformed WQE";
+  EXPECT_EQ(c.opcode, mlx5::kCqeReqErr);
+  EXPECT_EQ(c.syndrome, mlx5::kSyndLocalQpOp);
+  EXPECT_EQ(c.wqeCounter, 0u);
+  EXPECT_EQ(p->qpA->state(), QpState::Error);
+  EXPECT_EQ(dst, std::vector<uint8_t>(64, 0)) << "nothing of a malformed WQE is sent";
+}
+
 TEST(SoftnicEngine, InlineTcpPayload) {
   softnic::Options o;
   o.forceTcpPayload = true;
