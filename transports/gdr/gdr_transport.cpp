@@ -31,6 +31,7 @@
 #include "bootstrap/bootstrap.h"
 #include "core/log.h"
 #include "core/settings.h"
+#include "device/runtime.h"
 #include "transports/net/net_transport.h"
 #include "transports/softnic/softnic.h"
 #include "transports/verbs/verbs.h"
@@ -851,6 +852,20 @@ Status GdrTransport::connect(const TransportSetup& setup) {
     wakingNic_ = true;
   }
   RIDGE_TRY(device_->allocPd(&pd_));
+  // On an rdma-core device, write mode asks the GDR-write ladder which rung this NIC and GPU
+  // allow, with the staging this transport needs, and says so at init. Every rung runs, for
+  // now, on the provider's proxied rings (the host-staged mechanism): the direct queues and GPU
+  // mappings of the doorbell rungs are not wired yet (docs/gdr-write.md, "Not yet wired").
+  std::string ladderLine;
+  if (mode == Mode::Write && netProvider() == "verbs") {
+    const uint64_t stagingBytes = static_cast<uint64_t>(peers.size()) * static_cast<uint64_t>(slots) * stride;
+    const verbs::GdrLadderDecision d =
+        verbs::decideGdrLadder(verbs::probeGdrLadder(device_.get(), device::activeRuntime(), stagingBytes));
+    ladderLine = verbs::gdrLadderLine(d);
+    RIDGE_INFO("gdr: rank %d: ladder rung %s; runs host-staged (the provider's proxied mlx5 rings) until the "
+               "doorbell rungs are wired",
+               rank_, ladderLine.c_str());
+  }
 
   std::string tierName, tierWhy;
   std::vector<Endpoint> mine(P), theirs(static_cast<size_t>(P) * P);
@@ -886,16 +901,28 @@ Status GdrTransport::connect(const TransportSetup& setup) {
     landCaps.maxSendWr = creditEntries;
     landCaps.maxRecvWr = static_cast<uint32_t>(landingSlots);
     RIDGE_TRY(pd_->createQp(l->creditCq.get(), l->landCq.get(), landCaps, &l->landQp));
-    if (!l->dataQp->mlx5Sq() || !l->landQp->mlx5Sq() || !l->dataCq->mlx5Cq() || !l->landCq->mlx5Cq() ||
-        !l->creditCq->mlx5Cq())
-      return makeError(ridgeInvalidUsage, "gdr: the %s provider does not expose mlx5 queues to producers",
-                       device_->attributes().provider.c_str());
+    // The producer of read and write writes mlx5 WQEs and polls its CQ itself; host-staged
+    // posts its data through postSend and polls through the provider (any provider, no raw
+    // data queue). Every mode's receive side polls the landing and credit CQs and posts the
+    // inline credit writes itself. (An rdma-core device gives these as the proxy's rings in
+    // host memory: transports/verbs/ibv_provider.cpp, RingProxy.)
+    const bool producerRings = mode != Mode::Staged;
+    const char* missing = nullptr;
+    if (producerRings && !l->dataQp->mlx5Sq()) missing = "the data send queue";
+    if (!missing && producerRings && !l->dataCq->mlx5Cq()) missing = "the data CQ";
+    if (!missing && !l->landQp->mlx5Sq()) missing = "the credit send queue";
+    if (!missing && !l->landCq->mlx5Cq()) missing = "the landing CQ";
+    if (!missing && !l->creditCq->mlx5Cq()) missing = "the credit CQ";
+    if (missing)
+      return makeError(ridgeInvalidUsage, "gdr: the %s provider does not expose %s as an mlx5 queue (mode %s)",
+                       device_->attributes().provider.c_str(), missing, modeName(mode));
     RIDGE_TRY(l->dataQp->modify(QpState::Init));
     RIDGE_TRY(l->landQp->modify(QpState::Init));
 
-    l->ch.sq = *l->dataQp->mlx5Sq();
-    // Host-staged polls through the provider; the device-side producer polls the CQ itself.
-    if (mode != Mode::Staged) l->ch.cq = *l->dataCq->mlx5Cq();
+    if (producerRings) {
+      l->ch.sq = *l->dataQp->mlx5Sq();
+      l->ch.cq = *l->dataCq->mlx5Cq();
+    }
     l->ch.signalEvery = std::max<uint32_t>(1, static_cast<uint32_t>(slots) / 2);
     l->ch.slotCount = static_cast<uint32_t>(slots);
     l->ch.slotStrideBytes = stride;

@@ -108,6 +108,15 @@ Status toSendWr(const Wqe& w, ibv_sge* sge, ibv_send_wr* wr) {
     case kWqeSendImm: wr->opcode = IBV_WR_SEND_WITH_IMM; break;
     // The scatter entry is where the read bytes land (the region needs local write).
     case kWqeRdmaRead: wr->opcode = IBV_WR_RDMA_READ; break;
+    // No verb: a zero-length RDMA WRITE (no gather entry, no remote access checked) completes
+    // in order behind what was posted before, which is all a NOP is for.
+    case kWqeNop:
+      wr->opcode = IBV_WR_RDMA_WRITE;
+      wr->sg_list = nullptr;
+      wr->num_sge = 0;
+      wr->wr.rdma.remote_addr = 0;
+      wr->wr.rdma.rkey = 0;
+      return Status::ok();
     default: return makeError(ridgeInvalidArgument, "verbs: unknown WQE opcode %u", w.opcode);
   }
   wr->imm_data = htonl(w.immData);
@@ -372,7 +381,12 @@ class IbvQp final : public QueuePair {
     api_->destroyQp(qp_);
   }
   uint32_t qpn() const override { return qp_->qp_num; }
-  QpState state() const override { return state_; }
+  // A completion error moves an RC QP to the error state (the NIC does; rdma-core says so
+  // only through ibv_query_qp, which this keeps us from calling per poll).
+  QpState state() const override { return failed_.load(std::memory_order_acquire) ? QpState::Error : state_; }
+  void noteCompletion(const ibv_wc& wc) {
+    if (wc.status != IBV_WC_SUCCESS) failed_.store(true, std::memory_order_release);
+  }
   Status localAddress(QpAddress* out) const override {
     ibv_port_attr port{};
     if (api_->queryPort(ctx_, kPort, &port) != 0) return ibvError("ibv_query_port", 0);
@@ -404,10 +418,24 @@ class IbvQp final : public QueuePair {
     ibv_send_wr wr;
     ibv_send_wr* bad = nullptr;
     RIDGE_TRY(toSendWr(w, &sge, &wr));
+    // The NIC sees the send's index (the CQE's wqeCounter, as softnic gives it); poll restores
+    // the caller's id. An index's entry is reused only after the queue's depth of later posts,
+    // which the slot count above keeps behind its completion.
+    if (sendIds_.empty()) sendIds_.resize(roundUpPow2(std::max<uint32_t>(sqDepth_, 1)));
+    wr.wr_id = kSendTag | sendIndex_;
+    sendIds_[sendIndex_ & (sendIds_.size() - 1)] = w.wrId;
     int rc = api_->postSend(qp_, &wr, &bad);
     if (rc) return ibvError("ibv_post_send", rc);
+    ++sendIndex_;
     ++posted_;
     return Status::ok();
+  }
+  // A completion of postSend's: the caller's id and the WQE's index back.
+  void restoreSend(const ibv_wc& wc, Cqe* c) const {
+    if (!(wc.wr_id & kSendTag) || sendIds_.empty()) return;
+    const uint64_t index = wc.wr_id & ~kSendTag;
+    c->wrId = sendIds_[index & (sendIds_.size() - 1)];
+    c->wqeCounter = static_cast<uint16_t>(index);
   }
   Status postRecv(const RecvWqe& w) override {
     if (state_ == QpState::Reset)
@@ -480,6 +508,7 @@ class IbvQp final : public QueuePair {
   QpState state_ = QpState::Reset;
   uint32_t posted_ = 0;
   uint32_t retired_ = 0;
+  std::atomic<bool> failed_{false};
   RingProxy* proxy_;
   bool hardware_ = false;
   // Ring mode: the producer's ring and doorbell record, the bounce buffer inline payloads are
@@ -495,6 +524,9 @@ class IbvQp final : public QueuePair {
   uint64_t sendSeq_ = 0;
   std::deque<Pending> pending_;
   uint64_t recvSeq_ = 0;
+  // postSend's ids by WQE index (not ring mode).
+  std::vector<uint64_t> sendIds_;
+  uint64_t sendIndex_ = 0;
 };
 
 int IbvCq::poll(Cqe* out, int max) {
@@ -508,6 +540,11 @@ int IbvCq::poll(Cqe* out, int max) {
     for (int i = 0; i < n; ++i) {
       Cqe& c = out[total + i];
       wcToCqe(wc[i], &c);
+      auto owner = qps_.find(wc[i].qp_num);
+      if (owner != qps_.end()) {
+        owner->second->restoreSend(wc[i], &c);
+        owner->second->noteCompletion(wc[i]);
+      }
       // Error completions do not carry a valid opcode: the receive side is told apart by
       // the caller's wr_id; send-side retirement counts every non-receive completion.
       const bool recv = c.opcode == kCqeRecv || c.opcode == kCqeRecvRdmaImm;
@@ -572,6 +609,7 @@ bool IbvCq::drain() {
   for (int i = 0; i < n; ++i) {
     RingCqe c = ringCqeOf(wc[i]);
     auto it = qps_.find(wc[i].qp_num);
+    if (it != qps_.end()) it->second->noteCompletion(wc[i]);
     if (it != qps_.end() && it->second->ringMode()) {
       if (!it->second->translate(wc[i], &c)) continue;
     } else {
@@ -796,6 +834,7 @@ Status IbvQp::modify(QpState to, const QpAddress* remote) {
   int rc = api_->modifyQp(qp_, &attr, mask);
   if (rc) return ibvError(format("ibv_modify_qp to %s", qpStateName(to)).c_str(), rc);
   state_ = to;
+  if (to == QpState::Reset) failed_.store(false, std::memory_order_release);
   if (to == QpState::Reset) posted_ = retired_ = 0;
   return Status::ok();
 }
