@@ -431,11 +431,13 @@ class IbvQp final : public QueuePair {
     return Status::ok();
   }
   // A completion of postSend's: the caller's id and the WQE's index back.
-  void restoreSend(const ibv_wc& wc, Cqe* c) const {
+  // A success also retires every WQE before it (RC completes in order), unsignaled ones too.
+  void restoreSend(const ibv_wc& wc, Cqe* c) {
     if (!(wc.wr_id & kSendTag) || sendIds_.empty()) return;
     const uint64_t index = wc.wr_id & ~kSendTag;
     c->wrId = sendIds_[index & (sendIds_.size() - 1)];
     c->wqeCounter = static_cast<uint16_t>(index);
+    if (wc.status == IBV_WC_SUCCESS) retired_ = static_cast<uint32_t>(index + 1);
   }
   Status postRecv(const RecvWqe& w) override {
     if (state_ == QpState::Reset)
@@ -457,15 +459,14 @@ class IbvQp final : public QueuePair {
     if (rc && ringMode_) --recvSeq_;
     return rc ? ibvError("ibv_post_recv", rc) : Status::ok();
   }
-  // Counted from send completions: the provider cannot see unsignaled WQEs retire, so
-  // callers that post unsignaled work must signal at least one WQE per queue depth. (A QP
+  // Counted from send completions (a success retires every WQE up to it): callers that post
+  // unsignaled work must signal at least one WQE per queue depth. (A QP
   // driven through mlx5Sq() counts its free blocks itself.)
   uint32_t sendSlotsFree() const override { return ringMode_ ? 0 : sqDepth_ - (posted_ - retired_); }
   // The hardware send queue of a QpCaps::mlx5Direct QP, else the proxy's ring in host memory.
   const mlx5::SqView* mlx5Sq() const override {
     return hardware_ ? &view_ : const_cast<IbvQp*>(this)->enterRingMode();
   }
-  void retired() { ++retired_; }
   // createMlx5Qp: the hardware send queue from mlx5dv_init_obj.
   void setHardwareRing(const mlx5::SqView& v) {
     view_ = v;
@@ -547,11 +548,7 @@ int IbvCq::poll(Cqe* out, int max) {
       }
       // Error completions do not carry a valid opcode: the receive side is told apart by
       // the caller's wr_id; send-side retirement counts every non-receive completion.
-      const bool recv = c.opcode == kCqeRecv || c.opcode == kCqeRecvRdmaImm;
-      if (!recv && c.status == kCqeOk) {
-        auto it = qps_.find(c.qpn);
-        if (it != qps_.end()) it->second->retired();
-      }
+      // (Send-side retirement: restoreSend, from the WQE index the completion names.)
     }
     total += n;
     if (n < 16) break;
@@ -613,8 +610,8 @@ bool IbvCq::drain() {
     if (it != qps_.end() && it->second->ringMode()) {
       if (!it->second->translate(wc[i], &c)) continue;
     } else {
-      const bool recv = (wc[i].opcode & IBV_WC_RECV) != 0;
-      if (!recv && wc[i].status == IBV_WC_SUCCESS && it != qps_.end()) it->second->retired();
+      Cqe retiring;  // postSend's retirement count, from the WQE index the completion names
+      if (it != qps_.end()) it->second->restoreSend(wc[i], &retiring);
     }
     deliver(c);
   }
