@@ -271,9 +271,9 @@ TEST_F(VerbsFakeApi, RingsOverAnyDeviceThroughTheProxy) {
     for (uint32_t i = 0; i < 8; ++i) {
       mlx5::WqeBuf w;
       const uint8_t op = (i == 4 || i == 5) ? mlx5::kOpRdmaWriteImm : mlx5::kOpRdmaWrite;
-      const uint32_t ds = mlx5::buildWqe(&w, op, static_cast<uint16_t>(i), sq->qpn,
-                                         i < 6 ? mlx5::kCtrlCqUpdate : 0, 70 + i, md->addr() + 8 * i,
-                                         md->rkey(), ms->addr() + 8 * i, ms->lkey(), 8);
+      const uint32_t ds =
+          mlx5::buildWqe(&w, op, static_cast<uint16_t>(i), sq->qpn, i < 6 ? mlx5::kCtrlCqUpdate : 0, 70 + i,
+                         md->addr() + 8 * i, md->rkey(), ms->addr() + 8 * i, ms->lkey(), 8);
       mlx5::copyToRing(*sq, i, w, mlx5::wqeBbs(ds));
     }
     // An inline write of 16 bytes (index 8), a signaled NOP (9), then a WQE claiming index 3 at
@@ -285,7 +285,8 @@ TEST_F(VerbsFakeApi, RingsOverAnyDeviceThroughTheProxy) {
     mlx5::copyToRing(*sq, 8, w, mlx5::wqeBbs(ds));
     ds = mlx5::buildNop(&w, 9, sq->qpn, mlx5::kCtrlCqUpdate);
     mlx5::copyToRing(*sq, 9, w, ds);
-    ds = mlx5::buildWqe(&w, mlx5::kOpRdmaWrite, 3, sq->qpn, 0, 0, md->addr(), md->rkey(), ms->addr(), ms->lkey(), 8);
+    ds = mlx5::buildWqe(&w, mlx5::kOpRdmaWrite, 3, sq->qpn, 0, 0, md->addr(), md->rkey(), ms->addr(),
+                        ms->lkey(), 8);
     mlx5::copyToRing(*sq, 10, w, mlx5::wqeBbs(ds));
     mlx5::publishDbr(*sq, 11);
     // 6 + 1 + 1 + 1 send CQEs and 2 receive CQEs through a ring of 4: in order, none lost, none

@@ -862,9 +862,10 @@ Status GdrTransport::connect(const TransportSetup& setup) {
     const verbs::GdrLadderDecision d =
         verbs::decideGdrLadder(verbs::probeGdrLadder(device_.get(), device::activeRuntime(), stagingBytes));
     ladderLine = verbs::gdrLadderLine(d);
-    RIDGE_INFO("gdr: rank %d: ladder rung %s; runs host-staged (the provider's proxied mlx5 rings) until the "
-               "doorbell rungs are wired",
-               rank_, ladderLine.c_str());
+    RIDGE_INFO(
+        "gdr: rank %d: ladder rung %s; runs host-staged (the provider's proxied mlx5 rings) until the "
+        "doorbell rungs are wired",
+        rank_, ladderLine.c_str());
   }
 
   std::string tierName, tierWhy;
@@ -914,7 +915,8 @@ Status GdrTransport::connect(const TransportSetup& setup) {
     if (!missing && !l->landCq->mlx5Cq()) missing = "the landing CQ";
     if (!missing && !l->creditCq->mlx5Cq()) missing = "the credit CQ";
     if (missing)
-      return makeError(ridgeInvalidUsage, "gdr: the %s provider does not expose %s as an mlx5 queue (mode %s)",
+      return makeError(ridgeInvalidUsage,
+                       "gdr: the %s provider does not expose %s as an mlx5 queue (mode %s)",
                        device_->attributes().provider.c_str(), missing, modeName(mode));
     RIDGE_TRY(l->dataQp->modify(QpState::Init));
     RIDGE_TRY(l->landQp->modify(QpState::Init));

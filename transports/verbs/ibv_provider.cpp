@@ -493,7 +493,7 @@ class IbvQp final : public QueuePair {
     uint16_t index;
     uint8_t opcode;  // mlx5::Opcode
     bool signaled;
-    bool nop;        // completed by the proxy, not the NIC (a NOP, or a WQE it refused)
+    bool nop;  // completed by the proxy, not the NIC (a NOP, or a WQE it refused)
     uint32_t bytes;
     uint8_t syndrome;  // a refused WQE: the error CQE it retires with
   };
@@ -626,15 +626,22 @@ const mlx5::SqView* IbvQp::enterRingMode() {
     // Inline payloads are posted from here (a registered buffer: no provider need support
     // IBV_SEND_INLINE), one slot per block, reused only after the block's WQE retired.
     bounce_ = std::make_unique<char[]>(static_cast<size_t>(blocks) * kBounceBytes);
-    bounceMr_ = api_->regMr(pd_, bounce_.get(), static_cast<size_t>(blocks) * kBounceBytes, IBV_ACCESS_LOCAL_WRITE);
+    bounceMr_ =
+        api_->regMr(pd_, bounce_.get(), static_cast<size_t>(blocks) * kBounceBytes, IBV_ACCESS_LOCAL_WRITE);
     if (!bounceMr_) {
       RIDGE_WARN("verbs: QP %u: no mlx5 send queue: ibv_reg_mr of its bounce buffer failed: %s", qpn(),
                  std::strerror(errno));
       return nullptr;
     }
     ring_ = std::make_unique<uint64_t[]>(static_cast<size_t>(blocks) * (mlx5::kWqeBbBytes / 8));
-    view_ = mlx5::SqView{reinterpret_cast<uint8_t*>(ring_.get()), &dbrec_[mlx5::kSendDbrWord], &uar_, nullptr, 0,
-                         log2, qp_->qp_num, 0};
+    view_ = mlx5::SqView{reinterpret_cast<uint8_t*>(ring_.get()),
+                         &dbrec_[mlx5::kSendDbrWord],
+                         &uar_,
+                         nullptr,
+                         0,
+                         log2,
+                         qp_->qp_num,
+                         0};
     consumed_ = 0;
     ringMode_ = true;
     proxy_->add(this);
@@ -703,7 +710,8 @@ void IbvQp::retireNops() {
 }
 
 bool IbvQp::pump() {
-  const uint32_t producer = mlx5::be32(__atomic_load_n(&dbrec_[mlx5::kSendDbrWord], __ATOMIC_ACQUIRE)) & 0xffffu;
+  const uint32_t producer =
+      mlx5::be32(__atomic_load_n(&dbrec_[mlx5::kSendDbrWord], __ATOMIC_ACQUIRE)) & 0xffffu;
   const uint32_t mask = (1u << view_.log2Bbs) - 1u;
   bool any = false;
   while ((consumed_ & 0xffffu) != producer) {
@@ -725,7 +733,8 @@ bool IbvQp::pump() {
       // error CQE, as an mlx5 NIC reports a bad WQE, so that the producer learns of it and gets
       // its credit.
       RIDGE_WARN("verbs: QP %u: ring WQE at %u not posted: %s", qpn(), consumed_ & 0xffffu, why.c_str());
-      pending_.push_back({static_cast<uint16_t>(consumed_), ctrl.opcode, true, true, 0, mlx5::kSyndLocalQpOp});
+      pending_.push_back(
+          {static_cast<uint16_t>(consumed_), ctrl.opcode, true, true, 0, mlx5::kSyndLocalQpOp});
       retireNops();
     }
     consumed_ += bbs;
@@ -958,11 +967,13 @@ Status IbvPd::createMlx5Cq(uint32_t entries, std::unique_ptr<CompletionQueue>* o
     return ibvError("mlx5dv_init_obj(CQ)", rc);
   }
   uint32_t log2Cqes = 0;
-  if (dvcq.cqe_size != sizeof(mlx5::Cqe64) || dvcq.cqe_cnt == 0 || roundUpPow2(dvcq.cqe_cnt, &log2Cqes) != dvcq.cqe_cnt) {
+  if (dvcq.cqe_size != sizeof(mlx5::Cqe64) || dvcq.cqe_cnt == 0 ||
+      roundUpPow2(dvcq.cqe_cnt, &log2Cqes) != dvcq.cqe_cnt) {
     api_->destroyCq(cq);
     api_->destroyCompChannel(ch);
-    return makeError(ridgeSystemError, "verbs: mlx5 direct CQ: %u CQEs of %u bytes (needs a power of two of 64)",
-                     dvcq.cqe_cnt, dvcq.cqe_size);
+    return makeError(ridgeSystemError,
+                     "verbs: mlx5 direct CQ: %u CQEs of %u bytes (needs a power of two of 64)", dvcq.cqe_cnt,
+                     dvcq.cqe_size);
   }
   auto c = std::make_unique<IbvCq>(api_, ch, cq, proxy_, entries);
   // The hardware ring as the one raw-queue view (mlx5_wire.h): its CQEs and consumer-index word.
@@ -1010,7 +1021,8 @@ Status IbvPd::createMlx5Qp(const ibv_qp_init_attr& init, IbvCq* s, IbvCq* r,
   uint32_t log2Bbs = 0;
   if (dvqp.sq.stride != mlx5::kWqeBbBytes || roundUpPow2(dvqp.sq.wqe_cnt, &log2Bbs) != dvqp.sq.wqe_cnt) {
     api_->destroyQp(qp);
-    return makeError(ridgeSystemError, "verbs: mlx5 direct QP: %u send blocks of %u bytes (needs a power of two of 64)",
+    return makeError(ridgeSystemError,
+                     "verbs: mlx5 direct QP: %u send blocks of %u bytes (needs a power of two of 64)",
                      dvqp.sq.wqe_cnt, dvqp.sq.stride);
   }
   auto q = std::make_unique<IbvQp>(api_, qp, ctx_, pd_, s, r, init.cap.max_send_wr, proxy_);
@@ -1148,10 +1160,10 @@ void probeGpuMappings(IbvDevice* d, ProtectionDomain* pd, QueuePair* qp, Complet
   const mlx5::CqView& cqv = *cq->mlx5Cq();
   uint64_t dev = 0;
   // The whole doorbell record (the send word is its second): the page a GPU maps holds both.
-  Status st = mapping.map(sq.ring, static_cast<size_t>(mlx5::kWqeBbBytes) << sq.log2Bbs, HostRangeKind::Memory, &dev);
+  Status st =
+      mapping.map(sq.ring, static_cast<size_t>(mlx5::kWqeBbBytes) << sq.log2Bbs, HostRangeKind::Memory, &dev);
   if (st.isOk()) st = mapping.map(sq.dbrec - mlx5::kSendDbrWord, 8, HostRangeKind::Memory, &dev);
-  if (st.isOk())
-    st = mapping.map(cqv.cqes, sizeof(mlx5::Cqe64) << cqv.log2Size, HostRangeKind::Memory, &dev);
+  if (st.isOk()) st = mapping.map(cqv.cqes, sizeof(mlx5::Cqe64) << cqv.log2Size, HostRangeKind::Memory, &dev);
   if (st.isOk()) st = mapping.map(cqv.dbrec, 8, HostRangeKind::Memory, &dev);
   f->ringsMappedForGpu = st.isOk() ? FactWhy::yes() : FactWhy::no(st.message());
   st = mapping.map(sq.uarDoorbell, 8, HostRangeKind::IoMemory, &dev);
@@ -1229,8 +1241,8 @@ GdrLadderFacts probeGdrLadder(Device* device, device::DeviceRuntime* runtime, ui
     f.directQueues = FactWhy::no(st.message());
     return f;
   }
-  f.directQueues = FactWhy::yes(
-      format("send queue of %u blocks, %u 64-byte CQEs", 1u << qp->mlx5Sq()->log2Bbs, 1u << cq->mlx5Cq()->log2Size));
+  f.directQueues = FactWhy::yes(format("send queue of %u blocks, %u 64-byte CQEs",
+                                       1u << qp->mlx5Sq()->log2Bbs, 1u << cq->mlx5Cq()->log2Size));
   if (f.gpu.value == Fact::Yes) probeGpuMappings(d, pd.get(), qp.get(), cq.get(), runtime, stagingBytes, &f);
   return f;
 }
