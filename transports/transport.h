@@ -44,6 +44,21 @@ struct SlotInfo {
   bool lastOfMessage = false;
 };
 
+// ---- device-side producer extension (the gdr transport in write mode, docs/gdr-write.md) ----
+// A connector whose messages the device can send itself: device code writes the payload from
+// device memory straight into the transport's staging, builds the work requests and rings the
+// doorbell, instead of a host copy into a slot and a host post.
+class DeviceProducer {
+ public:
+  using Fn = void (*)(void* arg, const void* src, size_t bytes);
+  virtual ~DeviceProducer() = default;
+  // What the device runs for the next message (fn(*arg, src, bytes), src as the device sees
+  // it), cut into chunks of slotBytes() as the receiver expects. Changes nothing by itself.
+  virtual Fn deviceFunction(void** arg) = 0;
+  // Once the device has run it: the message's status.
+  virtual Status finishDeviceSend() = 0;
+};
+
 class SendConnector {
  public:
   SendConnector(size_t slotBytes, int peer) : slotBytes_(slotBytes), peer_(peer) {}
@@ -77,6 +92,9 @@ class SendConnector {
   // were still queued the connection to the peer is failed (what it already received
   // would be a partial message). Waits at most for one pass of a progress thread.
   virtual void withdrawDirect() {}
+
+  // The device-side producer of this connector, or nullptr (the default: host copies).
+  virtual DeviceProducer* deviceProducer() { return nullptr; }
 
   size_t slotBytes() const { return slotBytes_; }
   // The rank at the other end.

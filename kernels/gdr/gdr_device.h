@@ -1,14 +1,17 @@
 // Device-side verbs subset of the GDR-write transport: what a GPU thread needs to push a
 // send through a NIC with no CPU on the path. The producer
-//   1. takes a staging slot, but only while it holds a credit for it (the NIC's retired
-//      counter says the slot's previous send completed, the receiver's consumed counter says
-//      the landing slot at the far end is free),
+//   1. takes a staging slot, but only while it holds a credit for it (a CQE says the slot's
+//      previous send completed, the receiver's consumed counter says the landing slot at the
+//      far end is free),
 //   2. writes the payload into the slot (posted writes into NIC-side memory),
 //   3. writes the slot's header and trailer (sequence number, size, flags),
-//   4. builds an RDMA WRITE WITH IMMEDIATE WQE (staging slot -> remote slot) per
-//      verbs_layout.h, publishes the producer index in the doorbell record and rings the
-//      doorbell page,
-// and polls completions and credit words. The receiver side checks the landed header and
+//   4. builds an mlx5 RDMA WRITE WITH IMMEDIATE WQE (staging slot -> remote slot; the wire
+//      format of mlx5_wire.h, the bytes a ConnectX NIC reads), publishes the producer index in
+//      the doorbell record and rings the UAR doorbell,
+// and polls its CQ (a CQE every k-th WQE gives the staging credits back) and the credit word
+// the receiver writes. Everything the producer reads (CQ, credit record, its own state) is in
+// memory local to it (GPU memory on a GPU): no PCIe read on the data path. Only stores cross
+// to the NIC (payload, UAR). The receiver side checks the landed header and
 // trailer against the sequence number it expects, which is how "staged data dropped or
 // overwritten" is detected end to end.
 //
@@ -22,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/gdr/mlx5_wire.h"
 #include "transports/verbs/verbs_layout.h"
 
 // ---- Memory-ordering layer ------------------------------------------------------------
@@ -93,11 +97,14 @@ struct Counters {
   uint64_t creditsReturned;   // staging credits the NIC gave back (retired sends seen)
   uint64_t creditStalls;      // times the producer found no staging credit (one per episode)
   uint64_t remoteStalls;      // times it found the receiver's ring full (one per episode)
-  uint64_t doorbells;         // doorbell page writes
+  uint64_t doorbells;         // UAR doorbell (or BlueFlame) writes
   uint64_t stagedLost;        // staged data dropped or overwritten: must stay 0
   uint64_t slotsLanded;       // receiver: slots verified and handed out
   uint64_t creditWrites;      // receiver: consumed counts written back to the sender
   uint64_t completionErrors;  // CQEs with a status other than success
+  uint64_t remoteReads;       // producer loads from NIC-side memory (staging, UAR): must stay 0
+  uint64_t devicePosts;       // slots the device-side producer filled straight from a device
+                              // buffer (GPU kernel, or the emulated runtime's device thread)
 };
 
 // ---- Device handles -------------------------------------------------------------------
@@ -112,46 +119,88 @@ struct CreditRecord {
 
 // Everything a producer needs, as plain data (pointers in the producer's address space).
 struct SendChannel {
-  verbs::SendRingView sq;   // WQE ring, doorbell record, doorbell page, retired counter
-  char* staging;            // producer mapping of slot 0
+  mlx5::SqView sq;          // data QP's send queue: ring and record local, UAR remote
+  mlx5::CqView cq;          // its completion queue, local: CQEs give staging credits back
+  char* staging;            // producer mapping of slot 0 (remote: NIC memory or host memory)
   uint64_t stagingWqeAddr;  // the address of slot 0 in WQEs (offset for zero-based DM)
   uint32_t stagingLkey;
-  uint32_t slotCount;        // staging slots (credits), <= 1 << sq.log2Size
+  uint32_t slotCount;        // staging slots (credits), <= 1 << sq.log2Bbs
   uint32_t slotStrideBytes;  // slotStride(payloadCapacity)
   uint32_t payloadCapacity;
   uint64_t remoteAddr;  // slot 0 of the receiver's landing ring
   uint32_t remoteRkey;
   uint32_t remoteSlotCount;
-  const CreditRecord* remoteConsumed;  // written by the receiver (RDMA): slots released
+  const CreditRecord* remoteConsumed;  // local; written by the receiver (RDMA): slots released
+  uint32_t signalEvery;                // a CQE is requested every k-th WQE (1 <= k <= slotCount)
+  uint32_t reserved;
 };
 
-// Producer state; one producer per channel.
+// Producer state; one producer per channel, in memory local to it.
 struct SendState {
   uint64_t seq;             // slots posted so far
   uint64_t remoteConsumed;  // last valid CreditRecord::count seen
-  uint32_t pi;              // send-queue producer index
+  uint64_t lastCtrl8;       // the doorbell word: first 8 bytes of the last WQE's control segment
+  uint32_t pi;              // send-queue producer index (blocks; one per slot WQE)
   uint32_t rungPi;          // producer index last published through the doorbell
-  uint32_t retiredSeen;     // NIC retired counter at the last look
+  uint32_t retired;         // WQEs known complete, from the CQEs polled
+  uint32_t cqCi;            // CQ consumer index
+  uint32_t signaledPi;      // producer index after the last WQE that asked for a CQE
+  uint32_t failedSyndrome;  // first error CQE's syndrome (0: none)
   uint32_t stalledLocal;    // in a staging-credit stall episode
   uint32_t stalledRemote;   // in a receiver-ring stall episode
 };
 
-// Staging credits the producer holds now. The NIC retires the WQE of a slot when its send
-// completed (the target acknowledged every byte), so `retired` is the credit word: slot k is
-// free again once the WQE posted from it has retired. One WQE per slot on this queue pair
+// Producer-side accounting of where a load goes: staging and the UAR are across PCIe for a
+// GPU (non-posted reads the design exists to avoid); everything else is local.
+RIDGE_HOST_DEVICE inline bool isRemote(const SendChannel& ch, const void* p) {
+  const char* c = static_cast<const char*>(p);
+  const char* uar = reinterpret_cast<const char*>(ch.sq.uarDoorbell);
+  return (c >= ch.staging && c < ch.staging + static_cast<size_t>(ch.slotCount) * ch.slotStrideBytes) ||
+         (uar != nullptr && c >= uar && c < uar + 8) ||
+         (ch.sq.blueFlame != nullptr && c >= reinterpret_cast<const char*>(ch.sq.blueFlame) &&
+          c < reinterpret_cast<const char*>(ch.sq.blueFlame) + 2 * ch.sq.bfBytes);
+}
+// Every producer load goes through these, so a test can prove there is none across PCIe.
+RIDGE_HOST_DEVICE inline uint64_t producerLoad64(const SendChannel& ch, Counters* ctr, const uint64_t* p) {
+  if (isRemote(ch, p)) ctr->remoteReads += 1;
+  return loadVolatile64(p);
+}
+
+// Polls the channel's CQ: a requester CQE for the WQE at block k means every WQE up to k is
+// complete (the NIC retires in order), so `retired` moves to k + 1. Error CQEs (a flushed QP
+// writes one for every outstanding WQE, signaled or not) are counted and remembered.
+RIDGE_HOST_DEVICE inline void pollSendCq(const SendChannel& ch, SendState* st, Counters* ctr) {
+  if (ch.cq.cqes == nullptr) return;
+  mlx5::CqeFields f;
+  for (int i = 0; i < 16; ++i) {
+    const mlx5::Cqe64* c = ch.cq.cqes + (st->cqCi & ((1u << ch.cq.log2Size) - 1u));
+    if (isRemote(ch, c)) ctr->remoteReads += 1;
+    if (!mlx5::pollCq(ch.cq, &st->cqCi, &f)) return;
+    if (f.opcode == mlx5::kCqeReq) {
+      // 16-bit index in the CQE: the distance from what we knew, within one queue's length.
+      const uint32_t upTo = st->retired + static_cast<uint16_t>(f.wqeCounter + 1u - st->retired);
+      ctr->creditsReturned += upTo - st->retired;
+      st->retired = upTo;
+    } else {
+      ctr->completionErrors += 1;
+      if (st->failedSyndrome == 0) st->failedSyndrome = f.syndrome ? f.syndrome : 0xff;
+    }
+  }
+}
+
+// Staging credits the producer holds now: slot k is free again once the WQE posted from it
+// has completed (the target acknowledged every byte). One WQE per slot on this queue pair
 // keeps the two counters in step.
 RIDGE_HOST_DEVICE inline uint32_t stagingCredits(const SendChannel& ch, SendState* st, Counters* ctr) {
-  const uint32_t retired = loadVolatile32(ch.sq.retired);
-  ctr->creditsReturned += retired - st->retiredSeen;
-  st->retiredSeen = retired;
-  const uint32_t inUse = st->pi - retired;
+  pollSendCq(ch, st, ctr);
+  const uint32_t inUse = st->pi - st->retired;
   return inUse >= ch.slotCount ? 0u : ch.slotCount - inUse;
 }
 
 // Landing slots free at the receiver.
-RIDGE_HOST_DEVICE inline uint64_t remoteCredits(const SendChannel& ch, SendState* st) {
-  const uint64_t count = loadVolatile64(&ch.remoteConsumed->count);
-  const uint64_t check = loadVolatile64(&ch.remoteConsumed->check);
+RIDGE_HOST_DEVICE inline uint64_t remoteCredits(const SendChannel& ch, SendState* st, Counters* ctr) {
+  const uint64_t count = producerLoad64(ch, ctr, &ch.remoteConsumed->count);
+  const uint64_t check = producerLoad64(ch, ctr, &ch.remoteConsumed->check);
   // Valid, newer and never ahead of what was sent: anything else is a record still landing.
   if ((count ^ kCreditCheck) == check && count > st->remoteConsumed && count <= st->seq)
     st->remoteConsumed = count;
@@ -171,7 +220,7 @@ RIDGE_HOST_DEVICE inline char* tryAcquireSlot(const SendChannel& ch, SendState* 
     st->stalledLocal = 1;
     return nullptr;
   }
-  if (remoteCredits(ch, st) == 0) {
+  if (remoteCredits(ch, st, ctr) == 0) {
     if (!st->stalledRemote) ctr->remoteStalls += 1;
     st->stalledRemote = 1;
     return nullptr;
@@ -201,115 +250,112 @@ RIDGE_HOST_DEVICE inline void writeStaging(char* dst, const char* src, size_t by
   for (size_t i = done + lane; i < bytes; i += lanes) dst[i] = src[i];
 }
 
-// Fills one WQE; the caller owns send-queue slot `pi`.
-RIDGE_HOST_DEVICE inline verbs::Wqe makeWriteWqe(uint8_t opcode, uint64_t localAddr, uint32_t lkey,
-                                                 uint32_t bytes, uint64_t remoteAddr, uint32_t rkey,
-                                                 uint32_t imm, uint64_t wrId, bool signaled) {
-  verbs::Wqe w;
-  w.opcode = opcode;
-  w.flags = signaled ? static_cast<uint8_t>(verbs::kWqeSignaled) : static_cast<uint8_t>(0);
-  w.index = 0;
-  w.qpn = 0;
-  w.immData = imm;
-  w.length = bytes;
-  w.remoteAddr = remoteAddr;
-  w.rkey = rkey;
-  w.reserved0 = 0;
-  w.localAddr = localAddr;
-  w.lkey = lkey;
-  w.reserved1 = 0;
-  w.wrId = wrId;
-  w.reserved2 = 0;
-  return w;
-}
+// One slot's send, as the sealed slot describes it: what the device-side producer writes as an
+// mlx5 WQE and the host-staged proxy posts through the provider.
+struct SlotSend {
+  uint64_t localAddr;
+  uint64_t remoteAddr;
+  uint32_t bytes;  // on the wire: header, payload, trailer
+  uint32_t imm;    // low 32 bits of the sequence number
+  uint32_t signaled;
+  uint32_t reserved;
+};
 
-// Writes `w` into the send ring at `pi` (index and QP number filled in). The index field is
-// what the NIC uses to tell a fresh slot from last pass's, so it is stored after the rest.
-RIDGE_HOST_DEVICE inline void writeWqe(const verbs::SendRingView& sq, uint32_t pi, const verbs::Wqe& w) {
-  verbs::Wqe* slot = sq.wqes + (pi & ((1u << sq.log2Size) - 1u));
-  verbs::Wqe tmp = w;
-  tmp.qpn = sq.qpn;
-  tmp.index = static_cast<uint16_t>(pi - (1u << sq.log2Size));  // still "last pass"
-  *slot = tmp;
-  verbs::verbsReleaseFence();
-  *reinterpret_cast<volatile uint16_t*>(&slot->index) = static_cast<uint16_t>(pi);
-}
-
-// Publishes every WQE below `newPi` and rings the doorbell page. The record is what the NIC
-// trusts, so it must be visible before the ring; the ring names the QP and index the way a
-// UAR write does.
-RIDGE_HOST_DEVICE inline void ringDoorbell(const verbs::SendRingView& sq, uint32_t newPi, Counters* ctr) {
-  verbs::sqRing(sq, newPi);  // fences: WQEs and payload, then the record, then the ring
-  ctr->doorbells += 1;
-}
-
-// Seals the acquired slot with `bytes` of payload (already written): header and trailer, then
-// the WQE that sends it (returned, not yet in the ring). Advances the sequence number.
-RIDGE_HOST_DEVICE inline verbs::Wqe sealSlot(const SendChannel& ch, SendState* st, uint32_t bytes, bool last,
-                                             Counters* ctr) {
+// Seals the acquired slot with `bytes` of payload (already written): header and trailer, and
+// the send that carries it. Only stores reach the slot (it is remote memory for a GPU).
+// Advances the sequence number. A CQE is requested every ch.signalEvery-th slot and for the
+// last slot of a message, so credits come back without relying on unsignaled completions.
+RIDGE_HOST_DEVICE inline SlotSend sealSlot(const SendChannel& ch, SendState* st, uint32_t bytes, bool last,
+                                           Counters* ctr) {
   const uint64_t seq = st->seq + 1;
   char* slot = stagingSlot(ch, st->seq);
   SlotHeader* h = reinterpret_cast<SlotHeader*>(slot);
   SlotTrailer* t = reinterpret_cast<SlotTrailer*>(slot + kSlotHeaderBytes + paddedPayload(bytes));
-  // The slot must still hold what was posted from it one lap ago: anything else means some
-  // writer did not respect the credits, and is counted as staged data overwritten.
-  const uint64_t previous = loadVolatile64(&h->seq);
-  if (previous != 0 && previous + ch.slotCount != seq) ctr->stagedLost += 1;
   h->bytes = bytes;
   h->flags = last ? kSlotLast : 0u;
   h->magic = kSlotMagic;
   storeVolatile64(&h->seq, seq);
   storeVolatile64(&t->seq, seq);
-  const uint64_t local =
-      ch.stagingWqeAddr + static_cast<uint64_t>(st->seq % ch.slotCount) * ch.slotStrideBytes;
-  const uint64_t remote =
-      ch.remoteAddr + static_cast<uint64_t>(st->seq % ch.remoteSlotCount) * ch.slotStrideBytes;
+  SlotSend s;
+  s.localAddr = ch.stagingWqeAddr + static_cast<uint64_t>(st->seq % ch.slotCount) * ch.slotStrideBytes;
+  s.remoteAddr = ch.remoteAddr + static_cast<uint64_t>(st->seq % ch.remoteSlotCount) * ch.slotStrideBytes;
+  s.bytes = wireBytes(bytes);
+  s.imm = static_cast<uint32_t>(seq);
+  s.signaled = (mlx5::signalEvery(st->seq, ch.signalEvery) || last) ? 1u : 0u;
+  s.reserved = 0;
   st->seq = seq;
   ctr->slotsWritten += 1;
   ctr->creditsConsumed += 1;
-  // Unsignaled: credits come back through the retired counter; the NIC still writes a CQE
-  // for a WQE that fails, which the producer's error poll sees.
-  return makeWriteWqe(verbs::kWqeRdmaWriteImm, local, ch.stagingLkey, wireBytes(bytes), remote, ch.remoteRkey,
-                      static_cast<uint32_t>(seq), seq, false);
+  return s;
 }
 
-// Seals the slot and writes its WQE into the send ring; does not ring, so several slots can
+// Writes one built WQE into the send queue at st->pi (the caller holds a credit for it).
+RIDGE_HOST_DEVICE inline void appendWqe(const mlx5::SqView& sq, uint32_t* pi, uint64_t* lastCtrl8,
+                                        const mlx5::WqeBuf& w, uint32_t ds) {
+  mlx5::copyToRing(sq, *pi, w, mlx5::wqeBbs(ds));
+  *lastCtrl8 = *reinterpret_cast<const uint64_t*>(w.bytes);
+  *pi += mlx5::wqeBbs(ds);
+}
+
+// Seals the slot and writes its WQE into the send queue; does not ring, so several slots can
 // share one doorbell. Returns the producer index to ring with.
 RIDGE_HOST_DEVICE inline uint32_t postSlot(const SendChannel& ch, SendState* st, uint32_t bytes, bool last,
                                            Counters* ctr) {
-  const verbs::Wqe w = sealSlot(ch, st, bytes, last, ctr);
-  writeWqe(ch.sq, st->pi, w);
-  st->pi += 1;
+  const SlotSend s = sealSlot(ch, st, bytes, last, ctr);
+  mlx5::WqeBuf w;
+  const uint32_t ds = mlx5::buildWqe(&w, mlx5::kOpRdmaWriteImm, static_cast<uint16_t>(st->pi), ch.sq.qpn,
+                                     s.signaled ? uint8_t{mlx5::kCtrlCqUpdate} : uint8_t{0}, s.imm,
+                                     s.remoteAddr, ch.remoteRkey, s.localAddr, ch.stagingLkey, s.bytes);
+  appendWqe(ch.sq, &st->pi, &st->lastCtrl8, w, ds);
+  if (s.signaled) st->signaledPi = st->pi;
   return st->pi;
+}
+
+// Publishes every WQE below st->pi in the doorbell record and rings the UAR doorbell.
+RIDGE_HOST_DEVICE inline void ringTo(const mlx5::SqView& sq, uint32_t pi, uint64_t ctrl8, Counters* ctr) {
+  mlx5::publishDbr(sq, pi);
+  mlx5::ringDoorbellWord(sq, ctrl8);
+  ctr->doorbells += 1;
 }
 
 // Rings for everything posted since the last ring (no-op when nothing is new).
 RIDGE_HOST_DEVICE inline void flushDoorbell(const SendChannel& ch, SendState* st, Counters* ctr) {
   if (st->rungPi == st->pi) return;
-  ringDoorbell(ch.sq, st->pi, ctr);
+  ringTo(ch.sq, st->pi, st->lastCtrl8, ctr);
   st->rungPi = st->pi;
 }
 
-// Posts one plain RDMA WRITE (no immediate) of `bytes` at `localAddr` and rings at once:
-// used to return credits (the consumed counter) to a sender.
-RIDGE_HOST_DEVICE inline bool postPlainWrite(const verbs::SendRingView& sq, uint32_t* pi, uint64_t localAddr,
-                                             uint32_t lkey, uint32_t bytes, uint64_t remoteAddr,
-                                             uint32_t rkey, Counters* ctr) {
-  const uint32_t size = 1u << sq.log2Size;
-  if (*pi - loadVolatile32(sq.retired) >= size) return false;
-  const verbs::Wqe w =
-      makeWriteWqe(verbs::kWqeRdmaWrite, localAddr, lkey, bytes, remoteAddr, rkey, 0, *pi, false);
-  writeWqe(sq, *pi, w);
-  *pi += 1;
-  ringDoorbell(sq, *pi, ctr);
+// When the last WQE rung did not ask for a completion, a signaled NOP behind it does (the NIC
+// completes in order), so a producer about to leave learns when everything retired. Needs a
+// free block; returns whether it posted.
+RIDGE_HOST_DEVICE inline bool postCompletionMarker(const SendChannel& ch, SendState* st, Counters* ctr) {
+  if (st->signaledPi == st->pi || st->pi - st->retired >= (1u << ch.sq.log2Bbs)) return false;
+  mlx5::WqeBuf w;
+  const uint32_t ds = mlx5::buildNop(&w, static_cast<uint16_t>(st->pi), ch.sq.qpn, mlx5::kCtrlCqUpdate);
+  appendWqe(ch.sq, &st->pi, &st->lastCtrl8, w, ds);
+  st->signaledPi = st->pi;
+  flushDoorbell(ch, st, ctr);
   return true;
 }
 
-// ---- Completions ------------------------------------------------------------------------
-// Copies the next CQE out if the NIC wrote one for consumer index *ci, advances *ci and
-// publishes it so the NIC may reuse the entry.
-RIDGE_HOST_DEVICE inline bool pollCq(const verbs::CqRingView& cq, uint32_t* ci, verbs::Cqe* out) {
-  return verbs::cqPollOne(cq, ci, out);
+// Posts one RDMA WRITE of `bytes` (<= mlx5::kMaxInlineBytes) carried inline in the WQE, asks
+// for its completion and rings at once (BlueFlame when the queue has a register): used to
+// return credits (the consumed counter) to a sender. `retired` is the caller's count of
+// completed WQEs on this queue (from its CQ). False when the queue is full.
+RIDGE_HOST_DEVICE inline bool postInlineWrite(const mlx5::SqView& sq, uint32_t* pi, uint32_t retired,
+                                              uint32_t* bfOffset, const void* data, uint32_t bytes,
+                                              uint64_t remoteAddr, uint32_t rkey, Counters* ctr) {
+  mlx5::WqeBuf w;
+  const uint32_t ds = mlx5::buildInlineWqe(&w, mlx5::kOpRdmaWrite, static_cast<uint16_t>(*pi), sq.qpn,
+                                           mlx5::kCtrlCqUpdate, 0, remoteAddr, rkey, data, bytes);
+  const uint32_t bbs = mlx5::wqeBbs(ds);
+  if (*pi + bbs - retired > (1u << sq.log2Bbs)) return false;
+  uint64_t ctrl8 = 0;
+  appendWqe(sq, pi, &ctrl8, w, ds);
+  mlx5::publishDbr(sq, *pi);
+  if (!mlx5::ringBlueFlame(sq, w, bbs, bfOffset)) mlx5::ringDoorbellWord(sq, ctrl8);
+  ctr->doorbells += 1;
+  return true;
 }
 
 // ---- Receiver ------------------------------------------------------------------------

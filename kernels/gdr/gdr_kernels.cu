@@ -31,6 +31,7 @@ __global__ void gdrSendKernel(SendChannel ch, SendState* st, Counters* ctr, cons
     if (threadIdx.x == 0) {
       postSlot(ch, st, chunk, done + chunk == bytes, ctr);
       flushDoorbell(ch, st, ctr);
+      ctr->devicePosts += 1;
     }
     __syncthreads();
     done += chunk;
@@ -39,7 +40,12 @@ __global__ void gdrSendKernel(SendChannel ch, SendState* st, Counters* ctr, cons
     if (!failed) {
       // Completion: the NIC retires the last WQE once the target acknowledged it.
       unsigned long long spin = 0;
-      while (loadVolatile32(ch.sq.retired) != st->pi && spin < spinLimit) ++spin;
+      // (the last slot of a message asks for a CQE, so it reports.)
+      while (spin < spinLimit) {
+        pollSendCq(ch, st, ctr);
+        if (st->retired == st->pi) break;
+        ++spin;
+      }
       if (spin == spinLimit) failed = kKernelCompletionTimeout;
     }
     *status = failed;

@@ -142,6 +142,19 @@ Task sendChunk(ridgeComm* c, SendConnector* tx, bool direct, const void* src, si
 // transport would read them from the host).
 Task sendMessage(ridgeComm* c, int peer, const char* src, size_t bytes) {
   SendConnector* tx = c->sendTo[peer];
+  // A device buffer over a connector the device can drive itself (gdr write): the device-side
+  // producer sends the whole message from device memory, queued on the data ops' stream; no
+  // copy into a slot by the copy engine. Where the runtime cannot run it, the copy path below.
+  if (c->deviceData) {
+    if (DeviceProducer* dp = tx->deviceProducer()) {
+      void* arg = nullptr;
+      const DeviceProducer::Fn fn = dp->deviceFunction(&arg);
+      if (c->deviceData->launch(fn, arg, src, bytes).isOk()) {
+        RIDGE_CO_TRY(co_await dataSettled(c));
+        co_return dp->finishDeviceSend();
+      }
+    }
+  }
   const size_t chunk = tx->slotBytes();
   const bool direct = !c->deviceData && offersDirect(tx) && bytes >= chunk;
   DirectWithdrawal withdrawal{direct ? tx : nullptr, nullptr};

@@ -95,6 +95,13 @@ class DeviceDataOps {
     ++queued_;
     return rt_->launchReduce(dst, srcs, 2, count, type, op, divisor, stream_);
   }
+  // Device code of a transport (device::DeviceRuntime::launchDeviceFunction) on this stream,
+  // covered by the next settle like a copy. Refused (nothing queued) where the runtime cannot.
+  Status launch(device::DeviceRuntime::DeviceFunction fn, void* arg, const void* src, size_t bytes) {
+    RIDGE_TRY(rt_->launchDeviceFunction(fn, arg, src, bytes, stream_));
+    ++queued_;
+    return Status::ok();
+  }
   // A settle behind everything queued so far: a marker is recorded only when something was
   // queued since the last settle (otherwise the last settle's number is shared).
   DataSettled settle() {

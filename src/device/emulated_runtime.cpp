@@ -648,6 +648,17 @@ size_t EmulatedRuntime::pinnedBytesNow() {
   return pinnedNow_;
 }
 
+Status EmulatedRuntime::launchDeviceFunction(DeviceFunction fn, void* arg, const void* src, size_t bytes,
+                                             ridgeStream_t stream) {
+  Status s;
+  const char* from = translate(src, bytes, &s);
+  if (!from) return s;
+  return enqueue(stream, [fn, arg, from, bytes] {
+    fn(arg, from, bytes);
+    return Status::ok();
+  });
+}
+
 Status EmulatedRuntime::launchReduce(void* dst, const void* const* srcs, int nsrcs, size_t count,
                                      ridgeDataType_t type, ridgeRedOp_t op, int finalDivisor,
                                      ridgeStream_t stream) {

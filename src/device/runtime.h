@@ -129,6 +129,18 @@ class DeviceRuntime {
   // the same per-line logic on the stream's worker thread.
   virtual Status launchLLCollective(const ll::Launch& d, ridgeStream_t stream) = 0;
 
+  // Device code a transport brings (the gdr transport's device-side producer, docs/gdr-write.md)
+  // on `stream`: fn(arg, src, bytes) with `src` (device memory) as the device sees it. The
+  // emulator runs it on the stream's worker with `src` translated to its alias. A runtime that
+  // cannot run host-compiled device code refuses with ridgeInvalidUsage (CUDA: a GPU runs the
+  // transport's own kernel, kernels/gdr, once its queues are mapped into the GPU); the caller
+  // then takes its copy path.
+  using DeviceFunction = void (*)(void* arg, const void* src, size_t bytes);
+  virtual Status launchDeviceFunction(DeviceFunction /*fn*/, void* /*arg*/, const void* /*src*/,
+                                      size_t /*bytes*/, ridgeStream_t /*stream*/) {
+    return Status(ridgeInvalidUsage, "this device runtime does not run transport device code");
+  }
+
   // Loads every kernel launchReduce may run into the calling thread's current device, once
   // per device (later calls for that device return at once). The proxy calls it in its setup,
   // before it queues any wait: with lazy module loading (CUDA's default) a kernel's first

@@ -48,24 +48,26 @@ TEST(GdrDevice, LandedSlotChecksCatchLossAndOverwrite) {
   EXPECT_EQ(checkLanded(header.data(), cap, 7, 7, wireBytes(100)), kLandedTornHeader);
 }
 
-TEST(GdrDevice, SealingASlotWithoutItsCreditIsCounted) {
+// Credits come back as CQEs, so sealing asks for one every k-th slot and for the last slot of
+// a message (a producer that stops there must still learn that it completed).
+TEST(GdrDevice, SealingAsksForACompletionEveryKthSlotAndTheLast) {
   const uint32_t cap = 64;
-  std::vector<char> staging(2 * slotStride(cap), 0);
+  std::vector<char> staging(4 * slotStride(cap), 0);
   SendChannel ch{};
   ch.staging = staging.data();
-  ch.slotCount = 2;
+  ch.slotCount = 4;
   ch.slotStrideBytes = slotStride(cap);
   ch.payloadCapacity = cap;
-  ch.remoteSlotCount = 2;
+  ch.remoteSlotCount = 4;
+  ch.signalEvery = 2;
   SendState st{};
   Counters ctr{};
-  for (int i = 0; i < 4; ++i) sealSlot(ch, &st, 8, false, &ctr);
-  EXPECT_EQ(ctr.stagedLost, 0u) << "each slot reused exactly one lap later";
-  // Someone wrote slot 0 behind the producer's back (a sequence number it never posted).
-  reinterpret_cast<SlotHeader*>(staging.data())->seq = 99;
-  sealSlot(ch, &st, 8, false, &ctr);
-  EXPECT_EQ(ctr.stagedLost, 1u);
-  EXPECT_EQ(ctr.slotsWritten, 5u);
+  std::vector<uint32_t> signaled;
+  for (int i = 0; i < 7; ++i) signaled.push_back(sealSlot(ch, &st, 8, i == 4, &ctr).signaled);
+  EXPECT_EQ(signaled, (std::vector<uint32_t>{0, 1, 0, 1, 1, 1, 0}));
+  EXPECT_EQ(ctr.slotsWritten, 7u);
+  // Header and trailer carry the sequence number (stores only: the slot is remote memory).
+  EXPECT_EQ(reinterpret_cast<const SlotHeader*>(stagingSlot(ch, 6))->seq, 7u);
 }
 
 // One NIC, two QPs connected to each other: the producer streams 96 slots through one staging
@@ -119,7 +121,9 @@ TEST(GdrDevice, LoopbackStreamThroughOneStagingSlot) {
   ASSERT_TRUE(landQp->modify(verbs::QpState::Rts).isOk());
 
   SendChannel ch{};
-  ch.sq = *dataQp->sendRing();
+  ch.sq = *dataQp->mlx5Sq();
+  ch.cq = *dataCq->mlx5Cq();
+  ch.signalEvery = 1;
   ch.staging = static_cast<char*>(dm->mapped());
   ch.stagingWqeAddr = 0;
   ch.stagingLkey = dm->region()->lkey();
@@ -136,7 +140,7 @@ TEST(GdrDevice, LoopbackStreamThroughOneStagingSlot) {
   constexpr int kSlots = 96;
   std::vector<char> payload(cap);
   uint64_t received = 0;
-  uint32_t landCi = 0, creditPi = 0, creditCi = 0;
+  uint32_t landCi = 0, creditPi = 0, creditCi = 0, creditRetired = 0, bfOffset = 0;
   int sent = 0;
   const auto t0 = std::chrono::steady_clock::now();
   while (received < kSlots && secondsSince(t0) < ridgetest::scaledSeconds(20.0)) {
@@ -151,25 +155,28 @@ TEST(GdrDevice, LoopbackStreamThroughOneStagingSlot) {
         ++sent;
       }
     }
-    verbs::Cqe c;
-    if (pollCq(*landCq->ring(), &landCi, &c)) {
-      ASSERT_EQ(c.status, verbs::kCqeOk) << verbs::cqeStatusName(c.status);
+    mlx5::CqeFields c;
+    if (mlx5::pollCq(*landCq->mlx5Cq(), &landCi, &c)) {
+      ASSERT_EQ(c.opcode, mlx5::kCqeRespWrImm) << "syndrome " << int(c.syndrome);
       const char* slot = landingRing.data() + (received % landing) * stride;
-      ASSERT_EQ(checkLanded(slot, cap, received + 1, c.immData, c.byteLen), static_cast<uint32_t>(kLandedOk));
+      ASSERT_EQ(checkLanded(slot, cap, received + 1, c.imm, c.byteCnt), static_cast<uint32_t>(kLandedOk));
       const uint32_t bytes = reinterpret_cast<const SlotHeader*>(slot)->bytes;
       ASSERT_EQ(bytes, 1 + static_cast<uint32_t>(received * 37) % cap);
       for (uint32_t i = 0; i < bytes; ++i)
         ASSERT_EQ(slot[kSlotHeaderBytes + i], static_cast<char>(received * 31 + i)) << "slot " << received;
-      ASSERT_TRUE(landQp->postRecv(verbs::RecvWqe{c.wrId, 0, 0, 0, 0}).isOk());
+      ASSERT_TRUE(landQp->postRecv(verbs::RecvWqe{c.wqeCounter, 0, 0, 0, 0}).isOk());
       ++received;
       creditOut.count = received;
       creditOut.check = received ^ kCreditCheck;
-      ASSERT_TRUE(postPlainWrite(*landQp->sendRing(), &creditPi, reinterpret_cast<uint64_t>(&creditOut),
-                                 creditOutMr->lkey(), sizeof creditOut, reinterpret_cast<uint64_t>(&creditIn),
-                                 creditInMr->rkey(), &rx));
+      mlx5::CqeFields cc;  // every credit write asks for its CQE
+      while (mlx5::pollCq(*creditCq->mlx5Cq(), &creditCi, &cc)) {
+        ASSERT_EQ(cc.opcode, mlx5::kCqeReq) << "syndrome " << int(cc.syndrome);
+        creditRetired = cc.wqeCounter + 1u;
+      }
+      ASSERT_TRUE(postInlineWrite(*landQp->mlx5Sq(), &creditPi, creditRetired, &bfOffset, &creditOut,
+                                  sizeof creditOut, reinterpret_cast<uint64_t>(&creditIn), creditInMr->rkey(),
+                                  &rx));
       softnic::notifyDoorbell(dev.get());
-      verbs::Cqe cc;  // unsignaled writes: only a failure would complete here
-      while (pollCq(*creditCq->ring(), &creditCi, &cc)) ASSERT_EQ(cc.status, verbs::kCqeOk);
     }
   }
   EXPECT_EQ(received, static_cast<uint64_t>(kSlots)) << "stream did not finish within 20 s";
@@ -178,6 +185,14 @@ TEST(GdrDevice, LoopbackStreamThroughOneStagingSlot) {
   EXPECT_GT(tx.creditStalls, 0u) << "one staging slot must make the producer wait for credits";
   EXPECT_EQ(tx.doorbells, static_cast<uint64_t>(kSlots));
   EXPECT_EQ(rx.doorbells, static_cast<uint64_t>(kSlots));
+  EXPECT_EQ(tx.creditsReturned, static_cast<uint64_t>(kSlots - 1))
+      << "one CQE per slot but the last's in flight";
+  // The producer read only local memory (its CQ, the credit record): no PCIe read per slot.
+  EXPECT_EQ(tx.remoteReads, 0u);
+  // The accounting itself: a load from staging counts as a remote read.
+  Counters probe{};
+  producerLoad64(ch, &probe, reinterpret_cast<const uint64_t*>(ch.staging));
+  EXPECT_EQ(probe.remoteReads, 1u);
 }
 
 }  // namespace

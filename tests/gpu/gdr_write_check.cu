@@ -94,12 +94,12 @@ int receiver(int toParent, int fromParent) {
   size_t offset = 0;
   const auto t0 = std::chrono::steady_clock::now();
   while (got < kSlots && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60)) {
-    verbs::Cqe c;
-    if (!pollCq(*cq->ring(), &ci, &c)) continue;
+    mlx5::CqeFields c;
+    if (!mlx5::pollCq(*cq->mlx5Cq(), &ci, &c)) continue;
     const char* slot = ring.data() + static_cast<size_t>(got) * stride;
-    if (c.status != verbs::kCqeOk ||
-        checkLanded(slot, kCapacity, got + 1, c.immData, c.byteLen) != kLandedOk) {
-      std::fprintf(stderr, "rank 1: slot %u bad (status %u)\n", got, c.status);
+    if (c.opcode != mlx5::kCqeRespWrImm ||
+        checkLanded(slot, kCapacity, got + 1, c.imm, c.byteCnt) != kLandedOk) {
+      std::fprintf(stderr, "rank 1: slot %u bad (CQE opcode %u)\n", got, c.opcode);
       return 1;
     }
     const uint32_t bytes = reinterpret_cast<const SlotHeader*>(slot)->bytes;
@@ -115,7 +115,7 @@ int receiver(int toParent, int fromParent) {
   return got == kSlots && offset == kBytes ? 0 : 1;
 }
 
-// Maps host memory the softnic allocated (WQE ring, doorbell record and page, retired counter)
+// Maps host memory the softnic allocated (mlx5 send queue, doorbell record, UAR, CQ)
 // into the GPU, as the UAR and queue memory are mapped for GPU-initiated verbs.
 template <typename T>
 T* deviceView(T* host, size_t bytes) {
@@ -206,15 +206,20 @@ int main() {
   std::memset(staging, 0, 4 * stride);
   if (!ok(pd->registerMemory(staging, 4 * stride, verbs::kAccessLocalWrite, &stagingMr), "staging mr"))
     return 1;
-  const verbs::SendRingView& ring = *qp->sendRing();
+  const mlx5::SqView& ring = *qp->mlx5Sq();
+  const mlx5::CqView& hostCq = *cq->mlx5Cq();
   SendChannel ch{};
-  ch.sq.wqes = deviceView(ring.wqes, sizeof(verbs::Wqe) << ring.log2Size);
-  ch.sq.dbr = deviceView(ring.dbr, sizeof(verbs::DoorbellRecord));
-  ch.sq.page = deviceView(ring.page, sizeof(verbs::DoorbellPage));
-  ch.sq.retired = deviceView(const_cast<uint32_t*>(ring.retired), sizeof(uint32_t));
-  ch.sq.log2Size = ring.log2Size;
-  ch.sq.qpn = ring.qpn;
-  if (!ch.sq.wqes || !ch.sq.dbr || !ch.sq.page || !ch.sq.retired) {
+  ch.sq = ring;
+  ch.sq.ring = deviceView(ring.ring, size_t{mlx5::kWqeBbBytes} << ring.log2Bbs);
+  ch.sq.dbrec = deviceView(ring.dbrec, sizeof(uint32_t));
+  ch.sq.uarDoorbell = deviceView(ring.uarDoorbell, sizeof(uint64_t));
+  ch.sq.blueFlame = nullptr;
+  ch.sq.bfBytes = 0;
+  ch.cq = hostCq;
+  ch.cq.cqes = deviceView(hostCq.cqes, sizeof(mlx5::Cqe64) << hostCq.log2Size);
+  ch.cq.dbrec = deviceView(hostCq.dbrec, sizeof(uint32_t));
+  ch.signalEvery = 2;
+  if (!ch.sq.ring || !ch.sq.dbrec || !ch.sq.uarDoorbell || !ch.cq.cqes || !ch.cq.dbrec) {
     std::fprintf(stderr, "could not map the send ring into the GPU\n");
     return 1;
   }
@@ -258,7 +263,7 @@ int main() {
   std::thread snoop([&] {
     uint64_t last = 0;
     while (!stop.load()) {
-      const uint64_t v = *reinterpret_cast<volatile uint64_t*>(&ring.page->ring);
+      const uint64_t v = *reinterpret_cast<volatile uint64_t*>(ring.uarDoorbell);
       if (v != last) {
         last = v;
         softnic::notifyDoorbell(dev.get());

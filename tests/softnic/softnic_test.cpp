@@ -85,59 +85,11 @@ void fillPattern(std::vector<uint8_t>& v, uint32_t seed) {
   for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<uint8_t>((i * 131 + seed * 7 + (i >> 9)) & 0xff);
 }
 
-TEST(VerbsLayout, SizesOffsetsAndOwnerBits) {
+TEST(VerbsLayout, WorkRequestSizes) {
+  // The subset's work requests and completions (the queues are mlx5: tests/gdr/mlx5_wire_test).
   EXPECT_EQ(sizeof(Wqe), 64u);
   EXPECT_EQ(sizeof(Cqe), 32u);
   EXPECT_EQ(sizeof(RecvWqe), 32u);
-  EXPECT_EQ(sizeof(DoorbellRecord), 8u);
-  EXPECT_EQ(sizeof(DoorbellPage), 64u);
-  EXPECT_EQ(offsetof(Cqe, owner), 31u);
-  // A 4-entry ring: pass 0 expects owner 0, pass 1 owner 1; stale entries never look valid.
-  Cqe ring[4];
-  CqDoorbellRecord dbr{};
-  for (Cqe& c : ring) {
-    std::memset(&c, 0, sizeof c);
-    c.owner = 1;
-  }
-  CqRingView view{ring, &dbr, 2, 0};
-  uint32_t ci = 0;
-  Cqe out;
-  EXPECT_FALSE(cqPollOne(view, &ci, &out));
-  for (uint32_t pi = 0; pi < 4; ++pi) {
-    ring[pi].wrId = 100 + pi;
-    ring[pi].owner = cqeOwnerForIndex(pi, 2);
-  }
-  std::vector<uint64_t> ids;
-  while (cqPollOne(view, &ci, &out)) ids.push_back(out.wrId);
-  EXPECT_EQ(ids, (std::vector<uint64_t>{100, 101, 102, 103}));
-  // Index 4 is pass 1 (owner 1 expected); the entry still holds pass 0's owner: not ready.
-  EXPECT_FALSE(cqeReady(ring, ci, 2));
-  ring[0].owner = cqeOwnerForIndex(4, 2);
-  EXPECT_TRUE(cqeReady(ring, ci, 2));
-  EXPECT_EQ(dbr.consumer, ci);
-}
-
-TEST(VerbsLayout, ProducerConsumerPasses) {
-  Cqe ring[8];
-  for (Cqe& c : ring) {
-    std::memset(&c, 0, sizeof c);
-    c.owner = 1;
-  }
-  CqDoorbellRecord dbr{};
-  CqRingView view{ring, &dbr, 3, 0};
-  uint32_t ci = 0, pi = 0;
-  std::vector<uint64_t> seen;
-  for (int round = 0; round < 5; ++round) {
-    for (int k = 0; k < 5; ++k, ++pi) {
-      ASSERT_LT(pi - dbr.consumer, 8u);
-      ring[pi & 7].wrId = pi;
-      ring[pi & 7].owner = cqeOwnerForIndex(pi, 3);
-    }
-    Cqe out;
-    while (cqPollOne(view, &ci, &out)) seen.push_back(out.wrId);
-  }
-  ASSERT_EQ(seen.size(), 25u);
-  for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], i);
 }
 
 TEST(SoftnicQp, StateMachineRefusesIllegalTransitions) {
@@ -505,37 +457,94 @@ TEST(SoftnicEngine, RemoteAccessErrorMovesQpToError) {
   EXPECT_EQ(c2[0].status, kCqeLocalProtectionError);
 }
 
-TEST(SoftnicEngine, RawRingsWithoutProviderCalls) {
-  // What a GPU thread will do: write WQEs into the ring, publish the doorbell record, ring
-  // the page, and poll CQEs by owner bit, without calling postSend or poll.
+TEST(SoftnicEngine, RawMlx5QueuesWithoutProviderCalls) {
+  // What a GPU thread does: write mlx5 WQEs into the send queue, publish the doorbell record,
+  // ring the UAR, and poll mlx5 CQEs by owner bit, without calling postSend or poll. Every
+  // 4th WQE asks for a CQE; the 16 writes complete as 4 CQEs naming WQEs 3, 7, 11 and 15.
   auto p = Pair::make();
   ASSERT_TRUE(p);
-  const SendRingView* sq = p->qpA->sendRing();
-  const CqRingView* cq = p->cqA->ring();
+  const mlx5::SqView* sq = p->qpA->mlx5Sq();
+  const mlx5::CqView* cq = p->cqA->mlx5Cq();
   ASSERT_NE(sq, nullptr);
   ASSERT_NE(cq, nullptr);
-  std::vector<uint8_t> src(16 * 1000), dst(16 * 1000, 0);
+  std::vector<uint8_t> src(16 * 1000), dst(16 * 1000 + 64, 0);
   fillPattern(src, 6);
   std::unique_ptr<MemoryRegion> ms, md;
   ASSERT_TRUE(p->pdA->registerMemory(src.data(), src.size(), 0, &ms).isOk());
   ASSERT_TRUE(p->pdB->registerMemory(dst.data(), dst.size(), kAccessRemoteWrite, &md).isOk());
-  for (uint32_t i = 0; i < 16; ++i)
-    sqWrite(*sq, i, writeWqe(kWqeRdmaWrite, *ms, i * 1000, *md, i * 1000, 1000, i));
-  sqRing(*sq, 16);  // one doorbell for all sixteen; the engine notices within its idle timeout
+  mlx5::WqeBuf w;
+  for (uint32_t i = 0; i < 16; ++i) {
+    const uint8_t fm = mlx5::signalEvery(i, 4) ? uint8_t{mlx5::kCtrlCqUpdate} : uint8_t{0};
+    const uint32_t ds =
+        mlx5::buildWqe(&w, mlx5::kOpRdmaWrite, static_cast<uint16_t>(i), sq->qpn, fm, 0,
+                       md->addr() + i * 1000, md->rkey(), ms->addr() + i * 1000, ms->lkey(), 1000);
+    mlx5::copyToRing(*sq, i, w, mlx5::wqeBbs(ds));
+  }
+  mlx5::publishDbr(*sq, 16);
+  mlx5::ringDoorbell(*sq, w);  // one doorbell for all sixteen; the engine notices within its idle timeout
+  // Then 16 inline bytes, rung through BlueFlame.
+  const uint8_t tail[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  const uint32_t ds = mlx5::buildInlineWqe(&w, mlx5::kOpRdmaWrite, 16, sq->qpn, mlx5::kCtrlCqUpdate, 0,
+                                           md->addr() + 16000, md->rkey(), tail, sizeof tail);
+  mlx5::copyToRing(*sq, 16, w, mlx5::wqeBbs(ds));
+  mlx5::publishDbr(*sq, 17);
+  uint32_t bfOffset = 0;
+  ASSERT_TRUE(mlx5::ringBlueFlame(*sq, w, mlx5::wqeBbs(ds), &bfOffset));
   uint32_t ci = 0;
-  std::vector<Cqe> got;
+  std::vector<mlx5::CqeFields> got;
   const double end = nowSec() + 10;
-  while (got.size() < 16 && nowSec() < end) {
-    Cqe c;
-    if (cqPollOne(*cq, &ci, &c))
+  while (got.size() < 5 && nowSec() < end) {
+    mlx5::CqeFields c;
+    if (mlx5::pollCq(*cq, &ci, &c))
       got.push_back(c);
     else
       std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
-  ASSERT_EQ(got.size(), 16u);
-  for (uint32_t i = 0; i < 16; ++i) EXPECT_EQ(got[i].wqeCounter, i);
+  ASSERT_EQ(got.size(), 5u);
+  for (uint32_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(got[i].opcode, mlx5::kCqeReq);
+    EXPECT_EQ(got[i].wqeOpcode, mlx5::kOpRdmaWrite);
+    EXPECT_EQ(got[i].qpn, sq->qpn);
+    EXPECT_EQ(got[i].wqeCounter, i < 4 ? 4 * i + 3 : 16u);
+  }
   EXPECT_EQ(0, std::memcmp(src.data(), dst.data(), src.size()));
-  EXPECT_EQ(*sq->retired, 16u);
+  EXPECT_EQ(0, std::memcmp(tail, dst.data() + 16000, sizeof tail));
+  mlx5::CqeFields extra;
+  EXPECT_FALSE(mlx5::pollCq(*cq, &ci, &extra)) << "unsignaled WQEs complete without CQEs";
+}
+
+// The engine parses what it takes: a WQE whose control segment carries another index than the
+// consumer index (a producer that published the record before writing the WQE, or wrote it at
+// the wrong place) is malformed, and the QP fails with an mlx5 error CQE instead of sending.
+TEST(SoftnicEngine, MalformedMlx5WqeFailsTheQp) {
+  auto p = Pair::make();
+  ASSERT_TRUE(p);
+  const mlx5::SqView* sq = p->qpA->mlx5Sq();
+  const mlx5::CqView* cq = p->cqA->mlx5Cq();
+  std::vector<uint8_t> src(64, 7), dst(64, 0);
+  std::unique_ptr<MemoryRegion> ms, md;
+  ASSERT_TRUE(p->pdA->registerMemory(src.data(), src.size(), 0, &ms).isOk());
+  ASSERT_TRUE(p->pdB->registerMemory(dst.data(), dst.size(), kAccessRemoteWrite, &md).isOk());
+  mlx5::WqeBuf w;
+  mlx5::buildWqe(&w, mlx5::kOpRdmaWrite, /*wqeIndex=*/5, sq->qpn, mlx5::kCtrlCqUpdate, 0, md->addr(),
+                 md->rkey(), ms->addr(), ms->lkey(), 64);
+  mlx5::copyToRing(*sq, 0, w, 1);
+  mlx5::publishDbr(*sq, 1);
+  mlx5::ringDoorbell(*sq, w);
+  mlx5::CqeFields c{};
+  uint32_t ci = 0;
+  const double end = nowSec() + 10;
+  bool got = false;
+  while (!got && nowSec() < end) {
+    got = mlx5::pollCq(*cq, &ci, &c);
+    if (!got) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  ASSERT_TRUE(got) << "no completion for the malformed WQE";
+  EXPECT_EQ(c.opcode, mlx5::kCqeReqErr);
+  EXPECT_EQ(c.syndrome, mlx5::kSyndLocalQpOp);
+  EXPECT_EQ(c.wqeCounter, 0u);
+  EXPECT_EQ(p->qpA->state(), QpState::Error);
+  EXPECT_EQ(dst, std::vector<uint8_t>(64, 0)) << "nothing of a malformed WQE is sent";
 }
 
 TEST(SoftnicEngine, InlineTcpPayload) {

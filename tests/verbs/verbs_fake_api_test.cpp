@@ -235,10 +235,12 @@ bool waitFor(Ready ready) {
   return true;
 }
 
-// The provider's rings over a device whose own rings it cannot expose: WQEs written into the
-// send ring and published by the doorbell record reach the NIC; completions come back in order
-// through a CQ ring smaller than their number (held back until the consumer frees entries);
-// unsignaled successes retire without a CQE; receive ids survive the proxy's renaming.
+// The provider's mlx5 rings over a device whose own rings it cannot expose: WQEs written into
+// the send queue and published by the big-endian doorbell record reach the NIC; CQEs come back
+// in order through a CQ ring smaller than their number (held back until the consumer frees
+// entries); unsignaled successes retire without a CQE; an inline write lands from the WQE; a
+// signaled NOP completes after what is before it; a WQE whose index is not the producer's
+// retires with an error CQE; postSend is refused on a QP driven through its ring.
 TEST_F(VerbsFakeApi, RingsOverAnyDeviceThroughTheProxy) {
   const IbvApi api = fakeApi(true);
   {
@@ -247,62 +249,86 @@ TEST_F(VerbsFakeApi, RingsOverAnyDeviceThroughTheProxy) {
     ProtectionDomain* pd = p.pd.get();
     QueuePair* a = p.a.get();
     QueuePair* b = p.b.get();
-    const SendRingView* sq = a->sendRing();
-    const CqRingView* cr = p.cq->ring();
+    const mlx5::SqView* sq = a->mlx5Sq();
+    const mlx5::CqView* cq = p.cq->mlx5Cq();
     ASSERT_NE(sq, nullptr);
-    ASSERT_NE(cr, nullptr);
-    EXPECT_EQ(1u << cr->log2Size, 4u);
+    ASSERT_NE(cq, nullptr);
+    // The receiver in ring mode too: its receive CQEs then carry the receive's index.
+    ASSERT_NE(b->mlx5Sq(), nullptr);
+    EXPECT_EQ(1u << cq->log2Size, 4u);
+    EXPECT_EQ(1u << sq->log2Bbs, 16u);
+    EXPECT_EQ(sq->qpn, a->qpn());
     ASSERT_TRUE(connect(a, b));
-    std::vector<uint64_t> src(8), dst(8, 0);
+    std::vector<uint64_t> src(8), dst(10, 0);
     for (size_t i = 0; i < src.size(); ++i) src[i] = 0x1000 + i;
     std::unique_ptr<MemoryRegion> ms, md;
     ASSERT_TRUE(pd->registerMemory(src.data(), 64, kAccessLocalWrite, &ms).isOk());
-    ASSERT_TRUE(pd->registerMemory(dst.data(), 64, kAccessLocalWrite | kAccessRemoteWrite, &md).isOk());
-    // Two receives for two writes with immediate; ids the proxy must hand back.
+    ASSERT_TRUE(pd->registerMemory(dst.data(), 80, kAccessLocalWrite | kAccessRemoteWrite, &md).isOk());
+    // Two receives for two writes with immediate; their CQEs carry the receive index.
     ASSERT_TRUE(b->postRecv(RecvWqe{501, 0, 0, 0, 0}).isOk());
     ASSERT_TRUE(b->postRecv(RecvWqe{502, 0, 0, 0, 0}).isOk());
     // Eight writes of 8 bytes each: 0..5 signaled, 6 and 7 unsignaled; 4 and 5 with immediate.
     for (uint32_t i = 0; i < 8; ++i) {
-      Wqe w{};
-      w.opcode = (i == 4 || i == 5) ? kWqeRdmaWriteImm : kWqeRdmaWrite;
-      w.flags = i < 6 ? kWqeSignaled : 0;
-      w.immData = 70 + i;
-      w.length = 8;
-      w.localAddr = ms->addr() + 8 * i;
-      w.lkey = ms->lkey();
-      w.remoteAddr = md->addr() + 8 * i;
-      w.rkey = md->rkey();
-      w.wrId = 10 + i;
-      sqWrite(*sq, i, w);
+      mlx5::WqeBuf w;
+      const uint8_t op = (i == 4 || i == 5) ? mlx5::kOpRdmaWriteImm : mlx5::kOpRdmaWrite;
+      const uint32_t ds =
+          mlx5::buildWqe(&w, op, static_cast<uint16_t>(i), sq->qpn, i < 6 ? mlx5::kCtrlCqUpdate : 0, 70 + i,
+                         md->addr() + 8 * i, md->rkey(), ms->addr() + 8 * i, ms->lkey(), 8);
+      mlx5::copyToRing(*sq, i, w, mlx5::wqeBbs(ds));
     }
-    sqRing(*sq, 8);
-    ASSERT_TRUE(waitFor([&] { return __atomic_load_n(sq->retired, __ATOMIC_ACQUIRE) == 8u; }));
-    EXPECT_EQ(src, dst);
-    // 6 send CQEs + 2 receive CQEs through a ring of 4: in order, none lost, none twice.
-    std::vector<Cqe> got;
+    // An inline write of 16 bytes (index 8), a signaled NOP (9), then a WQE claiming index 3 at
+    // block 10 (malformed: refused, error CQE).
+    const uint64_t inl[2] = {0xabcdefull, 0x123456ull};
+    mlx5::WqeBuf w;
+    uint32_t ds = mlx5::buildInlineWqe(&w, mlx5::kOpRdmaWrite, 8, sq->qpn, mlx5::kCtrlCqUpdate, 0,
+                                       md->addr() + 64, md->rkey(), inl, sizeof inl);
+    mlx5::copyToRing(*sq, 8, w, mlx5::wqeBbs(ds));
+    ds = mlx5::buildNop(&w, 9, sq->qpn, mlx5::kCtrlCqUpdate);
+    mlx5::copyToRing(*sq, 9, w, ds);
+    ds = mlx5::buildWqe(&w, mlx5::kOpRdmaWrite, 3, sq->qpn, 0, 0, md->addr(), md->rkey(), ms->addr(),
+                        ms->lkey(), 8);
+    mlx5::copyToRing(*sq, 10, w, mlx5::wqeBbs(ds));
+    mlx5::publishDbr(*sq, 11);
+    // 6 + 1 + 1 + 1 send CQEs and 2 receive CQEs through a ring of 4: in order, none lost, none
+    // twice.
+    std::vector<mlx5::CqeFields> got;
     uint32_t ci = 0;
     ASSERT_TRUE(waitFor([&] {
-      Cqe c;
-      while (cqPollOne(*cr, &ci, &c)) got.push_back(c);
-      return got.size() >= 8;
+      mlx5::CqeFields c;
+      while (mlx5::pollCq(*cq, &ci, &c)) got.push_back(c);
+      return got.size() >= 11;
     }));
-    ASSERT_EQ(got.size(), 8u);
-    std::vector<uint64_t> sendIds, recvIds;
-    for (const Cqe& c : got) {
-      EXPECT_EQ(c.status, kCqeOk) << cqeStatusName(c.status);
-      if (c.opcode == kCqeRecvRdmaImm) {
-        recvIds.push_back(c.wrId);
-        EXPECT_EQ(c.immData, 70u + (c.wrId == 501 ? 4 : 5));
+    ASSERT_EQ(got.size(), 11u);
+    EXPECT_EQ(std::vector<uint64_t>(dst.begin(), dst.begin() + 8), src);
+    EXPECT_EQ(dst[8], inl[0]);
+    EXPECT_EQ(dst[9], inl[1]);
+    std::vector<uint32_t> sendIdx, recvIdx;
+    for (const mlx5::CqeFields& c : got) {
+      if (c.opcode == mlx5::kCqeRespWrImm) {
+        recvIdx.push_back(c.wqeCounter);
+        EXPECT_EQ(c.imm, 74u + c.wqeCounter);
+        EXPECT_EQ(c.qpn, b->qpn());
+      } else if (c.opcode == mlx5::kCqeReq) {
+        sendIdx.push_back(c.wqeCounter);
+        EXPECT_EQ(c.wqeOpcode, c.wqeCounter == 4 || c.wqeCounter == 5 ? mlx5::kOpRdmaWriteImm
+                               : c.wqeCounter == 9                    ? mlx5::kOpNop
+                                                                      : mlx5::kOpRdmaWrite);
+        EXPECT_EQ(c.qpn, a->qpn());
       } else {
-        sendIds.push_back(c.wrId);
+        EXPECT_EQ(c.opcode, mlx5::kCqeReqErr);
+        EXPECT_EQ(c.syndrome, mlx5::kSyndLocalQpOp);
+        EXPECT_EQ(c.wqeCounter, 10u);
+        sendIdx.push_back(100 + c.wqeCounter);
       }
     }
-    EXPECT_EQ(sendIds, (std::vector<uint64_t>{10, 11, 12, 13, 14, 15}));
-    EXPECT_EQ(recvIds, (std::vector<uint64_t>{501, 502}));
+    EXPECT_EQ(sendIdx, (std::vector<uint32_t>{0, 1, 2, 3, 4, 5, 8, 9, 110}));
+    EXPECT_EQ(recvIdx, (std::vector<uint32_t>{0, 1}));
     // Nothing more: the two unsignaled successes have no CQE.
-    Cqe extra;
-    EXPECT_FALSE(cqPollOne(*cr, &ci, &extra));
-    EXPECT_EQ(a->sendSlotsFree(), 16u);
+    mlx5::CqeFields extra;
+    EXPECT_FALSE(mlx5::pollCq(*cq, &ci, &extra));
+    Wqe plain{};
+    plain.opcode = kWqeRdmaWrite;
+    EXPECT_EQ(a->postSend(plain).code(), ridgeInvalidUsage);
   }
   scoped_.reset();
   EXPECT_TRUE(nic_.balanced());
@@ -324,8 +350,9 @@ TEST_F(VerbsFakeApi, AllreduceOverRidgeNetVerbs) {
                                << nic_.closed;
 }
 
-// RIDGE_NET=verbs with gdr read and staged: the gdr transport's producer writes the subset's
-// rings, which the provider's proxy posts through plain verbs (any rdma-core device). Slots of
+// RIDGE_NET=verbs with gdr read and staged: read's producer writes mlx5 WQEs into the
+// provider's host-memory send queue, which its proxy posts through plain verbs (any rdma-core
+// device); staged posts its data through postSend. Both take their credits over the rings. Slots of
 // 4096 bytes travel as writes of 4168 (header 64, trailer 8), a length the net transport's slots
 // do not have: that they appear proves the gdr transport carried the reduction.
 TEST_F(VerbsFakeApi, GdrReadAndStagedOverRidgeNetVerbs) {
@@ -376,12 +403,14 @@ TEST_F(VerbsFakeApi, DirectQueuesExposeWhatInitObjGives) {
     std::unique_ptr<CompletionQueue> cq, plainCq;
     ASSERT_TRUE(pd->createMlx5Cq(32, &cq).isOk());
     ASSERT_TRUE(pd->createCq(32, &plainCq).isOk());
-    EXPECT_EQ(plainCq->mlx5Ring(), nullptr);
-    const Mlx5CompletionQueueView* cv = cq->mlx5Ring();
+    // A plain CQ's view is the proxy's ring in host memory, not the hardware's.
+    ASSERT_NE(plainCq->mlx5Cq(), nullptr);
+    EXPECT_NE(static_cast<void*>(plainCq->mlx5Cq()->cqes), static_cast<void*>(nic_.cqBuf));
+    const mlx5::CqView* cv = cq->mlx5Cq();
     ASSERT_NE(cv, nullptr);
-    EXPECT_EQ(cv->cqes, nic_.cqBuf);
-    EXPECT_EQ(cv->cqeCount, 32u);
-    EXPECT_EQ(cv->cqeBytes, 64u);
+    EXPECT_EQ(static_cast<void*>(cv->cqes), static_cast<void*>(nic_.cqBuf));
+    EXPECT_EQ(1u << cv->log2Size, 32u);
+    EXPECT_EQ(reinterpret_cast<volatile char*>(cv->dbrec), nic_.dbrecPage + 64);
     EXPECT_EQ(cv->cqn, 0x55u);
     QpCaps caps;
     caps.maxSendWr = 16;
@@ -389,18 +418,20 @@ TEST_F(VerbsFakeApi, DirectQueuesExposeWhatInitObjGives) {
     std::unique_ptr<QueuePair> qp, plainQp;
     ASSERT_TRUE(pd->createQp(cq.get(), cq.get(), caps, &qp).isOk());
     EXPECT_EQ(nic_.directQps, 1);
-    const Mlx5SendQueueView* sv = qp->mlx5SendQueue();
+    const mlx5::SqView* sv = qp->mlx5Sq();
     ASSERT_NE(sv, nullptr);
-    EXPECT_EQ(sv->wqes, nic_.sq);
-    EXPECT_EQ(sv->wqeCount, 16u);
-    EXPECT_EQ(sv->strideBytes, 64u);
-    EXPECT_EQ(reinterpret_cast<volatile char*>(sv->doorbellRecord), nic_.dbrecPage);
-    EXPECT_EQ(sv->uar, nic_.uarPage + 0x800);
-    EXPECT_EQ(sv->uarBytes, 256u);
+    EXPECT_EQ(static_cast<void*>(sv->ring), static_cast<void*>(nic_.sq));
+    EXPECT_EQ(1u << sv->log2Bbs, 16u);
+    // The send word of the doorbell record (the second), the BlueFlame register as doorbell.
+    EXPECT_EQ(reinterpret_cast<volatile char*>(sv->dbrec), nic_.dbrecPage + 4 * mlx5::kSendDbrWord);
+    EXPECT_EQ(reinterpret_cast<volatile char*>(sv->uarDoorbell), nic_.uarPage + 0x800);
+    EXPECT_EQ(reinterpret_cast<volatile char*>(sv->blueFlame), nic_.uarPage + 0x800);
+    EXPECT_EQ(sv->bfBytes, 256u);
     EXPECT_EQ(sv->qpn, 0x1234u);
     caps.mlx5Direct = false;
     ASSERT_TRUE(pd->createQp(plainCq.get(), plainCq.get(), caps, &plainQp).isOk());
-    EXPECT_EQ(plainQp->mlx5SendQueue(), nullptr);
+    ASSERT_NE(plainQp->mlx5Sq(), nullptr);
+    EXPECT_NE(static_cast<void*>(plainQp->mlx5Sq()->ring), static_cast<void*>(nic_.sq));
     EXPECT_EQ(nic_.directQps, 1);
   }
   scoped_.reset();

@@ -6,17 +6,20 @@
 //        in our CreditRecord through the same connection.
 //   in:  the peer's data QP -> our landing QP. Each landed slot completes a posted receive on
 //        our landing CQ; releasing it writes our consumed count back (plain RDMA WRITE).
-// The producer side of both rings (WQEs, doorbell record and page) is driven through the
-// device-side subset in kernels/gdr/gdr_device.h, except in host-staged mode, where a CPU
-// proxy posts through the provider (QueuePair::postSend), as its name says.
+// The producer side of both queues (mlx5 WQEs, doorbell record, UAR doorbell, CQ polling) is
+// driven through the device-side subset in kernels/gdr/gdr_device.h, except in host-staged
+// mode, where a CPU proxy posts and polls through the provider (postSend / poll), as its name
+// says.
 #include "transports/gdr/gdr_transport.h"
 
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -28,6 +31,7 @@
 #include "bootstrap/bootstrap.h"
 #include "core/log.h"
 #include "core/settings.h"
+#include "device/runtime.h"
 #include "transports/net/net_transport.h"
 #include "transports/softnic/softnic.h"
 #include "transports/verbs/verbs.h"
@@ -59,6 +63,8 @@ void addCounters(Counters* sum, const Counters& c) {
   sum->slotsLanded += c.slotsLanded;
   sum->creditWrites += c.creditWrites;
   sum->completionErrors += c.completionErrors;
+  sum->remoteReads += c.remoteReads;
+  sum->devicePosts += c.devicePosts;
 }
 
 std::mutex gCountersMutex;
@@ -82,6 +88,20 @@ struct Buffer {
   }
 };
 
+// Binds [p, p + bytes) (not yet touched) to NUMA node `node` with mbind(MPOL_BIND, move), the
+// system call itself so that no libnuma is needed; says what happened, for the INFO line.
+std::string bindToNode(void* p, size_t bytes, int node) {
+  constexpr int kMpolBind = 2;
+  constexpr unsigned kMpolMfMove = 1u << 1;
+  if (node >= 1024) return format("NIC on NUMA node %d: beyond the node mask, not bound", node);
+  unsigned long mask[1024 / (8 * sizeof(unsigned long))] = {};
+  mask[node / (8 * sizeof(unsigned long))] = 1ul << (node % (8 * sizeof(unsigned long)));
+  if (syscall(SYS_mbind, p, bytes, kMpolBind, mask, 1024ul, kMpolMfMove) != 0)
+    return format("NIC on NUMA node %d: mbind failed (%s), first touch by this thread", node,
+                  std::strerror(errno));
+  return format("NIC on NUMA node %d (pages bound there with mbind)", node);
+}
+
 // What each rank tells a peer about the link to it.
 struct Endpoint {
   QpAddress dataQp;     // our data QP (sends to the peer)
@@ -102,7 +122,10 @@ struct Link {
   uint32_t payloadCapacity = 0;
   uint32_t stride = 0;
   Counters ctr{};
+  Counters deviceCtr{};  // the device-side producer's (another thread: not shared with ctr)
   Status error;
+  GdrTransport* transport = nullptr;
+  Status deviceSendStatus;  // the last device-side send's; read once the device ran it
 
   // Out: data QP and what it sends from.
   std::unique_ptr<verbs::CompletionQueue> dataCq;
@@ -115,10 +138,10 @@ struct Link {
   std::unique_ptr<verbs::MemoryRegion> creditInMr;
   SendChannel ch{};
   SendState st{};
-  uint32_t dataCi = 0;
   Pacer pacer;
   struct PendingRing {
     uint32_t pi;     // producer index to ring with
+    uint64_t ctrl8;  // the doorbell word of the WQE below pi
     int64_t due;     // when the model lets it ring
     verbs::Wqe wqe;  // host-staged: what the proxy posts then
   };
@@ -140,6 +163,8 @@ struct Link {
   uint32_t landCi = 0;
   uint32_t creditCi = 0;
   uint32_t creditPi = 0;
+  uint32_t creditRetired = 0;  // credit writes completed (every one asks for a CQE)
+  uint32_t creditBfOffset = 0;
   bool creditDirty = false;
   uint64_t remoteCreditAddr = 0;
   uint32_t remoteCreditRkey = 0;
@@ -168,15 +193,19 @@ class GdrTransport final : public Transport {
   void post(Link* l, uint32_t bytes, bool last);
   const void* tryPeek(Link* l, SlotInfo* info);
   void release(Link* l);
+  static void runDeviceSend(void* link, const void* src, size_t bytes);
 
  private:
   Status chooseMode(Mode* mode, std::string* why);
   Status setUpStaging(Link* l, std::string* tier, std::string* why);
   void fail(Link* l, Status s);
-  void pollDataErrors(Link* l);
+  void pollDataCompletions(Link* l);
+  void postStaged(Link* l, const verbs::Wqe& w);
   void pumpRings(Link* l, int64_t now);
   void returnCredit(Link* l);
+  void pollCreditCq(Link* l);
   void noticeDoorbell() { softnic::notifyDoorbell(device_.get()); }
+  bool deviceProducerUsable(const Link* l) const { return l->mode == Mode::Write && !paced_ && wakingNic_; }
   void drainPostedWrites();
   static bool landedPending(const Link* l);
 
@@ -203,15 +232,27 @@ class GdrTransport final : public Transport {
   void pacerLoop();
 };
 
-class GdrSend final : public SendConnector {
+class GdrSend final : public SendConnector, public DeviceProducer {
  public:
-  GdrSend(GdrTransport* t, Link* l) : SendConnector(l->payloadCapacity, l->peer), t_(t), l_(l) {}
+  GdrSend(GdrTransport* t, Link* l, bool deviceProducer)
+      : SendConnector(l->payloadCapacity, l->peer), t_(t), l_(l), deviceProducer_(deviceProducer) {}
   void* tryAcquire() override { return t_->tryAcquire(l_); }
   void post(uint32_t bytes, bool lastOfMessage) override { t_->post(l_, bytes, lastOfMessage); }
+  DeviceProducer* deviceProducer() override { return deviceProducer_ ? this : nullptr; }
+  Fn deviceFunction(void** arg) override {
+    *arg = l_;
+    return &GdrTransport::runDeviceSend;
+  }
+  Status finishDeviceSend() override {
+    Status s = std::move(l_->deviceSendStatus);
+    l_->deviceSendStatus = Status::ok();
+    return s;
+  }
 
  private:
   GdrTransport* t_;
   Link* l_;
+  const bool deviceProducer_;
 };
 
 class GdrRecv final : public RecvConnector {
@@ -262,8 +303,22 @@ void GdrTransport::drainPostedWrites() {
     for (Link* l : active_) {
       if (l->dataQp->state() == QpState::Error || l->landQp->state() == QpState::Error) continue;
       if (l->creditDirty) returnCredit(l);
-      pending = pending || loadVolatile32(l->ch.sq.retired) != l->st.rungPi ||
-                loadVolatile32(l->landQp->sendRing()->retired) != l->creditPi || l->creditDirty;
+      pollCreditCq(l);
+      pollDataCompletions(l);
+      // Only WQEs that asked for a CQE report back: put a signaled NOP behind an unsignaled last.
+      if (l->st.signaledPi != l->st.pi && l->st.rungPi == l->st.pi) {
+        if (l->mode == Mode::Staged) {
+          verbs::Wqe nop{};
+          nop.opcode = verbs::kWqeNop;
+          nop.flags = verbs::kWqeSignaled;
+          l->st.pi += 1;
+          postStaged(l, nop);
+          l->st.signaledPi = l->st.pi;
+        } else if (postCompletionMarker(l->ch, &l->st, &l->ctr)) {
+          noticeDoorbell();
+        }
+      }
+      pending = pending || l->st.retired != l->st.rungPi || l->creditRetired != l->creditPi || l->creditDirty;
     }
     if (!pending || nowNs() > deadline || (abortFlag_ && abortFlag_->load())) return;
     noticeDoorbell();
@@ -277,11 +332,11 @@ void GdrTransport::drainPostedWrites() {
 // send credit in a 2-rank ring, must learn that the peer is gone at once, not at
 // RIDGE_TIMEOUT.)
 bool GdrTransport::landedPending(const Link* l) {
-  const verbs::CqRingView& cq = *l->landCq->ring();
-  if (!verbs::cqeReady(cq.cqes, l->landCi, cq.log2Size)) return false;
-  verbs::verbsAcquireFence();
-  const volatile Cqe* c = cq.cqes + (l->landCi & ((1u << cq.log2Size) - 1u));
-  return c->status == verbs::kCqeOk;
+  const mlx5::CqView& cq = *l->landCq->mlx5Cq();
+  const uint8_t opOwn =
+      reinterpret_cast<const volatile mlx5::Cqe64*>(cq.cqes + (l->landCi & ((1u << cq.log2Size) - 1u)))
+          ->opOwn;
+  return mlx5::cqeIsNew(opOwn, l->landCi, cq.log2Size) && mlx5::cqeOpcode(opOwn) != mlx5::kCqeRespErr;
 }
 
 GdrTransport::~GdrTransport() {
@@ -291,7 +346,10 @@ GdrTransport::~GdrTransport() {
     pacerThread_.join();
   }
   Counters mine{};
-  for (Link* l : active_) addCounters(&mine, l->ctr);
+  for (Link* l : active_) {
+    addCounters(&mine, l->ctr);
+    addCounters(&mine, l->deviceCtr);
+  }
   // Proof, for runs that see only the public API (ridge-bench), that the gdr transport carried
   // the traffic and lost nothing.
   if (!active_.empty()) RIDGE_INFO("gdr: rank %d: closing: %s", rank_, countersToString(mine).c_str());
@@ -299,7 +357,10 @@ GdrTransport::~GdrTransport() {
   for (Link* l : active_) {
     gLiveCounters.erase(std::remove(gLiveCounters.begin(), gLiveCounters.end(), &l->ctr),
                         gLiveCounters.end());
+    gLiveCounters.erase(std::remove(gLiveCounters.begin(), gLiveCounters.end(), &l->deviceCtr),
+                        gLiveCounters.end());
     addCounters(&gRetiredCounters, l->ctr);
+    addCounters(&gRetiredCounters, l->deviceCtr);
   }
 }
 
@@ -361,22 +422,54 @@ void GdrTransport::waitForActivity(int64_t maxWaitNs, bool (*stillIdle)(void*), 
   progress();
 }
 
+// The device-side producer of a device buffer's message (DeviceProducer): what the GPU kernel
+// of kernels/gdr/gdr_kernels.cu runs, the same gdr_device.h calls (credits from its own CQ,
+// payload from device memory straight into staging, mlx5 WQE, doorbell record, UAR), here on
+// the emulated device's stream thread. The emulation of the NIC around it (telling the
+// software NIC's engine about the doorbell, sleeping until it did something) is not device
+// code. Owns the link's send side until it returns: the host touches it only after the stream
+// has passed this (the strand awaits the settle).
+void GdrTransport::runDeviceSend(void* link, const void* src, size_t bytes) {
+  Link* l = static_cast<Link*>(link);
+  GdrTransport* t = l->transport;
+  const char* from = static_cast<const char*>(src);
+  const int64_t deadline = nowNs() + static_cast<int64_t>(t->timeoutSeconds_) * 1000000000;
+  size_t done = 0;
+  bool first = true;
+  while (done < bytes || first) {
+    first = false;
+    const uint32_t chunk = static_cast<uint32_t>(std::min<size_t>(bytes - done, l->payloadCapacity));
+    char* slot = nullptr;
+    while ((slot = tryAcquireSlot(l->ch, &l->st, &l->deviceCtr)) == nullptr) {
+      if (l->st.failedSyndrome != 0 || (t->abortFlag_ && t->abortFlag_->load()) || nowNs() > deadline) {
+        l->deviceSendStatus = makeError(
+            l->st.failedSyndrome ? ridgeRemoteError : ridgeTimeout,
+            "gdr: rank %d: device-side send to rank %d: %s", t->rank_, l->peer,
+            l->st.failedSyndrome ? "a send failed (mlx5 error CQE)" : "no credit within RIDGE_TIMEOUT");
+        return;
+      }
+      softnic::waitForNicActivity(t->device_.get(), kNicWaitCapNs, nullptr, nullptr);
+    }
+    writeStaging(slot, from + done, chunk, 0, 1);
+    postSlot(l->ch, &l->st, chunk, done + chunk == bytes, &l->deviceCtr);
+    flushDoorbell(l->ch, &l->st, &l->deviceCtr);
+    l->deviceCtr.devicePosts += 1;
+    t->noticeDoorbell();
+    done += chunk;
+  }
+}
+
 void GdrTransport::pumpRings(Link* l, int64_t now) {
   size_t last = l->pendingHead;
   while (last < l->pendingRings.size() && l->pendingRings[last].due <= now) ++last;
   if (last == l->pendingHead) return;
   if (l->mode == Mode::Staged) {
     // The proxy posts each WQE whose modeled copy is done.
-    for (size_t i = l->pendingHead; i < last; ++i) {
-      Status s = l->dataQp->postSend(l->pendingRings[i].wqe);
-      if (!s.isOk()) fail(l, s);
-      l->ctr.doorbells += 1;
-    }
-    l->st.rungPi = l->pendingRings[last - 1].pi;
+    for (size_t i = l->pendingHead; i < last; ++i) postStaged(l, l->pendingRings[i].wqe);
   } else {
     // Ringing with the newest due index publishes every WQE below it: one doorbell for all.
     const uint32_t pi = l->pendingRings[last - 1].pi;
-    ringDoorbell(l->ch.sq, pi, &l->ctr);
+    ringTo(l->ch.sq, pi, l->pendingRings[last - 1].ctrl8, &l->ctr);
     l->st.rungPi = pi;
     noticeDoorbell();
   }
@@ -402,29 +495,71 @@ void GdrTransport::progress() {
     if (l->creditDirty) returnCredit(l);
 }
 
-// Failed sends still produce CQEs (the NIC flushes a QP in error); successes do not (WQEs are
-// unsignaled), so anything on the data CQ is an error to report.
-void GdrTransport::pollDataErrors(Link* l) {
-  Cqe c;
-  for (int i = 0; i < 16 && pollCq(*l->dataCq->ring(), &l->dataCi, &c); ++i) {
-    if (c.status != verbs::kCqeOk) {
-      l->ctr.completionErrors += 1;
-      fail(l, makeError(ridgeRemoteError, "gdr: rank %d: send to rank %d failed: %s", rank_, l->peer,
-                        verbs::cqeStatusName(c.status)));
-    }
+// The proxy of host-staged mode posts through the provider, in the order the slots were
+// sealed (st.pi counted them), so the WQE index it lands at is the one rungPi names.
+void GdrTransport::postStaged(Link* l, const verbs::Wqe& w) {
+  Status s = l->dataQp->postSend(w);
+  if (!s.isOk()) {
+    fail(l, s);
+    return;
   }
+  l->st.rungPi += 1;
+  l->ctr.doorbells += 1;
+}
+
+// Staging credits and send failures come back as CQEs (every k-th WQE asks for one; a QP in
+// error flushes every outstanding WQE with an error CQE). The device-side producer polls the
+// CQ itself (in tryAcquireSlot); host-staged mode polls through the provider, as any
+// rdma-core device allows.
+void GdrTransport::pollDataCompletions(Link* l) {
+  if (l->mode == Mode::Staged) {
+    Cqe c[16];
+    const int n = l->dataCq->poll(c, 16);
+    for (int i = 0; i < n; ++i) {
+      if (c[i].status == verbs::kCqeOk) {
+        const uint32_t upTo = l->st.retired + static_cast<uint16_t>(c[i].wqeCounter + 1u - l->st.retired);
+        l->ctr.creditsReturned += upTo - l->st.retired;
+        l->st.retired = upTo;
+      } else {
+        l->ctr.completionErrors += 1;
+        fail(l, makeError(ridgeRemoteError, "gdr: rank %d: send to rank %d failed: %s", rank_, l->peer,
+                          verbs::cqeStatusName(c[i].status)));
+      }
+    }
+  } else {
+    pollSendCq(l->ch, &l->st, &l->ctr);
+  }
+  if (l->st.failedSyndrome != 0)
+    fail(l, makeError(ridgeRemoteError, "gdr: rank %d: send to rank %d failed (mlx5 CQE syndrome 0x%02x)",
+                      rank_, l->peer, l->st.failedSyndrome));
 }
 
 void* GdrTransport::tryAcquire(Link* l) {
   progress();
   if (!l->error.isOk()) return nullptr;
+  if (l->mode == Mode::Staged) pollDataCompletions(l);
   char* payload = tryAcquireSlot(l->ch, &l->st, &l->ctr);
   if (!payload) {
-    pollDataErrors(l);
+    pollDataCompletions(l);
     return nullptr;
   }
   // host-staged: the producer writes its own (GPU) slot; the copy to the host slot is post's.
   return l->mode == Mode::Staged ? l->gpuSlot.p : payload;
+}
+
+// The host-staged proxy's work request for a sealed slot.
+verbs::Wqe stagedWqe(const Link* l, const SlotSend& s) {
+  verbs::Wqe w{};
+  w.opcode = verbs::kWqeRdmaWriteImm;
+  w.flags = s.signaled ? uint8_t{verbs::kWqeSignaled} : uint8_t{0};
+  w.immData = s.imm;
+  w.length = s.bytes;
+  w.remoteAddr = s.remoteAddr;
+  w.rkey = l->ch.remoteRkey;
+  w.localAddr = s.localAddr;
+  w.lkey = l->ch.stagingLkey;
+  w.wrId = s.imm;
+  return w;
 }
 
 void GdrTransport::post(Link* l, uint32_t bytes, bool last) {
@@ -440,12 +575,16 @@ void GdrTransport::post(Link* l, uint32_t bytes, bool last) {
     const int64_t due = l->pacer.dueNs(now, bytes);
     Link::PendingRing p{};
     if (l->mode == Mode::Staged) {
-      p.wqe = sealSlot(l->ch, &l->st, bytes, last, &l->ctr);
+      const SlotSend sealed = sealSlot(l->ch, &l->st, bytes, last, &l->ctr);
+      p.wqe = stagedWqe(l, sealed);
       l->st.pi += 1;
+      if (sealed.signaled) l->st.signaledPi = l->st.pi;
+      p.pi = l->st.pi;
     } else {
       postSlot(l->ch, &l->st, bytes, last, &l->ctr);
+      p.pi = l->st.pi;
+      p.ctrl8 = l->st.lastCtrl8;
     }
-    p.pi = l->st.pi;
     p.due = due;
     l->pendingRings.push_back(p);
     anyPending_ = true;
@@ -460,16 +599,11 @@ void GdrTransport::post(Link* l, uint32_t bytes, bool last) {
     return;
   }
   if (l->mode == Mode::Staged) {
-    // The CPU proxy posts the very WQE the device-side code builds, through the provider.
-    const verbs::Wqe w = sealSlot(l->ch, &l->st, bytes, last, &l->ctr);
-    Status s = l->dataQp->postSend(w);
-    if (!s.isOk()) {
-      fail(l, s);
-      return;
-    }
+    // The CPU proxy posts the send the device-side code seals, through the provider.
+    const SlotSend sealed = sealSlot(l->ch, &l->st, bytes, last, &l->ctr);
     l->st.pi += 1;
-    l->st.rungPi = l->st.pi;
-    l->ctr.doorbells += 1;
+    if (sealed.signaled) l->st.signaledPi = l->st.pi;
+    postStaged(l, stagedWqe(l, sealed));
     return;
   }
   postSlot(l->ch, &l->st, bytes, last, &l->ctr);
@@ -485,32 +619,32 @@ const void* GdrTransport::tryPeek(Link* l, SlotInfo* info) {
     *info = l->peekInfo;
     return slot + kSlotHeaderBytes;
   }
-  Cqe c;
-  if (!pollCq(*l->landCq->ring(), &l->landCi, &c)) return nullptr;
-  if (c.status != verbs::kCqeOk) {
+  mlx5::CqeFields c;
+  if (!mlx5::pollCq(*l->landCq->mlx5Cq(), &l->landCi, &c)) return nullptr;
+  if (c.opcode != mlx5::kCqeRespWrImm) {
     l->ctr.completionErrors += 1;
-    fail(l, makeError(ridgeRemoteError, "gdr: rank %d: receive from rank %d failed: %s", rank_, l->peer,
-                      verbs::cqeStatusName(c.status)));
+    fail(l, makeError(ridgeRemoteError,
+                      "gdr: rank %d: receive from rank %d failed (mlx5 CQE opcode %u, syndrome 0x%02x)",
+                      rank_, l->peer, c.opcode, c.syndrome));
     return nullptr;
   }
   // The receive buffer was consumed: give the NIC a new one for a later slot.
   verbs::RecvWqe r{};
-  r.wrId = c.wrId;
+  r.wrId = c.wqeCounter;
   Status s = l->landQp->postRecv(r);
   if (!s.isOk()) {
     fail(l, s);
     return nullptr;
   }
   const uint64_t expect = l->recvSeq + 1;
-  const uint32_t check = checkLanded(slot, l->payloadCapacity, expect, c.immData, c.byteLen);
+  const uint32_t check = checkLanded(slot, l->payloadCapacity, expect, c.imm, c.byteCnt);
   if (check != kLandedOk) {
     l->ctr.stagedLost += 1;
     static const char* const kWhat[] = {"ok", "a slot was dropped or repeated (immediate)",
                                         "the slot header was overwritten in staging",
                                         "the slot trailer was overwritten in staging", "bad slot size"};
     fail(l, makeError(ridgeInternalError, "gdr: rank %d: slot %llu from rank %d: %s (immediate %u)", rank_,
-                      static_cast<unsigned long long>(expect), l->peer, kWhat[check < 5 ? check : 4],
-                      c.immData));
+                      static_cast<unsigned long long>(expect), l->peer, kWhat[check < 5 ? check : 4], c.imm));
     return nullptr;
   }
   const SlotHeader* h = reinterpret_cast<const SlotHeader*>(slot);
@@ -537,19 +671,28 @@ void GdrTransport::release(Link* l) {
   returnCredit(l);
 }
 
-void GdrTransport::returnCredit(Link* l) {
-  Cqe c;
-  for (int i = 0; i < 16 && pollCq(*l->creditCq->ring(), &l->creditCi, &c); ++i) {
-    if (c.status != verbs::kCqeOk) {
+// Every credit write asks for its CQE: completions move creditRetired, failures are kept.
+void GdrTransport::pollCreditCq(Link* l) {
+  mlx5::CqeFields c;
+  for (int i = 0; i < 16 && mlx5::pollCq(*l->creditCq->mlx5Cq(), &l->creditCi, &c); ++i) {
+    if (c.opcode == mlx5::kCqeReq) {
+      l->creditRetired += static_cast<uint16_t>(c.wqeCounter + 1u - l->creditRetired);
+    } else {
       l->ctr.completionErrors += 1;
       if (l->creditError.isOk())
-        l->creditError = makeError(ridgeRemoteError, "gdr: rank %d: credit write to rank %d failed: %s",
-                                   rank_, l->peer, verbs::cqeStatusName(c.status));
+        l->creditError = makeError(ridgeRemoteError,
+                                   "gdr: rank %d: credit write to rank %d failed (mlx5 CQE syndrome 0x%02x)",
+                                   rank_, l->peer, c.syndrome);
     }
   }
-  const verbs::SendRingView& sq = *l->landQp->sendRing();
-  if (postPlainWrite(sq, &l->creditPi, reinterpret_cast<uint64_t>(l->creditOut.p), l->creditOutMr->lkey(),
-                     sizeof(CreditRecord), l->remoteCreditAddr, l->remoteCreditRkey, &l->ctr)) {
+}
+
+void GdrTransport::returnCredit(Link* l) {
+  pollCreditCq(l);
+  // The record travels inline in the WQE (16 bytes): the NIC reads no buffer for it.
+  if (postInlineWrite(*l->landQp->mlx5Sq(), &l->creditPi, l->creditRetired, &l->creditBfOffset,
+                      l->creditOut.p, sizeof(CreditRecord), l->remoteCreditAddr, l->remoteCreditRkey,
+                      &l->ctr)) {
     l->creditDirty = false;
     l->ctr.creditWrites += 1;
     noticeDoorbell();
@@ -623,15 +766,16 @@ Status GdrTransport::setUpStaging(Link* l, std::string* tier, std::string* why) 
     if (want == "nic") return makeError(ridgeInvalidUsage, "RIDGE_GDR_STAGING=nic: %s", reason.c_str());
     notes += "; nic skipped: " + reason;
   }
-  // (b) Pinned host memory on the NIC's NUMA node: the NIC reads it locally.
+  // (b) Pinned host memory on the NIC's NUMA node: the NIC reads it locally. The pages are
+  // bound to that node (mbind, before mlock faults them in), not left to first touch.
   RIDGE_TRY(l->slots.allocate(bytes));
-  if (mlock(l->slots.p, l->slots.bytes) != 0) notes += "; mlock failed (memory not pinned)";
   std::string numa = "the NIC's NUMA node is unknown (software NIC): local node";
   {
     std::ifstream f("/sys/class/infiniband/" + device_->attributes().name + "/device/numa_node");
     int node = -1;
-    if (f >> node && node >= 0) numa = format("NIC on NUMA node %d (first touch by this thread)", node);
+    if (f >> node && node >= 0) numa = bindToNode(l->slots.p, l->slots.bytes, node);
   }
+  if (mlock(l->slots.p, l->slots.bytes) != 0) notes += "; mlock failed (memory not pinned)";
   RIDGE_TRY(pd_->registerMemory(l->slots.p, l->slots.bytes, verbs::kAccessLocalWrite, &l->slotsMr));
   l->ch.staging = l->slots.p;
   l->ch.stagingWqeAddr = reinterpret_cast<uint64_t>(l->slots.p);
@@ -708,6 +852,21 @@ Status GdrTransport::connect(const TransportSetup& setup) {
     wakingNic_ = true;
   }
   RIDGE_TRY(device_->allocPd(&pd_));
+  // On an rdma-core device, write mode asks the GDR-write ladder which rung this NIC and GPU
+  // allow, with the staging this transport needs, and says so at init. Every rung runs, for
+  // now, on the provider's proxied rings (the host-staged mechanism): the direct queues and GPU
+  // mappings of the doorbell rungs are not wired yet (docs/gdr-write.md, "Not yet wired").
+  std::string ladderLine;
+  if (mode == Mode::Write && netProvider() == "verbs") {
+    const uint64_t stagingBytes = static_cast<uint64_t>(peers.size()) * static_cast<uint64_t>(slots) * stride;
+    const verbs::GdrLadderDecision d =
+        verbs::decideGdrLadder(verbs::probeGdrLadder(device_.get(), device::activeRuntime(), stagingBytes));
+    ladderLine = verbs::gdrLadderLine(d);
+    RIDGE_INFO(
+        "gdr: rank %d: ladder rung %s; runs host-staged (the provider's proxied mlx5 rings) until the "
+        "doorbell rungs are wired",
+        rank_, ladderLine.c_str());
+  }
 
   std::string tierName, tierWhy;
   std::vector<Endpoint> mine(P), theirs(static_cast<size_t>(P) * P);
@@ -743,14 +902,30 @@ Status GdrTransport::connect(const TransportSetup& setup) {
     landCaps.maxSendWr = creditEntries;
     landCaps.maxRecvWr = static_cast<uint32_t>(landingSlots);
     RIDGE_TRY(pd_->createQp(l->creditCq.get(), l->landCq.get(), landCaps, &l->landQp));
-    if (!l->dataQp->sendRing() || !l->landQp->sendRing() || !l->dataCq->ring() || !l->landCq->ring() ||
-        !l->creditCq->ring())
-      return makeError(ridgeInvalidUsage, "gdr: the %s provider does not expose its rings to producers",
-                       device_->attributes().provider.c_str());
+    // The producer of read and write writes mlx5 WQEs and polls its CQ itself; host-staged
+    // posts its data through postSend and polls through the provider (any provider, no raw
+    // data queue). Every mode's receive side polls the landing and credit CQs and posts the
+    // inline credit writes itself. (An rdma-core device gives these as the proxy's rings in
+    // host memory: transports/verbs/ibv_provider.cpp, RingProxy.)
+    const bool producerRings = mode != Mode::Staged;
+    const char* missing = nullptr;
+    if (producerRings && !l->dataQp->mlx5Sq()) missing = "the data send queue";
+    if (!missing && producerRings && !l->dataCq->mlx5Cq()) missing = "the data CQ";
+    if (!missing && !l->landQp->mlx5Sq()) missing = "the credit send queue";
+    if (!missing && !l->landCq->mlx5Cq()) missing = "the landing CQ";
+    if (!missing && !l->creditCq->mlx5Cq()) missing = "the credit CQ";
+    if (missing)
+      return makeError(ridgeInvalidUsage,
+                       "gdr: the %s provider does not expose %s as an mlx5 queue (mode %s)",
+                       device_->attributes().provider.c_str(), missing, modeName(mode));
     RIDGE_TRY(l->dataQp->modify(QpState::Init));
     RIDGE_TRY(l->landQp->modify(QpState::Init));
 
-    l->ch.sq = *l->dataQp->sendRing();
+    if (producerRings) {
+      l->ch.sq = *l->dataQp->mlx5Sq();
+      l->ch.cq = *l->dataCq->mlx5Cq();
+    }
+    l->ch.signalEvery = std::max<uint32_t>(1, static_cast<uint32_t>(slots) / 2);
     l->ch.slotCount = static_cast<uint32_t>(slots);
     l->ch.slotStrideBytes = stride;
     l->ch.payloadCapacity = capacity;
@@ -821,13 +996,17 @@ Status GdrTransport::connect(const TransportSetup& setup) {
   RIDGE_TRY(setup.bootstrap->barrier());
   for (int peer : peers) {
     Link* l = links_[peer].get();
-    l->sendConn = std::make_unique<GdrSend>(this, l);
+    l->transport = this;
+    l->sendConn = std::make_unique<GdrSend>(this, l, deviceProducerUsable(l));
     l->recvConn = std::make_unique<GdrRecv>(this, l);
     active_.push_back(l);
   }
   {
     std::lock_guard<std::mutex> g(gCountersMutex);
-    for (Link* l : active_) gLiveCounters.push_back(&l->ctr);
+    for (Link* l : active_) {
+      gLiveCounters.push_back(&l->ctr);
+      gLiveCounters.push_back(&l->deviceCtr);
+    }
     gLastReport.mode = mode;
     gLastReport.modeReason = modeWhy;
     gLastReport.stagingTier = mode == Mode::Write ? tierName : "";
@@ -874,12 +1053,14 @@ Counters processCounters() {
 std::string countersToString(const Counters& c) {
   return format(
       "slotsWritten=%llu creditsConsumed=%llu creditsReturned=%llu creditStalls=%llu remoteStalls=%llu "
-      "doorbells=%llu stagedLost=%llu slotsLanded=%llu creditWrites=%llu completionErrors=%llu",
+      "doorbells=%llu stagedLost=%llu slotsLanded=%llu creditWrites=%llu completionErrors=%llu "
+      "remoteReads=%llu devicePosts=%llu",
       (unsigned long long)c.slotsWritten, (unsigned long long)c.creditsConsumed,
       (unsigned long long)c.creditsReturned, (unsigned long long)c.creditStalls,
       (unsigned long long)c.remoteStalls, (unsigned long long)c.doorbells, (unsigned long long)c.stagedLost,
       (unsigned long long)c.slotsLanded, (unsigned long long)c.creditWrites,
-      (unsigned long long)c.completionErrors);
+      (unsigned long long)c.completionErrors, (unsigned long long)c.remoteReads,
+      (unsigned long long)c.devicePosts);
 }
 
 SetupReport lastSetupReport() {

@@ -1,8 +1,15 @@
 // The software NIC: verbs objects over shared rings, and the engine thread that executes
 // them. See softnic.h for the model and docs/transports.md for the wire format.
 //
+// Queues. Every queue is in the mlx5 wire format (kernels/gdr/mlx5_wire.h): the send queue a
+// ring of 64-byte WQE blocks, the receive queue a ring of data segments, the doorbell record
+// big-endian 16-bit producer indices, the doorbell a UAR word (or a BlueFlame register), the
+// CQs 64-byte CQEs with owner bits. The engine parses and writes exactly the bytes a ConnectX
+// NIC would; postSend/postRecv/poll encode and decode them (as libmlx5 does). What the engine
+// keeps beside (its consumer indices) no producer sees: credits come back as CQEs.
+//
 // Threads. The user threads own the producer sides (WQE rings, receive ring, doorbell
-// record and page) and the consumer side of CQs; the engine thread owns everything else
+// record and UAR) and the consumer side of CQs; the engine thread owns everything else
 // (connections, packets, staging chunks, CQ producer indices). They meet only in those
 // rings and in a mailbox of control commands (QP attach/reset/destroy, device memory)
 // that the engine runs between iterations: the data path takes no lock.
@@ -13,6 +20,7 @@
 // is noticed at the latest when the engine's idle timeout expires.
 #include "transports/softnic/softnic.h"
 
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -39,6 +47,7 @@
 #include "bootstrap/socket.h"
 #include "core/log.h"
 #include "core/settings.h"
+#include "kernels/gdr/mlx5_wire.h"
 
 namespace ridge {
 namespace softnic {
@@ -188,6 +197,109 @@ void addCounters(Counters* sum, const Counters& c) {
 #undef RIDGE_ADD
 }
 
+// ---- mlx5 <-> verbs-subset translations and the trace ----------------------------------------
+
+uint8_t mlx5OpcodeOf(uint8_t wqeOpcode) {
+  switch (wqeOpcode) {
+    case kWqeRdmaWrite: return mlx5::kOpRdmaWrite;
+    case kWqeRdmaWriteImm: return mlx5::kOpRdmaWriteImm;
+    case kWqeSend: return mlx5::kOpSend;
+    case kWqeSendImm: return mlx5::kOpSendImm;
+    case kWqeRdmaRead: return mlx5::kOpRdmaRead;
+    default: return mlx5::kOpNop;
+  }
+}
+
+uint8_t verbsOpcodeOf(uint8_t mlx5Opcode) {
+  switch (mlx5Opcode) {
+    case mlx5::kOpRdmaWrite: return kWqeRdmaWrite;
+    case mlx5::kOpRdmaWriteImm: return kWqeRdmaWriteImm;
+    case mlx5::kOpSend: return kWqeSend;
+    case mlx5::kOpSendImm: return kWqeSendImm;
+    case mlx5::kOpRdmaRead: return kWqeRdmaRead;
+    default: return kWqeNop;
+  }
+}
+
+uint8_t syndromeOf(uint8_t status) {
+  switch (status) {
+    case kCqeLocalLengthError: return mlx5::kSyndLocalLength;
+    case kCqeLocalProtectionError: return mlx5::kSyndLocalProt;
+    case kCqeRemoteAccessError: return mlx5::kSyndRemoteAccess;
+    case kCqeRemoteInvalidRequest: return mlx5::kSyndRemoteInvalReq;
+    case kCqeTransportRetryExceeded: return mlx5::kSyndTransportRetryExc;
+    case kCqeFlushed: return mlx5::kSyndWrFlush;
+    case kCqeBadOpcode: return mlx5::kSyndLocalQpOp;
+    default: return mlx5::kSyndRemoteOp;
+  }
+}
+
+uint8_t statusOfSyndrome(uint8_t syndrome) {
+  switch (syndrome) {
+    case mlx5::kSyndLocalLength: return kCqeLocalLengthError;
+    case mlx5::kSyndLocalProt: return kCqeLocalProtectionError;
+    case mlx5::kSyndRemoteAccess: return kCqeRemoteAccessError;
+    case mlx5::kSyndRemoteInvalReq: return kCqeRemoteInvalidRequest;
+    case mlx5::kSyndTransportRetryExc:
+    case mlx5::kSyndRnrRetryExc: return kCqeTransportRetryExceeded;
+    case mlx5::kSyndWrFlush: return kCqeFlushed;
+    case mlx5::kSyndLocalQpOp: return kCqeBadOpcode;
+    default: return kCqeGeneralError;
+  }
+}
+
+// RIDGE_SOFTNIC_TRACE: one line per consumed WQE and per new doorbell-record value, each
+// written with one write() to an O_APPEND file, so the lines of several NICs and processes
+// never interleave mid-line. Off (one branch) unless the setting names a file.
+class Trace {
+ public:
+  static Trace& get() {
+    static Trace t;
+    return t;
+  }
+  bool on() const { return fd_ >= 0; }
+  void wqe(uint32_t qpn, uint32_t pi, const uint8_t* bytes, uint32_t n) {
+    char line[64 + 2 * mlx5::kMaxWqeBbs * mlx5::kWqeBbBytes];
+    int at = std::snprintf(line, 64, "wqe %u %u ", qpn, pi);
+    static const char kHex[] = "0123456789abcdef";
+    for (uint32_t i = 0; i < n; ++i) {
+      line[at++] = kHex[bytes[i] >> 4];
+      line[at++] = kHex[bytes[i] & 15];
+    }
+    line[at++] = '\n';
+    emit(line, at);
+  }
+  void dbr(uint32_t qpn, uint32_t beWord) {
+    char line[64];
+    // The word as it sits in memory, read as a big-endian number.
+    const int at = std::snprintf(line, sizeof line, "dbr %u %08x\n", qpn, mlx5::be32(beWord));
+    emit(line, at);
+  }
+
+ private:
+  Trace() {
+    const std::string path = settingString(Setting::SOFTNIC_TRACE);
+    if (path.empty()) return;
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd_ < 0)
+      RIDGE_WARN("softnic: RIDGE_SOFTNIC_TRACE=%s: %s (no trace)", path.c_str(), std::strerror(errno));
+  }
+  void emit(const char* line, int n) {
+    if (::write(fd_, line, static_cast<size_t>(n)) != n) {
+    }
+  }
+  int fd_ = -1;
+};
+
+// First QP number of a NIC: distinct across the NICs of a run (as on hardware, where each
+// NIC numbers its own QPs, they would collide between processes and the lines of a shared
+// RIDGE_SOFTNIC_TRACE file could not be told apart); 4096 QPs per NIC, 24-bit numbers.
+uint32_t qpnBase() {
+  static std::atomic<uint32_t> nics{0};
+  const uint32_t h = static_cast<uint32_t>(getpid()) * 2654435761u ^ nics.fetch_add(1) * 0x9e3779b9u;
+  return (((h >> 8) & 0xfffu) << 12) | 1u;
+}
+
 class Nic;
 std::mutex gRegistryMutex;
 std::vector<Nic*> gLiveNics;
@@ -228,13 +340,14 @@ struct Conn {
 
 struct Packet {
   FrameHeader hdr;
-  char* payload;  // in staging; nullptr for 0 bytes
-  int32_t chunk;  // staging chunk, -1 for none
-  uint32_t wqeIndex;
+  char* payload;      // in staging; nullptr for 0 bytes
+  int32_t chunk;      // staging chunk, -1 for none
+  uint32_t wqeIndex;  // first block of the WQE in the send queue
   bool lastOfWqe;
-  uint8_t cqeOpcode;
+  uint8_t wqeBbs;
+  uint8_t mlx5Opcode;  // the WQE's, for its CQE
   uint8_t wqeFlags;
-  uint64_t wrId;
+  uint64_t wrId;  // the provider's, handed to its poll beside the CQE
   int64_t sentNs;
   // RDMA READ request: where the response lands, and how much of it has (pieces are taken
   // only in order, so a duplicate or late one never lands twice or after completion).
@@ -303,6 +416,7 @@ class Nic {
   void run();
   bool serviceQp(SoftQp* qp, int64_t now);
   bool pumpSend(SoftQp* qp, int64_t now);
+  bool takeWqe(SoftQp* qp);
   bool retireAcked(SoftQp* qp);
   bool flushQp(SoftQp* qp);
   void goBackN(SoftQp* qp, int64_t now);
@@ -352,7 +466,7 @@ class Nic {
   // while someone waits (one fence and one load per iteration otherwise).
   std::atomic<uint32_t> activityWord_{0};
   std::atomic<uint32_t> activityWaiters_{0};
-  std::atomic<uint32_t> nextQpn_{1};
+  std::atomic<uint32_t> nextQpn_{qpnBase()};
   uint64_t probeWord_ = 0;
   uint64_t rng_ = 1;
 
@@ -382,41 +496,43 @@ class SoftCq final : public CompletionQueue {
  public:
   SoftCq(std::shared_ptr<Nic> nic, uint32_t entries) : nic_(std::move(nic)) {
     size_ = roundUpPow2(std::max<uint32_t>(entries, 2), &log2_);
-    ring_ = static_cast<Cqe*>(std::aligned_alloc(64, sizeof(Cqe) * size_));
-    std::memset(ring_, 0, sizeof(Cqe) * size_);
-    // Owner 1 marks "not yet written" for the first pass, whose phase is 0.
-    for (uint32_t i = 0; i < size_; ++i) ring_[i].owner = 1;
-    dbr_.consumer = 0;
-    view_ = CqRingView{ring_, &dbr_, log2_, 0};
+    cqes_ = static_cast<mlx5::Cqe64*>(std::aligned_alloc(64, sizeof(mlx5::Cqe64) * size_));
+    wrIds_.assign(size_, 0);
+    std::memset(cqes_, 0, sizeof(mlx5::Cqe64) * size_);
+    // Opcode INVALID: nothing is a completion until the NIC writes it.
+    for (uint32_t i = 0; i < size_; ++i) cqes_[i].opOwn = mlx5::kCqeInitOpOwn;
+    view_ = mlx5::CqView{cqes_, &dbrec_[0], log2_, 0};
   }
-  ~SoftCq() override { std::free(ring_); }
-  int poll(Cqe* out, int max) override {
-    int n = 0;
-    while (n < max && cqPollOne(view_, &ci_, &out[n])) ++n;
-    return n;
-  }
+  ~SoftCq() override { std::free(cqes_); }
+  int poll(Cqe* out, int max) override;
   void wait(int64_t maxWaitNs, bool (*stillIdle)(void*), void* arg) override {
     uint32_t word = wakeWord_.load(std::memory_order_acquire);
     sleeping_.store(1, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (!cqeReady(ring_, ci_, log2_) && (stillIdle == nullptr || stillIdle(arg))) {
+    const uint8_t opOwn = __atomic_load_n(&cqes_[ci_ & (size_ - 1)].opOwn, __ATOMIC_ACQUIRE);
+    if (!mlx5::cqeIsNew(opOwn, ci_, log2_) && (stillIdle == nullptr || stillIdle(arg))) {
       timespec ts{static_cast<time_t>(maxWaitNs / 1000000000), static_cast<long>(maxWaitNs % 1000000000)};
       futexCall(&wakeWord_, FUTEX_WAIT_PRIVATE, word, &ts);
     }
     sleeping_.store(0, std::memory_order_relaxed);
   }
-  const CqRingView* ring() const override { return &view_; }
+  const mlx5::CqView* mlx5Cq() const override { return &view_; }
 
-  // Engine side.
-  bool hasRoom() const { return pi_ - loadAcquire(&dbr_.consumer) < size_; }
-  void push(const Cqe& c) {
-    Cqe* slot = &ring_[pi_ & (size_ - 1)];
-    uint8_t owner = cqeOwnerForIndex(pi_, log2_);
-    Cqe tmp = c;
-    tmp.owner = static_cast<uint8_t>(owner ^ 1u);  // keep it invalid while the fields land
-    std::memcpy(slot, &tmp, sizeof tmp);
-    verbsReleaseFence();
-    __atomic_store_n(&slot->owner, owner, __ATOMIC_RELEASE);
+  // Engine side: room while the consumer index published in the record is less than a pass
+  // behind (24 bits of it, as the hardware reads it).
+  bool hasRoom() const {
+    const uint32_t ci = mlx5::be32(loadAcquire(&dbrec_[0])) & 0xffffffu;
+    return ((pi_ - ci) & 0xffffffu) < size_;
+  }
+  // `wrId` goes into the provider's side array, not the CQE (which has no room for it): libmlx5
+  // keeps wrIds beside its queues too. Written before op_own, so poll() finds it with the CQE.
+  void push(uint8_t opcode, uint8_t wqeOpcode, uint32_t wqeCounter, uint32_t qpn, uint32_t byteCnt,
+            uint32_t imm, uint8_t syndrome, uint64_t wrId) {
+    mlx5::Cqe64* slot = &cqes_[pi_ & (size_ - 1)];
+    wrIds_[pi_ & (size_ - 1)] = wrId;
+    mlx5::encodeCqe(slot, opcode, wqeOpcode, static_cast<uint16_t>(wqeCounter), qpn, byteCnt, imm, syndrome);
+    mlx5::releaseFence();  // every field before op_own
+    __atomic_store_n(&slot->opOwn, mlx5::makeOpOwn(opcode, pi_, log2_), __ATOMIC_RELEASE);
     ++pi_;
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (sleeping_.load(std::memory_order_relaxed)) {
@@ -427,13 +543,14 @@ class SoftCq final : public CompletionQueue {
 
  private:
   std::shared_ptr<Nic> nic_;
-  Cqe* ring_ = nullptr;
+  mlx5::Cqe64* cqes_ = nullptr;
   uint32_t size_ = 0;
   uint32_t log2_ = 0;
-  alignas(64) CqDoorbellRecord dbr_{};
-  CqRingView view_{};
-  uint32_t ci_ = 0;  // poller
-  uint32_t pi_ = 0;  // engine
+  alignas(64) uint32_t dbrec_[2] = {0, 0};
+  mlx5::CqView view_{};
+  uint32_t ci_ = 0;              // poller
+  uint32_t pi_ = 0;              // engine
+  std::vector<uint64_t> wrIds_;  // by CQ index, engine-written
   alignas(64) std::atomic<uint32_t> wakeWord_{0};
   std::atomic<uint32_t> sleeping_{0};
 };
@@ -448,22 +565,50 @@ struct SoftQp final : public QueuePair {
   Status postSend(const Wqe& wqe) override;
   Status postRecv(const RecvWqe& wqe) override;
   uint32_t sendSlotsFree() const override { return sqSize_ - (sqPi_ - loadAcquire(&sqRetired_)); }
-  const SendRingView* sendRing() const override { return &view_; }
+  const mlx5::SqView* mlx5Sq() const override { return &view_; }
+  // Engine: new send/receive blocks the doorbell record announces (16-bit indices, as mlx5).
+  uint32_t sqPosted(bool trace) {
+    const uint32_t raw = loadAcquire(&dbrec_[mlx5::kSendDbrWord]);
+    if (trace && raw != lastDbrTraced_ && Trace::get().on()) {
+      lastDbrTraced_ = raw;
+      Trace::get().dbr(qpn_, raw);
+    }
+    return static_cast<uint16_t>((mlx5::be32(raw) & 0xffffu) - sqCi_);
+  }
+  uint32_t rqPosted() const {
+    return static_cast<uint16_t>((mlx5::be32(loadAcquire(&dbrec_[mlx5::kRecvDbrWord])) & 0xffffu) - rqCi_);
+  }
+  // The doorbell words a producer writes (UAR, either BlueFlame half): any change = "look now".
+  uint64_t doorbellWords() const {
+    return __atomic_load_n(&uar_.doorbell, __ATOMIC_ACQUIRE) ^
+           __atomic_load_n(reinterpret_cast<const uint64_t*>(uar_.blueFlame), __ATOMIC_ACQUIRE) ^
+           __atomic_load_n(reinterpret_cast<const uint64_t*>(uar_.blueFlame + kBlueFlameBytes),
+                           __ATOMIC_ACQUIRE);
+  }
 
   std::shared_ptr<Nic> nic_;
   uint32_t qpn_ = 0;
   std::atomic<QpState> state_{QpState::Reset};
   SoftCq* scq_;
   SoftCq* rcq_;
-  Wqe* sq_ = nullptr;
+  uint8_t* sq_ = nullptr;  // mlx5 send queue: sqSize_ blocks of 64 bytes
   uint32_t sqSize_ = 0, sqLog_ = 0;
-  RecvWqe* rq_ = nullptr;
+  mlx5::DataSeg* rq_ = nullptr;  // mlx5 receive queue: one data segment per receive
   uint32_t rqSize_ = 0, rqLog_ = 0;
-  alignas(64) DoorbellRecord dbr_{};
-  alignas(64) DoorbellPage page_{};
+  alignas(64) uint32_t dbrec_[2] = {0, 0};  // mlx5 doorbell record (BE16 indices in BE32 words)
+  static constexpr uint32_t kBlueFlameBytes = 256;
+  struct alignas(64) Uar {
+    uint64_t doorbell;
+    uint64_t reserved[7];
+    alignas(64) uint8_t blueFlame[2 * kBlueFlameBytes];
+  } uar_{};
+  // The engine's consumer indices, for postSend/postRecv's "queue full" (the provider's own
+  // bookkeeping, as libmlx5's; producers that bypass the provider see CQEs only).
   alignas(64) uint32_t sqRetired_ = 0;  // engine-written
   uint32_t rqConsumed_ = 0;             // engine-written
-  SendRingView view_{};
+  mlx5::SqView view_{};
+  std::vector<uint64_t> sqWrId_;  // by send-queue block index (provider side)
+  std::vector<uint64_t> rqWrId_;
   // Poster side.
   alignas(64) uint32_t sqPi_ = 0;
   uint32_t rqPi_ = 0;
@@ -474,9 +619,15 @@ struct SoftQp final : public QueuePair {
   Conn* out_ = nullptr;
   Conn* in_ = nullptr;
   uint64_t lastPage_ = 0;
-  uint32_t sqCi_ = 0;  // next WQE to take into staging
+  uint32_t lastDbrTraced_ = 0;
+  uint32_t sqCi_ = 0;  // first block of the next WQE to take into staging
   bool haveCur_ = false;
-  Wqe cur_{};
+  Wqe cur_{};  // the WQE being cut into packets, decoded
+  uint8_t curBbs_ = 1;
+  uint8_t curMlx5Opcode_ = 0;
+  uint64_t curWrId_ = 0;
+  bool curInline_ = false;
+  mlx5::WqeBuf curWqe_{};  // its bytes (inline payload is sent from here)
   uint32_t curOffset_ = 0;
   std::vector<Packet> inflight_;  // ring, capacity a power of two
   uint32_t inflightHead_ = 0, inflightTail_ = 0;
@@ -504,13 +655,79 @@ struct SoftQp final : public QueuePair {
   std::vector<char> heldResponses_;
 };
 
-uint8_t cqeOpcodeOf(uint8_t wqeOpcode) {
-  switch (wqeOpcode) {
-    case kWqeSend:
-    case kWqeSendImm: return kCqeSend;
-    case kWqeRdmaRead: return kCqeRdmaRead;
-    default: return kCqeRdmaWrite;
+// Decodes mlx5 CQEs into the subset's completions, as libmlx5's poll does (the wrId from the
+// provider's side array).
+int SoftCq::poll(Cqe* out, int max) {
+  int n = 0;
+  mlx5::CqeFields f;
+  while (n < max) {
+    const uint64_t wrId = wrIds_[ci_ & (size_ - 1)];
+    if (!mlx5::pollCq(view_, &ci_, &f)) break;
+    Cqe& c = out[n++];
+    c = Cqe{};
+    c.wrId = wrId;
+    c.qpn = f.qpn;
+    c.wqeCounter = f.wqeCounter;
+    c.byteLen = f.byteCnt;
+    const bool requester = f.opcode == mlx5::kCqeReq || f.opcode == mlx5::kCqeReqErr;
+    if (requester) {
+      const uint8_t op = verbsOpcodeOf(f.wqeOpcode);
+      c.opcode = op == kWqeRdmaRead                      ? kCqeRdmaRead
+                 : (op == kWqeSend || op == kWqeSendImm) ? kCqeSend
+                                                         : kCqeRdmaWrite;
+    } else {
+      c.opcode = f.opcode == mlx5::kCqeRespWrImm ? kCqeRecvRdmaImm : kCqeRecv;
+      if (f.opcode == mlx5::kCqeRespWrImm || f.opcode == mlx5::kCqeRespSendImm) {
+        c.flags = kCqeHasImm;
+        c.immData = f.imm;
+      }
+    }
+    c.status = (f.opcode == mlx5::kCqeReqErr || f.opcode == mlx5::kCqeRespErr) ? statusOfSyndrome(f.syndrome)
+                                                                               : uint8_t{kCqeOk};
   }
+  return n;
+}
+
+// Takes the WQE at sqCi_ out of the send queue: its first block, then as many more as its ds
+// says, checked (index, QP number, segments) and traced. False (QP in error) when malformed.
+bool Nic::takeWqe(SoftQp* qp) {
+  const uint32_t mask = qp->sqSize_ - 1;
+  std::memcpy(qp->curWqe_.bytes, qp->sq_ + static_cast<size_t>(qp->sqCi_ & mask) * mlx5::kWqeBbBytes,
+              mlx5::kWqeBbBytes);
+  mlx5::WqeFields f{};
+  mlx5::decodeCtrl(qp->curWqe_.bytes, &f);
+  const uint32_t bbs = mlx5::wqeBbs(f.ds);
+  if (bbs == 0 || bbs > mlx5::kMaxWqeBbs || bbs > qp->sqPosted(false)) {
+    setError(qp, kCqeBadOpcode, "malformed WQE (ds)");
+    return false;
+  }
+  for (uint32_t b = 1; b < bbs; ++b)
+    std::memcpy(qp->curWqe_.bytes + b * mlx5::kWqeBbBytes,
+                qp->sq_ + static_cast<size_t>((qp->sqCi_ + b) & mask) * mlx5::kWqeBbBytes, mlx5::kWqeBbBytes);
+  if (Trace::get().on()) Trace::get().wqe(qp->qpn_, qp->sqCi_, qp->curWqe_.bytes, bbs * mlx5::kWqeBbBytes);
+  if (!mlx5::decodeWqe(qp->curWqe_.bytes, &f) || f.wqeIndex != static_cast<uint16_t>(qp->sqCi_) ||
+      f.qpn != qp->qpn_) {
+    setError(qp, kCqeBadOpcode, "malformed WQE (opcode, segments, index or QP number)");
+    return false;
+  }
+  Wqe& w = qp->cur_;
+  w = Wqe{};
+  w.opcode = verbsOpcodeOf(f.opcode);
+  w.flags = static_cast<uint8_t>(((f.fmCeSe & mlx5::kCtrlCqUpdate) ? kWqeSignaled : 0) |
+                                 ((f.fmCeSe & mlx5::kCtrlFence) ? kWqeFence : 0));
+  w.immData = f.imm;
+  w.length = f.bytes;
+  w.remoteAddr = f.raddr;
+  w.rkey = f.rkey;
+  w.localAddr = f.isInline ? f.inlineOffset : f.laddr;  // inline: offset into curWqe_
+  w.lkey = f.lkey;
+  qp->curInline_ = f.isInline;
+  qp->curBbs_ = static_cast<uint8_t>(bbs);
+  qp->curMlx5Opcode_ = f.opcode;
+  qp->curWrId_ = qp->sqWrId_[qp->sqCi_ & mask];
+  qp->haveCur_ = true;
+  qp->curOffset_ = 0;
+  return true;
 }
 
 // ---- Nic ---------------------------------------------------------------------------------
@@ -720,6 +937,7 @@ void Nic::engineResetQp(SoftQp* qp) {
   qp->readPending_ = false;
   qp->heldResponses_.clear();
   qp->lastPage_ = 0;
+  qp->lastDbrTraced_ = 0;
   storeRelease(&qp->sqRetired_, 0u);
   storeRelease(&qp->rqConsumed_, 0u);
 }
@@ -780,11 +998,10 @@ void Nic::setError(SoftQp* qp, uint8_t status, const char* why) {
 bool Nic::anyDoorbellPending() {
   const size_t highWater = 4 * (chunkBytes_ + sizeof(FrameHeader)) + (64 << 10);
   for (SoftQp* qp : qps_) {
-    if (__atomic_load_n(&qp->page_.ring, __ATOMIC_ACQUIRE) != qp->lastPage_) return true;
-    if (qp->state() == QpState::Error &&
-        (qp->inflightHead_ != qp->inflightTail_ || qp->sqCi_ != loadAcquire(&qp->dbr_.sqProducer)))
+    if (qp->doorbellWords() != qp->lastPage_) return true;
+    if (qp->state() == QpState::Error && (qp->inflightHead_ != qp->inflightTail_ || qp->sqPosted(false) != 0))
       return true;
-    if (!qp->haveCur_ && qp->sqCi_ == loadAcquire(&qp->dbr_.sqProducer)) continue;
+    if (!qp->haveCur_ && qp->sqPosted(false) == 0) continue;
     if (qp->readPending_) continue;  // the next WQE waits for a read's response
     Conn* c = qp->out_;
     if (qp->stalledOnStaging_ || !c || c->closed || c->out.size() - c->outDone >= highWater) continue;
@@ -879,7 +1096,7 @@ void Nic::run() {
 
 bool Nic::serviceQp(SoftQp* qp, int64_t now) {
   bool did = false;
-  qp->lastPage_ = __atomic_load_n(&qp->page_.ring, __ATOMIC_ACQUIRE);
+  qp->lastPage_ = qp->doorbellWords();
   if (qp->state() == QpState::Error) return flushQp(qp);
   did |= retireAcked(qp);
   if (qp->state() == QpState::Rts && qp->out_) did |= pumpSend(qp, now);
@@ -915,22 +1132,13 @@ bool Nic::pumpSend(SoftQp* qp, int64_t now) {
   while (c && !c->closed && c->out.size() - c->outDone < highWater) {
     if (!qp->haveCur_) {
       if (qp->readPending_) break;
-      if (qp->sqCi_ == loadAcquire(&qp->dbr_.sqProducer)) break;
-      const Wqe& w = qp->sq_[qp->sqCi_ & (qp->sqSize_ - 1)];
-      // A slot still holding last pass's index is not written yet: look again later.
-      if (__atomic_load_n(&w.index, __ATOMIC_ACQUIRE) != static_cast<uint16_t>(qp->sqCi_)) break;
-      qp->cur_ = w;
-      qp->haveCur_ = true;
-      qp->curOffset_ = 0;
+      if (qp->sqPosted(true) == 0) break;
+      if (!takeWqe(qp)) return true;
       const uint8_t op = qp->cur_.opcode;
-      if (op != kWqeRdmaWrite && op != kWqeRdmaWriteImm && op != kWqeSend && op != kWqeSendImm &&
-          op != kWqeRdmaRead) {
-        setError(qp, kCqeBadOpcode, "bad WQE opcode");
-        return true;
-      }
       // A read lands in local memory: its region must allow local writes.
       const uint32_t localAccess = op == kWqeRdmaRead ? uint32_t{kAccessLocalWrite} : 0u;
-      if (qp->cur_.length && !translate(qp->cur_.lkey, qp->cur_.localAddr, qp->cur_.length, localAccess)) {
+      if (!qp->curInline_ && qp->cur_.length &&
+          !translate(qp->cur_.lkey, qp->cur_.localAddr, qp->cur_.length, localAccess)) {
         setError(qp, kCqeLocalProtectionError, "WQE names memory outside its lkey's region");
         return true;
       }
@@ -944,7 +1152,8 @@ bool Nic::pumpSend(SoftQp* qp, int64_t now) {
     int32_t chunk = -1;
     char* payload = nullptr;
     if (len) {
-      char* src = translate(w.lkey, w.localAddr + qp->curOffset_, len, 0);
+      char* src = qp->curInline_ ? reinterpret_cast<char*>(qp->curWqe_.bytes) + w.localAddr + qp->curOffset_
+                                 : translate(w.lkey, w.localAddr + qp->curOffset_, len, 0);
       if (inStaging(src, len)) {
         // Device memory is carved out of this staging: the bytes already sit where packets
         // are sent and resent from, and the producer leaves them alone until the WQE
@@ -970,7 +1179,7 @@ bool Nic::pumpSend(SoftQp* qp, int64_t now) {
     p.hdr.magic = kFrameMagic;
     p.hdr.type = kFrameData;
     p.hdr.flags = static_cast<uint8_t>((first ? kFrameFirst : 0) | (last ? kFrameLast : 0));
-    p.hdr.opcode = w.opcode;
+    p.hdr.opcode = w.opcode == kWqeNop ? uint8_t{kWqeRdmaWrite} : w.opcode;  // a NOP: 0 bytes, in order
     p.hdr.seq = qp->nextSeq_++;
     p.hdr.length = len;
     p.hdr.immData = w.immData;
@@ -982,9 +1191,10 @@ bool Nic::pumpSend(SoftQp* qp, int64_t now) {
     p.chunk = chunk;
     p.wqeIndex = qp->sqCi_;
     p.lastOfWqe = last;
-    p.cqeOpcode = cqeOpcodeOf(w.opcode);
+    p.wqeBbs = qp->curBbs_;
+    p.mlx5Opcode = qp->curMlx5Opcode_;
     p.wqeFlags = w.flags;
-    p.wrId = w.wrId;
+    p.wrId = qp->curWrId_;
     p.sentNs = now;
     p.readLocal = w.localAddr;
     p.readLkey = w.lkey;
@@ -997,7 +1207,7 @@ bool Nic::pumpSend(SoftQp* qp, int64_t now) {
     qp->curOffset_ += len;
     if (last) {
       qp->haveCur_ = false;
-      ++qp->sqCi_;
+      qp->sqCi_ += qp->curBbs_;
     }
     did = true;
   }
@@ -1019,19 +1229,12 @@ bool Nic::retireAcked(SoftQp* qp) {
         ctr_.cqFullStalls.fetch_add(1, std::memory_order_relaxed);
         break;
       }
-      Cqe c{};
-      c.wrId = p.wrId;
-      c.byteLen = p.hdr.msgLength;
-      c.qpn = qp->qpn_;
-      c.wqeCounter = static_cast<uint16_t>(p.wqeIndex);
-      c.opcode = p.cqeOpcode;
-      c.status = kCqeOk;
       // Slot free before the completion is visible: a poller may post again at once.
-      storeRelease(&qp->sqRetired_, p.wqeIndex + 1);
-      qp->scq_->push(c);
+      storeRelease(&qp->sqRetired_, p.wqeIndex + p.wqeBbs);
+      qp->scq_->push(mlx5::kCqeReq, p.mlx5Opcode, p.wqeIndex, qp->qpn_, p.hdr.msgLength, 0, 0, p.wrId);
     }
     freeChunk(p.chunk);
-    if (p.lastOfWqe) storeRelease(&qp->sqRetired_, p.wqeIndex + 1);
+    if (p.lastOfWqe) storeRelease(&qp->sqRetired_, p.wqeIndex + p.wqeBbs);
     if (isRead) qp->readPending_ = false;
     ++qp->inflightHead_;
     did = true;
@@ -1057,48 +1260,33 @@ bool Nic::flushQp(SoftQp* qp) {
     Packet& p = qp->inflight_[qp->inflightHead_ & mask];
     if (p.lastOfWqe) {
       if (!qp->scq_->hasRoom()) return did;
-      Cqe c{};
-      c.wrId = p.wrId;
-      c.qpn = qp->qpn_;
-      c.wqeCounter = static_cast<uint16_t>(p.wqeIndex);
-      c.opcode = p.cqeOpcode;
-      c.status = nextStatus();
-      storeRelease(&qp->sqRetired_, p.wqeIndex + 1);
-      qp->scq_->push(c);
+      storeRelease(&qp->sqRetired_, p.wqeIndex + p.wqeBbs);
+      qp->scq_->push(mlx5::kCqeReqErr, p.mlx5Opcode, p.wqeIndex, qp->qpn_, 0, 0, syndromeOf(nextStatus()),
+                     p.wrId);
     }
     freeChunk(p.chunk);
     ++qp->inflightHead_;
     did = true;
   }
   // The WQE being cut into packets and the ones not yet taken.
-  const uint32_t producer = loadAcquire(&qp->dbr_.sqProducer);
-  while (qp->sqCi_ != producer) {
+  while (qp->sqPosted(true) != 0) {
     if (!qp->scq_->hasRoom()) return did;
-    const Wqe& w = qp->sq_[qp->sqCi_ & (qp->sqSize_ - 1)];
-    Cqe c{};
-    c.wrId = w.wrId;
-    c.qpn = qp->qpn_;
-    c.wqeCounter = static_cast<uint16_t>(qp->sqCi_);
-    c.opcode = cqeOpcodeOf(w.opcode);
-    c.status = nextStatus();
-    ++qp->sqCi_;
+    mlx5::WqeFields f{};
+    mlx5::decodeCtrl(qp->sq_ + static_cast<size_t>(qp->sqCi_ & (qp->sqSize_ - 1)) * mlx5::kWqeBbBytes, &f);
+    const uint32_t bbs = std::max<uint32_t>(1, mlx5::wqeBbs(f.ds));
+    qp->scq_->push(mlx5::kCqeReqErr, f.opcode, qp->sqCi_, qp->qpn_, 0, 0, syndromeOf(nextStatus()),
+                   qp->sqWrId_[qp->sqCi_ & (qp->sqSize_ - 1)]);
+    qp->sqCi_ += bbs;
     storeRelease(&qp->sqRetired_, qp->sqCi_);
-    qp->scq_->push(c);
     did = true;
   }
   qp->haveCur_ = false;
-  const uint32_t rqProducer = loadAcquire(&qp->dbr_.rqProducer);
-  while (qp->rqCi_ != rqProducer) {
+  while (qp->rqPosted() != 0) {
     if (!qp->rcq_->hasRoom()) return did;
-    const RecvWqe& r = qp->rq_[qp->rqCi_ & (qp->rqSize_ - 1)];
-    Cqe c{};
-    c.wrId = r.wrId;
-    c.qpn = qp->qpn_;
-    c.opcode = kCqeRecv;
-    c.status = kCqeFlushed;
+    qp->rcq_->push(mlx5::kCqeRespErr, 0, qp->rqCi_, qp->qpn_, 0, 0, mlx5::kSyndWrFlush,
+                   qp->rqWrId_[qp->rqCi_ & (qp->rqSize_ - 1)]);
     ++qp->rqCi_;
     storeRelease(&qp->rqConsumed_, qp->rqCi_);
-    qp->rcq_->push(c);
     did = true;
   }
   return did;
@@ -1367,15 +1555,20 @@ void Nic::handleData(Conn* c, const FrameHeader& h, const char* inlinePayload) {
   const bool completes = needsRecv && (h.flags & kFrameLast);
   char* dst = nullptr;
   uint8_t bad = kCqeOk;
+  RecvWqe recvWqe{};
   const RecvWqe* recv = nullptr;
   if (needsRecv && (isSend || completes)) {
-    if (qp->rqCi_ == loadAcquire(&qp->dbr_.rqProducer) || (completes && !qp->rcq_->hasRoom())) {
+    if (qp->rqPosted() == 0 || (completes && !qp->rcq_->hasRoom())) {
       // Receiver not ready: refuse without acknowledging; the sender resends after its timeout.
       ctr_.rnrDiscards.fetch_add(1, std::memory_order_relaxed);
       sendAck(qp, kAckRnr, kCqeOk);
       return;
     }
-    recv = &qp->rq_[qp->rqCi_ & (qp->rqSize_ - 1)];
+    const mlx5::DataSeg& d = qp->rq_[qp->rqCi_ & (qp->rqSize_ - 1)];
+    recvWqe.addr = mlx5::be64(d.addr);
+    recvWqe.lkey = mlx5::be32(d.lkey);
+    recvWqe.length = mlx5::be32(d.byteCount);
+    recv = &recvWqe;
   }
   if (h.length) {
     if (isSend) {
@@ -1414,18 +1607,14 @@ void Nic::handleData(Conn* c, const FrameHeader& h, const char* inlinePayload) {
     ctr_.payloadBytesLanded.fetch_add(h.length, std::memory_order_relaxed);
   }
   if (completes) {
-    Cqe cqe{};
-    cqe.wrId = recv->wrId;
-    cqe.byteLen = h.msgLength;
-    cqe.immData = h.immData;
-    cqe.qpn = qp->qpn_;
-    cqe.opcode = isSend ? kCqeRecv : kCqeRecvRdmaImm;
-    cqe.flags = (h.opcode == kWqeRdmaWriteImm || h.opcode == kWqeSendImm) ? kCqeHasImm : 0;
-    cqe.status = kCqeOk;
+    const uint8_t op = h.opcode == kWqeRdmaWriteImm ? mlx5::kCqeRespWrImm
+                       : h.opcode == kWqeSendImm    ? mlx5::kCqeRespSendImm
+                                                    : mlx5::kCqeRespSend;
     // The receive slot is free before the completion is visible (the poller reposts at once).
-    ++qp->rqCi_;
+    const uint32_t index = qp->rqCi_++;
+    const uint64_t wrId = qp->rqWrId_[index & (qp->rqSize_ - 1)];
     storeRelease(&qp->rqConsumed_, qp->rqCi_);
-    qp->rcq_->push(cqe);
+    qp->rcq_->push(op, 0, index, qp->qpn_, h.msgLength, h.immData, 0, wrId);
   }
   ++qp->expectedSeq_;
   qp->ackPending_ = true;
@@ -1568,19 +1757,21 @@ SoftQp::SoftQp(std::shared_ptr<Nic> nic, SoftCq* scq, SoftCq* rcq, const QpCaps&
   qpn_ = nic_->newQpn();
   sqSize_ = roundUpPow2(std::max<uint32_t>(caps.maxSendWr, 1), &sqLog_);
   rqSize_ = roundUpPow2(std::max<uint32_t>(caps.maxRecvWr, 1), &rqLog_);
-  sq_ = static_cast<Wqe*>(std::aligned_alloc(64, sizeof(Wqe) * sqSize_));
-  rq_ = static_cast<RecvWqe*>(std::aligned_alloc(64, sizeof(RecvWqe) * rqSize_));
-  std::memset(sq_, 0, sizeof(Wqe) * sqSize_);
-  std::memset(rq_, 0, sizeof(RecvWqe) * rqSize_);
-  // Slot i first expects index i; mark every slot as belonging to the pass before.
-  for (uint32_t i = 0; i < sqSize_; ++i) sq_[i].index = static_cast<uint16_t>(i - sqSize_);
+  sq_ = static_cast<uint8_t*>(std::aligned_alloc(64, size_t{mlx5::kWqeBbBytes} * sqSize_));
+  rq_ = static_cast<mlx5::DataSeg*>(
+      std::aligned_alloc(64, sizeof(mlx5::DataSeg) * std::max<uint32_t>(rqSize_, 4)));
+  std::memset(sq_, 0, size_t{mlx5::kWqeBbBytes} * sqSize_);
+  std::memset(rq_, 0, sizeof(mlx5::DataSeg) * rqSize_);
+  sqWrId_.assign(sqSize_, 0);
+  rqWrId_.assign(rqSize_, 0);
   // In flight: every staging chunk could belong to this QP, plus zero-length packets.
   uint32_t cap = roundUpPow2(std::max<uint32_t>(
       static_cast<uint32_t>(nic_->options().stagingBytes / std::max<size_t>(nic_->options().mtu, 64)) +
           sqSize_,
       64));
   inflight_.resize(cap);
-  view_ = SendRingView{sq_, &dbr_, &page_, sqLog_, qpn_, &sqRetired_};
+  view_ = mlx5::SqView{
+      sq_, &dbrec_[mlx5::kSendDbrWord], &uar_.doorbell, uar_.blueFlame, kBlueFlameBytes, sqLog_, qpn_, 0};
   SoftQp* self = this;
   nic_->runOnEngine([&] { nic_->engineAddQp(self); });
 }
@@ -1613,9 +1804,8 @@ Status SoftQp::modify(QpState to, const QpAddress* remote) {
       state_.store(QpState::Reset, std::memory_order_release);
       nic_->runOnEngine([&] { nic_->engineResetQp(self); });
       sqPi_ = rqPi_ = 0;
-      dbr_ = DoorbellRecord{};
-      page_.ring = 0;
-      for (uint32_t i = 0; i < sqSize_; ++i) sq_[i].index = static_cast<uint16_t>(i - sqSize_);
+      dbrec_[0] = dbrec_[1] = 0;
+      std::memset(&uar_, 0, sizeof uar_);
       return Status::ok();
     }
     case QpState::Init: state_.store(QpState::Init, std::memory_order_release); return Status::ok();
@@ -1685,9 +1875,23 @@ Status SoftQp::postSend(const Wqe& wqe) {
                      qpStateName(st));
   if (sqPi_ - loadAcquire(&sqRetired_) >= sqSize_)
     return Status(ridgeInternalError, "softnic: send queue full");
-  sqWrite(view_, sqPi_, wqe);
+  // What libmlx5 does for ibv_post_send: one mlx5 WQE (one block), the record, the doorbell.
+  mlx5::WqeBuf w;
+  const uint8_t fm = static_cast<uint8_t>(((wqe.flags & kWqeSignaled) ? mlx5::kCtrlCqUpdate : 0) |
+                                          ((wqe.flags & kWqeFence) ? mlx5::kCtrlFence : 0));
+  const uint8_t op = mlx5OpcodeOf(wqe.opcode);
+  if (op == mlx5::kOpNop && wqe.opcode != kWqeNop)
+    return makeError(ridgeInvalidArgument, "softnic: QP %u: WQE opcode %u is not in the subset", qpn_,
+                     wqe.opcode);
+  const uint32_t ds = op == mlx5::kOpNop
+                          ? mlx5::buildNop(&w, static_cast<uint16_t>(sqPi_), qpn_, fm)
+                          : mlx5::buildWqe(&w, op, static_cast<uint16_t>(sqPi_), qpn_, fm, wqe.immData,
+                                           wqe.remoteAddr, wqe.rkey, wqe.localAddr, wqe.lkey, wqe.length);
+  mlx5::copyToRing(view_, sqPi_, w, mlx5::wqeBbs(ds));
+  sqWrId_[sqPi_ & (sqSize_ - 1)] = wqe.wrId;
   ++sqPi_;
-  sqRing(view_, sqPi_);
+  mlx5::publishDbr(view_, sqPi_);
+  mlx5::ringDoorbell(view_, w);
   nic_->kick();
   return Status::ok();
 }
@@ -1699,9 +1903,11 @@ Status SoftQp::postRecv(const RecvWqe& wqe) {
                      qpn_);
   if (rqPi_ - loadAcquire(&rqConsumed_) >= rqSize_)
     return Status(ridgeInternalError, "softnic: receive queue full");
-  rq_[rqPi_ & (rqSize_ - 1)] = wqe;
+  rq_[rqPi_ & (rqSize_ - 1)] = mlx5::makeData(wqe.length, wqe.lkey, wqe.addr);
+  rqWrId_[rqPi_ & (rqSize_ - 1)] = wqe.wrId;
   ++rqPi_;
-  storeRelease(&dbr_.rqProducer, rqPi_);
+  mlx5::releaseFence();
+  storeRelease(&dbrec_[mlx5::kRecvDbrWord], mlx5::be32(rqPi_ & 0xffffu));
   nic_->kick();
   return Status::ok();
 }

@@ -98,7 +98,7 @@ Counters deviceCounters(const verbs::Device* device);
 // Sum over every softnic device this process has opened, open or closed.
 Counters processCounters();
 // Makes the NIC look at its doorbell pages now, as NIC hardware notices a doorbell (UAR) write
-// at once. For producers that ring through sendRing() instead of postSend (the gdr
+// at once. For producers that ring through mlx5Sq() instead of postSend (the gdr
 // transport's CPU stand-in for a GPU); one load when the engine is awake. No-op for a device
 // of another provider. (Added by the gdr-write transport, issue 6.)
 void notifyDoorbell(verbs::Device* device);

@@ -4,10 +4,10 @@
 // never a verbs symbol, so libridge loads without rdma-core and tests can substitute doubles.
 //
 // Work requests are translated from the shared Wqe layout into ibv_send_wr at postSend,
-// and ibv_wc into Cqe at poll: the NIC's own rings stay private to the vendor driver for
-// these (sendRing()/ring() return nullptr). QPs created with QpCaps::mlx5Direct and CQs from
-// createMlx5Cq go through mlx5 direct verbs instead and expose their hardware rings
-// (mlx5SendQueue()/mlx5Ring()) for producers that write mlx5 WQEs themselves; mlx5dv also
+// and ibv_wc into Cqe at poll. mlx5Sq()/mlx5Cq() (producers that write mlx5 WQEs and poll
+// mlx5 CQEs themselves) give, for QPs created with QpCaps::mlx5Direct and CQs from
+// createMlx5Cq, the hardware rings from mlx5 direct verbs; for any other QP or CQ, rings in
+// host memory in the same format that a proxy thread carries to the NIC (RingProxy); mlx5dv also
 // gives device memory a CPU mapping. probeGdrLadder gathers the GDR-write ladder's facts.
 //
 // Connection setup uses port 1 and GID index 0 (global routing when the port is Ethernet,
@@ -108,6 +108,15 @@ Status toSendWr(const Wqe& w, ibv_sge* sge, ibv_send_wr* wr) {
     case kWqeSendImm: wr->opcode = IBV_WR_SEND_WITH_IMM; break;
     // The scatter entry is where the read bytes land (the region needs local write).
     case kWqeRdmaRead: wr->opcode = IBV_WR_RDMA_READ; break;
+    // No verb: a zero-length RDMA WRITE (no gather entry, no remote access checked) completes
+    // in order behind what was posted before, which is all a NOP is for.
+    case kWqeNop:
+      wr->opcode = IBV_WR_RDMA_WRITE;
+      wr->sg_list = nullptr;
+      wr->num_sge = 0;
+      wr->wr.rdma.remote_addr = 0;
+      wr->wr.rdma.rkey = 0;
+      return Status::ok();
     default: return makeError(ridgeInvalidArgument, "verbs: unknown WQE opcode %u", w.opcode);
   }
   wr->imm_data = htonl(w.immData);
@@ -132,23 +141,77 @@ void wcToCqe(const ibv_wc& wc, Cqe* c) {
 class IbvQp;
 class IbvCq;
 
+// The mlx5 syndrome a NIC would report for an ibv_wc status.
+uint8_t syndromeOf(ibv_wc_status s) {
+  switch (s) {
+    case IBV_WC_LOC_LEN_ERR: return mlx5::kSyndLocalLength;
+    case IBV_WC_LOC_PROT_ERR: return mlx5::kSyndLocalProt;
+    case IBV_WC_WR_FLUSH_ERR: return mlx5::kSyndWrFlush;
+    case IBV_WC_BAD_RESP_ERR: return mlx5::kSyndBadResp;
+    case IBV_WC_REM_INV_REQ_ERR: return mlx5::kSyndRemoteInvalReq;
+    case IBV_WC_REM_ACCESS_ERR: return mlx5::kSyndRemoteAccess;
+    case IBV_WC_REM_OP_ERR: return mlx5::kSyndRemoteOp;
+    case IBV_WC_RETRY_EXC_ERR: return mlx5::kSyndTransportRetryExc;
+    case IBV_WC_RNR_RETRY_EXC_ERR: return mlx5::kSyndRnrRetryExc;
+    default: return mlx5::kSyndLocalQpOp;
+  }
+}
+
+// A completion on its way into an mlx5 CQ ring (the fields encodeCqe takes).
+struct RingCqe {
+  uint8_t opcode;     // mlx5::CqeOpcode
+  uint8_t wqeOpcode;  // requester CQEs: the WQE's mlx5::Opcode
+  uint16_t wqeCounter;
+  uint32_t qpn;
+  uint32_t byteCnt;
+  uint32_t imm;
+  uint8_t syndrome;
+};
+
+// What a NIC writes for `wc` when nothing more is known of the work request (a QP not in ring
+// mode on a ring-mode CQ).
+RingCqe ringCqeOf(const ibv_wc& wc) {
+  RingCqe c{};
+  c.qpn = wc.qp_num;
+  c.byteCnt = wc.byte_len;
+  c.wqeCounter = static_cast<uint16_t>(wc.wr_id);
+  const bool recv = (wc.opcode & IBV_WC_RECV) != 0;
+  if (wc.status != IBV_WC_SUCCESS) {
+    c.opcode = recv ? mlx5::kCqeRespErr : mlx5::kCqeReqErr;
+    c.syndrome = syndromeOf(wc.status);
+    return c;
+  }
+  const bool imm = (wc.wc_flags & IBV_WC_WITH_IMM) != 0;
+  if (imm) c.imm = ntohl(wc.imm_data);
+  switch (wc.opcode) {
+    case IBV_WC_RECV_RDMA_WITH_IMM: c.opcode = mlx5::kCqeRespWrImm; break;
+    case IBV_WC_RECV: c.opcode = imm ? mlx5::kCqeRespSendImm : mlx5::kCqeRespSend; break;
+    case IBV_WC_RDMA_READ: c.wqeOpcode = mlx5::kOpRdmaRead; break;
+    case IBV_WC_SEND: c.wqeOpcode = mlx5::kOpSend; break;
+    default: c.wqeOpcode = mlx5::kOpRdmaWrite; break;
+  }
+  return c;
+}
+
 // ---- Rings over any rdma-core device ----------------------------------------------------
-// The NIC's own rings stay with its driver, so for producers that want the subset's rings
-// (sendRing()/ring(): the gdr transport's CPU producer) the provider keeps rings of its own in
-// host memory and a proxy thread per device plays the NIC's part: it reads a send ring's
-// doorbell record, posts the new WQEs with ibv_post_send (every one signaled, so that it can
-// count retirements), polls the CQs and writes their completions into the CQ rings with the
-// owner-bit protocol of verbs_layout.h, dropping the successes of WQEs that were unsignaled.
-// A QP or CQ enters this mode with its first sendRing()/ring() call, before it posts or is
-// polled; its own calls (postSend, postRecv) are then serialized with the thread. This is the
-// host-staged rung (a CPU posts): what works on every rdma-core device.
+// The NIC's own rings stay with its driver, so for producers that want raw mlx5 queues
+// (mlx5Sq()/mlx5Cq() on a QP or CQ not created through mlx5 direct verbs) the provider keeps
+// rings of its own in host memory, in the mlx5 wire format (kernels/gdr/mlx5_wire.h), and a
+// proxy thread per device plays the NIC's part: it reads a send queue's big-endian doorbell
+// record, decodes the new WQEs, posts each with ibv_post_send (every one signaled, so that it
+// knows when each retires), polls the CQs and writes 64-byte mlx5 CQEs into the CQ rings with
+// the owner bit: requester CQEs only for WQEs that asked (CQ_UPDATE) and for failures,
+// responder CQEs for every receive. A QP or CQ enters this mode with its first
+// mlx5Sq()/mlx5Cq() call, before it posts or is polled; its receives (postRecv) are then
+// serialized with the thread, its postSend refused. This is the host-staged rung (a CPU
+// posts): what works on every rdma-core device.
 class RingProxy {
  public:
   ~RingProxy() {
     stop_.store(true);
     if (thread_.joinable()) thread_.join();
   }
-  std::mutex mu;  // the thread's passes, ring-mode posts, and the lists below
+  std::mutex mu;  // the thread's passes, ring-mode receives, and the lists below
   void add(IbvQp* qp) {
     qps_.push_back(qp);
     start();
@@ -257,23 +320,30 @@ class IbvCq final : public CompletionQueue {
       }
     }
   }
-  const Mlx5CompletionQueueView* mlx5Ring() const override { return mlx5_.cqes ? &mlx5_ : nullptr; }
-  const CqRingView* ring() const override { return const_cast<IbvCq*>(this)->enterRingMode(); }
+  // The hardware ring of a CQ from createMlx5Cq, else the proxy's ring in host memory.
+  const mlx5::CqView* mlx5Cq() const override {
+    return hardware_ ? &view_ : const_cast<IbvCq*>(this)->enterRingMode();
+  }
   // Ring mode (RingProxy): one pass of the proxy thread, under proxy_->mu. True when it moved
   // a completion.
   bool drain();
-  // A completion the proxy makes itself (a ring WQE the provider refused), under proxy_->mu.
-  void deliverFromProxy(const Cqe& c) {
+  // A completion the proxy makes itself (a ring WQE the provider refused, a NOP), under
+  // proxy_->mu.
+  void deliverFromProxy(const RingCqe& c) {
     if (ringMode_) deliver(c);
   }
   std::unordered_map<uint32_t, IbvQp*> qps_;  // under proxy_->mu
   ibv_cq* cq() const { return cq_; }
-  Mlx5CompletionQueueView mlx5_;  // filled by createMlx5Cq
+  // createMlx5Cq: the hardware ring from mlx5dv_init_obj.
+  void setHardwareRing(const mlx5::CqView& v) {
+    view_ = v;
+    hardware_ = true;
+  }
 
  private:
-  const CqRingView* enterRingMode();
-  void deliver(const Cqe& c);   // into the ring, or the overflow while the ring is full
-  bool tryWrite(const Cqe& c);  // into the ring if it has room
+  const mlx5::CqView* enterRingMode();
+  void deliver(const RingCqe& c);   // into the ring, or the overflow while the ring is full
+  bool tryWrite(const RingCqe& c);  // into the ring if it has room
 
   const IbvApi* api_;
   ibv_comp_channel* ch_;
@@ -281,19 +351,20 @@ class IbvCq final : public CompletionQueue {
   RingProxy* proxy_;
   uint32_t entries_;
   unsigned unacked_ = 0;
+  bool hardware_ = false;
   bool ringMode_ = false;
-  std::unique_ptr<Cqe[]> cqes_;
-  CqDoorbellRecord dbr_{};
-  CqRingView view_{};
-  uint32_t pi_ = 0;           // the next CQE's index
-  std::deque<Cqe> overflow_;  // completions waiting for the consumer to free entries
+  std::unique_ptr<mlx5::Cqe64[]> cqes_;
+  uint32_t dbrec_[2] = {0, 0};  // [0]: the consumer index, big-endian (mlx5 CQ doorbell record)
+  mlx5::CqView view_{};
+  uint32_t pi_ = 0;               // the next CQE's index
+  std::deque<RingCqe> overflow_;  // completions waiting for the consumer to free entries
 };
 
 class IbvQp final : public QueuePair {
  public:
-  IbvQp(const IbvApi* api, ibv_qp* qp, ibv_context* ctx, IbvCq* scq, IbvCq* rcq, uint32_t sqDepth,
+  IbvQp(const IbvApi* api, ibv_qp* qp, ibv_context* ctx, ibv_pd* pd, IbvCq* scq, IbvCq* rcq, uint32_t sqDepth,
         RingProxy* proxy)
-      : api_(api), qp_(qp), ctx_(ctx), scq_(scq), rcq_(rcq), sqDepth_(sqDepth), proxy_(proxy) {
+      : api_(api), qp_(qp), ctx_(ctx), pd_(pd), scq_(scq), rcq_(rcq), sqDepth_(sqDepth), proxy_(proxy) {
     psn_ = static_cast<uint32_t>(randomNonce()) & 0xffffff;
     std::lock_guard<std::mutex> g(proxy_->mu);
     scq_->qps_[qp_->qp_num] = this;
@@ -306,10 +377,16 @@ class IbvQp final : public QueuePair {
       scq_->qps_.erase(qp_->qp_num);
       rcq_->qps_.erase(qp_->qp_num);
     }
+    if (bounceMr_) api_->deregMr(bounceMr_);
     api_->destroyQp(qp_);
   }
   uint32_t qpn() const override { return qp_->qp_num; }
-  QpState state() const override { return state_; }
+  // A completion error moves an RC QP to the error state (the NIC does; rdma-core says so
+  // only through ibv_query_qp, which this keeps us from calling per poll).
+  QpState state() const override { return failed_.load(std::memory_order_acquire) ? QpState::Error : state_; }
+  void noteCompletion(const ibv_wc& wc) {
+    if (wc.status != IBV_WC_SUCCESS) failed_.store(true, std::memory_order_release);
+  }
   Status localAddress(QpAddress* out) const override {
     ibv_port_attr port{};
     if (api_->queryPort(ctx_, kPort, &port) != 0) return ibvError("ibv_query_port", 0);
@@ -333,20 +410,34 @@ class IbvQp final : public QueuePair {
     if (state_ != QpState::Rts && state_ != QpState::Error)
       return makeError(ridgeInvalidUsage, "verbs: QP %u: postSend in state %s (needs RTS)", qpn(),
                        qpStateName(state_));
-    if (ringMode_) {
-      std::lock_guard<std::mutex> g(proxy_->mu);
-      if (submitted_ - loadRetired() >= sqDepth_) return Status(ridgeInternalError, "verbs: send queue full");
-      return submit(w, submitted_);
-    }
+    if (ringMode_)
+      return makeError(ridgeInvalidUsage,
+                       "verbs: QP %u: postSend on a QP driven through its mlx5 send queue (mlx5Sq())", qpn());
     if (posted_ - retired_ >= sqDepth_) return Status(ridgeInternalError, "verbs: send queue full");
     ibv_sge sge;
     ibv_send_wr wr;
     ibv_send_wr* bad = nullptr;
     RIDGE_TRY(toSendWr(w, &sge, &wr));
+    // The NIC sees the send's index (the CQE's wqeCounter, as softnic gives it); poll restores
+    // the caller's id. An index's entry is reused only after the queue's depth of later posts,
+    // which the slot count above keeps behind its completion.
+    if (sendIds_.empty()) sendIds_.resize(roundUpPow2(std::max<uint32_t>(sqDepth_, 1)));
+    wr.wr_id = kSendTag | sendIndex_;
+    sendIds_[sendIndex_ & (sendIds_.size() - 1)] = w.wrId;
     int rc = api_->postSend(qp_, &wr, &bad);
     if (rc) return ibvError("ibv_post_send", rc);
+    ++sendIndex_;
     ++posted_;
     return Status::ok();
+  }
+  // A completion of postSend's: the caller's id and the WQE's index back.
+  // A success also retires every WQE before it (RC completes in order), unsignaled ones too.
+  void restoreSend(const ibv_wc& wc, Cqe* c) {
+    if (!(wc.wr_id & kSendTag) || sendIds_.empty()) return;
+    const uint64_t index = wc.wr_id & ~kSendTag;
+    c->wrId = sendIds_[index & (sendIds_.size() - 1)];
+    c->wqeCounter = static_cast<uint16_t>(index);
+    if (wc.status == IBV_WC_SUCCESS) retired_ = static_cast<uint32_t>(index + 1);
   }
   Status postRecv(const RecvWqe& w) override {
     if (state_ == QpState::Reset)
@@ -360,50 +451,57 @@ class IbvQp final : public QueuePair {
     wr.num_sge = w.length ? 1 : 0;
     std::unique_lock<std::mutex> g(proxy_->mu, std::defer_lock);
     if (ringMode_) {
-      // Receives complete in order: the proxy hands their CQEs the caller's ids (flushed ones too).
+      // Receives complete in order: their CQEs carry the receive's index, as an mlx5 NIC's do.
       g.lock();
-      recvIds_.push_back(w.wrId);
       wr.wr_id = recvSeq_++;
     }
     int rc = api_->postRecv(qp_, &wr, &bad);
-    if (rc && ringMode_) {
-      recvIds_.pop_back();
-      --recvSeq_;
-    }
+    if (rc && ringMode_) --recvSeq_;
     return rc ? ibvError("ibv_post_recv", rc) : Status::ok();
   }
-  // Counted from send completions: the provider cannot see unsignaled WQEs retire, so
-  // callers that post unsignaled work must signal at least one WQE per queue depth.
-  uint32_t sendSlotsFree() const override {
-    return ringMode_ ? sqDepth_ - (submitted_ - loadRetired()) : sqDepth_ - (posted_ - retired_);
+  // Counted from send completions (a success retires every WQE up to it): callers that post
+  // unsignaled work must signal at least one WQE per queue depth. (A QP
+  // driven through mlx5Sq() counts its free blocks itself.)
+  uint32_t sendSlotsFree() const override { return ringMode_ ? 0 : sqDepth_ - (posted_ - retired_); }
+  // The hardware send queue of a QpCaps::mlx5Direct QP, else the proxy's ring in host memory.
+  const mlx5::SqView* mlx5Sq() const override {
+    return hardware_ ? &view_ : const_cast<IbvQp*>(this)->enterRingMode();
   }
-  const Mlx5SendQueueView* mlx5SendQueue() const override { return mlx5_.wqes ? &mlx5_ : nullptr; }
-  const SendRingView* sendRing() const override { return const_cast<IbvQp*>(this)->enterRingMode(); }
-  void retired() { ++retired_; }
-  Mlx5SendQueueView mlx5_;  // filled for QPs created with QpCaps::mlx5Direct
+  // createMlx5Qp: the hardware send queue from mlx5dv_init_obj.
+  void setHardwareRing(const mlx5::SqView& v) {
+    view_ = v;
+    hardware_ = true;
+  }
 
   // Ring mode (RingProxy), under proxy_->mu.
   bool ringMode() const { return ringMode_; }
-  // Posts what the producer published in the ring's doorbell record; true when it posted any.
+  // Posts what the producer published in the doorbell record; true when it posted any.
   bool pump();
-  // A completion of this QP from the NIC: turns the proxy's ids back into the caller's and
-  // counts retirements. False when the completion is not for the caller (an unsignaled success).
-  bool translate(const ibv_wc& wc, Cqe* c);
+  // A completion of this QP from the NIC, as the CQE the producer sees. False when the
+  // producer sees none (an unsignaled success).
+  bool translate(const ibv_wc& wc, RingCqe* c);
 
  private:
-  const SendRingView* enterRingMode();
-  Status submit(const Wqe& w, uint32_t index);
-  uint32_t loadRetired() const { return __atomic_load_n(&retiredRing_, __ATOMIC_ACQUIRE); }
+  const mlx5::SqView* enterRingMode();
+  // Posts the WQE at block `index` (copied out contiguously into `w`); false with *why when the
+  // provider refuses it.
+  bool submit(const mlx5::WqeBuf& w, uint32_t index, std::string* why);
+  void retireNops();  // NOPs at the head of pending_ complete once everything before them has
   static constexpr uint64_t kSendTag = 1ull << 63;  // proxy ids of sends (receives: without)
+  static constexpr uint32_t kBounceBytes = 256;     // per block: holds any inline payload
   struct Pending {
-    uint64_t wrId;
     uint16_t index;
+    uint8_t opcode;  // mlx5::Opcode
     bool signaled;
+    bool nop;  // completed by the proxy, not the NIC (a NOP, or a WQE it refused)
+    uint32_t bytes;
+    uint8_t syndrome;  // a refused WQE: the error CQE it retires with
   };
 
   const IbvApi* api_;
   ibv_qp* qp_;
   ibv_context* ctx_;
+  ibv_pd* pd_;
   IbvCq* scq_;
   IbvCq* rcq_;
   uint32_t sqDepth_;
@@ -411,21 +509,25 @@ class IbvQp final : public QueuePair {
   QpState state_ = QpState::Reset;
   uint32_t posted_ = 0;
   uint32_t retired_ = 0;
+  std::atomic<bool> failed_{false};
   RingProxy* proxy_;
-  // Ring mode: the producer's ring and records, what the proxy took from it, and the WQEs and
-  // receives on the NIC in order.
+  bool hardware_ = false;
+  // Ring mode: the producer's ring and doorbell record, the bounce buffer inline payloads are
+  // posted from, what the proxy took from the ring, and the WQEs on the NIC in order.
   bool ringMode_ = false;
-  std::unique_ptr<Wqe[]> wqes_;
-  DoorbellRecord dbr_{};
-  DoorbellPage page_{};
-  uint32_t retiredRing_ = 0;  // written by the proxy thread, read by the producer
-  SendRingView view_{};
-  uint32_t consumed_ = 0;   // ring index the proxy reads next
-  uint32_t submitted_ = 0;  // WQEs handed to the NIC (ring and postSend)
+  std::unique_ptr<uint64_t[]> ring_;  // 1 << log2Bbs blocks of 64 bytes
+  uint32_t dbrec_[2] = {0, 0};        // [kSendDbrWord]: the producer's block counter, big-endian
+  uint64_t uar_ = 0;                  // the "doorbell register": the proxy reads the record instead
+  std::unique_ptr<char[]> bounce_;
+  ibv_mr* bounceMr_ = nullptr;
+  mlx5::SqView view_{};
+  uint32_t consumed_ = 0;  // block index the proxy reads next
   uint64_t sendSeq_ = 0;
   std::deque<Pending> pending_;
   uint64_t recvSeq_ = 0;
-  std::deque<uint64_t> recvIds_;
+  // postSend's ids by WQE index (not ring mode).
+  std::vector<uint64_t> sendIds_;
+  uint64_t sendIndex_ = 0;
 };
 
 int IbvCq::poll(Cqe* out, int max) {
@@ -439,13 +541,14 @@ int IbvCq::poll(Cqe* out, int max) {
     for (int i = 0; i < n; ++i) {
       Cqe& c = out[total + i];
       wcToCqe(wc[i], &c);
+      auto owner = qps_.find(wc[i].qp_num);
+      if (owner != qps_.end()) {
+        owner->second->restoreSend(wc[i], &c);
+        owner->second->noteCompletion(wc[i]);
+      }
       // Error completions do not carry a valid opcode: the receive side is told apart by
       // the caller's wr_id; send-side retirement counts every non-receive completion.
-      const bool recv = c.opcode == kCqeRecv || c.opcode == kCqeRecvRdmaImm;
-      if (!recv && c.status == kCqeOk) {
-        auto it = qps_.find(c.qpn);
-        if (it != qps_.end()) it->second->retired();
-      }
+      // (Send-side retirement: restoreSend, from the WQE index the completion names.)
     }
     total += n;
     if (n < 16) break;
@@ -455,36 +558,38 @@ int IbvCq::poll(Cqe* out, int max) {
 
 // ---- ring mode ----
 
-const CqRingView* IbvCq::enterRingMode() {
+const mlx5::CqView* IbvCq::enterRingMode() {
   std::lock_guard<std::mutex> g(proxy_->mu);
   if (!ringMode_) {
     uint32_t log2 = 0;
     const uint32_t size = roundUpPow2(std::max<uint32_t>(entries_, 2), &log2);
-    cqes_ = std::make_unique<Cqe[]>(size);
-    // Owner 1 everywhere: nothing is valid in the first pass (phase 0) until written.
-    for (uint32_t i = 0; i < size; ++i) cqes_[i].owner = 1;
-    view_ = CqRingView{cqes_.get(), &dbr_, log2, 0};
+    cqes_ = std::make_unique<mlx5::Cqe64[]>(size);
+    // Opcode INVALID everywhere: nothing is valid until written.
+    for (uint32_t i = 0; i < size; ++i) {
+      std::memset(&cqes_[i], 0, sizeof(mlx5::Cqe64));
+      cqes_[i].opOwn = mlx5::kCqeInitOpOwn;
+    }
+    view_ = mlx5::CqView{cqes_.get(), &dbrec_[0], log2, 0};
     ringMode_ = true;
     proxy_->add(this);
   }
   return &view_;
 }
 
-bool IbvCq::tryWrite(const Cqe& c) {
+bool IbvCq::tryWrite(const RingCqe& c) {
   const uint32_t size = 1u << view_.log2Size;
-  if (pi_ - __atomic_load_n(&dbr_.consumer, __ATOMIC_ACQUIRE) >= size) return false;
-  const uint8_t owner = cqeOwnerForIndex(pi_, view_.log2Size);
-  // Every field with the old pass's owner (still invalid to the consumer), then the owner.
-  Cqe staged = c;
-  staged.owner = static_cast<uint8_t>(owner ^ 1u);
-  cqes_[pi_ & (size - 1)] = staged;
-  verbsReleaseFence();
-  __atomic_store_n(&cqes_[pi_ & (size - 1)].owner, owner, __ATOMIC_RELEASE);
+  const uint32_t consumer = mlx5::be32(__atomic_load_n(&dbrec_[0], __ATOMIC_ACQUIRE)) & 0xffffffu;
+  if (((pi_ - consumer) & 0xffffffu) >= size) return false;
+  // Every field first (the entry still shows the old pass's owner or INVALID), then op_own.
+  mlx5::Cqe64* e = &cqes_[pi_ & (size - 1)];
+  mlx5::encodeCqe(e, c.opcode, c.wqeOpcode, c.wqeCounter, c.qpn, c.byteCnt, c.imm, c.syndrome);
+  mlx5::releaseFence();
+  __atomic_store_n(&e->opOwn, mlx5::makeOpOwn(c.opcode, pi_, view_.log2Size), __ATOMIC_RELEASE);
   ++pi_;
   return true;
 }
 
-void IbvCq::deliver(const Cqe& c) {
+void IbvCq::deliver(const RingCqe& c) {
   // In order: behind anything held back, else into the ring while it has room.
   if (!overflow_.empty() || !tryWrite(c)) overflow_.push_back(c);
 }
@@ -499,90 +604,161 @@ bool IbvCq::drain() {
   ibv_wc wc[16];
   const int n = api_->pollCq(cq_, 16, wc);
   for (int i = 0; i < n; ++i) {
-    Cqe c;
-    wcToCqe(wc[i], &c);
+    RingCqe c = ringCqeOf(wc[i]);
     auto it = qps_.find(wc[i].qp_num);
+    if (it != qps_.end()) it->second->noteCompletion(wc[i]);
     if (it != qps_.end() && it->second->ringMode()) {
       if (!it->second->translate(wc[i], &c)) continue;
     } else {
-      const bool recv = c.opcode == kCqeRecv || c.opcode == kCqeRecvRdmaImm;
-      if (!recv && c.status == kCqeOk && it != qps_.end()) it->second->retired();
+      Cqe retiring;  // postSend's retirement count, from the WQE index the completion names
+      if (it != qps_.end()) it->second->restoreSend(wc[i], &retiring);
     }
     deliver(c);
   }
   return moved || n > 0;
 }
 
-const SendRingView* IbvQp::enterRingMode() {
+const mlx5::SqView* IbvQp::enterRingMode() {
   std::lock_guard<std::mutex> g(proxy_->mu);
   if (!ringMode_) {
     uint32_t log2 = 0;
-    const uint32_t size = roundUpPow2(sqDepth_, &log2);
-    wqes_ = std::make_unique<Wqe[]>(size);
-    view_ = SendRingView{wqes_.get(), &dbr_, &page_, log2, qp_->qp_num, &retiredRing_};
-    // Entered before anything is posted (see RingProxy): the ring's counts start at zero.
-    submitted_ = 0;
-    retiredRing_ = 0;
+    const uint32_t blocks = roundUpPow2(std::max<uint32_t>(sqDepth_, 1), &log2);
+    // Inline payloads are posted from here (a registered buffer: no provider need support
+    // IBV_SEND_INLINE), one slot per block, reused only after the block's WQE retired.
+    bounce_ = std::make_unique<char[]>(static_cast<size_t>(blocks) * kBounceBytes);
+    bounceMr_ =
+        api_->regMr(pd_, bounce_.get(), static_cast<size_t>(blocks) * kBounceBytes, IBV_ACCESS_LOCAL_WRITE);
+    if (!bounceMr_) {
+      RIDGE_WARN("verbs: QP %u: no mlx5 send queue: ibv_reg_mr of its bounce buffer failed: %s", qpn(),
+                 std::strerror(errno));
+      return nullptr;
+    }
+    ring_ = std::make_unique<uint64_t[]>(static_cast<size_t>(blocks) * (mlx5::kWqeBbBytes / 8));
+    view_ = mlx5::SqView{reinterpret_cast<uint8_t*>(ring_.get()),
+                         &dbrec_[mlx5::kSendDbrWord],
+                         &uar_,
+                         nullptr,
+                         0,
+                         log2,
+                         qp_->qp_num,
+                         0};
+    consumed_ = 0;
     ringMode_ = true;
     proxy_->add(this);
   }
   return &view_;
 }
 
-Status IbvQp::submit(const Wqe& w, uint32_t index) {
-  ibv_sge sge;
-  ibv_send_wr wr;
-  ibv_send_wr* bad = nullptr;
-  RIDGE_TRY(toSendWr(w, &sge, &wr));
+bool IbvQp::submit(const mlx5::WqeBuf& w, uint32_t index, std::string* why) {
+  mlx5::WqeFields f;
+  if (!mlx5::decodeWqe(w.bytes, &f)) {
+    *why = "malformed mlx5 WQE";
+    return false;
+  }
+  if (f.wqeIndex != static_cast<uint16_t>(index)) {
+    *why = format("WQE index %u at block %u", f.wqeIndex, index & 0xffffu);
+    return false;
+  }
+  const bool signaled = (f.fmCeSe & mlx5::kCtrlCqUpdate) != 0;
+  ibv_sge sge{f.laddr, f.bytes, f.lkey};
+  if (f.isInline) {
+    char* slot = bounce_.get() + static_cast<size_t>(index & ((1u << view_.log2Bbs) - 1u)) * kBounceBytes;
+    std::memcpy(slot, w.bytes + f.inlineOffset, f.bytes);
+    sge = ibv_sge{reinterpret_cast<uint64_t>(slot), f.bytes, bounceMr_->lkey};
+  }
+  ibv_send_wr wr{};
   wr.wr_id = kSendTag | sendSeq_;
-  wr.send_flags |= IBV_SEND_SIGNALED;  // the proxy counts retirements from completions
+  wr.sg_list = f.bytes ? &sge : nullptr;
+  wr.num_sge = f.bytes ? 1 : 0;
+  // Every one signaled: the proxy learns of each retirement (and writes a CQE for those that
+  // asked). A NOP is no verb: it completes once everything before it has (RC order).
+  wr.send_flags = IBV_SEND_SIGNALED | ((f.fmCeSe & mlx5::kCtrlFence) ? IBV_SEND_FENCE : 0);
+  wr.imm_data = htonl(f.imm);
+  wr.wr.rdma.remote_addr = f.raddr;
+  wr.wr.rdma.rkey = f.rkey;
+  switch (f.opcode) {
+    case mlx5::kOpNop:
+      pending_.push_back({static_cast<uint16_t>(index), f.opcode, signaled, true, 0, 0});
+      retireNops();
+      return true;
+    case mlx5::kOpRdmaWrite: wr.opcode = IBV_WR_RDMA_WRITE; break;
+    case mlx5::kOpRdmaWriteImm: wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM; break;
+    case mlx5::kOpSend: wr.opcode = IBV_WR_SEND; break;
+    case mlx5::kOpSendImm: wr.opcode = IBV_WR_SEND_WITH_IMM; break;
+    default: wr.opcode = IBV_WR_RDMA_READ; break;  // decodeWqe admits no other opcode
+  }
+  ibv_send_wr* bad = nullptr;
   const int rc = api_->postSend(qp_, &wr, &bad);
-  if (rc) return ibvError("ibv_post_send", rc);
+  if (rc) {
+    *why = format("ibv_post_send failed: %s", std::strerror(rc));
+    return false;
+  }
   ++sendSeq_;
-  pending_.push_back({w.wrId, static_cast<uint16_t>(index), (w.flags & kWqeSignaled) != 0});
-  ++submitted_;
-  return Status::ok();
+  pending_.push_back({static_cast<uint16_t>(index), f.opcode, signaled, false, f.bytes, 0});
+  return true;
+}
+
+void IbvQp::retireNops() {
+  while (!pending_.empty() && pending_.front().nop) {
+    const Pending p = pending_.front();
+    pending_.pop_front();
+    if (p.syndrome != 0)
+      scq_->deliverFromProxy({mlx5::kCqeReqErr, p.opcode, p.index, qpn(), 0, 0, p.syndrome});
+    else if (p.signaled)
+      scq_->deliverFromProxy({mlx5::kCqeReq, mlx5::kOpNop, p.index, qpn(), 0, 0, 0});
+  }
 }
 
 bool IbvQp::pump() {
-  const uint32_t producer = __atomic_load_n(&dbr_.sqProducer, __ATOMIC_ACQUIRE);
+  const uint32_t producer =
+      mlx5::be32(__atomic_load_n(&dbrec_[mlx5::kSendDbrWord], __ATOMIC_ACQUIRE)) & 0xffffu;
+  const uint32_t mask = (1u << view_.log2Bbs) - 1u;
   bool any = false;
-  while (consumed_ != producer) {
-    const Wqe w = wqes_[consumed_ & ((1u << view_.log2Size) - 1u)];
-    Status st = submit(w, consumed_);
-    if (!st.isOk()) {
+  while ((consumed_ & 0xffffu) != producer) {
+    // The WQE's blocks, contiguous (a WQE may wrap around the ring's end).
+    mlx5::WqeBuf w;
+    const uint64_t* ring = ring_.get();
+    std::memcpy(w.bytes, ring + static_cast<size_t>(consumed_ & mask) * 8, mlx5::kWqeBbBytes);
+    mlx5::WqeFields ctrl;
+    mlx5::decodeCtrl(w.bytes, &ctrl);
+    const uint32_t avail = (producer - consumed_) & 0xffffu;
+    uint32_t bbs = mlx5::wqeBbs(ctrl.ds);
+    if (bbs == 0 || bbs > mlx5::kMaxWqeBbs || bbs > avail) bbs = 1;  // malformed: refused below
+    for (uint32_t b = 1; b < bbs; ++b)
+      std::memcpy(w.bytes + b * mlx5::kWqeBbBytes, ring + static_cast<size_t>((consumed_ + b) & mask) * 8,
+                  mlx5::kWqeBbBytes);
+    std::string why;
+    if (!submit(w, consumed_, &why)) {
       // Refused before the NIC saw it, so no completion of it will come: retire it here with an
-      // error CQE, as a NIC would flush it, so that the producer learns of it and gets its credit.
-      RIDGE_WARN("verbs: QP %u: ring WQE %u not posted: %s", qpn(), consumed_, st.message().c_str());
-      ++submitted_;
-      __atomic_store_n(&retiredRing_, retiredRing_ + 1, __ATOMIC_RELEASE);
-      Cqe c{};
-      c.wrId = w.wrId;
-      c.qpn = qpn();
-      c.wqeCounter = static_cast<uint16_t>(consumed_);
-      c.status = kCqeGeneralError;
-      scq_->deliverFromProxy(c);
+      // error CQE, as an mlx5 NIC reports a bad WQE, so that the producer learns of it and gets
+      // its credit.
+      RIDGE_WARN("verbs: QP %u: ring WQE at %u not posted: %s", qpn(), consumed_ & 0xffffu, why.c_str());
+      pending_.push_back(
+          {static_cast<uint16_t>(consumed_), ctrl.opcode, true, true, 0, mlx5::kSyndLocalQpOp});
+      retireNops();
     }
-    ++consumed_;
+    consumed_ += bbs;
     any = true;
   }
   return any;
 }
 
-bool IbvQp::translate(const ibv_wc& wc, Cqe* c) {
+bool IbvQp::translate(const ibv_wc& wc, RingCqe* c) {
   if (wc.wr_id & kSendTag) {
+    // Skip past refused WQEs and NOPs already reported (they sit in order with the posted ones).
+    retireNops();
     if (pending_.empty()) return true;  // not ours: hand it on as it is
     const Pending p = pending_.front();
     pending_.pop_front();
-    __atomic_store_n(&retiredRing_, retiredRing_ + 1, __ATOMIC_RELEASE);
-    c->wrId = p.wrId;
     c->wqeCounter = p.index;
-    return p.signaled || wc.status != IBV_WC_SUCCESS;
+    c->wqeOpcode = p.opcode;
+    c->byteCnt = p.bytes;
+    const bool report = p.signaled || wc.status != IBV_WC_SUCCESS;
+    if (report) scq_->deliverFromProxy(*c);  // before any NOP behind it
+    retireNops();
+    return false;
   }
-  if (!recvIds_.empty()) {
-    c->wrId = recvIds_.front();
-    recvIds_.pop_front();
-  }
+  c->wqeCounter = static_cast<uint16_t>(wc.wr_id);
   return true;
 }
 
@@ -664,6 +840,7 @@ Status IbvQp::modify(QpState to, const QpAddress* remote) {
   int rc = api_->modifyQp(qp_, &attr, mask);
   if (rc) return ibvError(format("ibv_modify_qp to %s", qpStateName(to)).c_str(), rc);
   state_ = to;
+  if (to == QpState::Reset) failed_.store(false, std::memory_order_release);
   if (to == QpState::Reset) posted_ = retired_ = 0;
   return Status::ok();
 }
@@ -732,7 +909,7 @@ class IbvPd final : public ProtectionDomain {
     if (caps.mlx5Direct) return createMlx5Qp(init, s, r, out);
     ibv_qp* qp = api_->createQp(pd_, &init);
     if (!qp) return ibvError("ibv_create_qp", 0);
-    *out = std::make_unique<IbvQp>(api_, qp, ctx_, s, r, caps.maxSendWr, proxy_);
+    *out = std::make_unique<IbvQp>(api_, qp, ctx_, pd_, s, r, caps.maxSendWr, proxy_);
     return Status::ok();
   }
   Status createMlx5Cq(uint32_t entries, std::unique_ptr<CompletionQueue>* out) override;
@@ -789,12 +966,18 @@ Status IbvPd::createMlx5Cq(uint32_t entries, std::unique_ptr<CompletionQueue>* o
     api_->destroyCompChannel(ch);
     return ibvError("mlx5dv_init_obj(CQ)", rc);
   }
+  uint32_t log2Cqes = 0;
+  if (dvcq.cqe_size != sizeof(mlx5::Cqe64) || dvcq.cqe_cnt == 0 ||
+      roundUpPow2(dvcq.cqe_cnt, &log2Cqes) != dvcq.cqe_cnt) {
+    api_->destroyCq(cq);
+    api_->destroyCompChannel(ch);
+    return makeError(ridgeSystemError,
+                     "verbs: mlx5 direct CQ: %u CQEs of %u bytes (needs a power of two of 64)", dvcq.cqe_cnt,
+                     dvcq.cqe_size);
+  }
   auto c = std::make_unique<IbvCq>(api_, ch, cq, proxy_, entries);
-  c->mlx5_.cqes = dvcq.buf;
-  c->mlx5_.cqeCount = dvcq.cqe_cnt;
-  c->mlx5_.cqeBytes = dvcq.cqe_size;
-  c->mlx5_.doorbellRecord = reinterpret_cast<volatile uint32_t*>(dvcq.dbrec);
-  c->mlx5_.cqn = dvcq.cqn;
+  // The hardware ring as the one raw-queue view (mlx5_wire.h): its CQEs and consumer-index word.
+  c->setHardwareRing(mlx5::CqView{static_cast<mlx5::Cqe64*>(dvcq.buf), dvcq.dbrec, log2Cqes, dvcq.cqn});
   *out = std::move(c);
   return Status::ok();
 #else
@@ -835,14 +1018,19 @@ Status IbvPd::createMlx5Qp(const ibv_qp_init_attr& init, IbvCq* s, IbvCq* r,
     return makeError(ridgeSystemError,
                      "verbs: mlx5dv_init_obj(QP) gave no send queue, doorbell record or UAR");
   }
-  auto q = std::make_unique<IbvQp>(api_, qp, ctx_, s, r, init.cap.max_send_wr, proxy_);
-  q->mlx5_.wqes = dvqp.sq.buf;
-  q->mlx5_.wqeCount = dvqp.sq.wqe_cnt;
-  q->mlx5_.strideBytes = dvqp.sq.stride;
-  q->mlx5_.doorbellRecord = reinterpret_cast<volatile uint32_t*>(dvqp.dbrec);
-  q->mlx5_.uar = dvqp.bf.reg;
-  q->mlx5_.uarBytes = dvqp.bf.size;
-  q->mlx5_.qpn = qp->qp_num;
+  uint32_t log2Bbs = 0;
+  if (dvqp.sq.stride != mlx5::kWqeBbBytes || roundUpPow2(dvqp.sq.wqe_cnt, &log2Bbs) != dvqp.sq.wqe_cnt) {
+    api_->destroyQp(qp);
+    return makeError(ridgeSystemError,
+                     "verbs: mlx5 direct QP: %u send blocks of %u bytes (needs a power of two of 64)",
+                     dvqp.sq.wqe_cnt, dvqp.sq.stride);
+  }
+  auto q = std::make_unique<IbvQp>(api_, qp, ctx_, pd_, s, r, init.cap.max_send_wr, proxy_);
+  // The hardware send queue as the one raw-queue view (mlx5_wire.h): the doorbell record's send
+  // word, the BlueFlame register as both the doorbell and the BlueFlame buffer.
+  q->setHardwareRing(mlx5::SqView{static_cast<uint8_t*>(dvqp.sq.buf), &dvqp.dbrec[mlx5::kSendDbrWord],
+                                  static_cast<uint64_t*>(dvqp.bf.reg), static_cast<uint8_t*>(dvqp.bf.reg),
+                                  dvqp.bf.size, log2Bbs, qp->qp_num, 0});
   *out = std::move(q);
   return Status::ok();
 #else
@@ -968,17 +1156,17 @@ using HostRangeKind = device::DeviceRuntime::HostRangeKind;
 void probeGpuMappings(IbvDevice* d, ProtectionDomain* pd, QueuePair* qp, CompletionQueue* cq,
                       device::DeviceRuntime* rt, uint64_t stagingBytes, GdrLadderFacts* f) {
   GpuRingMapping mapping(rt);
-  const Mlx5SendQueueView& sq = *qp->mlx5SendQueue();
-  const Mlx5CompletionQueueView& cqv = *cq->mlx5Ring();
+  const mlx5::SqView& sq = *qp->mlx5Sq();
+  const mlx5::CqView& cqv = *cq->mlx5Cq();
   uint64_t dev = 0;
+  // The whole doorbell record (the send word is its second): the page a GPU maps holds both.
   Status st =
-      mapping.map(sq.wqes, static_cast<size_t>(sq.wqeCount) * sq.strideBytes, HostRangeKind::Memory, &dev);
-  if (st.isOk()) st = mapping.map(const_cast<uint32_t*>(sq.doorbellRecord), 8, HostRangeKind::Memory, &dev);
-  if (st.isOk())
-    st = mapping.map(cqv.cqes, static_cast<size_t>(cqv.cqeCount) * cqv.cqeBytes, HostRangeKind::Memory, &dev);
-  if (st.isOk()) st = mapping.map(const_cast<uint32_t*>(cqv.doorbellRecord), 8, HostRangeKind::Memory, &dev);
+      mapping.map(sq.ring, static_cast<size_t>(mlx5::kWqeBbBytes) << sq.log2Bbs, HostRangeKind::Memory, &dev);
+  if (st.isOk()) st = mapping.map(sq.dbrec - mlx5::kSendDbrWord, 8, HostRangeKind::Memory, &dev);
+  if (st.isOk()) st = mapping.map(cqv.cqes, sizeof(mlx5::Cqe64) << cqv.log2Size, HostRangeKind::Memory, &dev);
+  if (st.isOk()) st = mapping.map(cqv.dbrec, 8, HostRangeKind::Memory, &dev);
   f->ringsMappedForGpu = st.isOk() ? FactWhy::yes() : FactWhy::no(st.message());
-  st = mapping.map(sq.uar, 8, HostRangeKind::IoMemory, &dev);
+  st = mapping.map(sq.uarDoorbell, 8, HostRangeKind::IoMemory, &dev);
   f->uarMappedForGpu = st.isOk() ? FactWhy::yes() : FactWhy::no(st.message());
 
   const uint64_t maxDm = d->attributes().maxDeviceMemoryBytes;
@@ -1053,8 +1241,8 @@ GdrLadderFacts probeGdrLadder(Device* device, device::DeviceRuntime* runtime, ui
     f.directQueues = FactWhy::no(st.message());
     return f;
   }
-  f.directQueues = FactWhy::yes(
-      format("send queue of %u WQEs, %u-byte CQEs", qp->mlx5SendQueue()->wqeCount, cq->mlx5Ring()->cqeBytes));
+  f.directQueues = FactWhy::yes(format("send queue of %u blocks, %u 64-byte CQEs",
+                                       1u << qp->mlx5Sq()->log2Bbs, 1u << cq->mlx5Cq()->log2Size));
   if (f.gpu.value == Fact::Yes) probeGpuMappings(d, pd.get(), qp.get(), cq.get(), runtime, stagingBytes, &f);
   return f;
 }

@@ -5,9 +5,10 @@
 // providers: "verbs" (rdma-core's libibverbs, built when RIDGE_WITH_VERBS is on) and
 // "softnic" (a NIC emulated in user space, always built).
 //
-// Work requests and completions use the plain-data layouts of verbs_layout.h, so the
-// same WQE a host thread hands to postSend can be written by a GPU thread straight into
-// the send ring of a provider that exposes it (sendRing()).
+// Work requests and completions handed to postSend / returned by poll use the plain-data
+// structs of verbs_layout.h (as ibv_send_wr / ibv_wc do); the queues themselves are in the
+// mlx5 wire format (kernels/gdr/mlx5_wire.h), which a provider that exposes them (mlx5Sq(),
+// mlx5Cq()) lets a GPU thread write and poll directly.
 //
 // Object lifetimes nest: a Device outlives its ProtectionDomains, which outlive their
 // regions, device memory, CQs and QPs; a CQ outlives the QPs that use it. Calls on one
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "kernels/gdr/mlx5_wire.h"
 #include "transports/verbs/gdr_ladder.h"
 #include "transports/verbs/verbs_layout.h"
 
@@ -67,32 +69,11 @@ struct QpAddress {
 struct QpCaps {
   uint32_t maxSendWr = 64;  // rounded up to a power of two
   uint32_t maxRecvWr = 64;
-  // Create the QP through mlx5 direct verbs and expose its hardware rings (mlx5SendQueue()):
+  // Create the QP through mlx5 direct verbs and expose its hardware rings (mlx5Sq(): the
+  // NIC's own send queue, doorbell record and UAR, no proxy in between):
   // rdma-core provider only, an error naming why where the device is not an mlx5 one or
   // libmlx5 is missing. The software NIC ignores it (its rings are always exposed).
   bool mlx5Direct = false;
-};
-
-// The hardware rings of an mlx5 queue pair and completion queue (mlx5dv_init_obj), for
-// producers that write mlx5 WQEs and poll mlx5 CQEs themselves (GPU threads, or a CPU that
-// rings for them). Addresses are in this process; a GPU gets its own through
-// DeviceRuntime::mapHostRange (rings: memory, UAR: I/O memory). Doorbell records are
-// big-endian 32-bit words.
-struct Mlx5SendQueueView {
-  void* wqes = nullptr;                         // send queue buffer, wqeCount x strideBytes
-  uint32_t wqeCount = 0;                        // a power of two
-  uint32_t strideBytes = 0;                     // 64 (one basic block)
-  volatile uint32_t* doorbellRecord = nullptr;  // dbrec; [1] is the send counter
-  void* uar = nullptr;                          // BlueFlame register: the doorbell store goes here
-  uint32_t uarBytes = 0;                        // BlueFlame buffer size (0: doorbell only)
-  uint32_t qpn = 0;
-};
-struct Mlx5CompletionQueueView {
-  void* cqes = nullptr;  // cqeCount x cqeBytes
-  uint32_t cqeCount = 0;
-  uint32_t cqeBytes = 0;                        // 64
-  volatile uint32_t* doorbellRecord = nullptr;  // [0]: consumer index (24 bits), [1]: arm
-  uint32_t cqn = 0;
 };
 
 class MemoryRegion {
@@ -135,10 +116,9 @@ class CompletionQueue {
   // `stillIdle(arg)` (re-checked after announcing the sleep) says there is other work.
   // May return early spuriously. Thread safe against the NIC, not against other pollers.
   virtual void wait(int64_t maxWaitNs, bool (*stillIdle)(void*), void* arg) = 0;
-  // The ring for pollers that bypass the provider, or nullptr.
-  virtual const CqRingView* ring() const { return nullptr; }
-  // The mlx5 hardware ring (CQs from createMlx5Cq), or nullptr.
-  virtual const Mlx5CompletionQueueView* mlx5Ring() const { return nullptr; }
+  // The mlx5 CQ (kernels/gdr/mlx5_wire.h) for pollers that bypass the provider, or nullptr.
+  // Polling it directly and through poll() must not be mixed on one CQ.
+  virtual const mlx5::CqView* mlx5Cq() const { return nullptr; }
 };
 
 class QueuePair {
@@ -157,10 +137,9 @@ class QueuePair {
   virtual Status postRecv(const RecvWqe& wqe) = 0;
   // Free send-queue slots right now.
   virtual uint32_t sendSlotsFree() const = 0;
-  // The raw send ring for producers that bypass postSend (GPU threads), or nullptr.
-  virtual const SendRingView* sendRing() const { return nullptr; }
-  // The mlx5 hardware send queue (QPs created with QpCaps::mlx5Direct), or nullptr.
-  virtual const Mlx5SendQueueView* mlx5SendQueue() const { return nullptr; }
+  // The mlx5 send queue (kernels/gdr/mlx5_wire.h) for producers that bypass postSend (GPU
+  // threads), or nullptr. A QP is driven either through it or through postSend, not both.
+  virtual const mlx5::SqView* mlx5Sq() const { return nullptr; }
 };
 
 class ProtectionDomain {
@@ -177,7 +156,7 @@ class ProtectionDomain {
                                 std::unique_ptr<MemoryRegion>* out);
   virtual Status allocDeviceMemory(size_t bytes, uint32_t access, std::unique_ptr<DeviceMemory>* out) = 0;
   virtual Status createCq(uint32_t entries, std::unique_ptr<CompletionQueue>* out) = 0;
-  // A CQ whose mlx5 ring a producer may poll itself (mlx5Ring()): rdma-core creates it with
+  // A CQ whose hardware mlx5 ring a producer may poll itself (mlx5Cq()): rdma-core creates it with
   // mlx5dv_create_cq, 64-byte CQEs and no CQE compression. The default refuses, naming why.
   virtual Status createMlx5Cq(uint32_t entries, std::unique_ptr<CompletionQueue>* out);
   virtual Status createQp(CompletionQueue* sendCq, CompletionQueue* recvCq, const QpCaps& caps,

@@ -1,0 +1,27 @@
+# ctest driver: ridge-bench over the gdr transport (write mode, the software NIC) with faults and
+# one staging slot, tracing what the NIC consumed; passes when the run reports no wrong values
+# and ridge-softnic-trace-check accepts every line of the trace.
+#   -DBENCH=... -DCHECK=... -DARGS="sendrecv -np 2 ..." -DTRACE=file
+separate_arguments(args UNIX_COMMAND "${ARGS}")
+file(REMOVE "${TRACE}")
+set(ENV{RIDGE_SOFTNIC_TRACE} "${TRACE}")
+set(ENV{RIDGE_GDR_STAGING_SLOTS} 1)
+set(ENV{RIDGE_SOFTNIC_FAULTS} "drop=0.02,dup=0.02,reorder=0.02,delay=0.02:100us,staging_exhaust=0.02,seed=11")
+set(ENV{RIDGE_SOFTNIC_RTO_US} 2000)
+set(ENV{RIDGE_DEBUG} INFO)
+set(ENV{RIDGE_SOCKET_IFNAME} lo)
+execute_process(COMMAND ${BENCH} ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 240)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "ridge-bench failed (${rc}):\n${out}\n${err}")
+endif()
+if(NOT out MATCHES "# Out of bounds values : 0 OK")
+  message(FATAL_ERROR "ridge-bench reported wrong values:\n${out}")
+endif()
+if(NOT err MATCHES "gdr: rank 0: closing: slotsWritten=[1-9][0-9]* [a-zA-Z0-9= ]*stagedLost=0 [a-zA-Z0-9= ]*remoteReads=0 ")
+  message(FATAL_ERROR "the gdr transport did not carry the run, lost a slot or read remote memory:\n${err}")
+endif()
+execute_process(COMMAND ${CHECK} ${TRACE} RESULT_VARIABLE rc OUTPUT_VARIABLE cout ERROR_VARIABLE cerr)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "trace check failed:\n${cout}\n${cerr}")
+endif()
+message(STATUS "${cout}")
