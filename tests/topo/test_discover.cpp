@@ -81,17 +81,30 @@ TEST(TopoDiscover, SysfsAgreesWithHwloc) {
     EXPECT_EQ(a.node(a.gpus()[i]).busId, b.node(b.gpus()[i]).busId);
 }
 
+// An NCCL topology file with `gpus` GPUs (bus ids 0000:01:00.0 ...) on one cpu and no NVLink,
+// and that file's graph rebuilt with NVML's links, as discovery does.
+std::string gpusOnOneCpu(int gpus) {
+  std::string file = "<system version=\"1\"><cpu numaid=\"0\">";
+  for (int g = 1; g <= gpus; ++g)
+    file += "<pci busid=\"0000:0" + std::to_string(g) + ":00.0\" class=\"0x030200\"/>";
+  return file + "</cpu></system>";
+}
+
+Topology withNvmlLinks(const Topology& base, const std::vector<NvmlGpu>& nvml) {
+  Topology t;
+  for (const Node& n : base.nodes()) t.addNode(n);
+  for (const Link& l : base.links()) t.addLink(l);
+  addNvLinksFromNvml(&t, base.root(), nvml);
+  EXPECT_TRUE(t.finalize().isOk());
+  return t;
+}
+
 // NVML's answers for an HGX-like box, made up: on the NCCL file below (4 GPUs, no NVLink),
 // GPU0 and GPU1 have 4 direct lanes (each end reports them), and every GPU has 2 lanes to
 // each of two NVSwitches (bus ids c0 and c1). sm 90: 20.6 GB/s per lane.
 TEST(TopoDiscover, NvmlLinksBecomeNvLinksAndSwitches) {
-  const std::string file =
-      "<system version=\"1\"><cpu numaid=\"0\">"
-      "<pci busid=\"0000:01:00.0\" class=\"0x030200\"/><pci busid=\"0000:02:00.0\" class=\"0x030200\"/>"
-      "<pci busid=\"0000:03:00.0\" class=\"0x030200\"/><pci busid=\"0000:04:00.0\" class=\"0x030200\"/>"
-      "</cpu></system>";
   Topology base;
-  ASSERT_TRUE(loadTopologyText(file, "test", &base).isOk());
+  ASSERT_TRUE(loadTopologyText(gpusOnOneCpu(4), "test", &base).isOk());
   std::vector<NvmlGpu> nvml;
   int linkNo = 0;
   for (int g = 1; g <= 4; ++g) {
@@ -108,12 +121,8 @@ TEST(TopoDiscover, NvmlLinksBecomeNvLinksAndSwitches) {
     gpu.activeLinks.push_back({linkNo++, "", NvmlRemote::Unknown});          // no remote info
     nvml.push_back(gpu);
   }
-  // Rebuild the file's graph with NVML's links, as discovery does.
-  Topology t;
-  for (const Node& n : base.nodes()) t.addNode(n);
-  for (const Link& l : base.links()) t.addLink(l);
-  addNvLinksFromNvml(&t, base.root(), nvml);
-  ASSERT_TRUE(t.finalize().isOk());
+  const Topology t = withNvmlLinks(base, nvml);
+  ASSERT_TRUE(t.finalized());
   EXPECT_EQ(t.nodesOfKind(NodeKind::NvSwitch).size(), 2u);
   const int g0 = t.find("GPU0"), g1 = t.find("GPU1"), g2 = t.find("GPU2");
   const int direct = t.linkBetween(g0, g1);
@@ -134,12 +143,8 @@ TEST(TopoDiscover, NvmlLinksBecomeNvLinksAndSwitches) {
 // POWER's GPU-CPU NVLink as NVML reports it (remote type CPU, no useful bus id): 3 lanes from
 // each of two V100s (sm 70, 20 GB/s a lane) to the CPU, plus 3 between the GPUs.
 TEST(TopoDiscover, NvmlCpuLinksEndAtTheGpusPackage) {
-  const std::string file =
-      "<system version=\"1\"><cpu numaid=\"0\">"
-      "<pci busid=\"0000:01:00.0\" class=\"0x030200\"/><pci busid=\"0000:02:00.0\" class=\"0x030200\"/>"
-      "</cpu></system>";
   Topology base;
-  ASSERT_TRUE(loadTopologyText(file, "test", &base).isOk());
+  ASSERT_TRUE(loadTopologyText(gpusOnOneCpu(2), "test", &base).isOk());
   std::vector<NvmlGpu> nvml;
   int linkNo = 0;
   for (int g = 1; g <= 2; ++g) {
@@ -151,11 +156,8 @@ TEST(TopoDiscover, NvmlCpuLinksEndAtTheGpusPackage) {
       gpu.activeLinks.push_back({linkNo++, g == 1 ? "0000:02:00.0" : "0000:01:00.0", NvmlRemote::Gpu});
     nvml.push_back(gpu);
   }
-  Topology t;
-  for (const Node& n : base.nodes()) t.addNode(n);
-  for (const Link& l : base.links()) t.addLink(l);
-  addNvLinksFromNvml(&t, base.root(), nvml);
-  ASSERT_TRUE(t.finalize().isOk());
+  const Topology t = withNvmlLinks(base, nvml);
+  ASSERT_TRUE(t.finalized());
   const int pkg = t.nodesOfKind(NodeKind::Package).at(0);
   for (const char* name : {"GPU0", "GPU1"}) {
     const int l = t.linkBetween(t.find(name), pkg);
