@@ -344,7 +344,8 @@ Status runSelfCopy(const SelfCopy& p) {
   }
   if (previous >= 0 && previous != c->cudaDevice) (void)rt->bindThread(previous);
   if (!st.isOk())
-    return Status(st.code(), "rank " + std::to_string(c->rank) + ": the copy of a send to self: " + st.message());
+    return Status(st.code(),
+                  "rank " + std::to_string(c->rank) + ": the copy of a send to self: " + st.message());
   return Status::ok();
 }
 

@@ -312,20 +312,18 @@ std::vector<BadCall> buildTable() {
       [](const Ctx& c) { return ridgeSend(c.sb, 8, kF32, c.me, c.comm, nullptr); });
   add("SelfPeerOutsideGroup_Recv", ridgeInvalidUsage, {"same group"},
       [](const Ctx& c) { return ridgeRecv(c.rb, 8, kF32, c.me, c.comm, nullptr); });
-  add("SelfSendUnpairedInGroup", ridgeInvalidUsage, {"1 send(s) to self and 0 receive(s)"},
-      [](const Ctx& c) {
-        ridgeGroupStart();
-        ridgeResult_t s = ridgeSend(c.sb, 8, kF32, c.me, c.comm, nullptr);
-        ridgeResult_t e = ridgeGroupEnd();
-        return s != ridgeSuccess ? s : e;
-      });
-  add("SelfRecvUnpairedInGroup", ridgeInvalidUsage, {"0 send(s) to self and 1 receive(s)"},
-      [](const Ctx& c) {
-        ridgeGroupStart();
-        ridgeResult_t s = ridgeRecv(c.rb, 8, kF32, c.me, c.comm, nullptr);
-        ridgeResult_t e = ridgeGroupEnd();
-        return s != ridgeSuccess ? s : e;
-      });
+  add("SelfSendUnpairedInGroup", ridgeInvalidUsage, {"1 send(s) to self and 0 receive(s)"}, [](const Ctx& c) {
+    ridgeGroupStart();
+    ridgeResult_t s = ridgeSend(c.sb, 8, kF32, c.me, c.comm, nullptr);
+    ridgeResult_t e = ridgeGroupEnd();
+    return s != ridgeSuccess ? s : e;
+  });
+  add("SelfRecvUnpairedInGroup", ridgeInvalidUsage, {"0 send(s) to self and 1 receive(s)"}, [](const Ctx& c) {
+    ridgeGroupStart();
+    ridgeResult_t s = ridgeRecv(c.rb, 8, kF32, c.me, c.comm, nullptr);
+    ridgeResult_t e = ridgeGroupEnd();
+    return s != ridgeSuccess ? s : e;
+  });
   add("SelfPairCountMismatchInGroup", ridgeInvalidUsage, {"does not match receive from self"},
       [](const Ctx& c) {
         ridgeGroupStart();
