@@ -7,7 +7,8 @@
  *
  * Forks `nranks` ranks (default 2) that run, each checking every result: init, queries,
  * every collective with every reduction operator, the legacy in-place ncclBcast, gather and
- * scatter, a PreMulSum operator, grouped send/receive around a ring, buffer registration and
+ * scatter, a PreMulSum operator, grouped send/receive around a ring, an
+ * all-to-all of sends and receives with each rank's own block sent to itself, buffer registration and
  * ncclMemAlloc, a split, the async-error query, a call Ridge refuses, finalize and destroy.
  * Exit code 0 when every rank got every result right.
  */
@@ -162,6 +163,24 @@ static int runRank(int nranks, ncclUniqueId id) {
     CHECK(ncclRecv(recv, count, ncclFloat, prev, comm, NULL));
     CHECK(ncclGroupEnd());
     for (size_t i = 0; i < count; ++i) EXPECT(recv[i] == valueOf(prev, i), "sendrecv at %zu", i);
+  }
+
+  /* All-to-all by sends and receives, each rank's own block included: a send to self is
+   * matched, in the group, with the receive from self and is a local copy. */
+  {
+    const size_t block = count;
+    for (size_t i = 0; i < count * nranks; ++i) send[i] = valueOf(rank, i), recv[i] = NAN;
+    CHECK(ncclGroupStart());
+    for (int p = 0; p < nranks; ++p) {
+      CHECK(ncclSend(send + p * block, block, ncclFloat, p, comm, NULL));
+      CHECK(ncclRecv(recv + p * block, block, ncclFloat, p, comm, NULL));
+    }
+    CHECK(ncclGroupEnd());
+    for (int p = 0; p < nranks; ++p)
+      for (size_t i = 0; i < block; ++i)
+        EXPECT(recv[p * block + i] == valueOf(p, rank * block + i), "alltoall from %d at %zu", p, i);
+    /* A send to self with no receive from self to match would never complete: refused. */
+    EXPECT(ncclSend(send, block, ncclFloat, rank, comm, NULL) == ncclInvalidUsage, "lone send to self");
   }
 
   /* Registration of a buffer used by a collective; ncclMemAlloc round trip. */

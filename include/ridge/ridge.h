@@ -375,11 +375,20 @@ RIDGE_API ridgeResult_t ridgeCommDeregister(const ridgeComm_t comm, void* handle
  * Sends `count` elements to rank `peer`, which must post a matching ridgeRecv. Outside
  * a group this blocks until the peer has the data; put a rank's sends and receives in
  * one group to exchange data without ordering them.
+ *
+ * `peer` may be the calling rank, inside a group only: the group's k-th send to self is
+ * matched with its k-th receive from self (issue order), which must have the same count and
+ * datatype, and the pair is a local copy (device memory: a copy stream-ordered with the rest
+ * of the group, on the receive's stream after the send's stream's earlier work). A send to
+ * self without its receive (or the reverse), a count or datatype mismatch, or a send or
+ * receive to self outside a group fails with ridgeInvalidUsage (at ridgeGroupEnd in a group,
+ * before any of the group runs) instead of waiting forever.
  */
 RIDGE_API ridgeResult_t ridgeSend(const void* sendbuff, size_t count, ridgeDataType_t datatype, int peer,
                                   ridgeComm_t comm, ridgeStream_t stream);
 
-/** Receives `count` elements from rank `peer` into recvbuff. See ridgeSend. */
+/** Receives `count` elements from rank `peer` into recvbuff; from the calling rank itself
+ *  only in a group, matched with a send to self (see ridgeSend). */
 RIDGE_API ridgeResult_t ridgeRecv(void* recvbuff, size_t count, ridgeDataType_t datatype, int peer,
                                   ridgeComm_t comm, ridgeStream_t stream);
 

@@ -265,6 +265,90 @@ Status submitDeviceGroup(const std::vector<QueuedOp>& ops, std::vector<ridgeComm
   });
 }
 
+// ---- send and receive to self -------------------------------------------------------------
+
+bool isSelfExchange(const QueuedOp& q) {
+  return (q.op.args.type == CollType::Send || q.op.args.type == CollType::Recv) &&
+         q.op.args.root == q.comm->rank;
+}
+
+// A send to self and the receive from self it is matched with: one local copy.
+struct SelfCopy {
+  const QueuedOp* send;
+  const QueuedOp* recv;
+};
+
+// Matches, per communicator, the group's k-th send to self with its k-th receive from self
+// (issue order, as sends and receives between two ranks are matched), each pair of the same
+// count and datatype. A send or receive without a partner would wait forever: the group
+// fails instead, before any of it runs.
+Status pairSelfExchanges(const char* fn, const std::vector<QueuedOp>& ops, std::vector<SelfCopy>* pairs) {
+  std::vector<ridgeComm*> comms;
+  for (const QueuedOp& q : ops)
+    if (isSelfExchange(q) && std::find(comms.begin(), comms.end(), q.comm) == comms.end())
+      comms.push_back(q.comm);
+  std::vector<const QueuedOp*> sends, recvs;
+  for (ridgeComm* c : comms) {
+    sends.clear();
+    recvs.clear();
+    for (const QueuedOp& q : ops)
+      if (q.comm == c && isSelfExchange(q)) (q.op.args.type == CollType::Send ? sends : recvs).push_back(&q);
+    if (sends.size() != recvs.size())
+      return makeError(ridgeInvalidUsage,
+                       "%s: rank %d: the group has %zu send(s) to self and %zu receive(s) from self; each "
+                       "ridgeSend to this rank needs a ridgeRecv from this rank in the same group",
+                       fn, c->rank, sends.size(), recvs.size());
+    for (size_t k = 0; k < sends.size(); ++k) {
+      const CollArgs& s = sends[k]->op.args;
+      const CollArgs& r = recvs[k]->op.args;
+      if (s.count != r.count || s.dtype != r.dtype)
+        return makeError(ridgeInvalidUsage,
+                         "%s: rank %d: send to self #%zu of the group (%zu elements of datatype %d) does "
+                         "not match receive from self #%zu (%zu elements of datatype %d)",
+                         fn, c->rank, k, s.count, static_cast<int>(s.dtype), k, r.count,
+                         static_cast<int>(r.dtype));
+      pairs->push_back({sends[k], recvs[k]});
+    }
+  }
+  return Status::ok();
+}
+
+// One self pair's copy: memmove for host memory; for device memory a copy on the receive's
+// stream, with the send's stream (if another) joined before and after it through a marker, so
+// the copy follows both streams' earlier work and both streams' later work follows the copy.
+Status runSelfCopy(const SelfCopy& p) {
+  const CollArgs& s = p.send->op.args;
+  const CollArgs& r = p.recv->op.args;
+  ridgeComm* c = p.send->comm;
+  const size_t bytes = s.count * dataTypeSize(s.dtype);
+  if (bytes == 0 || s.send == r.recv) return Status::ok();
+  if (!p.send->device) {
+    std::memmove(r.recv, s.send, bytes);
+    return Status::ok();
+  }
+  device::DeviceRuntime* rt = device::activeRuntime();
+  const ridgeStream_t sendStream = p.send->op.stream, recvStream = p.recv->op.stream;
+  const int previous = rt->currentDevice();
+  Status st = previous != c->cudaDevice ? rt->bindThread(c->cudaDevice) : Status::ok();
+  if (st.isOk() && sendStream == recvStream) {
+    st = rt->copy(r.recv, s.send, bytes, recvStream);
+  } else if (st.isOk()) {
+    device::Marker* join = nullptr;
+    st = rt->createMarker(&join);
+    if (st.isOk()) st = rt->recordMarker(join, sendStream);
+    if (st.isOk()) st = rt->waitMarker(recvStream, join);
+    if (st.isOk()) st = rt->copy(r.recv, s.send, bytes, recvStream);
+    if (st.isOk()) st = rt->recordMarker(join, recvStream);
+    if (st.isOk()) st = rt->waitMarker(sendStream, join);
+    if (join) rt->destroyMarker(join);  // a wait already queued keeps its record
+  }
+  if (previous >= 0 && previous != c->cudaDevice) (void)rt->bindThread(previous);
+  if (!st.isOk())
+    return Status(st.code(),
+                  "rank " + std::to_string(c->rank) + ": the copy of a send to self: " + st.message());
+  return Status::ok();
+}
+
 // Queues the operation inside a group; otherwise runs it now (host memory) or hands it to
 // the communicator's proxy (device memory).
 ridgeResult_t submit(ridgeComm* comm, const DeviceOp& op, bool device,
@@ -390,9 +474,14 @@ ridgeResult_t collective(const char* fn, CollType type, const void* send, void* 
   if (hasRoot)
     RIDGE_CHECK(
         comm, checkRoot(fn, type == CollType::Send || type == CollType::Recv ? "peer" : "root", root, comm));
-  if ((type == CollType::Send || type == CollType::Recv) && root == comm->rank)
-    return fail(comm, makeError(ridgeInvalidArgument,
-                                "%s: peer %d is this rank; send to self is not supported", fn, root));
+  // A send to self is a local copy paired, in ridgeGroupEnd, with a receive from self of the
+  // same group; alone (outside a group) it has no partner and would never complete.
+  if ((type == CollType::Send || type == CollType::Recv) && root == comm->rank && tGroup.depth == 0)
+    return fail(comm, makeError(ridgeInvalidUsage,
+                                "%s: peer %d is this rank; a %s to self needs its matching %s in the same "
+                                "group (ridgeGroupStart/ridgeGroupEnd)",
+                                fn, root, type == CollType::Send ? "send" : "receive",
+                                type == CollType::Send ? "ridgeRecv from self" : "ridgeSend to self"));
   CollArgs args{type, send, recv, count, dt, hasOp ? op : ridgeSum, root};
   // Which buffers are read/written depends on the collective and on the root.
   const BufferUse use = bufferUse(args, comm->rank, comm->nranks);
@@ -870,6 +959,8 @@ RIDGE_API ridgeResult_t ridgeGroupEnd(void) {
   // (host memory) or all as one batch of its proxy (device memory); a mix could deadlock
   // (a device send waiting for a host receive on the other side, or the reverse).
   // One pass: the first operation of each communicator says which kind it is.
+  std::vector<SelfCopy> selfCopies;
+  if (Status p = pairSelfExchanges(fn, ops, &selfCopies); !p.isOk()) return fail(ops.front().comm, p);
   std::vector<QueuedOp> hostOps, deviceOps;
   std::unordered_map<ridgeComm*, bool> deviceOfComm;
   for (const QueuedOp& q : ops) {
@@ -879,18 +970,28 @@ RIDGE_API ridgeResult_t ridgeGroupEnd(void) {
                                     "%s: a group mixes host-memory and device-memory operations on one "
                                     "communicator; put them in separate groups",
                                     fn));
-    (q.device ? deviceOps : hostOps).push_back(q);
+    if (!isSelfExchange(q)) (q.device ? deviceOps : hostOps).push_back(q);
   }
   // No device batch is queued while one of its streams is captured (checked for every
-  // communicator first, so that none of the group is queued).
-  for (const QueuedOp& q : deviceOps) {
-    Status s = refuseCapturingStream(fn, device::activeRuntime(), q.op.stream);
+  // communicator first, so that none of the group is queued); host calls with a stream are
+  // ordered after the stream's earlier work, as outside a group. Self pairs included.
+  for (const QueuedOp& q : ops) {
+    Status s = q.device ? refuseCapturingStream(fn, device::activeRuntime(), q.op.stream)
+                        : syncStreamForHostCall(fn, q.op.stream);
     if (!s.isOk()) return fail(q.comm, s);
   }
-  // Host calls with a stream are ordered after the stream's earlier work, as outside a group.
-  for (const QueuedOp& q : hostOps) {
-    Status s = syncStreamForHostCall(fn, q.op.stream);
-    if (!s.isOk()) return fail(q.comm, s);
+  // The self copies first: on device streams they then precede the group's other work there
+  // (the group's operations are unordered among themselves).
+  for (const SelfCopy& p : selfCopies) {
+    ridgeComm* c = p.send->comm;
+    c->callsInFlight.fetch_add(1);
+    Status cs = runSelfCopy(p);
+    if (!cs.isOk()) {
+      ridgeResult_t r = fail(c, cs);
+      c->callsInFlight.fetch_sub(1);
+      return r;
+    }
+    c->callsInFlight.fetch_sub(1);
   }
   std::vector<ridgeComm*> deviceComms, hostComms;
   Status s = submitDeviceGroup(deviceOps, deviceComms);

@@ -305,10 +305,41 @@ std::vector<BadCall> buildTable() {
       [](const Ctx& c) { return ridgeRecv(c.rb, 8, kF32, c.n, c.comm, nullptr); });
   add("BadPeerIntMax_Send", IA, {"peer"},
       [](const Ctx& c) { return ridgeSend(c.sb, 8, kF32, INT_MAX, c.comm, nullptr); });
-  add("SelfPeer_Send", IA, {"peer"},
+  // A send to self is a copy matched with a receive from self of the same group: alone
+  // (outside a group, or unpaired or mismatched in one) it is refused on every rank, never
+  // left waiting.
+  add("SelfPeerOutsideGroup_Send", ridgeInvalidUsage, {"same group"},
       [](const Ctx& c) { return ridgeSend(c.sb, 8, kF32, c.me, c.comm, nullptr); });
-  add("SelfPeer_Recv", IA, {"peer"},
+  add("SelfPeerOutsideGroup_Recv", ridgeInvalidUsage, {"same group"},
       [](const Ctx& c) { return ridgeRecv(c.rb, 8, kF32, c.me, c.comm, nullptr); });
+  add("SelfSendUnpairedInGroup", ridgeInvalidUsage, {"1 send(s) to self and 0 receive(s)"}, [](const Ctx& c) {
+    ridgeGroupStart();
+    ridgeResult_t s = ridgeSend(c.sb, 8, kF32, c.me, c.comm, nullptr);
+    ridgeResult_t e = ridgeGroupEnd();
+    return s != ridgeSuccess ? s : e;
+  });
+  add("SelfRecvUnpairedInGroup", ridgeInvalidUsage, {"0 send(s) to self and 1 receive(s)"}, [](const Ctx& c) {
+    ridgeGroupStart();
+    ridgeResult_t s = ridgeRecv(c.rb, 8, kF32, c.me, c.comm, nullptr);
+    ridgeResult_t e = ridgeGroupEnd();
+    return s != ridgeSuccess ? s : e;
+  });
+  add("SelfPairCountMismatchInGroup", ridgeInvalidUsage, {"does not match receive from self"},
+      [](const Ctx& c) {
+        ridgeGroupStart();
+        ridgeResult_t s = ridgeSend(c.sb, 8, kF32, c.me, c.comm, nullptr);
+        ridgeResult_t r = ridgeRecv(c.rb, 4, kF32, c.me, c.comm, nullptr);
+        ridgeResult_t e = ridgeGroupEnd();
+        return s != ridgeSuccess ? s : r != ridgeSuccess ? r : e;
+      });
+  add("SelfPairTypeMismatchInGroup", ridgeInvalidUsage, {"does not match receive from self"},
+      [](const Ctx& c) {
+        ridgeGroupStart();
+        ridgeResult_t s = ridgeSend(c.sb, 8, kF32, c.me, c.comm, nullptr);
+        ridgeResult_t r = ridgeRecv(c.rb, 8, ridgeInt32, c.me, c.comm, nullptr);
+        ridgeResult_t e = ridgeGroupEnd();
+        return s != ridgeSuccess ? s : r != ridgeSuccess ? r : e;
+      });
   // Inside a group the error may come from the call or from ridgeGroupEnd; the group must
   // close cleanly either way.
   add("BadPeerInGroup_Send", IA, {"peer"}, [](const Ctx& c) {

@@ -274,6 +274,93 @@ bool collectiveWithExchange(ridgeComm_t comm, int me, int n, Reporter& rep, uint
   return true;
 }
 
+/** All-to-all as nccl-tests writes it: every rank sends to and receives from every rank,
+ *  itself included (a send to self is a local copy matched with the receive from self), plus
+ *  a second, smaller self pair in the same group, matched with the first by issue order. */
+bool allPairsWithSelf(ridgeComm_t comm, int me, int n, Reporter& rep, uint32_t seed) {
+  const std::string where = "all-to-all with self";
+  rep.line("STEP " + where);
+  const size_t count = 4099, extra = 33;
+  std::vector<std::unique_ptr<GBuf>> sb(n), rb(n);
+  for (int p = 0; p < n; ++p) {
+    sb[p] = std::make_unique<GBuf>(count * 4);
+    fillRawAny(4, sb[p]->data(), count, rankKey(seed, me * 16 + p), 0);
+    rb[p] = std::make_unique<GBuf>(count * 4);
+  }
+  GBuf se(extra * 8), re(extra * 8);
+  fillRawAny(8, se.data(), extra, rankKey(seed + 1, me), 0);
+  GCHECK(ridgeGroupStart(), where);
+  // Receives first on odd ranks, sends first on even ones; the second self pair comes after
+  // the first in both directions, so issue order must pair the counts.
+  for (int k = 0; k < 2; ++k) {
+    const bool sends = (k == 0) == (me % 2 == 0);
+    for (int p = 0; p < n; ++p) {
+      if (sends)
+        GCHECK(ridgeSend(sb[p]->data(), count, ridgeInt32, p, comm, nullptr), where);
+      else
+        GCHECK(ridgeRecv(rb[p]->data(), count, ridgeInt32, p, comm, nullptr), where);
+    }
+    if (sends)
+      GCHECK(ridgeSend(se.data(), extra, ridgeFloat64, me, comm, nullptr), where);
+    else
+      GCHECK(ridgeRecv(re.data(), extra, ridgeFloat64, me, comm, nullptr), where);
+  }
+  GCHECK(ridgeGroupEnd(), where);
+  for (int p = 0; p < n; ++p) {
+    checkRawBuf(rep, where + " from " + std::to_string(p), *rb[p], 4, count, rankKey(seed, p * 16 + me), 0);
+    if (!sb[p]->guardsOk()) rep.fail(where, "send guard overwritten");
+  }
+  checkRawBuf(rep, where + " second self pair", re, 8, extra, rankKey(seed + 1, me), 0);
+  return true;
+}
+
+/** Only self pairs, one after the other, each group checked (one rank: sendrecv_perf). */
+bool selfOnlyGroups(ridgeComm_t comm, int me, Reporter& rep, uint32_t seed) {
+  const std::string where = "send/recv to self only";
+  rep.line("STEP " + where);
+  for (size_t count : {size_t(0), size_t(1), size_t(70001)}) {
+    GBuf s(count * 2), r(count * 2);
+    fillRawAny(2, s.data(), count, rankKey(seed + static_cast<uint32_t>(count), me), 0);
+    GCHECK(ridgeGroupStart(), where);
+    GCHECK(ridgeSend(s.data(), count, ridgeBfloat16, me, comm, nullptr), where);
+    GCHECK(ridgeRecv(r.data(), count, ridgeBfloat16, me, comm, nullptr), where);
+    GCHECK(ridgeGroupEnd(), where);
+    checkRawBuf(rep, where + " count=" + std::to_string(count), r, 2, count,
+                rankKey(seed + static_cast<uint32_t>(count), me), 0);
+    if (count == 0 && !r.guardsOk()) rep.fail(where, "zero-count copy wrote");
+  }
+  return true;
+}
+
+void runSelfExchanges(int n) {
+  setLoopbackEnv();
+  setenv("RIDGE_TIMEOUT", "20", 1);
+  ridgeUniqueId id;
+  if (!makeUniqueId(&id)) return;
+  LaunchResult res = launchRanks(n, 90, [&](int me, Reporter& rep) {
+    ridgeComm_t comm = initRank(n, id, me, rep);
+    if (!comm) return 2;
+    bool ok = selfOnlyGroups(comm, me, rep, 31);
+    for (uint32_t iter = 0; ok && iter < 3; ++iter) ok = allPairsWithSelf(comm, me, n, rep, 40 + iter);
+    ok = ok && fusedCollectives(comm, me, n, rep, 32, false);
+    ridgeResult_t r = ridgeCommDestroy(comm);
+    if (r != ridgeSuccess) rep.fail("destroy", describeResult(r));
+    return ok ? 0 : 1;
+  });
+  std::printf("self exchange tests n=%d: %.2f s\n", n, res.elapsed);
+  reportChildFailures(res, "self exchanges n=" + std::to_string(n));
+}
+
+TEST(CollGroupSelf, Ranks1) {
+  runSelfExchanges(1);
+}
+TEST(CollGroupSelf, Ranks2) {
+  runSelfExchanges(2);
+}
+TEST(CollGroupSelf, Ranks3) {
+  runSelfExchanges(3);
+}
+
 void runGroups(int n) {
   setLoopbackEnv();
   setenv("RIDGE_TIMEOUT", "20", 1);

@@ -1668,3 +1668,118 @@ TEST_F(DeviceStreams, GroupMixFoundAcrossALongGroup) {
     return true;
   });
 }
+
+// ---- send and receive to self ------------------------------------------------------------
+
+// A word that names who sent it to whom and where: block checks need no reference data.
+uint32_t selfTestWord(int from, int to, size_t i) {
+  return (static_cast<uint32_t>(from) << 24) | (static_cast<uint32_t>(to) << 20) | static_cast<uint32_t>(i);
+}
+
+// All-to-all as nccl-tests writes it (each rank sends to and receives from every rank, itself
+// included) on device buffers: the self block is a stream-ordered copy, so nothing lands
+// before a gate ahead of the group on the stream opens, and every block is right after.
+void allToAllWithSelfOnDevice(EmulatedRuntime& rt, int n) {
+  const size_t count = 3000;
+  runRanks(rt, n, [&](int rank, ridgeComm_t comm, ridgeStream_t stream) {
+    DeviceBuffer send(rt, n * count * 4), recv(rt, n * count * 4);
+    std::vector<uint32_t> words(n * count);
+    for (int p = 0; p < n; ++p)
+      for (size_t i = 0; i < count; ++i) words[p * count + i] = selfTestWord(rank, p, i);
+    std::vector<unsigned char> host(words.size() * 4);
+    std::memcpy(host.data(), words.data(), host.size());
+    send.upload(host);
+    recv.poison();
+    Gate gate;
+    EXPECT_TRUE(gate.enqueue(rt, stream).isOk());
+    EXPECT_EQ(ridgeGroupStart(), ridgeSuccess);
+    for (int p = 0; p < n; ++p) {
+      EXPECT_EQ(ridgeSend(send.bytes() + p * count * 4, count, ridgeUint32, p, comm, stream), ridgeSuccess)
+          << lastError();
+      EXPECT_EQ(ridgeRecv(recv.bytes() + p * count * 4, count, ridgeUint32, p, comm, stream), ridgeSuccess)
+          << lastError();
+    }
+    EXPECT_EQ(ridgeGroupEnd(), ridgeSuccess) << lastError();
+    EXPECT_EQ(recv.bytesNotPoison(), 0u) << "rank " << rank << ": the group ran before its stream reached it";
+    gate.open.store(true);
+    expectRanClean(rt, stream, comm, rank);
+    const std::vector<unsigned char> out = recv.download();
+    size_t wrong = 0;
+    for (int p = 0; p < n; ++p)
+      for (size_t i = 0; i < count; ++i) {
+        uint32_t w;
+        std::memcpy(&w, out.data() + (p * count + i) * 4, 4);
+        wrong += w != selfTestWord(p, rank, i);
+      }
+    EXPECT_EQ(wrong, 0u) << "rank " << rank << " of " << n;
+    return true;
+  });
+}
+
+TEST_F(DeviceStreams, AllToAllWithSelfOneRank) {
+  allToAllWithSelfOnDevice(rt, 1);
+}
+TEST_F(DeviceStreams, AllToAllWithSelfTwoRanks) {
+  allToAllWithSelfOnDevice(rt, 2);
+}
+TEST_F(DeviceStreams, AllToAllWithSelfThreeRanks) {
+  allToAllWithSelfOnDevice(rt, 3);
+}
+
+// A send to self on one stream and its receive on another: the copy waits for the send's
+// stream (held by a gate) and that stream's later work waits for the copy.
+TEST_F(DeviceStreams, SelfPairOverTwoStreamsJoinsBoth) {
+  const size_t count = 5000;
+  runRanks(rt, 1, [&](int rank, ridgeComm_t comm, ridgeStream_t streamA) {
+    ridgeStream_t streamB = nullptr;
+    EXPECT_TRUE(rt.createStream(&streamB).isOk());
+    DeviceBuffer send(rt, count * 4), recv(rt, count * 4), after(rt, count * 4);
+    send.fillRawInput(4, count, rankKey(51, 0));
+    recv.poison();
+    after.poison();
+    Gate gateB;
+    EXPECT_TRUE(gateB.enqueue(rt, streamB).isOk());
+    EXPECT_EQ(ridgeGroupStart(), ridgeSuccess);
+    EXPECT_EQ(ridgeRecv(recv.get(), count, ridgeFloat32, 0, comm, streamA), ridgeSuccess) << lastError();
+    EXPECT_EQ(ridgeSend(send.get(), count, ridgeFloat32, 0, comm, streamB), ridgeSuccess) << lastError();
+    EXPECT_EQ(ridgeGroupEnd(), ridgeSuccess) << lastError();
+    // Later work on the send's stream: a copy of what the receive got.
+    EXPECT_TRUE(rt.copy(after.get(), recv.get(), count * 4, streamB).isOk());
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_EQ(recv.bytesNotPoison(), 0u) << "the self copy ran before the send's stream reached it";
+    gateB.open.store(true);
+    EXPECT_TRUE(rt.synchronize(streamB).isOk());
+    expectRanClean(rt, streamA, comm, rank);
+    Mismatches mm;
+    std::vector<unsigned char> out = recv.download();
+    checkRawAny(4, out.data(), count, rankKey(51, 0), 0, 0, mm);
+    out = after.download();
+    checkRawAny(4, out.data(), count, rankKey(51, 0), 0, 0, mm);
+    EXPECT_EQ(mm.count, 0u) << mm.text;
+    rt.destroyStream(streamB);
+    return true;
+  });
+}
+
+// A mismatched self pair fails the group on every rank, with the reason, and queues nothing.
+TEST_F(DeviceStreams, MismatchedSelfPairIsRefusedOnEveryRank) {
+  const int n = 2;
+  const size_t count = 64;
+  runRanks(rt, n, [&](int rank, ridgeComm_t comm, ridgeStream_t stream) {
+    DeviceBuffer send(rt, count * 4), recv(rt, count * 4), peerRecv(rt, count * 4);
+    send.fillRawInput(4, count, rankKey(61, rank));
+    recv.poison();
+    peerRecv.poison();
+    EXPECT_EQ(ridgeGroupStart(), ridgeSuccess);
+    EXPECT_EQ(ridgeSend(send.get(), count, ridgeFloat32, 1 - rank, comm, stream), ridgeSuccess);
+    EXPECT_EQ(ridgeRecv(peerRecv.get(), count, ridgeFloat32, 1 - rank, comm, stream), ridgeSuccess);
+    EXPECT_EQ(ridgeSend(send.get(), count, ridgeFloat32, rank, comm, stream), ridgeSuccess);
+    EXPECT_EQ(ridgeRecv(recv.get(), count / 2, ridgeFloat32, rank, comm, stream), ridgeSuccess);
+    EXPECT_EQ(ridgeGroupEnd(), ridgeInvalidUsage);
+    EXPECT_NE(lastError().find("does not match receive from self"), std::string::npos) << lastError();
+    expectRanClean(rt, stream, comm, rank);
+    EXPECT_EQ(recv.bytesNotPoison(), 0u);
+    EXPECT_EQ(peerRecv.bytesNotPoison(), 0u);
+    return true;
+  });
+}
