@@ -118,16 +118,50 @@ int receiver(int toParent, int fromParent) {
 // Maps host memory the softnic allocated (mlx5 send queue, doorbell record, UAR, CQ)
 // into the GPU, as the UAR and queue memory are mapped for GPU-initiated verbs.
 template <typename T>
-T* deviceView(T* host, size_t bytes) {
+T* deviceView(T* host, size_t bytes, const char* what) {
+  // The software NIC's rings, doorbell records and UAR live in ordinary heap memory, so two
+  // of them can share a page: register only the pages no earlier view registered (runs of
+  // them), then check that the whole object is one contiguous device range (with unified
+  // addressing the device address of registered host memory is the host address).
   const uintptr_t page = 4096;
-  uintptr_t lo = reinterpret_cast<uintptr_t>(host) & ~(page - 1);
-  uintptr_t hi = (reinterpret_cast<uintptr_t>(host) + bytes + page - 1) & ~(page - 1);
-  cudaError_t e = cudaHostRegister(reinterpret_cast<void*>(lo), hi - lo, cudaHostRegisterMapped);
-  if (e != cudaSuccess && e != cudaErrorHostMemoryAlreadyRegistered) return nullptr;
-  cudaGetLastError();
-  void* d = nullptr;
-  if (cudaHostGetDevicePointer(&d, host, 0) != cudaSuccess) return nullptr;
-  return static_cast<T*>(d);
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(host) & ~(page - 1);
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(host) + bytes + page - 1) & ~(page - 1);
+  auto mapped = [](uintptr_t p, void** d) {
+    const bool yes = cudaHostGetDevicePointer(d, reinterpret_cast<void*>(p), 0) == cudaSuccess;
+    cudaGetLastError();
+    return yes;
+  };
+  uintptr_t runStart = 0;
+  for (uintptr_t p = lo; p <= hi; p += page) {
+    void* d = nullptr;
+    const bool free = p < hi && !mapped(p, &d);
+    if (free && !runStart) runStart = p;
+    if (!free && runStart) {
+      const cudaError_t e = cudaHostRegister(reinterpret_cast<void*>(runStart), p - runStart, cudaHostRegisterMapped);
+      if (e != cudaSuccess && e != cudaErrorHostMemoryAlreadyRegistered) {
+        std::fprintf(stderr, "%s: cudaHostRegister(%p, %zu bytes): %s\n", what, reinterpret_cast<void*>(runStart),
+                     static_cast<size_t>(p - runStart), cudaGetErrorString(e));
+        return nullptr;
+      }
+      cudaGetLastError();
+      runStart = 0;
+    }
+  }
+  void* base = nullptr;
+  if (!mapped(reinterpret_cast<uintptr_t>(host), &base)) {
+    std::fprintf(stderr, "%s: no device address for %p\n", what, static_cast<void*>(host));
+    return nullptr;
+  }
+  for (uintptr_t p = lo + page; p < hi; p += page) {
+    void* d = nullptr;
+    if (!mapped(p, &d) || static_cast<char*>(d) - static_cast<char*>(base) !=
+                              static_cast<ptrdiff_t>(p - reinterpret_cast<uintptr_t>(host))) {
+      std::fprintf(stderr, "%s: %zu bytes at %p are not one contiguous device range\n", what, bytes,
+                   static_cast<void*>(host));
+      return nullptr;
+    }
+  }
+  return static_cast<T*>(base);
 }
 
 // Nanoseconds one poll of a word of mapped host memory takes from the GPU, by %globaltimer:
@@ -210,14 +244,14 @@ int main() {
   const mlx5::CqView& hostCq = *cq->mlx5Cq();
   SendChannel ch{};
   ch.sq = ring;
-  ch.sq.ring = deviceView(ring.ring, size_t{mlx5::kWqeBbBytes} << ring.log2Bbs);
-  ch.sq.dbrec = deviceView(ring.dbrec, sizeof(uint32_t));
-  ch.sq.uarDoorbell = deviceView(ring.uarDoorbell, sizeof(uint64_t));
+  ch.sq.ring = deviceView(ring.ring, size_t{mlx5::kWqeBbBytes} << ring.log2Bbs, "send queue");
+  ch.sq.dbrec = deviceView(ring.dbrec, sizeof(uint32_t), "send doorbell record");
+  ch.sq.uarDoorbell = deviceView(ring.uarDoorbell, sizeof(uint64_t), "UAR doorbell");
   ch.sq.blueFlame = nullptr;
   ch.sq.bfBytes = 0;
   ch.cq = hostCq;
-  ch.cq.cqes = deviceView(hostCq.cqes, sizeof(mlx5::Cqe64) << hostCq.log2Size);
-  ch.cq.dbrec = deviceView(hostCq.dbrec, sizeof(uint32_t));
+  ch.cq.cqes = deviceView(hostCq.cqes, sizeof(mlx5::Cqe64) << hostCq.log2Size, "completion queue");
+  ch.cq.dbrec = deviceView(hostCq.dbrec, sizeof(uint32_t), "CQ doorbell record");
   ch.signalEvery = 2;
   if (!ch.sq.ring || !ch.sq.dbrec || !ch.sq.uarDoorbell || !ch.cq.cqes || !ch.cq.dbrec) {
     std::fprintf(stderr, "could not map the send ring into the GPU\n");
