@@ -28,8 +28,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "coll/fold_order.h"
 #include "core/host_device.h"
+#include "kernels/fold_order.h"
 #include "kernels/ll_line.h"
 #include "ridge/ridge.h"
 

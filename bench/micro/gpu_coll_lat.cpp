@@ -26,7 +26,7 @@
 #include <thread>
 #include <vector>
 
-#include "coll/ll_path.h"
+#include "coll/device/ll_path.h"
 #include "ridge/ridge.h"
 
 namespace {

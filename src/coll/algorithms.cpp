@@ -12,7 +12,7 @@
 
 #include "coll/batch.h"
 #include "coll/comm.h"
-#include "coll/data_ops.h"
+#include "coll/device/data_ops.h"
 #include "core/log.h"
 #include "plan/host_cost.h"
 #include "reduce/reduce.h"

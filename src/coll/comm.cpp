@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "bootstrap/bootstrap.h"
+#include "coll/device/p2p.h"
 #include "core/cpus.h"
 #include "core/log.h"
 #include "core/settings.h"
@@ -17,7 +18,6 @@
 #include "topo/summary.h"
 #include "transports/net/device_memory.h"
 #include "transports/net/net_transport.h"
-#include "transports/p2p/p2p.h"
 
 namespace ridge {
 

@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "coll/algo_select.h"
-#include "coll/gpu_proxy.h"
-#include "coll/ll_path.h"
+#include "coll/device/gpu_proxy.h"
+#include "coll/device/ll_path.h"
+#include "coll/device/p2p.h"
 #include "core/status.h"
 #include "ridge/ridge.h"
 #include "transports/net/net_transport.h"
-#include "transports/p2p/p2p.h"
 #include "transports/transport.h"
 
 namespace ridge {

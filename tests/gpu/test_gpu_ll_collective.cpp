@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "coll/comm.h"
-#include "coll/ll_path.h"
+#include "coll/device/ll_path.h"
 #include "collective_case.h"
 #include "ridge/ridge.h"
 #include "tests/gpu/gpu_test_util.h"

@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "coll/comm.h"
+#include "coll/device/p2p.h"
 #include "collective_case.h"
 #include "ridge/ridge.h"
 #include "tests/gpu/gpu_test_util.h"
-#include "transports/p2p/p2p.h"
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "ridge/ridge.h"
-#include "tests/device/scoped_env.h"
+#include "scoped_env.h"
 
 namespace ridge {
 namespace verbs_test {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "ridge/ridge.h"
-#include "tests/device/scoped_env.h"
+#include "scoped_env.h"
 #include "tests/verbs/two_ranks.h"
 #include "transports/verbs/verbs.h"
 

@@ -19,7 +19,7 @@
 
 #include "core/log.h"
 #include "device/emulated_runtime.h"
-#include "tests/device/scoped_env.h"
+#include "scoped_env.h"
 #include "tests/verbs/fake_rdma.h"
 #include "tests/verbs/two_ranks.h"
 #include "transports/verbs/ibv_api.h"

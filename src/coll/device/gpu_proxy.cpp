@@ -1,4 +1,4 @@
-#include "coll/gpu_proxy.h"
+#include "coll/device/gpu_proxy.h"
 
 #include <algorithm>
 #include <atomic>
@@ -11,7 +11,7 @@
 
 #include "coll/batch.h"
 #include "coll/comm.h"
-#include "coll/data_ops.h"
+#include "coll/device/data_ops.h"
 #include "coll/executor.h"
 #include "core/log.h"
 #include "core/settings.h"

@@ -1,4 +1,4 @@
-#include "transports/p2p/p2p.h"
+#include "coll/device/p2p.h"
 
 #include <unistd.h>
 
@@ -13,10 +13,10 @@
 #include "coll/batch.h"
 #include "coll/comm.h"
 #include "coll/executor.h"
-#include "coll/fold_order.h"
 #include "coll/task.h"
 #include "core/log.h"
 #include "core/settings.h"
+#include "kernels/fold_order.h"
 #include "reduce/reduce.h"
 #include "topo/discover.h"
 

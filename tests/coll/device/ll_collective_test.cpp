@@ -26,7 +26,8 @@
 #include <vector>
 
 #include "coll/comm.h"
-#include "coll/ll_path.h"
+#include "coll/device/ll_path.h"
+#include "coll/device/p2p.h"
 #include "collective_case.h"
 #include "device/emulated_runtime.h"
 #include "device_ranks.h"
@@ -35,7 +36,6 @@
 #include "ridge/ridge.h"
 #include "scoped_env.h"
 #include "time_scale.h"
-#include "transports/p2p/p2p.h"
 
 namespace {
 

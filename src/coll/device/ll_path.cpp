@@ -1,4 +1,4 @@
-#include "coll/ll_path.h"
+#include "coll/device/ll_path.h"
 
 #include <algorithm>
 #include <cctype>
@@ -10,11 +10,11 @@
 
 #include "bootstrap/bootstrap.h"
 #include "coll/comm.h"
+#include "coll/device/p2p.h"
 #include "core/log.h"
 #include "core/settings.h"
 #include "kernels/ll_collective.h"
 #include "reduce/reduce.h"
-#include "transports/p2p/p2p.h"
 
 namespace ridge {
 

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "coll/comm.h"
-#include "coll/gpu_proxy.h"
+#include "coll/device/gpu_proxy.h"
 #include "device/emulated_runtime.h"
 #include "ridge/ridge.h"
 #include "scoped_env.h"

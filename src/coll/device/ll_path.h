@@ -23,7 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "coll/gpu_proxy.h"
+#include "coll/device/gpu_proxy.h"
 #include "core/status.h"
 #include "device/runtime.h"
 

@@ -9,7 +9,7 @@
 // - A settle is never moved behind later settles of other strands (review F2): with more
 //   settles pending than pooled markers, the first is ready as soon as its own copy ran;
 //   and no settle is ever ready before the copies queued ahead of it ran.
-#include "coll/data_ops.h"
+#include "coll/device/data_ops.h"
 
 #include <gtest/gtest.h>
 

@@ -14,7 +14,7 @@
 // anew, bounded); abort during a P2P collective;
 // groups: independent operations share one barrier, a dependent one waits for its
 // predecessor on every rank (a slow emulated device would expose it otherwise).
-#include "transports/p2p/p2p.h"
+#include "coll/device/p2p.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
