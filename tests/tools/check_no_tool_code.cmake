@@ -23,7 +23,9 @@ set(_tool_only
     ridge::topo::doctorText
     ridge::topo::captureMachine
     ridge::topo::topologyToNcclXml
-    ridge::formatSummary)
+    ridge::formatSummary
+    ridge::plan::planText
+    ridge::plan::planDot)
 # Kept in libridge: RIDGE_SOFTNIC_PCIE_MODEL names a preset at run time.
 set(_kept ridge::topo::loadPreset)
 
