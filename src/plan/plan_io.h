@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/json.h"
@@ -23,6 +24,12 @@ json::Value planJson(const Plan& plan, const std::vector<Estimate>& algorithms, 
 /// Ranks of the first `maxNodes` nodes, an edge per ring hop coloured by channel and labelled
 /// with its transport.
 std::string planDot(const Plan& plan, int maxNodes);
+
+/// Shared by planJson (plan_io.cpp, libridge) and the printers planText and planDot
+/// (plan_print.cpp, ridge_tooling: ridge-topo only). The name of NIC slot `slot` ("-" for
+/// none), and the GPU-NIC pairs the plan sends through, in first-use order.
+std::string nicName(const NodeTemplate& t, int slot);
+std::vector<std::pair<int, int>> sendPairs(const Plan& p);
 
 /// What a plan file may force on a communicator.
 struct ForcedPlan {

@@ -3,6 +3,7 @@
 // SysRoot, the kernel's view of the live machine or of a folder `ridge-topo capture` wrote:
 // PCIe link attributes, config space (ACS), IOMMU groups, BARs, NIC RDMA devices and ports,
 // loaded modules, the NVIDIA driver's parameters and the process's CPU placement.
+// Tool-only, like capture: in the static library ridge_tooling, not libridge.
 //
 // Findings have a severity: a fault is something an operator can fix (a link trained below
 // its capability, ACS redirecting peer traffic, a missing module, a NIC port down); a limit

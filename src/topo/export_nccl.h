@@ -1,6 +1,7 @@
 // The topology as an NCCL topology file (NCCL_TOPO_FILE, `<system version="1">`), for
 // feeding a machine Ridge discovered (or a preset, or another file) to NCCL: useful in VMs
-// that hide the PCIe tree, where NCCL's own detection sees a flat machine.
+// that hide the PCIe tree, where NCCL's own detection sees a flat machine. Tool-only: in the
+// static library ridge_tooling, not libridge.
 #pragma once
 
 #include <string>

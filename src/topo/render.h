@@ -1,6 +1,7 @@
 // Views of a Topology for people and tools: the PCIe tree, the class matrix of
 // `nvidia-smi topo -m`, the hops of one path, and a Graphviz drawing. ridge-topo prints them;
 // they are plain functions of a finalized Topology returning text, so tests can check them.
+// Tool-only: in the static library ridge_tooling (src/topo/CMakeLists.txt), not libridge.
 //
 // The tree and the drawing are focused: root ports and switch downstream ports are folded
 // into the host bridge or switch they belong to (a switch is one box, whatever its port

@@ -55,14 +55,15 @@ Status summarizeHwlocXml(const std::string& path, HostSummary* out);
 
 /// Describes a machine already loaded as a graph (a preset, Ridge JSON, a captured folder):
 /// packages, NUMA nodes, GPUs and NICs from the graph, PUs from the NUMA nodes' CPU lists
-/// (unknown, -1, when they have none), cores unknown.
+/// (unknown, -1, when they have none), cores unknown. In ridge_tooling (summary_text.cpp).
 HostSummary summarizeTopology(const topo::Topology& t);
 
 /// The /proc + /sys reader on its own (also what summarizeThisHost falls back to); public so
 /// that tests can compare it with hwloc.
 Status summarizeThisHostSysfs(HostSummary* out);
 
-/// A few human-readable lines (no trailing newline), ending with "discovered in X ms".
+/// A few human-readable lines (no trailing newline), ending with "discovered in X ms". In
+/// ridge_tooling (summary_text.cpp), not libridge.
 std::string formatSummary(const HostSummary& s);
 
 /// One line of at most kCompactSummaryMax bytes, for the bootstrap all-gather of every rank's

@@ -210,6 +210,19 @@ struct ConnectEntry {
   uint64_t advertAddr;  // where this rank's adverts for its receives from that peer land
 };
 
+// What the phases of NetTransport::connect hand on: the slot geometry from the settings,
+// the peers served, and the queue depths and area slices derived from them.
+struct NetGeometry {
+  uint32_t nslots = 0;
+  int64_t slotBytes = 0;
+  GdrFlushMode flushMode = GdrFlushMode::Auto;
+  std::vector<int> peerRanks;
+  uint32_t sqDepth = 0;
+  uint32_t rqDepth = 0;
+  uint32_t loopDepth = 0;  // the loopback (flush) QP's send queue
+  size_t perPeer = 0;      // bytes of each peer's slice of the send area and the rings
+};
+
 class NetTransport final : public Transport {
  public:
   NetTransport() {
@@ -275,6 +288,7 @@ class NetTransport final : public Transport {
     return Status::ok();
   }
 
+  // Set-up: the phases below, in order (connect says which).
   Status connect(const TransportSetup& setup, const std::string& providerName);
 
   // Before the QPs go away, waits until every write this rank posted was acknowledged.
@@ -456,6 +470,18 @@ class NetTransport final : public Transport {
   }
 
  private:
+  Status readSettings(const TransportSetup& setup, const std::string& providerName, NetGeometry* g);
+  Status openDevice(const TransportSetup& setup, const std::string& providerName);
+  Status createCompletionQueue(NetGeometry* g);
+  Status allocateSlotAreas(NetGeometry* g);
+  Status registerSlotAreas(const NetGeometry& g);
+  Status createAdvertRings(const NetGeometry& g);
+  Status createPeerQps(const TransportSetup& setup, const NetGeometry& g, ConnectEntry* mine);
+  Status connectPeerQps(const TransportSetup& setup, const NetGeometry& g,
+                        const std::vector<ConnectEntry>& table);
+  Status startSending(const TransportSetup& setup);
+  void createConnectors(const TransportSetup& setup);
+
   // A chunk arrived in peer p's ring slot `idx`: visible now, or after its flush.
   void chunkArrived(NetPeer* p, uint32_t idx, bool landedDirect) {
     ++stats_.chunksArrived;
@@ -702,10 +728,49 @@ void NetRecv::release() {
   t_->returnCredits(p);
 }
 
+// Set-up runs in named phases, in this order; each leaves the members it fills for the next.
 Status NetTransport::connect(const TransportSetup& setup, const std::string& providerName) {
   name_ = "net/" + providerName;
   abortFlag_ = setup.abortFlag;
   if (setup.timeoutSeconds > 0) timeoutSeconds_ = setup.timeoutSeconds;
+  NetGeometry g;
+  RIDGE_TRY(readSettings(setup, providerName, &g));
+  // Peers this transport serves: those the table's canConnect gives us (same rule on
+  // every rank, so both ends of a pair agree).
+  for (int r = 0; r < setup.nranks; ++r)
+    if (r != setup.rank && netCanConnect(setup, setup.rank, r)) g.peerRanks.push_back(r);
+  RIDGE_TRY(openDevice(setup, providerName));
+  RIDGE_TRY(createCompletionQueue(&g));
+  RIDGE_TRY(allocateSlotAreas(&g));
+  RIDGE_TRY(registerSlotAreas(g));
+  RIDGE_TRY(createAdvertRings(g));
+  // Caller buffers of direct transfers, on softnic: one registration per mapping, within
+  // 64 MiB windows (softnic translates addresses when it uses them, so a window never goes
+  // stale). A real NIC pins the pages present at registration: a window would also pin, and
+  // open to remote writes, memory the caller never passed, and go stale when the allocator
+  // returns part of it (review M3); there each buffer's own pages are registered.
+  if (providerName == "softnic") cache_->setHostWindow(64 << 20);
+  RIDGE_INFO("%s: receive rings in %s memory%s", name_.c_str(), ringsOnDevice_ ? "device" : "host",
+             !ringsOnDevice_ ? ""
+             : loopQp_
+                 ? ", each chunk flushed by an RDMA READ through a loopback queue pair (RIDGE_GDR_FLUSH)"
+                 : ", not flushed (RIDGE_GDR_FLUSH=off, or the device orders RDMA writes)");
+  std::vector<ConnectEntry> table(static_cast<size_t>(setup.nranks) * setup.nranks);
+  RIDGE_TRY(createPeerQps(setup, g, &table[static_cast<size_t>(setup.rank) * setup.nranks]));
+  // Exchange addresses: every rank's entries for every peer.
+  RIDGE_TRY(setup.bootstrap->allGather(table.data(), sizeof(ConnectEntry) * setup.nranks));
+  RIDGE_TRY(connectPeerQps(setup, g, table));
+  RIDGE_TRY(startSending(setup));
+  createConnectors(setup);
+  RIDGE_INFO("%s: %zu peers over %s, %u slots of %lld bytes per direction", name_.c_str(), peers_.size(),
+             device_->attributes().name.c_str(), g.nslots, static_cast<long long>(g.slotBytes));
+  return Status::ok();
+}
+
+// Slots and slot size (RIDGE_RDMA_SLOTS, _SLOT_BYTES), the direct extension (RIDGE_NET_DIRECT)
+// and the receive-side flush (RIDGE_GDR_FLUSH).
+Status NetTransport::readSettings(const TransportSetup& setup, const std::string& providerName,
+                                  NetGeometry* g) {
   int64_t slots = settingInt(Setting::RDMA_SLOTS);
   if (slots < 2 || slots > kMaxSlots) {
     RIDGE_WARN("RIDGE_RDMA_SLOTS=%lld is outside 2..%u; using 4", static_cast<long long>(slots), kMaxSlots);
@@ -726,8 +791,8 @@ Status NetTransport::connect(const TransportSetup& setup, const std::string& pro
     slotBytes = 256 << 10;
   }
   slotBytes = (slotBytes + 4095) / 4096 * 4096;
-  slotBytes = slotBytesBesideShm(&kNetTransportTable, setup, slotBytes);
-  const uint32_t nslots = static_cast<uint32_t>(slots);
+  g->slotBytes = slotBytesBesideShm(&kNetTransportTable, setup, slotBytes);
+  g->nslots = static_cast<uint32_t>(slots);
   const std::string directText = settingString(Setting::NET_DIRECT);
   if (directText == "auto")
     direct_ = providerName == "softnic";
@@ -736,18 +801,16 @@ Status NetTransport::connect(const TransportSetup& setup, const std::string& pro
   else
     return makeError(ridgeInvalidArgument, "RIDGE_NET_DIRECT='%s': expected auto, 1 or 0",
                      directText.c_str());
-  GdrFlushMode flushMode;
   const std::string flushText = settingString(Setting::GDR_FLUSH);
-  if (!parseGdrFlush(flushText, &flushMode))
+  if (!parseGdrFlush(flushText, &g->flushMode))
     return makeError(ridgeInvalidArgument, "RIDGE_GDR_FLUSH='%s': expected auto, read or off",
                      flushText.c_str());
+  return Status::ok();
+}
 
-  // Peers this transport serves: those the table's canConnect gives us (same rule on
-  // every rank, so both ends of a pair agree).
-  std::vector<int> peerRanks;
-  for (int r = 0; r < setup.nranks; ++r)
-    if (r != setup.rank && netCanConnect(setup, setup.rank, r)) peerRanks.push_back(r);
-
+// The provider's device (RIDGE_VERBS_DEVICE, else the first with an active port), its
+// protection domain and the registration cache.
+Status NetTransport::openDevice(const TransportSetup& setup, const std::string& providerName) {
   RIDGE_TRY(openProvider(providerName, &provider_));
   std::vector<DeviceAttributes> devs;
   RIDGE_TRY(provider_->listDevices(&devs));
@@ -772,20 +835,26 @@ Status NetTransport::connect(const TransportSetup& setup, const std::string& pro
     cache_->setDeviceRegistrar(ringAllocator_->registrar());
   else if (DeviceMemoryRegistrar* r = cudaDriverRegistrar(&noDriver))
     cache_->setDeviceRegistrar(r);
+  return Status::ok();
+}
 
+// One CQ for every QP, deep enough for all their queues.
+Status NetTransport::createCompletionQueue(NetGeometry* g) {
   // Send queue: the data slots, the credit budget and the advert budget (nslots each, the
   // credits 4 more); the receive queue takes the peer's data, credits and adverts.
-  const uint32_t sqDepth = 3 * nslots + 4;
-  const uint32_t rqDepth = 3 * nslots + 8;
+  g->sqDepth = 3 * g->nslots + 4;
+  g->rqDepth = 3 * g->nslots + 8;
   // The loopback QP's send queue: one flush per ring slot of every peer.
-  const uint32_t loopDepth = static_cast<uint32_t>(std::max<size_t>(peerRanks.size(), 1)) * nslots + 4;
-  const uint32_t cqEntries = roundUpPow2(
-      static_cast<uint32_t>(std::max<size_t>(peerRanks.size(), 1)) * (sqDepth + rqDepth) + loopDepth + 64);
-  RIDGE_TRY(pd_->createCq(cqEntries, &cq_));
+  const uint32_t peerCount = static_cast<uint32_t>(std::max<size_t>(g->peerRanks.size(), 1));
+  g->loopDepth = peerCount * g->nslots + 4;
+  const uint32_t cqEntries = roundUpPow2(peerCount * (g->sqDepth + g->rqDepth) + g->loopDepth + 64);
+  return pd_->createCq(cqEntries, &cq_);
+}
 
-  const size_t perPeer = static_cast<size_t>(nslots) * static_cast<size_t>(slotBytes);
-  areaBytes_ = std::max<size_t>(perPeer * peerRanks.size(), 4096);
-  void* m = nullptr;
+// The send area and the receive rings: host memory, or the ring allocator's when one is installed.
+Status NetTransport::allocateSlotAreas(NetGeometry* g) {
+  g->perPeer = static_cast<size_t>(g->nslots) * static_cast<size_t>(g->slotBytes);
+  areaBytes_ = std::max<size_t>(g->perPeer * g->peerRanks.size(), 4096);
   // With an allocator both the send areas and the receive rings are its memory (device
   // memory on the GPUDirect RDMA data path): every slot a sender fills or a receiver reads.
   if (ringAllocator_) {
@@ -795,7 +864,7 @@ Status NetTransport::connect(const TransportSetup& setup, const std::string& pro
     RIDGE_TRY(ringAllocator_->allocate(areaBytes_, &r));
     recvBase_ = static_cast<char*>(r);
   } else {
-    m = mmap(nullptr, areaBytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* m = mmap(nullptr, areaBytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) return systemError("net: mmap of the send slots");
     sendBase_ = static_cast<char*>(m);
     m = mmap(nullptr, areaBytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -814,7 +883,13 @@ Status NetTransport::connect(const TransportSetup& setup, const std::string& pro
                name_.c_str());
     direct_ = false;
   }
-  const bool flush = ringsOnDevice_ && gdrFlushNeeded(flushMode, ringAllocator_->device());
+  return Status::ok();
+}
+
+// Registers the send area and the receive rings, and creates the loopback QP that flushes
+// rings in device memory where the device needs it.
+Status NetTransport::registerSlotAreas(const NetGeometry& g) {
+  const bool flush = ringsOnDevice_ && gdrFlushNeeded(g.flushMode, ringAllocator_->device());
   // The send area and the rings are registered for the transport's lifetime, outside the
   // cache: the cache evicts its least recently used regions, and these are looked up only
   // here (review B1: evicting them left a dangling lkey and a dead ring rkey).
@@ -833,12 +908,10 @@ Status NetTransport::connect(const TransportSetup& setup, const std::string& pro
   };
   RIDGE_TRY(registerArea(sendBase_, kAccessLocalWrite, &sendMr_));
   RIDGE_TRY(registerArea(recvBase_, ringAccess, &recvMr_));
-  MemoryRegion* const sendMr = sendMr_.get();
-  MemoryRegion* const recvMr = recvMr_.get();
   if (flush) {
     RIDGE_TRY(pd_->registerMemory(flushSink_, sizeof flushSink_, kAccessLocalWrite, &flushSinkMr_));
     QpCaps caps;
-    caps.maxSendWr = loopDepth;
+    caps.maxSendWr = g.loopDepth;
     caps.maxRecvWr = 1;
     RIDGE_TRY(pd_->createQp(cq_.get(), cq_.get(), caps, &loopQp_));
     QpAddress self;
@@ -847,50 +920,46 @@ Status NetTransport::connect(const TransportSetup& setup, const std::string& pro
     RIDGE_TRY(loopQp_->modify(QpState::Rtr, &self));
     RIDGE_TRY(loopQp_->modify(QpState::Rts));
     loopQpn_ = loopQp_->qpn();
-    flushRkey_ = recvMr->rkey();
+    flushRkey_ = recvMr_->rkey();
   }
-  // Advert rings: per peer 2·nslots entries the peer writes and nslots this rank sends from.
-  controlBytes_ = std::max<size_t>(peerRanks.size() * 3 * nslots * sizeof(Advert), 4096);
-  m = mmap(nullptr, controlBytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return Status::ok();
+}
+
+// Advert rings: per peer 2·nslots entries the peer writes and nslots this rank sends from.
+Status NetTransport::createAdvertRings(const NetGeometry& g) {
+  controlBytes_ = std::max<size_t>(g.peerRanks.size() * 3 * g.nslots * sizeof(Advert), 4096);
+  void* m = mmap(nullptr, controlBytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED) return systemError("net: mmap of the advert rings");
   controlBase_ = static_cast<char*>(m);
-  RIDGE_TRY(
-      pd_->registerMemory(controlBase_, controlBytes_, kAccessLocalWrite | kAccessRemoteWrite, &controlMr_));
-  // Caller buffers of direct transfers, on softnic: one registration per mapping, within
-  // 64 MiB windows (softnic translates addresses when it uses them, so a window never goes
-  // stale). A real NIC pins the pages present at registration: a window would also pin, and
-  // open to remote writes, memory the caller never passed, and go stale when the allocator
-  // returns part of it (review M3); there each buffer's own pages are registered.
-  if (providerName == "softnic") cache_->setHostWindow(64 << 20);
-  RIDGE_INFO("%s: receive rings in %s memory%s", name_.c_str(), ringsOnDevice_ ? "device" : "host",
-             !ringsOnDevice_ ? ""
-             : flush ? ", each chunk flushed by an RDMA READ through a loopback queue pair (RIDGE_GDR_FLUSH)"
-                     : ", not flushed (RIDGE_GDR_FLUSH=off, or the device orders RDMA writes)");
+  return pd_->registerMemory(controlBase_, controlBytes_, kAccessLocalWrite | kAccessRemoteWrite,
+                             &controlMr_);
+}
 
+// One QP per peer, its slices of the areas and rings, and this rank's connect entry for it
+// (`mine`: the row of the all-gathered table this rank fills, by peer).
+Status NetTransport::createPeerQps(const TransportSetup& setup, const NetGeometry& g, ConnectEntry* mine) {
   byRank_.assign(setup.nranks, nullptr);
-  std::vector<ConnectEntry> table(static_cast<size_t>(setup.nranks) * setup.nranks);
-  ConnectEntry* mine = &table[static_cast<size_t>(setup.rank) * setup.nranks];
-  for (size_t k = 0; k < peerRanks.size(); ++k) {
+  for (size_t k = 0; k < g.peerRanks.size(); ++k) {
     auto p = std::make_unique<NetPeer>();
-    p->peer = peerRanks[k];
-    p->nslots = nslots;
-    p->slotBytes = static_cast<size_t>(slotBytes);
-    p->sendSlots = sendBase_ + k * perPeer;
-    p->recvSlots = recvBase_ + k * perPeer;
-    p->sendMr = sendMr;
-    p->creditBudget = nslots + 4;
-    p->advertsIn = reinterpret_cast<Advert*>(controlBase_) + k * 3 * nslots;
-    p->advertsOut = p->advertsIn + 2 * nslots;
+    p->peer = g.peerRanks[k];
+    p->nslots = g.nslots;
+    p->slotBytes = static_cast<size_t>(g.slotBytes);
+    p->sendSlots = sendBase_ + k * g.perPeer;
+    p->recvSlots = recvBase_ + k * g.perPeer;
+    p->sendMr = sendMr_.get();
+    p->creditBudget = g.nslots + 4;
+    p->advertsIn = reinterpret_cast<Advert*>(controlBase_) + k * 3 * g.nslots;
+    p->advertsOut = p->advertsIn + 2 * g.nslots;
     QpCaps caps;
-    caps.maxSendWr = sqDepth;
-    caps.maxRecvWr = rqDepth;
+    caps.maxSendWr = g.sqDepth;
+    caps.maxRecvWr = g.rqDepth;
     RIDGE_TRY(pd_->createQp(cq_.get(), cq_.get(), caps, &p->qp));
     ConnectEntry& e = mine[p->peer];
     RIDGE_TRY(p->qp->localAddress(&e.qp));
     e.ringAddr = reinterpret_cast<uint64_t>(p->recvSlots);
-    e.rkey = recvMr->rkey();
-    e.nslots = nslots;
-    e.slotBytes = static_cast<uint64_t>(slotBytes);
+    e.rkey = recvMr_->rkey();
+    e.nslots = g.nslots;
+    e.slotBytes = static_cast<uint64_t>(g.slotBytes);
     e.valid = 1;
     e.advertAddr = reinterpret_cast<uint64_t>(p->advertsIn);
     e.advertRkey = controlMr_->rkey();
@@ -899,45 +968,53 @@ Status NetTransport::connect(const TransportSetup& setup, const std::string& pro
     peers_.push_back(std::move(p));
   }
   owing_.reserve(peers_.size());
-  RIDGE_TRY(setup.bootstrap->allGather(table.data(), sizeof(ConnectEntry) * setup.nranks));
+  return Status::ok();
+}
 
+// Checks each peer's entry for this rank, takes its ring and advert addresses, posts the
+// receives and moves the QP to RTR.
+Status NetTransport::connectPeerQps(const TransportSetup& setup, const NetGeometry& g,
+                                    const std::vector<ConnectEntry>& table) {
   for (auto& p : peers_) {
     const ConnectEntry& theirs = table[static_cast<size_t>(p->peer) * setup.nranks + setup.rank];
     if (!theirs.valid)
       return makeError(ridgeInternalError, "%s: rank %d did not set up a connection to rank %d",
                        name_.c_str(), p->peer, setup.rank);
-    if (theirs.nslots != nslots || theirs.slotBytes != static_cast<uint64_t>(slotBytes))
+    if (theirs.nslots != g.nslots || theirs.slotBytes != static_cast<uint64_t>(g.slotBytes))
       return makeError(ridgeInvalidUsage,
                        "%s: rank %d uses %u slots of %llu bytes, this rank %u of %lld (RIDGE_RDMA_SLOTS and "
                        "RIDGE_RDMA_SLOT_BYTES must be the same on every rank)",
                        name_.c_str(), p->peer, theirs.nslots,
-                       static_cast<unsigned long long>(theirs.slotBytes), nslots,
-                       static_cast<long long>(slotBytes));
+                       static_cast<unsigned long long>(theirs.slotBytes), g.nslots,
+                       static_cast<long long>(g.slotBytes));
     p->remoteRing = theirs.ringAddr;
     p->remoteRkey = theirs.rkey;
     p->remoteAdverts = theirs.advertAddr;
     p->remoteAdvertRkey = theirs.advertRkey;
     RIDGE_TRY(p->qp->modify(QpState::Init));
-    for (uint32_t i = 0; i < rqDepth; ++i) {
+    for (uint32_t i = 0; i < g.rqDepth; ++i) {
       RIDGE_TRY(p->qp->postRecv(RecvWqe{wrId(p->peer, kWrRecv), 0, 0, 0, 0}));
       ++p->recvPosted;
     }
     RIDGE_TRY(p->qp->modify(QpState::Rtr, &theirs.qp));
   }
-  // Every QP is ready to receive before any rank may send.
+  return Status::ok();
+}
+
+// Every QP is ready to receive before any rank may send: barrier, RTS, barrier.
+Status NetTransport::startSending(const TransportSetup& setup) {
   RIDGE_TRY(setup.bootstrap->barrier());
   for (auto& p : peers_) RIDGE_TRY(p->qp->modify(QpState::Rts));
-  RIDGE_TRY(setup.bootstrap->barrier());
+  return setup.bootstrap->barrier();
+}
 
+void NetTransport::createConnectors(const TransportSetup& setup) {
   send_.resize(setup.nranks);
   recv_.resize(setup.nranks);
   for (auto& p : peers_) {
     send_[p->peer] = std::make_unique<NetSend>(this, p.get());
     recv_[p->peer] = std::make_unique<NetRecv>(this, p.get());
   }
-  RIDGE_INFO("%s: %zu peers over %s, %u slots of %lld bytes per direction", name_.c_str(), peers_.size(),
-             device_->attributes().name.c_str(), nslots, static_cast<long long>(slotBytes));
-  return Status::ok();
 }
 
 Status netCreate(const TransportSetup& setup, std::unique_ptr<Transport>* out) {

@@ -118,6 +118,10 @@ struct Endpoint {
   uint32_t streamsAuto;  // 1: `streams` is this rank's RIDGE_SOCKET_STREAMS=0 proposal
 };
 
+SocketAddress endpointAddress(const Endpoint& e) {
+  return SocketAddress::fromSockaddr(reinterpret_cast<const sockaddr*>(e.addr), e.addrLen);
+}
+
 uint32_t piecesFor(uint32_t bytes, int streams) {
   // Every piece but a rounded-off last one holds at least kMinPiece.
   return std::clamp<uint32_t>(bytes / kMinPiece, 1, static_cast<uint32_t>(streams));
@@ -357,6 +361,7 @@ class SocketTransport final : public Transport {
     return Status::ok();
   }
 
+  // Set-up: the phases below, in order (connect says which).
   Status connect(const TransportSetup& setup);
 
   // Called by the connectors after publishing a counter: a post concerns the send lane,
@@ -375,6 +380,13 @@ class SocketTransport final : public Transport {
       futexCall(&wakeWord_, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr);
     }
   }
+  void choosePeers(const TransportSetup& setup);
+  void readGeometrySettings(const TransportSetup& setup, bool* streamsAuto);
+  Status exchangeEndpoints(const TransportSetup& setup, bool streamsAuto, Socket* listener,
+                           SocketAddress* bound, std::string* ifName, std::vector<Endpoint>* endpoints);
+  Status openStreams(const TransportSetup& setup, const Socket& listener, const std::vector<Endpoint>& eps);
+  void createConnectors();
+  Status startProgressLanes();
   void shutdown();
   void progressLoop(Lane& lane);
   void progressPasses(Lane& lane);
@@ -837,12 +849,30 @@ void SocketTransport::progressPasses(Lane& lane) {
   }
 }
 
+// Set-up runs in named phases, in this order; each leaves the members it fills for the next.
 Status SocketTransport::connect(const TransportSetup& setup) {
   rank_ = setup.rank;
   timeoutSeconds_ = setup.timeoutSeconds;
   abortFlag_ = setup.abortFlag;
+  choosePeers(setup);
+  bool streamsAuto = false;
+  readGeometrySettings(setup, &streamsAuto);
+  Socket listener;
+  SocketAddress bound;
+  std::string ifName;
+  std::vector<Endpoint> eps;
+  RIDGE_TRY(exchangeEndpoints(setup, streamsAuto, &listener, &bound, &ifName, &eps));
+  RIDGE_TRY(openStreams(setup, listener, eps));
+  createConnectors();
+  RIDGE_TRY(startProgressLanes());
+  RIDGE_INFO("socket: rank %d: %zu peers over %s (%s), %d streams each, %u slots of %zu bytes", rank_,
+             activePeers_.size(), ifName.c_str(), bound.toString().c_str(), nstreams_, nslots_, slotBytes_);
+  return Status::ok();
+}
+
+// Which peers this transport serves: those no earlier transport (shm) takes.
+void SocketTransport::choosePeers(const TransportSetup& setup) {
   const int P = setup.nranks;
-  // Which peers this transport serves: those no earlier transport (shm) takes.
   peers_.resize(P);
   send_.resize(P);
   recv_.resize(P);
@@ -853,9 +883,14 @@ Status SocketTransport::connect(const TransportSetup& setup) {
     peers_[peer] = std::make_unique<PeerState>();
     activePeers_.push_back(peer);
   }
+}
+
+// Streams per peer, slots and chunk size from the settings (this rank's proposal; the
+// endpoint exchange checks that every rank agrees).
+void SocketTransport::readGeometrySettings(const TransportSetup& setup, bool* streamsAuto) {
   int64_t streams = settingInt(Setting::SOCKET_STREAMS);
-  const bool streamsAuto = streams == 0;
-  if (streamsAuto) {
+  *streamsAuto = streams == 0;
+  if (*streamsAuto) {
     streams = autoSocketStreams(usableCpus());
   } else if (streams < 1 || streams > kMaxStreams) {
     RIDGE_WARN("RIDGE_SOCKET_STREAMS=%lld is outside 0..%d; using 2", static_cast<long long>(streams),
@@ -872,19 +907,23 @@ Status SocketTransport::connect(const TransportSetup& setup) {
   nstreams_ = static_cast<int>(streams);
   nslots_ = static_cast<uint32_t>(slots);
   slotBytes_ = static_cast<size_t>(chunk);
+}
 
-  // Listen on the interface the bootstrap rules pick, publish address and token.
+// Listens on the interface the bootstrap rules pick, all-gathers every rank's address, token
+// and geometry, agrees on the stream count and checks the rest is the same everywhere.
+Status SocketTransport::exchangeEndpoints(const TransportSetup& setup, bool streamsAuto, Socket* listener,
+                                          SocketAddress* bound, std::string* ifName,
+                                          std::vector<Endpoint>* endpoints) {
+  const int P = setup.nranks;
   SocketAddress addr;
-  std::string ifName;
-  RIDGE_TRY(selectInterface(AF_UNSPEC, &addr, &ifName));
+  RIDGE_TRY(selectInterface(AF_UNSPEC, &addr, ifName));
   addr.setPort(0);
-  Socket listener;
-  SocketAddress bound;
-  RIDGE_TRY(listenOn(addr, &listener, &bound));
-  std::vector<Endpoint> eps(P);
+  RIDGE_TRY(listenOn(addr, listener, bound));
+  std::vector<Endpoint>& eps = *endpoints;
+  eps.assign(P, Endpoint{});
   Endpoint& me = eps[rank_];
-  std::memcpy(me.addr, &bound.storage, bound.length);
-  me.addrLen = bound.length;
+  std::memcpy(me.addr, &bound->storage, bound->length);
+  me.addrLen = bound->length;
   me.streams = static_cast<uint32_t>(nstreams_);
   me.token = randomNonce();
   me.slotBytes = slotBytes_;
@@ -911,6 +950,20 @@ Status SocketTransport::connect(const TransportSetup& setup) {
                        rank_, me.streams, static_cast<unsigned long long>(me.slotBytes), me.nslots, r,
                        eps[r].streams, static_cast<unsigned long long>(eps[r].slotBytes), eps[r].nslots);
   }
+  for (int peer : activePeers_) {
+    PeerState& p = *peers_[peer];
+    p.name = format("rank %d at %s", peer, endpointAddress(eps[peer]).toString().c_str());
+    p.streams.assign(nstreams_, -1);
+  }
+  return Status::ok();
+}
+
+// Connects to higher ranks (the kernel completes the handshake from the listen backlog, so
+// nobody waits for the other side's accept), then accepts from lower ranks; every stream
+// opens with a hello that names its rank, index and the target's token.
+Status SocketTransport::openStreams(const TransportSetup& setup, const Socket& listener,
+                                    const std::vector<Endpoint>& eps) {
+  const Endpoint& me = eps[rank_];
   const int64_t bufBytes = settingSize(Setting::SOCKET_BUFFER);
   auto tune = [&](int fd) {
     if (bufBytes > 0) {
@@ -919,17 +972,6 @@ Status SocketTransport::connect(const TransportSetup& setup) {
       setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof v);
     }
   };
-  auto peerAddr = [&](int r) {
-    return SocketAddress::fromSockaddr(reinterpret_cast<const sockaddr*>(eps[r].addr), eps[r].addrLen);
-  };
-  for (int peer : activePeers_) {
-    PeerState& p = *peers_[peer];
-    p.name = format("rank %d at %s", peer, peerAddr(peer).toString().c_str());
-    p.streams.assign(nstreams_, -1);
-  }
-
-  // Connect to higher ranks (the kernel completes the handshake from the listen backlog,
-  // so nobody waits for the other side's accept), then accept from lower ranks.
   const Deadline deadline = Deadline::after(setup.timeoutSeconds, setup.abortFlag);
   auto addStream = [&](int peer, int index, Socket sock) {
     tune(sock.fd());
@@ -945,7 +987,7 @@ Status SocketTransport::connect(const TransportSetup& setup) {
       expectAccepts += nstreams_;
       continue;
     }
-    const SocketAddress to = peerAddr(peer);
+    const SocketAddress to = endpointAddress(eps[peer]);
     for (int i = 0; i < nstreams_; ++i) {
       std::string who = format("socket: rank %d: connection %d of %d to rank %d at %s", rank_, i + 1,
                                nstreams_, peer, to.toString().c_str());
@@ -976,9 +1018,12 @@ Status SocketTransport::connect(const TransportSetup& setup) {
     addStream(h.fromRank, static_cast<int>(h.stream), std::move(sock));
     ++got;
   }
+  return Status::ok();
+}
 
-  // Slot memory, connectors, epoll. Whether the connectors move chunks straight from and
-  // into user buffers is each rank's own choice: the wire is the same either way.
+// Slot memory and connectors. Whether the connectors move chunks straight from and into
+// user buffers is each rank's own choice: the wire is the same either way.
+void SocketTransport::createConnectors() {
   const bool direct = settingInt(Setting::SOCKET_DIRECT) != 0;
   for (int peer : activePeers_) {
     PeerState& p = *peers_[peer];
@@ -991,6 +1036,11 @@ Status SocketTransport::connect(const TransportSetup& setup) {
     send_[peer] = std::make_unique<SockSend>(peer, &p.send, nslots_, slotBytes_, this, direct);
     recv_[peer] = std::make_unique<SockRecv>(peer, &p.recv, nslots_, slotBytes_, this, direct);
   }
+}
+
+// The send and receive lanes: an epoll set over every stream and a wake-up eventfd each,
+// and their progress threads.
+Status SocketTransport::startProgressLanes() {
   for (int l = 0; l < 2; ++l) {
     Lane& lane = lanes_[l];
     lane.sends = l == 0;
@@ -1010,8 +1060,6 @@ Status SocketTransport::connect(const TransportSetup& setup) {
     }
   }
   for (Lane& lane : lanes_) lane.thread = std::thread([this, &lane] { progressLoop(lane); });
-  RIDGE_INFO("socket: rank %d: %zu peers over %s (%s), %d streams each, %u slots of %zu bytes", rank_,
-             activePeers_.size(), ifName.c_str(), bound.toString().c_str(), nstreams_, nslots_, slotBytes_);
   return Status::ok();
 }
 
