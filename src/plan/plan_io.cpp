@@ -258,6 +258,12 @@ json::Value planJson(const Plan& p, const std::vector<Estimate>& algorithms, con
   for (size_t i = 0; i < p.trees.size(); ++i) add(p.trees[i], static_cast<int>(i));
   for (size_t i = 0; i < p.rails.size(); ++i) add(p.rails[i], static_cast<int>(i));
   doc.set("channels", std::move(channels));
+  // What a communicator executes of this plan (docs/planner.md, "A communicator's plan"),
+  // written into the plan so that a RIDGE_PLAN_DUMP says what ran.
+  json::Value runs = json::Value::object();
+  runs.set("ringChannel", 0);
+  runs.set("by", kPlanRunsText);
+  doc.set("runs", std::move(runs));
   if (!algorithms.empty()) {
     json::Value algos = json::Value::array();
     for (const Estimate& e : algorithms) {

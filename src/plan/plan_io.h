@@ -34,6 +34,12 @@ struct ForcedPlan {
 /// RIDGE_PLAN_DUMP: the same plan gives the same bytes (no times in it).
 std::string planJsonText(const Plan& plan, const PrintOptions& opt = {});
 
+/// What a communicator runs of a plan it built (the "runs" entry of the JSON).
+constexpr const char* kPlanRunsText =
+    "a device communicator's ring, chain and tree algorithms (the staged and device-network paths) "
+    "follow ring channel 0; P2P and LL are all-pairs; the other channels and trees are planned, not "
+    "run in parallel yet";
+
 /// What plan files carry in "format" and "version"; files without both are refused.
 constexpr const char* kPlanFormat = "ridge-plan";
 constexpr int kPlanVersion = 1;
