@@ -241,6 +241,48 @@ TEST(DevicePlan, BadDeviceSettingOrTopologyFileFailsInit) {
   clearPlanEnv();
 }
 
+// ---- ridge/ridge_emulated.h ------------------------------------------------------------
+
+// Every call is refused without RIDGE_DEVICE=emulated, and with it refuses bad arguments by
+// name; a round trip through emulated device memory returns what went in.
+TEST(EmulatedApi, RefusedWithoutTheSettingAndBadArgumentsNamed) {
+  clearPlanEnv();
+  LaunchResult res = ridgetest::launchRanks(1, 60, [&](int, Reporter& rep) {
+    auto expect = [&](const char* what, ridgeResult_t got, ridgeResult_t want, const std::string& needle) {
+      const std::string why = ridgeGetLastError(nullptr);
+      if (got != want) rep.fail(what, "returned " + ridgetest::describeResult(got));
+      if (why.find(needle) == std::string::npos)
+        rep.fail(what, "error does not name '" + needle + "': " + why);
+    };
+    int word = 7;
+    ridgeStream_t s = nullptr;
+    if (ridgeEmulatedDeviceCount() != 0) rep.fail("count", "emulated devices without RIDGE_DEVICE=emulated");
+    const std::string off = "RIDGE_DEVICE is not emulated";
+    expect("set device", ridgeEmulatedSetDevice(0), ridgeInvalidUsage, off);
+    expect("memcpy", ridgeEmulatedMemcpy(&word, &word, 4), ridgeInvalidUsage, off);
+    expect("stream create", ridgeEmulatedStreamCreate(&s), ridgeInvalidUsage, off);
+    expect("stream sync", ridgeEmulatedStreamSynchronize(nullptr), ridgeInvalidUsage, off);
+    setenv("RIDGE_DEVICE", "emulated", 1);
+    if (ridgeEmulatedDeviceCount() != 8) rep.fail("count", "not 8 emulated devices without a topology file");
+    expect("set device 8", ridgeEmulatedSetDevice(8), ridgeInvalidArgument, "device 8 out of range");
+    expect("memcpy NULL", ridgeEmulatedMemcpy(nullptr, &word, 4), ridgeInvalidArgument, "dst or src is NULL");
+    expect("stream create NULL", ridgeEmulatedStreamCreate(nullptr), ridgeInvalidArgument, "stream is NULL");
+    expect("stream destroy NULL", ridgeEmulatedStreamDestroy(nullptr), ridgeInvalidArgument,
+           "stream is NULL");
+    void* dev = nullptr;
+    int back = 0;
+    if (ridgeEmulatedSetDevice(3) != ridgeSuccess || ridgeMemAlloc(&dev, 4) != ridgeSuccess ||
+        ridgeEmulatedMemcpy(dev, &word, 4) != ridgeSuccess ||
+        ridgeEmulatedMemcpy(&back, dev, 4) != ridgeSuccess)
+      rep.fail("round trip", ridgeGetLastError(nullptr));
+    if (back != 7) rep.fail("round trip", "read back " + std::to_string(back));
+    if (dev) (void)ridgeMemFree(dev);
+    return rep.failures() ? 1 : 0;
+  });
+  ridgetest::reportChildFailures(res, "emulated API");
+  clearPlanEnv();
+}
+
 // ---- plan files -------------------------------------------------------------------------
 
 Status parseText(const std::string& text, int nranks, plan::ForcedPlan* fp = nullptr) {
