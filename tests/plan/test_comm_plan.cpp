@@ -2,6 +2,8 @@
 // rank placed by RIDGE_TOPO_FILE) plan with the planner and dump exactly what ridge-topo
 // plan --json prints for the same file; plan files are validated and a bad one fails init.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +15,7 @@
 #include "coll/algo_select.h"
 #include "coll/comm.h"
 #include "core/json.h"
+#include "device/emulated_runtime.h"
 #include "plan/plan_io.h"
 #include "rank_launcher.h"
 #include "ridge/ridge_emulated.h"
@@ -281,6 +284,52 @@ TEST(EmulatedApi, RefusedWithoutTheSettingAndBadArgumentsNamed) {
   });
   ridgetest::reportChildFailures(res, "emulated API");
   clearPlanEnv();
+}
+
+// The emulated runtime of RIDGE_DEVICE=emulated opens another process's device memory (ranks
+// that are processes, as ridge-bench -np forks them): the opener sees and writes the exporter's
+// bytes; a handle of a freed allocation is refused; a runtime without the flag refuses as
+// before (the tests of one runtime per process rely on it).
+TEST(EmulatedApi, IpcAcrossProcessesOpensTheExportersMemory) {
+  device::EmulatedRuntime rt(1);
+  rt.setIpcAcrossProcesses(true);
+  void* dev = nullptr;
+  ASSERT_TRUE(rt.allocDeviceOn(4096, &dev, 0, false).isOk());
+  const uint32_t mark = 0x5eed1234u;
+  ASSERT_TRUE(rt.copyToDevice(dev, &mark, sizeof mark).isOk());
+  device::DeviceRuntime::IpcHandle handle;
+  ASSERT_TRUE(rt.ipcExport(dev, &handle).isOk());
+  // Child: 0 = saw the mark and wrote its own; 1 = the open failed; 2 = wrong bytes.
+  auto inChild = [&](bool acrossProcesses, bool write) {
+    std::fflush(stdout);
+    const pid_t pid = fork();
+    if (pid == 0) {
+      device::EmulatedRuntime other(1);
+      other.setIpcAcrossProcesses(acrossProcesses);
+      void* view = nullptr;
+      if (!other.ipcOpen(handle, &view).isOk()) _exit(1);
+      uint32_t seen = 0;
+      if (!other.copyToHost(&seen, view, sizeof seen).isOk() || seen != mark) _exit(2);
+      const uint32_t reply = ~mark;
+      if (write && !other.copyToDevice(view, &reply, sizeof reply).isOk()) _exit(2);
+      _exit(other.ipcClose(view).isOk() ? 0 : 2);
+    }
+    int status = -1;
+    EXPECT_EQ(waitpid(pid, &status, 0), pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  EXPECT_EQ(inChild(true, true), 0);
+  uint32_t now = 0;
+  ASSERT_TRUE(rt.copyToHost(&now, dev, sizeof now).isOk());
+  EXPECT_EQ(now, ~mark) << "the other process's write did not land in the exporter's memory";
+  ASSERT_TRUE(rt.copyToDevice(dev, &mark, sizeof mark).isOk());
+  EXPECT_EQ(inChild(false, false), 1) << "opened across processes without setIpcAcrossProcesses";
+  rt.freeDevice(dev);
+  // The fd number may be reused by the next allocation: the inode tells them apart.
+  void* again = nullptr;
+  ASSERT_TRUE(rt.allocDeviceOn(4096, &again, 0, false).isOk());
+  EXPECT_EQ(inChild(true, false), 1) << "a freed allocation's handle opened";
+  rt.freeDevice(again);
 }
 
 // ---- plan files -------------------------------------------------------------------------
