@@ -2,18 +2,25 @@
 // `--ridge-buffers device`. Built with CUDA only (RIDGE_BENCH_HAVE_CUDA); without it every
 // function reports "built without CUDA" so the options are refused with a clear line.
 //
+// With RIDGE_DEVICE=emulated (a testing aid, docs/planner.md) every call goes to Ridge's
+// emulated device runtime instead (ridge/ridge_emulated.h), with or without CUDA in the build.
+//
 // Nothing here runs in the fork launcher itself: a process that has initialised CUDA cannot
 // hand a working CUDA context to a forked child, so the launcher probes in a short-lived
 // child (see main.cpp) and only the ranks touch the device.
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "bench.h"
+#include "ridge/ridge_emulated.h"
 
 #if defined(RIDGE_BENCH_HAVE_CUDA)
 #include <cuda_runtime.h>
 #endif
 
 namespace rbench {
+namespace cudaimpl {
 
 #if defined(RIDGE_BENCH_HAVE_CUDA)
 
@@ -187,5 +194,90 @@ long long deviceMemoryUsed() {
 }
 
 #endif
+
+}  // namespace cudaimpl
+
+namespace {
+bool emulated() {
+  const char* v = std::getenv("RIDGE_DEVICE");
+  return v && strcasecmp(v, "emulated") == 0;
+}
+bool emulatedOk(ridgeResult_t r, const char* what, std::string* err) {
+  if (r == ridgeSuccess) return true;
+  if (err) *err = std::string(what) + ": " + ridgeGetLastError(nullptr);
+  return false;
+}
+constexpr const char* kNoGraphs = "the emulated device runtime has no graphs (-G)";
+}  // namespace
+
+bool cudaBuiltIn() {
+  return emulated() || cudaimpl::cudaBuiltIn();
+}
+std::string deviceUnavailable() {
+  if (!emulated()) return cudaimpl::deviceUnavailable();
+  return ridgeEmulatedDeviceCount() > 0 ? "" : "RIDGE_DEVICE=emulated: no emulated devices";
+}
+int cudaDevices(std::string* err) {
+  if (!emulated()) return cudaimpl::cudaDevices(err);
+  const int n = ridgeEmulatedDeviceCount();
+  if (n == 0 && err) *err = "RIDGE_DEVICE=emulated: no emulated devices";
+  return n;
+}
+bool deviceSelect(int device, std::string* err) {
+  if (!emulated()) return cudaimpl::deviceSelect(device, err);
+  return emulatedOk(ridgeEmulatedSetDevice(device), "ridgeEmulatedSetDevice", err);
+}
+void* deviceAlloc(size_t bytes, std::string* err) {
+  if (!emulated()) return cudaimpl::deviceAlloc(bytes, err);
+  void* p = nullptr;
+  return emulatedOk(ridgeMemAlloc(&p, bytes), "ridgeMemAlloc", err) ? p : nullptr;
+}
+void deviceFree(void* p) {
+  if (!emulated()) return cudaimpl::deviceFree(p);
+  if (p) (void)ridgeMemFree(p);
+}
+bool copyToDevice(void* dst, const void* src, size_t bytes, std::string* err) {
+  if (!emulated()) return cudaimpl::copyToDevice(dst, src, bytes, err);
+  return emulatedOk(ridgeEmulatedMemcpy(dst, src, bytes), "ridgeEmulatedMemcpy to device", err);
+}
+bool copyToHost(void* dst, const void* src, size_t bytes, std::string* err) {
+  if (!emulated()) return cudaimpl::copyToHost(dst, src, bytes, err);
+  return emulatedOk(ridgeEmulatedMemcpy(dst, src, bytes), "ridgeEmulatedMemcpy to host", err);
+}
+void* streamCreate(std::string* err) {
+  if (!emulated()) return cudaimpl::streamCreate(err);
+  ridgeStream_t s = nullptr;
+  return emulatedOk(ridgeEmulatedStreamCreate(&s), "ridgeEmulatedStreamCreate", err) ? s : nullptr;
+}
+bool streamSync(void* stream, std::string* err) {
+  if (!emulated()) return cudaimpl::streamSync(stream, err);
+  return emulatedOk(ridgeEmulatedStreamSynchronize(static_cast<ridgeStream_t>(stream)),
+                    "ridgeEmulatedStreamSynchronize", err);
+}
+void streamDestroy(void* stream) {
+  if (!emulated()) return cudaimpl::streamDestroy(stream);
+  if (stream) (void)ridgeEmulatedStreamDestroy(static_cast<ridgeStream_t>(stream));
+}
+bool graphBegin(void* stream, std::string* err) {
+  if (!emulated()) return cudaimpl::graphBegin(stream, err);
+  if (err) *err = kNoGraphs;
+  return false;
+}
+void* graphEnd(void* stream, bool discard, std::string* err) {
+  if (!emulated()) return cudaimpl::graphEnd(stream, discard, err);
+  if (err) *err = kNoGraphs;
+  return nullptr;
+}
+bool graphLaunch(void* exec, void* stream, std::string* err) {
+  if (!emulated()) return cudaimpl::graphLaunch(exec, stream, err);
+  if (err) *err = kNoGraphs;
+  return false;
+}
+void graphDestroy(void* exec) {
+  if (!emulated()) cudaimpl::graphDestroy(exec);
+}
+long long deviceMemoryUsed() {
+  return emulated() ? -1 : cudaimpl::deviceMemoryUsed();
+}
 
 }  // namespace rbench

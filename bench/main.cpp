@@ -109,6 +109,16 @@ int localRank(int rank) {
   return rank;
 }
 
+// --ridge-buffers device: makes this rank's GPU current before the communicator is created,
+// which serves the device current at init (as NCCL's); connectDevice picks the same one again.
+// Before, every rank's communicator served device 0, so only one-GPU machines could run.
+void selectDeviceBeforeInit(const Options& o, int rank) {
+  if (!o.ridgeOnDevice || o.peerNccl || rank < 0) return;
+  std::string err;
+  const int devices = cudaDevices(&err);
+  if (devices > 0 && !deviceSelect(localRank(rank) % devices, &err)) fatal(nullptr, err);
+}
+
 // --peer nccl and --ridge-buffers device: picks this rank's GPU and, for NCCL, joins an NCCL
 // communicator over the same ranks. Rank 0's ncclUniqueId reaches the others through a Ridge
 // uint8 sum allreduce (everyone else contributes zeros), the way the benchmark shares its
@@ -180,6 +190,7 @@ int runUnderMpi(int argc, char** argv, const Options& o) {
   }
   MPI_Bcast(&id, int(sizeof id), MPI_BYTE, 0, MPI_COMM_WORLD);
   ridgeComm_t comm = nullptr;
+  selectDeviceBeforeInit(o, rank);
   ridgeResult_t r = ridgeCommInitRank(&comm, size, id, rank);
   if (r != ridgeSuccess) fatal(nullptr, "ridgeCommInitRank failed: " + ridgeError(r, nullptr));
   RunInfo info;
@@ -206,6 +217,7 @@ int runUnderMpi(int argc, char** argv, const Options& o) {
 int runFromEnv(const Options& o) {
   if (o.np) std::fprintf(stderr, "ridge-bench: note: -np ignored, RIDGE_RANK/RIDGE_WORLD_SIZE are set\n");
   ridgeComm_t comm = nullptr;
+  if (const char* envRank = std::getenv("RIDGE_RANK")) selectDeviceBeforeInit(o, std::atoi(envRank));
   ridgeResult_t r = ridgeCommInitFromEnv(&comm);
   if (r != ridgeSuccess) fatal(nullptr, "ridgeCommInitFromEnv failed: " + ridgeError(r, nullptr));
   int rank = 0;
@@ -410,6 +422,7 @@ int runForked(const Options& o) {
       if (getppid() != parent) _exit(kExitFailure);
       setFatalContext(rank, false);
       ridgeComm_t comm = nullptr;
+      selectDeviceBeforeInit(o, rank);
       ridgeResult_t ir = ridgeCommInitRank(&comm, n, id, rank);
       if (ir != ridgeSuccess) fatal(nullptr, "ridgeCommInitRank failed: " + ridgeError(ir, nullptr));
       RunInfo info;

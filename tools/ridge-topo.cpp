@@ -242,7 +242,9 @@ const Command kCommands[] = {
      "machine. --network: comma-separated rails=R, nic=400G, tiers=NAME:RADIX:SPEED[:OVERSUB][:LAT]\n"
      "(repeated, leaf first), latency=1us, transport=rdma|tcp (docs/planner.md, \"Simulator\").\n"
      "Network sends take the GDR advisor's mode for each GPU-NIC pair; RIDGE_GDR_MODE=read,\n"
-     "write or staged forces one on every pair.\n\n"
+     "write or staged forces one on every pair. --json prints what a communicator of N ranks\n"
+     "on GPUs 0..N-1 of one machine (with RIDGE_TOPO_FILE=FILE for --input FILE) runs and\n"
+     "writes to RIDGE_PLAN_DUMP, byte for byte (docs/planner.md, \"A communicator's plan\").\n\n"
      "  ridge-topo --preset dgx-h100 plan -n 16 --nodes 2 --network rails=8,nic=400G",
      runPlan},
     {"simulate",

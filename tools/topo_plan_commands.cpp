@@ -26,7 +26,7 @@ constexpr int kOk = 0, kFailed = 1, kUsage = 2;
 
 struct PlanArgs {
   int ranks = 0, nodes = 0, ranksPerNode = 0, maxChannels = 16;
-  std::string network = "rails=0";
+  std::string network = plan::kDefaultNetworkSpec;
   bool full = false, json = false, dot = false, compare = false;
   std::string dotFile;
   // simulate
@@ -187,7 +187,8 @@ int runPlanCommand(const topo::Topology& node, const CommonOptions& common,
   plan::PrintOptions po;
   po.full = a.full;
   if (a.dot) return emit(plan::planDot(*p, a.full ? p->nodes : 4), a.dotFile);
-  if (a.json) return emit(json::write(plan::planJson(*p, {}, po)) + "\n", common.outputPath);
+  // The one writer a communicator's RIDGE_PLAN_DUMP goes through too: same input, same bytes.
+  if (a.json) return emit(plan::planJsonText(*p, po), common.outputPath);
   return emit(plan::planText(*p, po), common.outputPath);
 }
 

@@ -27,6 +27,7 @@
 #include "device/runtime.h"
 #include "reduce/reduce.h"
 #include "ridge/ridge.h"
+#include "ridge/ridge_emulated.h"
 
 using namespace ridge;
 
@@ -1211,6 +1212,71 @@ RIDGE_API ridgeResult_t ridgeCommDeregister(const ridgeComm_t comm, void* handle
       if (r->locked && r->base < gone->base + gone->bytes && gone->base < r->base + r->bytes)
         mlock(r->base, r->bytes);
   }
+  return ridgeSuccess;
+}
+
+// ---- RIDGE_DEVICE=emulated (ridge/ridge_emulated.h): a testing aid ----------------------
+
+namespace {
+Status emulatedOnly(const char* fn, device::DeviceRuntime** rt) {
+  *rt = device::emulatedBySettings() ? device::activeRuntime() : nullptr;
+  if (!*rt || std::strcmp((*rt)->name(), "emulated") != 0)
+    return makeError(ridgeInvalidUsage,
+                     "%s: RIDGE_DEVICE is not emulated (the emulated runtime is a testing aid)", fn);
+  return Status::ok();
+}
+}  // namespace
+
+RIDGE_API int ridgeEmulatedDeviceCount(void) {
+  device::DeviceRuntime* rt = nullptr;
+  return emulatedOnly("ridgeEmulatedDeviceCount", &rt).isOk() ? rt->deviceCount() : 0;
+}
+
+RIDGE_API ridgeResult_t ridgeEmulatedSetDevice(int device) {
+  device::DeviceRuntime* rt = nullptr;
+  RIDGE_CHECK(nullptr, emulatedOnly("ridgeEmulatedSetDevice", &rt));
+  RIDGE_CHECK(nullptr, rt->bindThread(device));
+  return ridgeSuccess;
+}
+
+RIDGE_API ridgeResult_t ridgeEmulatedMemcpy(void* dst, const void* src, size_t bytes) {
+  const char* fn = "ridgeEmulatedMemcpy";
+  device::DeviceRuntime* rt = nullptr;
+  RIDGE_CHECK(nullptr, emulatedOnly(fn, &rt));
+  if (!dst || !src) return fail(nullptr, badArg(fn, "dst or src is NULL"));
+  if (bytes == 0) return ridgeSuccess;
+  ridgeStream_t stream = nullptr;
+  RIDGE_CHECK(nullptr, rt->createStream(&stream));
+  Status s = rt->copy(dst, src, bytes, stream);
+  Status done = rt->synchronize(stream);
+  rt->destroyStream(stream);
+  RIDGE_CHECK(nullptr, s);
+  RIDGE_CHECK(nullptr, done);
+  return ridgeSuccess;
+}
+
+RIDGE_API ridgeResult_t ridgeEmulatedStreamCreate(ridgeStream_t* stream) {
+  const char* fn = "ridgeEmulatedStreamCreate";
+  device::DeviceRuntime* rt = nullptr;
+  RIDGE_CHECK(nullptr, emulatedOnly(fn, &rt));
+  if (!stream) return fail(nullptr, badArg(fn, "stream is NULL"));
+  RIDGE_CHECK(nullptr, rt->createStream(stream));
+  return ridgeSuccess;
+}
+
+RIDGE_API ridgeResult_t ridgeEmulatedStreamSynchronize(ridgeStream_t stream) {
+  device::DeviceRuntime* rt = nullptr;
+  RIDGE_CHECK(nullptr, emulatedOnly("ridgeEmulatedStreamSynchronize", &rt));
+  RIDGE_CHECK(nullptr, rt->synchronize(stream));
+  return ridgeSuccess;
+}
+
+RIDGE_API ridgeResult_t ridgeEmulatedStreamDestroy(ridgeStream_t stream) {
+  const char* fn = "ridgeEmulatedStreamDestroy";
+  device::DeviceRuntime* rt = nullptr;
+  RIDGE_CHECK(nullptr, emulatedOnly(fn, &rt));
+  if (!stream) return fail(nullptr, badArg(fn, "stream is NULL (the default stream is not destroyed)"));
+  rt->destroyStream(stream);
   return ridgeSuccess;
 }
 

@@ -173,6 +173,12 @@ namespace ridge {
 // initComm once peers and transports are known.
 Status setupHostPlan(ridgeComm* comm, bool directAvailable);
 
+// The ring the ring, chain and tree algorithms follow (position -> rank): the device plan's
+// first ring channel when every rank serves a GPU placed in the topology, else the host
+// plan's. What device engines that run rings follow (the staged and device-network paths run
+// algorithms.cpp over it; P2P and LL are all-pairs and need no ring).
+const std::vector<int>& planRingOrder(const ridgeComm* comm);
+
 // Connects a communicator whose rank/nranks/timeout are set. Sets asyncError.
 Status initComm(ridgeComm* comm, const ridgeUniqueId& id);
 // Collective teardown (barrier through the bootstrap, then close).

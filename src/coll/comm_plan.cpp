@@ -1,13 +1,25 @@
-// The host plan of a communicator: which ring the ring and chain algorithms follow, and
-// which algorithm each collective and size runs (docs/planner.md, "Host collectives").
+// The plan of a communicator: which ring the ring, chain and tree algorithms follow, and
+// which algorithm each collective and size runs. Host ranks: the host plan (docs/planner.md,
+// "Host collectives"). Ranks that all serve a GPU: the planner's plan on the topology
+// (RIDGE_TOPO_FILE or this machine) with the ranks' GPUs found by bus id (docs/planner.md,
+// "A communicator's plan").
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <mutex>
 #include <numeric>
 
+#include "bootstrap/bootstrap.h"
 #include "coll/comm.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "core/settings.h"
+#include "device/runtime.h"
 #include "plan/host_plan.h"
+#include "plan/plan.h"
 #include "plan/plan_io.h"
+#include "topo/discover.h"
+#include "topo/load.h"
 
 namespace ridge {
 
@@ -56,7 +68,126 @@ json::Value hostPlanJson(const ridgeComm* c, const std::vector<plan::HostPlaceme
   return doc;
 }
 
+// The node topology a device plan is built on: RIDGE_TOPO_FILE, else this machine
+// (discovered once per process).
+Status planTopology(std::shared_ptr<const topo::Topology>* out) {
+  const std::string file = settingString(Setting::TOPO_FILE);
+  if (!file.empty()) {
+    auto t = std::make_shared<topo::Topology>();
+    Status s = topo::loadTopologyFile(file, t.get());
+    if (!s.isOk()) return Status(s.code(), "RIDGE_TOPO_FILE: " + s.message());
+    *out = std::move(t);
+    return Status::ok();
+  }
+  static std::mutex mutex;
+  static std::shared_ptr<const topo::Topology> discovered;
+  static Status discoveryStatus;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!discovered && discoveryStatus.isOk()) {
+    auto t = std::make_shared<topo::Topology>();
+    discoveryStatus = topo::discoverThisMachine(t.get());
+    if (discoveryStatus.isOk()) discovered = std::move(t);
+  }
+  if (!discovered) return discoveryStatus;
+  *out = discovered;
+  return Status::ok();
+}
+
+// Why the ranks cannot have a device plan ("" when they can): every rank serves a GPU found
+// by bus id in the topology, the hosts hold equal blocks of consecutive ranks (rank r on host
+// r / k, as the planner numbers them) and every host's local rank i serves the same GPU.
+// Fills the request's node count, ranks per node and GPUs. Decided from all-gathered data,
+// so every rank says the same unless their topologies differ (checked after).
+std::string devicePlanRefusal(const ridgeComm* c, const topo::Topology& t, plan::PlanRequest* req) {
+  const int P = c->nranks;
+  std::vector<uint64_t> hosts;
+  for (const PeerInfo& p : c->peers)
+    if (hosts.empty() || hosts.back() != p.hostHash) {
+      for (uint64_t h : hosts)
+        if (h == p.hostHash) return "the ranks of a host are not consecutive";
+      hosts.push_back(p.hostHash);
+    }
+  const int nodes = static_cast<int>(hosts.size());
+  if (P % nodes != 0) return "hosts hold different numbers of ranks";
+  const int k = P / nodes;
+  std::vector<int> gpus(static_cast<size_t>(k), -1);
+  for (int r = 0; r < P; ++r) {
+    const PeerInfo& p = c->peers[static_cast<size_t>(r)];
+    if (p.hostHash != hosts[static_cast<size_t>(r / k)]) return "hosts hold different numbers of ranks";
+    const std::string bus(p.busId, strnlen(p.busId, sizeof p.busId));
+    if (bus.empty()) return "rank " + std::to_string(r) + "'s device has no PCI bus id";
+    const int node = t.find(bus);
+    if (node < 0 || t.node(node).kind != topo::NodeKind::Gpu)
+      return "rank " + std::to_string(r) + "'s device " + bus + " is not a GPU of topology '" + t.name + "'";
+    int& local = gpus[static_cast<size_t>(r % k)];
+    if (local >= 0 && local != node)
+      return "local rank " + std::to_string(r % k) + " serves different GPUs on different hosts";
+    local = node;
+  }
+  for (int i = 0; i < k; ++i)
+    for (int j = 0; j < i; ++j)
+      if (gpus[static_cast<size_t>(i)] == gpus[static_cast<size_t>(j)])
+        return "local ranks " + std::to_string(j) + " and " + std::to_string(i) + " share " +
+               t.node(gpus[static_cast<size_t>(i)]).name;
+  req->nranks = P;
+  req->nodes = nodes;
+  req->ranksPerNode = k;
+  req->search.localGpus = std::move(gpus);
+  return "";
+}
+
+uint64_t ringHash(const std::vector<int>& order) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the ranks
+  for (int r : order) {
+    h ^= static_cast<uint64_t>(static_cast<uint32_t>(r));
+    h *= 1099511628211ull;
+  }
+  return h ? h : 1;
+}
+
+// The planner's plan for a communicator whose ranks all serve a device. *why says why not
+// (the communicator then keeps the host plan): no topology, a rank's GPU not in it, ranks
+// not laid out as the planner numbers them, or ranks that planned different rings.
+// Collective: every rank of such a communicator calls it (one all-gather of 8 bytes).
+Status planDevices(ridgeComm* c, std::shared_ptr<const plan::Plan>* out, std::string* why) {
+  out->reset();
+  why->clear();
+  auto built = std::make_shared<plan::Plan>();
+  std::shared_ptr<const topo::Topology> topology;
+  Status s = planTopology(&topology);
+  // A topology file named but unusable is the user's error on every rank: fail init.
+  if (!s.isOk() && !settingString(Setting::TOPO_FILE).empty()) return s;
+  if (!s.isOk()) *why = "no topology of this machine (" + s.message() + ")";
+  plan::PlanRequest req;
+  if (why->empty()) *why = devicePlanRefusal(c, *topology, &req);
+  if (why->empty()) {
+    s = plan::parseNetworkSpec(plan::kDefaultNetworkSpec, &req.network, &req.tcp);
+    if (s.isOk()) s = plan::gdrModeFromSettings(&req.search.forcedGdrMode);
+    if (s.isOk()) s = plan::buildPlan(topology, req, built.get());
+    if (!s.isOk()) *why = "the planner: " + s.message();
+  }
+  // Every rank must run the same ring: compare what each planned.
+  uint64_t mine = why->empty() && !built->rings.empty() ? ringHash(built->rings.front().ranks) : 0;
+  std::vector<uint64_t> all(static_cast<size_t>(c->nranks), 0);
+  all[static_cast<size_t>(c->rank)] = mine;
+  RIDGE_TRY(c->bootstrap->allGather(all.data(), sizeof(uint64_t)));
+  for (int r = 0; r < c->nranks; ++r) {
+    if (all[static_cast<size_t>(r)] == mine) continue;
+    if (why->empty())
+      *why =
+          "rank " + std::to_string(r) +
+          (all[static_cast<size_t>(r)] ? " planned another ring (another topology?)" : " has no device plan");
+    return Status::ok();
+  }
+  if (why->empty()) *out = std::move(built);
+  return Status::ok();
+}
+
 }  // namespace
+
+const std::vector<int>& planRingOrder(const ridgeComm* c) {
+  return c->ringOrder;
+}
 
 Status setupHostPlan(ridgeComm* c, bool directAvailable) {
   const int P = c->nranks;
@@ -74,17 +205,35 @@ Status setupHostPlan(ridgeComm* c, bool directAvailable) {
   } else {
     order = plan::hostRingOrder(places);
   }
+  RIDGE_TRY(device::checkDeviceSetting());
   // Rules from RIDGE_ALGO come first, so they win over a plan file's.
   std::string rules = settingString(Setting::ALGO);
   const std::string file = settingString(Setting::PLAN_FILE);
   if (!file.empty()) {
     plan::ForcedPlan forced;
-    RIDGE_TRY(plan::readPlanFile(file, P, &forced));
-    if (!forced.rings.empty()) {
-      order = forced.rings.front();
-      source = "file " + file;
-    }
+    Status read = plan::readPlanFile(file, P, &forced);
+    if (!read.isOk()) return Status(read.code(), "RIDGE_PLAN_FILE: " + read.message());
+    order = forced.rings.front();
+    source = "file " + file;
     if (!forced.algoRules.empty()) rules = rules.empty() ? forced.algoRules : rules + ";" + forced.algoRules;
+  }
+  // Ranks that all serve a GPU follow the planner's first ring channel (a plan file wins).
+  bool allDevices = P > 1;
+  for (const PeerInfo& p : c->peers) allDevices = allDevices && p.cudaDevice >= 0;
+  std::shared_ptr<const plan::Plan> devicePlan;
+  if (allDevices && file.empty()) {
+    const auto start = std::chrono::steady_clock::now();
+    std::string why;
+    RIDGE_TRY(planDevices(c, &devicePlan, &why));
+    if (devicePlan) {
+      order = devicePlan->rings.front().ranks;
+      source = "planner";
+      RIDGE_INFO("comm %s: device plan on '%s': %zu ring channels, channel 0 runs (%.2f ms)", c->name.c_str(),
+                 devicePlan->node->topology->name.c_str(), devicePlan->rings.size(),
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    } else {
+      RIDGE_INFO("comm %s: no device plan, the host plan runs: %s", c->name.c_str(), why.c_str());
+    }
   }
   c->ringOrder = order;
   c->ringPos.assign(static_cast<size_t>(P), 0);
@@ -120,7 +269,11 @@ Status setupHostPlan(ridgeComm* c, bool directAvailable) {
   }
   const std::string dump = settingString(Setting::PLAN_DUMP);
   if (!dump.empty() && c->rank == 0) {
-    Status s = plan::writeTextFile(dump, json::write(hostPlanJson(c, places, source, rules)) + "\n");
+    // A device plan is dumped by the writer of ridge-topo plan --json: the same bytes for the
+    // same topology and ranks.
+    Status s =
+        plan::writeTextFile(dump, devicePlan ? plan::planJsonText(*devicePlan)
+                                             : json::write(hostPlanJson(c, places, source, rules)) + "\n");
     if (!s.isOk()) RIDGE_WARN("RIDGE_PLAN_DUMP: %s", s.message().c_str());
   }
   return Status::ok();

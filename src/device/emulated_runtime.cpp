@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -52,14 +53,20 @@ bool boundedWait(Pred done, std::chrono::milliseconds timeout) {
   }
 }
 
-// What an IPC handle of the emulator carries: the process (the emulator's IPC works
-// inside one process only) and the exported allocation's device address.
+// What an IPC handle of the emulator carries: the process and the exported allocation's
+// device address, and for an opener in another process (setIpcAcrossProcesses) the
+// exporter's memfd number, its inode (a reused fd number is told apart), size and device.
 struct EmulatedIpcHandle {
   uint64_t magic;
   int64_t pid;
   uint64_t base;
   uint64_t id;  // the allocation's unique id (Region::id)
+  uint64_t bytes;
+  uint64_t inode;
+  int32_t fd;
+  int32_t device;
 };
+static_assert(sizeof(EmulatedIpcHandle) <= DeviceRuntime::kIpcHandleBytes, "IPC handle too large");
 constexpr uint64_t kIpcMagic = 0x454d55495043ull;  // "EMUIPC"
 
 }  // namespace
@@ -714,7 +721,10 @@ Status EmulatedRuntime::ipcExport(void* devicePtr, IpcHandle* out) {
   if (it == regions_.end() || it->second.managed)
     return makeError(ridgeInvalidArgument, "ipcExport: %p is not the base of an emulated device allocation",
                      devicePtr);
-  EmulatedIpcHandle h{kIpcMagic, getpid(), it->first, it->second.id};
+  struct stat st {};
+  const uint64_t inode = fstat(it->second.fd, &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
+  EmulatedIpcHandle h{kIpcMagic,        getpid(), it->first,     it->second.id,
+                      it->second.bytes, inode,    it->second.fd, it->second.device};
   std::memset(out, 0, sizeof *out);
   std::memcpy(out->bytes, &h, sizeof h);
   ipcExportCount_.fetch_add(1);
@@ -730,9 +740,10 @@ Status EmulatedRuntime::ipcOpen(const IpcHandle& handle, void** devicePtr) {
   }
   if (failuresLeft > 0)
     return makeError(ridgeSystemError, "ipcOpen: failure injected by the test (failNextIpcOpens)");
-  if (h.pid != getpid())
+  if (h.pid != getpid() && !ipcAcrossProcesses_.load())
     return makeError(ridgeInvalidUsage,
                      "ipcOpen: the emulated runtime shares memory within one process only");
+  if (h.pid != getpid()) return openOfAnotherProcess(handle, devicePtr);
   std::lock_guard<std::mutex> lock(regionsMutex_);
   auto it = regions_.find(h.base);
   if (it == regions_.end() || it->second.id != h.id)
@@ -751,6 +762,38 @@ Status EmulatedRuntime::ipcOpen(const IpcHandle& handle, void** devicePtr) {
   }
   regions_[reinterpret_cast<uintptr_t>(view)] =
       Region{r.bytes, r.device, false, static_cast<char*>(alias), fd, 1, r.id};
+  ipcOpenCount_.fetch_add(1);
+  *devicePtr = view;
+  return Status::ok();
+}
+
+Status EmulatedRuntime::openOfAnotherProcess(const IpcHandle& handle, void** devicePtr) {
+  EmulatedIpcHandle h;
+  std::memcpy(&h, handle.bytes, sizeof h);
+  const std::string path = "/proc/" + std::to_string(h.pid) + "/fd/" + std::to_string(h.fd);
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return systemError(("ipcOpen: opening the exporter's memory " + path).c_str());
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_ino) != h.inode ||
+      static_cast<uint64_t>(st.st_size) < h.bytes) {
+    close(fd);
+    return makeError(ridgeInvalidArgument, "ipcOpen: the exported allocation of process %lld was freed",
+                     static_cast<long long>(h.pid));
+  }
+  void* view = mmap(nullptr, h.bytes, PROT_NONE, MAP_SHARED, fd, 0);
+  void* alias = mmap(nullptr, h.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (view == MAP_FAILED || alias == MAP_FAILED) {
+    Status s = systemError("ipcOpen: mapping another process's allocation");
+    if (view != MAP_FAILED) munmap(view, h.bytes);
+    if (alias != MAP_FAILED) munmap(alias, h.bytes);
+    close(fd);
+    return s;
+  }
+  std::lock_guard<std::mutex> lock(regionsMutex_);
+  // The id is the exporter's; it only has to be unique among this runtime's regions for the
+  // P2P cache, which keys on the opener's view address.
+  regions_[reinterpret_cast<uintptr_t>(view)] =
+      Region{h.bytes, h.device, false, static_cast<char*>(alias), fd, 1, nextAllocationId_++};
   ipcOpenCount_.fetch_add(1);
   *devicePtr = view;
   return Status::ok();

@@ -202,6 +202,11 @@ class EmulatedRuntime final : public DeviceRuntime {
     peerKind_.store(static_cast<int>(kind));
   }
   void setIpcWithinProcess(bool v) { ipcWithinProcess_.store(v); }
+  // Whether ipcOpen opens handles of another process's emulated runtime (through
+  // /proc/PID/fd of the exporter's memfd, as a GPU driver maps another process's memory).
+  // Off by default: tests of one runtime per process rely on the refusal. RIDGE_DEVICE=emulated
+  // turns it on, so ranks that are processes (ridge-bench -np) reach each other's devices.
+  void setIpcAcrossProcesses(bool v) { ipcAcrossProcesses_.store(v); }
   // What rdmaWritesOrdered reports for every device (default false: a device that does not
   // order inbound RDMA writes, so GDR receivers flush).
   void setRdmaWritesOrdered(bool ordered) { rdmaWritesOrdered_.store(ordered); }
@@ -302,6 +307,8 @@ class EmulatedRuntime final : public DeviceRuntime {
   // The read-write address behind a device, managed or host pointer (host: itself).
   char* translate(const void* p, size_t bytes, Status* error);
   void workerLoop(Queue* q);
+  // ipcOpen of a handle another process exported (setIpcAcrossProcesses).
+  Status openOfAnotherProcess(const IpcHandle& handle, void** devicePtr);
   // The region whose device view holds `p`, or regions_.end(); regionsMutex_ held.
   std::map<uintptr_t, Region>::iterator regionHolding(const void* p);
 
@@ -320,6 +327,7 @@ class EmulatedRuntime final : public DeviceRuntime {
   std::atomic<bool> peerAccess_{true};
   std::atomic<int> peerKind_{static_cast<int>(PeerLinkKind::Unknown)};
   std::atomic<bool> ipcWithinProcess_{true};
+  std::atomic<bool> ipcAcrossProcesses_{false};
   std::atomic<bool> rdmaWritesOrdered_{false};
   std::atomic<uint64_t> ipcOpenCount_{0};
   std::atomic<uint64_t> ipcExportCount_{0};

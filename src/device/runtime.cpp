@@ -1,6 +1,14 @@
 #include "device/runtime.h"
 
+#include <unistd.h>
+
 #include <atomic>
+#include <cctype>
+
+#include "core/log.h"
+#include "core/settings.h"
+#include "device/emulated_runtime.h"
+#include "topo/load.h"
 
 namespace ridge::device {
 
@@ -58,10 +66,67 @@ void DeviceRuntime::returnReleaseWord(const ReleaseWord& w) {
 
 namespace {
 std::atomic<DeviceRuntime*> gTestRuntime{nullptr};
+
+// RIDGE_DEVICE=emulated: this process's emulated runtime. Per process, not per program: a
+// forked child (ridge-bench -np forks its ranks) does not have the worker threads of a
+// runtime its parent made, so it makes its own; the parent's copy is left alone (never
+// destroyed: its threads do not exist here).
+std::mutex gEmulatedMutex;
+EmulatedRuntime* gEmulated = nullptr;
+pid_t gEmulatedPid = 0;
+
+// Without a topology file the emulated devices have no bus ids: communicators then keep
+// the host plan (docs/planner.md).
+constexpr int kEmulatedDevicesWithoutFile = 8;
+
+EmulatedRuntime* emulatedRuntimeOfThisProcess() {
+  std::lock_guard<std::mutex> lock(gEmulatedMutex);
+  if (gEmulated && gEmulatedPid == getpid()) return gEmulated;
+  std::vector<std::string> busIds;
+  const std::string file = settingString(Setting::TOPO_FILE);
+  if (!file.empty()) {
+    topo::Topology t;
+    Status s = topo::loadTopologyFile(file, &t);
+    if (s.isOk()) {
+      for (int g : t.gpus()) busIds.push_back(t.node(g).busId);
+    } else {
+      RIDGE_WARN("RIDGE_DEVICE=emulated: RIDGE_TOPO_FILE: %s; %d emulated devices without bus ids",
+                 s.message().c_str(), kEmulatedDevicesWithoutFile);
+    }
+  }
+  const int devices = busIds.empty() ? kEmulatedDevicesWithoutFile : static_cast<int>(busIds.size());
+  gEmulated = new EmulatedRuntime(devices);
+  gEmulated->setPciBusIds(busIds);
+  gEmulated->setIpcAcrossProcesses(true);
+  gEmulatedPid = getpid();
+  RIDGE_INFO(
+      "RIDGE_DEVICE=emulated: %d emulated devices%s (a testing aid: device memory and streams on host "
+      "threads)",
+      devices, busIds.empty() ? "" : (" placed as " + file + " says").c_str());
+  return gEmulated;
+}
+}  // namespace
+
+bool emulatedBySettings() {
+  return deviceSettingValue() == "emulated";
+}
+
+std::string deviceSettingValue() {
+  std::string v = settingString(Setting::DEVICE);
+  for (char& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return v.empty() ? "auto" : v;
+}
+
+Status checkDeviceSetting() {
+  const std::string v = deviceSettingValue();
+  if (v == "auto" || v == "emulated") return Status::ok();
+  return makeError(ridgeInvalidArgument, "RIDGE_DEVICE=%s: accepted values are auto and emulated",
+                   settingString(Setting::DEVICE).c_str());
 }
 
 DeviceRuntime* activeRuntime() {
   if (DeviceRuntime* rt = gTestRuntime.load(std::memory_order_acquire)) return rt;
+  if (emulatedBySettings()) return emulatedRuntimeOfThisProcess();
 #ifdef RIDGE_HAVE_CUDA
   return cudaRuntime();
 #else

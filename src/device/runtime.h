@@ -231,9 +231,17 @@ class DeviceRuntime {
   std::vector<ReleaseWord> freeWords_;
 };
 
-// The runtime the API uses: the one installed for testing, else the CUDA runtime in CUDA
-// builds, else null (a host-only build: every pointer is host memory, streams are refused).
+// The runtime the API uses: the one installed for testing, else the emulated runtime when
+// RIDGE_DEVICE=emulated (one per process, its devices the GPUs of RIDGE_TOPO_FILE with their
+// bus ids), else the CUDA runtime in CUDA builds, else null (a host-only build: every
+// pointer is host memory, streams are refused).
 DeviceRuntime* activeRuntime();
+
+// RIDGE_DEVICE in lower case ("auto" when unset), whether it asks for the emulated runtime,
+// and an error naming the accepted values when it is neither (init fails with it).
+std::string deviceSettingValue();
+bool emulatedBySettings();
+Status checkDeviceSetting();
 
 // Tests install an emulated runtime for a scope. Not thread-safe against running
 // collectives: install before creating communicators, remove after destroying them.

@@ -114,6 +114,10 @@ struct SearchOptions {
   /// place TCP makes a route host staged (nicPairModes and the receive routes, search.cpp).
   bool tcp = false;
   topo::PcieConstants pcieConstants;
+  /// Topology node ids of the GPUs the local ranks serve, in local rank order (a
+  /// communicator's ranks' devices, found by bus id). Empty: the node's first ranksPerNode
+  /// GPUs in index order (ridge-topo plan), which is the same plan when rank i serves GPU i.
+  std::vector<int> localGpus;
 };
 
 /// RIDGE_GDR_MODE as the planner reads it: read, write or staged force that mode on every
@@ -211,6 +215,10 @@ struct PlanRequest {
   bool buildRails = true;
   SearchOptions search;
 };
+
+/// The network description a plan assumes when none is given (ridge-topo plan without
+/// --network, and a communicator's plan): NICs as the topology has them, one fabric.
+constexpr const char* kDefaultNetworkSpec = "rails=0";
 
 /// Builds the plan of `request` on a cluster of identical nodes of type `node`.
 Status buildPlan(std::shared_ptr<const topo::Topology> node, const PlanRequest& request, Plan* out);

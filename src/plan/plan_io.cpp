@@ -7,6 +7,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "plan/algo_rules.h"
+
 namespace ridge::plan {
 
 namespace {
@@ -75,7 +77,9 @@ json::Value planJson(const Plan& p, const std::vector<Estimate>& algorithms, con
   doc.set("ranksPerNode", p.ranksPerNode);
   doc.set("source", p.source);
   doc.set("network", formatNetworkSpec(p.network, p.tcp));
-  doc.set("buildMs", p.buildMs);
+  // No times here (buildMs, the search's ms): the same input gives the same bytes, so a
+  // communicator's RIDGE_PLAN_DUMP can be compared with ridge-topo plan --json. The text
+  // form and the communicator's log say how long planning took.
   json::Value node = json::Value::object();
   node.set("topology", t.topology->name);
   node.set("hostRanks", t.hostRanks);
@@ -91,7 +95,6 @@ json::Value planJson(const Plan& p, const std::vector<Estimate>& algorithms, con
   search.set("speedsTried", t.stats.speedsTried);
   search.set("budgetExhausted", t.stats.budgetExhausted);
   search.set("fallback", t.stats.fallback);
-  search.set("ms", t.stats.ms);
   node.set("search", std::move(search));
   json::Value chans = json::Value::array();
   for (const ChannelTemplate& ct : t.channels) {
@@ -151,6 +154,12 @@ json::Value planJson(const Plan& p, const std::vector<Estimate>& algorithms, con
   for (size_t i = 0; i < p.trees.size(); ++i) add(p.trees[i], static_cast<int>(i));
   for (size_t i = 0; i < p.rails.size(); ++i) add(p.rails[i], static_cast<int>(i));
   doc.set("channels", std::move(channels));
+  // What a communicator executes of this plan (docs/planner.md, "A communicator's plan"),
+  // written into the plan so that a RIDGE_PLAN_DUMP says what ran.
+  json::Value runs = json::Value::object();
+  runs.set("ringChannel", 0);
+  runs.set("by", kPlanRunsText);
+  doc.set("runs", std::move(runs));
   if (!algorithms.empty()) {
     json::Value algos = json::Value::array();
     for (const Estimate& e : algorithms) {
@@ -171,10 +180,32 @@ json::Value planJson(const Plan& p, const std::vector<Estimate>& algorithms, con
   return doc;
 }
 
+std::string planJsonText(const Plan& plan, const PrintOptions& opt) {
+  return json::write(planJson(plan, {}, opt)) + "\n";
+}
+
 Status parsePlanJson(const json::Value& doc, const std::string& what, int nranks, ForcedPlan* out) {
   ForcedPlan fp;
   if (!doc.isObject())
     return makeError(ridgeInvalidArgument, "%s: a plan file is a JSON object", what.c_str());
+  // Format and version first: a file of another kind (a topology, another tool's plan) or of a
+  // later format is refused by name rather than half understood.
+  const json::Value* format = doc.get("format");
+  if (!format || !format->isString() || format->asString() != kPlanFormat)
+    return makeError(ridgeInvalidArgument, "%s: not a Ridge plan: \"format\" must be \"%s\"%s",
+                     format ? json::where(what, *format).c_str() : what.c_str(), kPlanFormat,
+                     !format              ? " (missing)"
+                     : format->isString() ? (", not \"" + format->asString() + "\"").c_str()
+                                          : "");
+  const json::Value* version = doc.get("version");
+  if (!version || !version->isNumber() || version->asNumber() != kPlanVersion)
+    return makeError(ridgeInvalidArgument,
+                     "%s: plan format version %s is not supported; this Ridge reads version %d",
+                     version ? json::where(what, *version).c_str() : what.c_str(),
+                     !version              ? "(missing)"
+                     : version->isNumber() ? json::write(*version).c_str()
+                                           : "(not a number)",
+                     kPlanVersion);
   if (const json::Value* n = doc.get("nranks"); n && (!n->isNumber() || n->asNumber() != nranks))
     return makeError(ridgeInvalidArgument, "%s: the plan is for %g ranks, this communicator has %d",
                      json::where(what, *n).c_str(), n->asNumber(), nranks);
@@ -182,36 +213,53 @@ Status parsePlanJson(const json::Value& doc, const std::string& what, int nranks
     if (!rules->isString())
       return makeError(ridgeInvalidArgument, "%s: 'algoRules' must be a string",
                        json::where(what, *rules).c_str());
+    std::vector<AlgoRule> parsed;
+    std::string bad;
+    if (!parseAlgoRules(rules->asString(), &parsed, &bad))
+      return makeError(ridgeInvalidArgument, "%s: malformed 'algoRules' entries: %s (RIDGE_ALGO syntax)",
+                       json::where(what, *rules).c_str(), bad.c_str());
     fp.algoRules = rules->asString();
   }
   const json::Value* channels = doc.get("channels");
-  if (channels && !channels->isArray())
-    return makeError(ridgeInvalidArgument, "%s: 'channels' must be an array",
-                     json::where(what, *channels).c_str());
-  if (channels) {
-    for (const json::Value& c : channels->items()) {
-      const json::Value* kind = c.get("kind");
-      if (!kind || kind->asString() != "ring") continue;
-      const json::Value* ranks = c.get("ranks");
-      if (!ranks || !ranks->isArray())
-        return makeError(ridgeInvalidArgument, "%s: a ring channel needs 'ranks'",
-                         json::where(what, c).c_str());
-      std::vector<int> order;
-      std::vector<char> seen(static_cast<size_t>(nranks), 0);
-      for (const json::Value& r : ranks->items()) {
-        const double v = r.asNumber();
-        if (!r.isNumber() || v < 0 || v >= nranks || v != static_cast<int>(v) || seen[static_cast<size_t>(v)])
-          return makeError(ridgeInvalidArgument, "%s: ring ranks must be a permutation of 0..%d",
-                           json::where(what, r).c_str(), nranks - 1);
-        seen[static_cast<size_t>(v)] = 1;
-        order.push_back(static_cast<int>(v));
-      }
-      if (static_cast<int>(order.size()) != nranks)
-        return makeError(ridgeInvalidArgument, "%s: ring has %zu ranks, expected %d",
-                         json::where(what, *ranks).c_str(), order.size(), nranks);
-      fp.rings.push_back(std::move(order));
+  if (!channels || !channels->isArray())
+    return makeError(ridgeInvalidArgument, "%s: 'channels' must be an array with a ring channel",
+                     channels ? json::where(what, *channels).c_str() : what.c_str());
+  for (const json::Value& c : channels->items()) {
+    const json::Value* kind = c.isObject() ? c.get("kind") : nullptr;
+    if (!kind || !kind->isString())
+      return makeError(ridgeInvalidArgument, "%s: every channel needs a 'kind' (ring, tree or rail)",
+                       json::where(what, c).c_str());
+    if (kind->asString() != "ring") continue;
+    const json::Value* ranks = c.get("ranks");
+    if (!ranks || !ranks->isArray())
+      return makeError(ridgeInvalidArgument, "%s: a ring channel needs 'ranks'",
+                       json::where(what, c).c_str());
+    std::vector<int> order;
+    std::vector<char> seen(static_cast<size_t>(nranks), 0);
+    for (const json::Value& r : ranks->items()) {
+      const double v = r.isNumber() ? r.asNumber() : -1;
+      if (v < 0 || v >= nranks || v != static_cast<int>(v))
+        return makeError(ridgeInvalidArgument, "%s: ring ranks must be ranks of this communicator, 0 to %d",
+                         json::where(what, r).c_str(), nranks - 1);
+      if (seen[static_cast<size_t>(v)])
+        return makeError(ridgeInvalidArgument,
+                         "%s: rank %d appears twice in a ring; a ring lists every rank once",
+                         json::where(what, r).c_str(), static_cast<int>(v));
+      seen[static_cast<size_t>(v)] = 1;
+      order.push_back(static_cast<int>(v));
     }
+    if (static_cast<int>(order.size()) != nranks) {
+      int missing = 0;
+      while (missing < nranks && seen[static_cast<size_t>(missing)]) ++missing;
+      return makeError(ridgeInvalidArgument, "%s: ring has %zu ranks, expected all %d (rank %d is missing)",
+                       json::where(what, *ranks).c_str(), order.size(), nranks, missing);
+    }
+    fp.rings.push_back(std::move(order));
   }
+  if (fp.rings.empty())
+    return makeError(ridgeInvalidArgument,
+                     "%s: no ring channel (a channel of kind \"ring\" listing every rank once)",
+                     json::where(what, *channels).c_str());
   *out = std::move(fp);
   return Status::ok();
 }

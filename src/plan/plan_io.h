@@ -37,9 +37,25 @@ struct ForcedPlan {
   std::string algoRules;                ///< RIDGE_ALGO syntax, applied before RIDGE_ALGO itself
 };
 
-/// Reads a plan file (a dump, or hand-written: {"nranks": 4, "channels": [{"kind": "ring",
-/// "ranks": [0, 2, 1, 3]}], "algoRules": "allreduce:0-64K:allpairs"}) and checks it against
-/// `nranks`.
+/// The plan as JSON text, the one writer of both ridge-topo plan --json and a communicator's
+/// RIDGE_PLAN_DUMP: the same plan gives the same bytes (no times in it).
+std::string planJsonText(const Plan& plan, const PrintOptions& opt = {});
+
+/// What a communicator runs of a plan it built (the "runs" entry of the JSON).
+constexpr const char* kPlanRunsText =
+    "a device communicator's ring, chain and tree algorithms (the staged and device-network paths) "
+    "follow ring channel 0; P2P and LL are all-pairs; the other channels and trees are planned, not "
+    "run in parallel yet";
+
+/// What plan files carry in "format" and "version"; files without both are refused.
+constexpr const char* kPlanFormat = "ridge-plan";
+constexpr int kPlanVersion = 1;
+
+/// Reads a plan file (a dump, or hand-written: {"format": "ridge-plan", "version": 1,
+/// "nranks": 4, "channels": [{"kind": "ring", "ranks": [0, 2, 1, 3]}], "algoRules":
+/// "allreduce:0-64K:allpairs"}) and checks it against `nranks`: the format and version, at
+/// least one ring channel, every ring listing each rank exactly once, well-formed algoRules.
+/// A bad file is ridgeInvalidArgument naming the file, the place in it and the problem.
 Status readPlanFile(const std::string& path, int nranks, ForcedPlan* out);
 Status parsePlanJson(const json::Value& doc, const std::string& what, int nranks, ForcedPlan* out);
 

@@ -410,7 +410,24 @@ Status buildNodeTemplate(std::shared_ptr<const topo::Topology> topology, int ran
   tp.multiNode = multiNode;
   const Topology& t = *topology;
   const std::vector<int> gpus = t.gpus();
-  if (static_cast<int>(gpus.size()) >= ranksPerNode) {
+  if (!options.localGpus.empty()) {
+    // The GPUs a communicator's ranks serve: one per local rank, each a GPU, none twice.
+    if (static_cast<int>(options.localGpus.size()) != ranksPerNode)
+      return makeError(ridgeInvalidArgument, "planner: %zu GPUs given for %d ranks per node",
+                       options.localGpus.size(), ranksPerNode);
+    for (size_t i = 0; i < options.localGpus.size(); ++i) {
+      const int g = options.localGpus[i];
+      if (std::find(gpus.begin(), gpus.end(), g) == gpus.end())
+        return makeError(ridgeInvalidArgument,
+                         "planner: local rank %zu's device (node %d) is not a GPU of %s", i, g,
+                         t.name.c_str());
+      if (std::find(options.localGpus.begin(), options.localGpus.begin() + static_cast<long>(i), g) !=
+          options.localGpus.begin() + static_cast<long>(i))
+        return makeError(ridgeInvalidArgument, "planner: local ranks share %s; one GPU per rank",
+                         t.node(g).name.c_str());
+    }
+    tp.devices = options.localGpus;
+  } else if (static_cast<int>(gpus.size()) >= ranksPerNode) {
     tp.devices.assign(gpus.begin(), gpus.begin() + ranksPerNode);
   } else {
     // Host ranks, spread block-wise over the NUMA nodes (as launchers bind them).

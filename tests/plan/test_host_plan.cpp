@@ -133,7 +133,8 @@ TEST(HostCollectives, RidgeAlgoChangesWhatRuns) {
 TEST(HostCollectives, PlanFileSetsTheRingAndDumpShowsIt) {
   const std::string dir = ::testing::TempDir();
   const std::string file = dir + "ridge-plan-in.json", dump = dir + "ridge-plan-dump.json";
-  std::ofstream(file) << R"({"nranks": 4, "channels": [{"kind": "ring", "ranks": [0, 2, 1, 3]}],
+  std::ofstream(file) << R"({"format": "ridge-plan", "version": 1, "nranks": 4,
+                             "channels": [{"kind": "ring", "ranks": [0, 2, 1, 3]}],
                              "algoRules": "allreduce:0-:ring;reducescatter:0-:ring;allgather:0-:ring;broadcast:0-:ring;reduce:0-:ring"})";
   std::remove(dump.c_str());
   setenv("RIDGE_PLAN_FILE", file.c_str(), 1);
