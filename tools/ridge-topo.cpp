@@ -352,6 +352,13 @@ bool parseCommon(const char* cmd, ArgList& args, Common* c, bool drawingAllowed)
     std::fprintf(stderr, "ridge-topo %s: --input and --preset are alternatives; give one\n", cmd);
     return false;
   }
+  // A FIFO, device or socket is refused before anything opens it (opening a FIFO blocks).
+  if (haveInput) {
+    if (Status st = topo::checkInputPath(c->input, /*allowDirectory=*/true); !st.isOk()) {
+      std::fprintf(stderr, "ridge-topo %s: --input %s\n", cmd, st.message().c_str());
+      return false;
+    }
+  }
   const int formats = int(c->json) + int(c->dot) + int(!c->svg.empty()) + int(!c->png.empty());
   if (formats > 1) {
     std::fprintf(stderr, "ridge-topo %s: choose one of --json, --dot, --svg, --png\n", cmd);
@@ -924,6 +931,12 @@ bool isXmlFile(const std::string& path) {
 int runSummary(ArgList& args) {
   std::string xml;
   bool haveXml = args.option("--xml", &xml);  // the older spelling of --input FILE
+  if (haveXml) {
+    if (Status st = topo::checkInputPath(xml, /*allowDirectory=*/false); !st.isOk()) {
+      std::fprintf(stderr, "ridge-topo summary: --xml %s\n", st.message().c_str());
+      return kExitUsage;
+    }
+  }
   bool compact = args.flag("--compact");
   Common c;
   if (!parseCommon("summary", args, &c, false) || !args.finish()) return kExitUsage;

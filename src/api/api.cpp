@@ -550,6 +550,10 @@ static ridgeResult_t initRank(const char* fn, ridgeComm_t* out, int nranks, cons
   UniqueIdInfo info;
   if (Status s = decodeUniqueId(id, &info); !s.isOk())
     return fail(nullptr, Status(ridgeInvalidArgument, std::string(fn) + ": commId: " + s.message()));
+  // Every RIDGE_* value is checked before anything connects: a bad one fails init here, on
+  // the calling thread, naming the variable and what it accepts (core/settings.h).
+  if (Status s = validateSettings(); !s.isOk())
+    return fail(nullptr, Status(s.code(), std::string(fn) + ": " + s.message()));
   bool blocking = true;
   auto* comm = new ridgeComm();
   comm->rank = rank;
