@@ -33,11 +33,14 @@ const char* fileKind(mode_t mode) {
   return "not a regular file";
 }
 
+// Not through makeError (which also logs a WARN line): the caller reports it, so that
+// ridge-topo refuses such a path in one line.
 Status refuseKind(const std::string& path, mode_t mode) {
-  return makeError(ridgeInvalidArgument,
-                   "%s is %s, not a topology file: give a regular file (hwloc XML, NCCL topology XML or "
-                   "Ridge JSON)%s",
-                   path.c_str(), fileKind(mode), S_ISDIR(mode) ? " or a folder 'ridge-topo capture' wrote" : "");
+  return Status(ridgeInvalidArgument,
+                format("%s is %s, not a topology file: give a regular file (hwloc XML, NCCL topology XML or "
+                       "Ridge JSON)%s",
+                       path.c_str(), fileKind(mode),
+                       S_ISDIR(mode) ? " or a folder 'ridge-topo capture' wrote" : ""));
 }
 
 // Reads a whole file, refusing what cannot be a topology description. Errors are
