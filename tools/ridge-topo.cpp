@@ -988,20 +988,21 @@ void printSettingsMarkdown() {
   std::printf(
       "# Ridge settings\n\n"
       "Ridge is configured through the `RIDGE_*` environment variables below, read when a\n"
-      "communicator is created. Sizes take 1024-based `K`, `M` and `G` suffixes; a malformed\n"
-      "number falls back to the default with a warning. `RIDGE_DEBUG=INFO` prints every value\n"
-      "and where it came from. This page is generated from `src/core/settings.def` by\n"
-      "`ridge-topo settings --markdown`; a test fails when the two differ.\n\n"
-      "| Variable | Type | Default | Description |\n"
-      "| --- | --- | --- | --- |\n");
-  for (const ridge::SettingInfo& s : ridge::allSettings()) {
-    std::string def = "(empty)";
-    if (*s.defaultValue) {
-      def = "`";
-      def += markdownCell(s.defaultValue);
-      def += '`';
-    }
-    std::printf("| `RIDGE_%s` | %s | %s | %s |\n", s.name, s.type, def.c_str(), markdownCell(s.doc).c_str());
+      "communicator is created. Sizes take 1024-based `K`, `M` and `G` suffixes. Every value set\n"
+      "is checked when a communicator is created: one outside what the Accepted column says\n"
+      "fails init with ridgeInvalidArgument, naming the variable and the accepted values (free\n"
+      "text is checked by the part that reads it, as the column says). `RIDGE_DEBUG=INFO` prints\n"
+      "every value and where it came from. This page is generated from `src/core/settings.def`\n"
+      "and the rules in `src/core/settings.cpp` by `ridge-topo settings --markdown`; a test fails\n"
+      "when the two differ.\n\n"
+      "| Variable | Type | Default | Accepted | Description |\n"
+      "| --- | --- | --- | --- | --- |\n");
+  for (size_t i = 0; i < ridge::allSettings().size(); ++i) {
+    const ridge::SettingInfo& s = ridge::allSettings()[i];
+    const std::string accepted = ridge::settingAcceptedValues(static_cast<ridge::Setting>(i));
+    const std::string def = *s.defaultValue ? "`" + markdownCell(s.defaultValue) + "`" : std::string("(empty)");
+    std::printf("| `RIDGE_%s` | %s | %s | %s | %s |\n", s.name, s.type, def.c_str(), markdownCell(accepted).c_str(),
+                markdownCell(s.doc).c_str());
   }
 }
 
@@ -1038,6 +1039,7 @@ void printSettingsText() {
     std::printf("RIDGE_%s (%s)\n", s.name, s.type);
     std::printf("    default: \"%s\"   current: \"%s\" (%s)\n", s.defaultValue, value.c_str(),
                 set ? "from the environment" : "default");
+    std::printf("    accepted: %s\n", ridge::settingAcceptedValues(setting).c_str());
     printWrapped(s.doc, 4, 88);
   }
 }

@@ -70,13 +70,13 @@ class HandleRegistry {
     }
     if (auto it = dead_.find(comm); it != dead_.end())
       return makeError(ridgeInvalidArgument,
-                       "%s: comm %p was destroyed (it was communicator #%llu of this process, rank %d of %d): "
-                       "a stale handle",
+                       "%s: comm %p is not a live communicator: it was destroyed (it was communicator #%llu of "
+                       "this process, rank %d of %d); a stale handle",
                        fn, static_cast<const void*>(comm), (unsigned long long)it->second.generation,
                        it->second.rank, it->second.nranks);
     return makeError(ridgeInvalidArgument,
-                     "%s: comm %p is not a communicator of this process (garbage, another process's handle, or "
-                     "one destroyed more than %zu communicators ago)",
+                     "%s: comm %p is not a live communicator of this process (garbage, another process's handle, "
+                     "or one destroyed more than %zu communicators ago)",
                      fn, static_cast<const void*>(comm), kQuarantined);
   }
   bool isLive(const ridgeComm* comm) {

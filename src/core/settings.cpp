@@ -142,8 +142,8 @@ const std::vector<SettingRule>& rules() {
       oneOf(Setting::DEBUG, "NONE|WARN|INFO|TRACE", true),
       intRange(Setting::TIMEOUT, 1, 1 << 24),
       freeText(Setting::SOCKET_IFNAME, "interface selection: a spec that matches no interface fails init"),
-      intRange(Setting::RANK, 0, INT_MAX - 1),
-      intRange(Setting::WORLD_SIZE, 1, INT_MAX),
+      intRange(Setting::RANK, -1, INT_MAX - 1),  // -1: not set (the default)
+      intRange(Setting::WORLD_SIZE, -1, INT_MAX),  // -1: not set; 0 is refused below
       {Setting::ROOT_ADDR, K::HostPort},
       freeText(Setting::ALGO, "the algorithm selector at init: a malformed rule fails init"),
       sizeRange(Setting::ALLPAIRS_MAX, 0, 1ll << 40),
