@@ -14,7 +14,6 @@ enum class InitStage {
   BootstrapRingConnected,  // bootstrap done
   ShmSegmentCreated,       // the host's lowest rank created the shared segment (others not attached)
   ShmSegmentAttached,      // this rank mapped the segment, the creator may still hold it
-  TransportsConnected,     // every transport connected, init not finished
   Count
 };
 
@@ -26,7 +25,6 @@ inline const char* initStageName(InitStage s) {
     case InitStage::BootstrapRingConnected: return "bootstrap-ring-connected";
     case InitStage::ShmSegmentCreated: return "shm-segment-created";
     case InitStage::ShmSegmentAttached: return "shm-segment-attached";
-    case InitStage::TransportsConnected: return "transports-connected";
     case InitStage::Count: break;
   }
   return "?";
