@@ -354,6 +354,13 @@ bool parseCommon(const char* cmd, ArgList& args, Common* c, bool drawingAllowed)
     std::fprintf(stderr, "ridge-topo %s: --input and --preset are alternatives; give one\n", cmd);
     return false;
   }
+  // A FIFO, device or socket is refused before anything opens it (opening a FIFO blocks).
+  if (haveInput) {
+    if (Status st = topo::checkInputPath(c->input, /*allowDirectory=*/true); !st.isOk()) {
+      std::fprintf(stderr, "ridge-topo %s: --input %s\n", cmd, st.message().c_str());
+      return false;
+    }
+  }
   const int formats = int(c->json) + int(c->dot) + int(!c->svg.empty()) + int(!c->png.empty());
   if (formats > 1) {
     std::fprintf(stderr, "ridge-topo %s: choose one of --json, --dot, --svg, --png\n", cmd);
@@ -926,6 +933,12 @@ bool isXmlFile(const std::string& path) {
 int runSummary(ArgList& args) {
   std::string xml;
   bool haveXml = args.option("--xml", &xml);  // the older spelling of --input FILE
+  if (haveXml) {
+    if (Status st = topo::checkInputPath(xml, /*allowDirectory=*/false); !st.isOk()) {
+      std::fprintf(stderr, "ridge-topo summary: --xml %s\n", st.message().c_str());
+      return kExitUsage;
+    }
+  }
   bool compact = args.flag("--compact");
   Common c;
   if (!parseCommon("summary", args, &c, false) || !args.finish()) return kExitUsage;
@@ -977,20 +990,21 @@ void printSettingsMarkdown() {
   std::printf(
       "# Ridge settings\n\n"
       "Ridge is configured through the `RIDGE_*` environment variables below, read when a\n"
-      "communicator is created. Sizes take 1024-based `K`, `M` and `G` suffixes; a malformed\n"
-      "number falls back to the default with a warning. `RIDGE_DEBUG=INFO` prints every value\n"
-      "and where it came from. This page is generated from `src/core/settings.def` by\n"
-      "`ridge-topo settings --markdown`; a test fails when the two differ.\n\n"
-      "| Variable | Type | Default | Description |\n"
-      "| --- | --- | --- | --- |\n");
-  for (const ridge::SettingInfo& s : ridge::allSettings()) {
-    std::string def = "(empty)";
-    if (*s.defaultValue) {
-      def = "`";
-      def += markdownCell(s.defaultValue);
-      def += '`';
-    }
-    std::printf("| `RIDGE_%s` | %s | %s | %s |\n", s.name, s.type, def.c_str(), markdownCell(s.doc).c_str());
+      "communicator is created. Sizes take 1024-based `K`, `M` and `G` suffixes. Every value set\n"
+      "is checked when a communicator is created: one outside what the Accepted column says\n"
+      "fails init with ridgeInvalidArgument, naming the variable and the accepted values (free\n"
+      "text is checked by the part that reads it, as the column says). `RIDGE_DEBUG=INFO` prints\n"
+      "every value and where it came from. This page is generated from `src/core/settings.def`\n"
+      "and the rules in `src/core/settings.cpp` by `ridge-topo settings --markdown`; a test fails\n"
+      "when the two differ.\n\n"
+      "| Variable | Type | Default | Accepted | Description |\n"
+      "| --- | --- | --- | --- | --- |\n");
+  for (size_t i = 0; i < ridge::allSettings().size(); ++i) {
+    const ridge::SettingInfo& s = ridge::allSettings()[i];
+    const std::string accepted = ridge::settingAcceptedValues(static_cast<ridge::Setting>(i));
+    const std::string def = *s.defaultValue ? "`" + markdownCell(s.defaultValue) + "`" : std::string("(empty)");
+    std::printf("| `RIDGE_%s` | %s | %s | %s | %s |\n", s.name, s.type, def.c_str(), markdownCell(accepted).c_str(),
+                markdownCell(s.doc).c_str());
   }
 }
 
@@ -1027,6 +1041,7 @@ void printSettingsText() {
     std::printf("RIDGE_%s (%s)\n", s.name, s.type);
     std::printf("    default: \"%s\"   current: \"%s\" (%s)\n", s.defaultValue, value.c_str(),
                 set ? "from the environment" : "default");
+    std::printf("    accepted: %s\n", ridge::settingAcceptedValues(setting).c_str());
     printWrapped(s.doc, 4, 88);
   }
 }

@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <string>
 #include <thread>
@@ -35,9 +36,87 @@ namespace {
 
 thread_local std::string tLastError;
 
+// ---- Communicator handles ----------------------------------------------------------------
+// Every live communicator is registered with its generation. A handle is looked up here
+// before anything dereferences it, so that a destroyed one, a foreign pointer or garbage is
+// refused with ridgeInvalidArgument instead of being read. The storage of a destroyed
+// communicator stays quarantined (not returned to the allocator) until kQuarantined later
+// ones were destroyed, so a newer communicator cannot sit at a stale handle's address
+// meanwhile; the dead table then still names what the handle was.
+class HandleRegistry {
+ public:
+  struct Entry {
+    uint64_t generation;
+    int rank, nranks;
+  };
+  static constexpr size_t kQuarantined = 1024;
+
+  static HandleRegistry& get() {
+    static HandleRegistry* r = new HandleRegistry;  // never destroyed: handles outlive static teardown
+    return *r;
+  }
+  void add(ridgeComm* comm) {
+    std::lock_guard<std::mutex> lock(mu_);
+    comm->generation = ++lastGeneration_;
+    live_[comm] = {comm->generation, comm->rank, comm->nranks};
+  }
+  // What `comm` is: live (ok), destroyed or unknown (errors naming fn).
+  Status check(const char* fn, const ridgeComm* comm) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = live_.find(comm); it != live_.end()) {
+      if (comm->magic == ridgeComm::kMagic && comm->generation == it->second.generation) return Status::ok();
+      return makeError(ridgeInvalidArgument, "%s: comm %p is corrupted (magic 0x%08x, generation %llu, expected %llu)",
+                       fn, static_cast<const void*>(comm), comm->magic, (unsigned long long)comm->generation,
+                       (unsigned long long)it->second.generation);
+    }
+    if (auto it = dead_.find(comm); it != dead_.end())
+      return makeError(ridgeInvalidArgument,
+                       "%s: comm %p is not a live communicator: it was destroyed (it was communicator #%llu of "
+                       "this process, rank %d of %d); a stale handle",
+                       fn, static_cast<const void*>(comm), (unsigned long long)it->second.generation,
+                       it->second.rank, it->second.nranks);
+    return makeError(ridgeInvalidArgument,
+                     "%s: comm %p is not a live communicator of this process (garbage, another process's handle, "
+                     "or one destroyed more than %zu communicators ago)",
+                     fn, static_cast<const void*>(comm), kQuarantined);
+  }
+  bool isLive(const ridgeComm* comm) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return comm && live_.count(comm) != 0;
+  }
+  // The storage of a communicator whose destructor ran: quarantine it, free the oldest.
+  void retire(void* p) {
+    void* release = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto* comm = static_cast<const ridgeComm*>(p);
+      if (auto it = live_.find(comm); it != live_.end()) {
+        dead_[comm] = it->second;
+        live_.erase(it);
+      } else {
+        dead_[comm] = {0, -1, 0};  // never registered (init refused before)
+      }
+      quarantine_.push_back(p);
+      if (quarantine_.size() > kQuarantined) {
+        release = quarantine_.front();
+        quarantine_.pop_front();
+        dead_.erase(static_cast<const ridgeComm*>(release));
+      }
+    }
+    ::operator delete(release);
+  }
+
+ private:
+  std::mutex mu_;
+  uint64_t lastGeneration_ = 0;
+  std::unordered_map<const ridgeComm*, Entry> live_;
+  std::unordered_map<const ridgeComm*, Entry> dead_;
+  std::deque<void*> quarantine_;
+};
+
 ridgeResult_t fail(ridgeComm* comm, const Status& s) {
   tLastError = s.message();
-  if (comm && comm->magic == ridgeComm::kMagic) {
+  if (HandleRegistry::get().isLive(comm)) {
     std::lock_guard<std::mutex> lock(comm->lastErrorMutex);
     comm->lastError = s.message();
   }
@@ -61,8 +140,7 @@ Status badArg(const char* fn, const char* what) {
 // A usable communicator: not null, not freed, init finished, not broken by an error.
 Status checkComm(const char* fn, ridgeComm* comm, bool allowBroken = false) {
   if (!comm) return badArg(fn, "comm is NULL");
-  if (comm->magic != ridgeComm::kMagic)
-    return badArg(fn, "comm is not a live communicator (destroyed or garbage)");
+  RIDGE_TRY(HandleRegistry::get().check(fn, comm));
   if (comm->finalized) return makeError(ridgeInvalidUsage, "%s: comm was finalized", fn);
   pollLLStatus(comm);  // a timed-out LL launch breaks the communicator
   int state = comm->asyncError.load();
@@ -520,6 +598,14 @@ ridgeResult_t collective(const char* fn, CollType type, const void* send, void* 
 
 }  // namespace
 
+void* ridgeComm::operator new(size_t bytes) {
+  return ::operator new(bytes);
+}
+
+void ridgeComm::operator delete(void* p, size_t) {
+  if (p) HandleRegistry::get().retire(p);
+}
+
 extern "C" {
 
 RIDGE_API ridgeResult_t ridgeGetVersion(int* version) {
@@ -551,10 +637,15 @@ static ridgeResult_t initRank(const char* fn, ridgeComm_t* out, int nranks, cons
   UniqueIdInfo info;
   if (Status s = decodeUniqueId(id, &info); !s.isOk())
     return fail(nullptr, Status(ridgeInvalidArgument, std::string(fn) + ": commId: " + s.message()));
+  // Every RIDGE_* value is checked before anything connects: a bad one fails init here, on
+  // the calling thread, naming the variable and what it accepts (core/settings.h).
+  if (Status s = validateSettings(); !s.isOk())
+    return fail(nullptr, Status(s.code(), std::string(fn) + ": " + s.message()));
   bool blocking = true;
   auto* comm = new ridgeComm();
   comm->rank = rank;
   comm->nranks = nranks;
+  HandleRegistry::get().add(comm);
   comm->timeoutSec = inheritedTimeout > 0 ? inheritedTimeout : defaultTimeout();
   comm->name = "comm";
   // As NCCL: the communicator serves the device current on the calling thread. Read here,
@@ -785,10 +876,15 @@ RIDGE_API ridgeResult_t ridgeCommInitFromEnv(ridgeComm_t* comm) {
   if (!comm) return fail(nullptr, badArg(fn, "comm is NULL"));
   LauncherPlace place;
   RIDGE_CHECK(nullptr, launcherPlace(&place));
-  // Every rank derives the same nonce from what they all know, so no id has to travel. Not
-  // from the world size: ranks that disagree on it must reach the root, which reports the
-  // mismatch, instead of being turned away as another job's.
-  uint64_t nonce = std::hash<std::string>{}(place.rootAddr) | 1;
+  // Every rank derives the same secret from what they all know (RIDGE_JOB_KEY or the
+  // launcher's job id, and the root address), so no id has to travel. Not from the world
+  // size: ranks that disagree on it must reach the root, which reports the mismatch, instead
+  // of being turned away as another job's.
+  RIDGE_CHECK(nullptr, validateSettings());
+  std::string secretSource;
+  uint64_t nonce = envJobSecret(place, &secretSource);
+  RIDGE_INFO("%s: rank %d of %d, root %s, job secret from %s", fn, place.rank, place.worldSize,
+             place.rootAddr.c_str(), secretSource.c_str());
   if (place.rank == 0) {
     if (Status s = startRootService(place.rootAddr, nonce); !s.isOk()) return fail(nullptr, s);
   }
@@ -804,8 +900,7 @@ RIDGE_API ridgeResult_t ridgeCommFinalize(ridgeComm_t comm) {
 
 RIDGE_API ridgeResult_t ridgeCommDestroy(ridgeComm_t comm) {
   if (!comm) return fail(nullptr, badArg("ridgeCommDestroy", "comm is NULL"));
-  if (comm->magic != ridgeComm::kMagic)
-    return fail(nullptr, badArg("ridgeCommDestroy", "comm is not a live communicator"));
+  RIDGE_CHECK(nullptr, HandleRegistry::get().check("ridgeCommDestroy", comm));
   if (comm->initThread.joinable()) comm->initThread.join();
   // Queued device operations finish (bounded) before the bootstrap they may use goes.
   stopGpuProxy(comm, comm->aborted.load());
@@ -816,8 +911,7 @@ RIDGE_API ridgeResult_t ridgeCommDestroy(ridgeComm_t comm) {
 
 RIDGE_API ridgeResult_t ridgeCommAbort(ridgeComm_t comm) {
   if (!comm) return fail(nullptr, badArg("ridgeCommAbort", "comm is NULL"));
-  if (comm->magic != ridgeComm::kMagic)
-    return fail(nullptr, badArg("ridgeCommAbort", "comm is not a live communicator"));
+  RIDGE_CHECK(nullptr, HandleRegistry::get().check("ridgeCommAbort", comm));
   comm->aborted.store(true);
   // A thread blocked in a collective notices the flag within a poll slice (<= 100 ms)
   // and leaves; wait for it before freeing, bounded so that abort itself never hangs.
@@ -836,9 +930,8 @@ RIDGE_API ridgeResult_t ridgeCommAbort(ridgeComm_t comm) {
 }
 
 RIDGE_API ridgeResult_t ridgeCommGetAsyncError(ridgeComm_t comm, ridgeResult_t* asyncError) {
-  if (!comm || comm->magic != ridgeComm::kMagic)
-    return fail(nullptr,
-                badArg("ridgeCommGetAsyncError", comm ? "comm is not a live communicator" : "comm is NULL"));
+  if (!comm) return fail(nullptr, badArg("ridgeCommGetAsyncError", "comm is NULL"));
+  RIDGE_CHECK(nullptr, HandleRegistry::get().check("ridgeCommGetAsyncError", comm));
   if (!asyncError) return fail(comm, badArg("ridgeCommGetAsyncError", "asyncError is NULL"));
   if (comm->asyncError.load() != ridgeInProgress) pollLLStatus(comm);
   *asyncError = static_cast<ridgeResult_t>(comm->asyncError.load());

@@ -12,6 +12,8 @@
 #include <system_error>
 #include <thread>
 
+#include "bootstrap/auth.h"
+#include "bootstrap/init_stage.h"
 #include "bootstrap/wire.h"
 #include "core/log.h"
 #include "core/settings.h"
@@ -24,6 +26,7 @@ namespace {
 
 // Limit on ranks in one rendezvous (bounds what a malformed hello can make the root allocate).
 constexpr int kMaxRanks = 1 << 16;
+static_assert(sizeof(MsgHeader) + sizeof(Handshake) == 40, "Bootstrap::Incoming::buf");
 // How long the root or a rank waits for the first bytes of a fresh connection.
 constexpr std::chrono::milliseconds kHandshakeWait{5000};
 
@@ -74,12 +77,72 @@ std::string truncated(const std::string& s, size_t max) {
 
 std::atomic<int> gActiveRootServices{0};
 
+// Most connections the root (or a rank's listener) keeps waiting for their first message at
+// once. A flood of silent connections evicts the oldest: a genuine rank answers its challenge
+// within microseconds, so it is never the oldest for long.
+constexpr size_t kMaxPendingConnections = 256;
+// How long accept() is left alone after it failed for lack of descriptors or memory (EMFILE,
+// ENFILE, ENOBUFS, ENOMEM): the listener stays readable, so retrying at once would spin.
+constexpr std::chrono::milliseconds kAcceptBackoff{100};
+// Dropped connections logged one by one (WARN) per listener; later ones are only counted.
+constexpr int kMaxDropWarnings = 16;
+
+bool acceptResourceError(int err) {
+  return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
+}
+
+uint64_t helloMac(const auth::Key& key, uint64_t challenge, const Hello& h) {
+  return auth::Tagger("HELO")
+      .field(challenge)
+      .field(h.magic)
+      .field(h.version)
+      .field(h.rank)
+      .field(h.nranks)
+      .field(h.listen)
+      .tag(key);
+}
+
+uint64_t replyMac(const auth::Key& key, uint64_t challenge, const ReplyHead& head, const void* table,
+                  size_t tableBytes) {
+  ReplyHead zeroed = head;
+  zeroed.mac = 0;
+  return auth::Tagger("RPLY").field(challenge).field(zeroed).append(table, tableBytes).tag(key);
+}
+
+// Counts and logs dropped connections (the first kMaxDropWarnings at WARN).
+class DropLog {
+ public:
+  explicit DropLog(std::string who) : who_(std::move(who)) {}
+  ~DropLog() {
+    if (dropped_ > kMaxDropWarnings)
+      RIDGE_WARN("%s: %d connections dropped in all (%d not logged one by one)", who_.c_str(), dropped_,
+                 dropped_ - kMaxDropWarnings);
+  }
+  template <typename... Args>
+  void drop(const char* fmt, Args... args) {
+    if (++dropped_ <= kMaxDropWarnings) {
+      std::string line = format(fmt, args...);
+      RIDGE_WARN("%s: %s%s", who_.c_str(), line.c_str(),
+                 dropped_ == kMaxDropWarnings ? " (further drops are counted, not logged)" : "");
+    }
+  }
+  int dropped() const { return dropped_; }
+
+ private:
+  std::string who_;
+  int dropped_ = 0;
+};
+
 class RootService {
  public:
-  RootService(Socket listener, SocketAddress addr, uint64_t nonce, int timeoutSec)
-      : listener_(std::move(listener)), addr_(addr), nonce_(nonce), timeoutSec_(timeoutSec) {
-    who_ = "bootstrap root at " + addr_.toString();
-  }
+  RootService(Socket listener, SocketAddress addr, uint64_t secret, int timeoutSec)
+      : listener_(std::move(listener)),
+        addr_(addr),
+        key_(auth::keyFromSecret(secret)),
+        session_(randomNonce()),
+        timeoutSec_(timeoutSec),
+        who_("bootstrap root at " + addr_.toString()),
+        drops_(who_) {}
   void run();
 
  private:
@@ -87,6 +150,7 @@ class RootService {
     Socket sock;
     SocketAddress listen;
     SocketAddress from;
+    uint64_t challenge = 0;
   };
 
   // A connection whose hello has not fully arrived yet.
@@ -94,40 +158,47 @@ class RootService {
     Socket sock;
     SocketAddress from;
     std::chrono::steady_clock::time_point giveUpAt;
+    uint64_t challenge = 0;
     size_t got = 0;
     char buf[sizeof(MsgHeader) + sizeof(Hello)];
   };
 
+  void acceptPending();
   // Reads what is available; true when the connection is finished with (handled or dropped).
   bool progressIncoming(Incoming& in, const Deadline& deadline);
-  void handleHello(Socket s, const SocketAddress& from, const Hello& hello, const Deadline& deadline);
-  void sendReply(int fd, const Status& status, const std::vector<WireAddr>* table, const Deadline& d,
-                 const std::string& to);
+  void handleHello(Incoming& in, const Hello& hello, const Deadline& deadline);
+  void sendReply(int fd, uint64_t challenge, const Status& status, const std::vector<WireAddr>* table,
+                 const Deadline& d, const std::string& to);
   void fail(const Status& status, const Deadline& d);
   std::string missingRanks() const;
 
   Socket listener_;
   SocketAddress addr_;
-  uint64_t nonce_;
+  auth::Key key_;
+  uint64_t session_;
   int timeoutSec_;
   std::string who_;
+  DropLog drops_;
   int nranks_ = -1;
   int arrived_ = 0;
   std::vector<Member> members_;
-  std::vector<Incoming> incoming_;
+  std::deque<Incoming> incoming_;
+  std::chrono::steady_clock::time_point acceptPausedUntil_{};
   bool failed_ = false;
   Status failure_;
   bool done_ = false;
 };
 
-void RootService::sendReply(int fd, const Status& status, const std::vector<WireAddr>* table,
+void RootService::sendReply(int fd, uint64_t challenge, const Status& status, const std::vector<WireAddr>* table,
                             const Deadline& d, const std::string& to) {
   ReplyHead head{};
   head.code = status.isOk() ? 0 : static_cast<int32_t>(status.code());
   head.nranks = table ? static_cast<int32_t>(table->size()) : 0;
+  head.session = status.isOk() ? session_ : 0;
   std::string msg = truncated(status.message(), sizeof head.message - 1);
   std::memcpy(head.message, msg.data(), msg.size());
   size_t tableBytes = table ? table->size() * sizeof(WireAddr) : 0;
+  head.mac = replyMac(key_, challenge, head, table ? table->data() : nullptr, tableBytes);
   MsgHeader h{kMsgMagic, kTagReply, sizeof head + tableBytes};
   iovec iov[3] = {{&h, sizeof h}, {&head, sizeof head}, {table ? (void*)table->data() : nullptr, tableBytes}};
   Status s = sendAllv(fd, iov, 3, d.capped(kHandshakeWait), who_ + ": reply to " + to);
@@ -156,77 +227,75 @@ void RootService::fail(const Status& status, const Deadline& d) {
   failure_ = status;
   for (int r = 0; r < static_cast<int>(members_.size()); ++r) {
     if (!members_[r].sock.valid()) continue;
-    sendReply(members_[r].sock.fd(), status, nullptr, d, format("rank %d", r));
+    sendReply(members_[r].sock.fd(), members_[r].challenge, status, nullptr, d, format("rank %d", r));
     members_[r].sock.reset();
   }
 }
 
-void RootService::handleHello(Socket s, const SocketAddress& from, const Hello& hello,
-                              const Deadline& deadline) {
-  std::string fromText = from.toString();
+void RootService::handleHello(Incoming& in, const Hello& hello, const Deadline& deadline) {
+  std::string fromText = in.from.toString();
   if (hello.magic != kHelloMagic || hello.version != kProtocolVersion) {
-    sendReply(s.fd(),
-              makeError(ridgeInvalidArgument,
-                        "%s: rank at %s speaks bootstrap protocol version %u, this root speaks %u",
-                        who_.c_str(), fromText.c_str(), hello.version, kProtocolVersion),
+    drops_.drop("dropping a hello from %s: bootstrap protocol version %u, this root speaks %u", fromText.c_str(),
+                hello.version, kProtocolVersion);
+    sendReply(in.sock.fd(), in.challenge,
+              Status(ridgeInvalidArgument,
+                     format("%s: rank at %s speaks bootstrap protocol version %u, this root speaks %u",
+                            who_.c_str(), fromText.c_str(), hello.version, kProtocolVersion)),
               nullptr, deadline, fromText);
     return;
   }
-  if (hello.nonce != nonce_) {
-    // A rank of another job (or a stale one): refuse it, keep serving this job.
-    sendReply(s.fd(),
-              makeError(ridgeInvalidArgument,
-                        "%s: rank %d from %s presented nonce %016llx but this rendezvous expects "
-                        "%016llx: it was started with the unique id of another job",
-                        who_.c_str(), hello.rank, fromText.c_str(), (unsigned long long)hello.nonce,
-                        (unsigned long long)nonce_),
+  if (hello.mac != helloMac(key_, in.challenge, hello)) {
+    // A rank of another job (another id or RIDGE_JOB_KEY), a stale one or a forger: refuse
+    // this connection alone and keep serving the job. Nothing it claimed is believed.
+    drops_.drop("dropping a hello from %s (claims rank %d of %d): it does not authenticate with this job's key",
+                fromText.c_str(), hello.rank, hello.nranks);
+    sendReply(in.sock.fd(), in.challenge,
+              Status(ridgeInvalidArgument,
+                     format("%s: the hello from %s does not authenticate with this rendezvous's key (nonce): "
+                            "it was started with the unique id or RIDGE_JOB_KEY of another job",
+                            who_.c_str(), fromText.c_str())),
               nullptr, deadline, fromText);
     return;
   }
+  Socket s = std::move(in.sock);
+  const SocketAddress from = in.from;
   if (failed_) {
-    sendReply(s.fd(), failure_, nullptr, deadline, fromText);
+    sendReply(s.fd(), in.challenge, failure_, nullptr, deadline, fromText);
     return;
   }
+  // From here on the sender knows the key: its mistakes are the job's and fail it.
   int rank = hello.rank, nranks = hello.nranks;
   std::string rankText = format("rank %d (%s)", rank, fromText.c_str());
-  if (nranks < 1 || nranks > kMaxRanks || rank < 0 || rank >= nranks) {
-    Status e = makeError(ridgeInvalidArgument, "%s: %s reported rank %d of %d ranks, which is out of range",
-                         who_.c_str(), rankText.c_str(), rank, nranks);
-    sendReply(s.fd(), e, nullptr, deadline, rankText);
+  auto refuseAndFail = [&](const Status& e) {
+    sendReply(s.fd(), in.challenge, e, nullptr, deadline, rankText);
     fail(e, deadline);
-    return;
-  }
+  };
+  if (nranks < 1 || nranks > kMaxRanks || rank < 0 || rank >= nranks)
+    return refuseAndFail(makeError(ridgeInvalidArgument, "%s: %s reported rank %d of %d ranks, which is out of range",
+                                   who_.c_str(), rankText.c_str(), rank, nranks));
   if (nranks_ < 0) {
     nranks_ = nranks;
     members_.resize(static_cast<size_t>(nranks));
   } else if (nranks != nranks_) {
-    Status e = makeError(ridgeInvalidArgument,
-                         "%s: world size mismatch: %s says there are %d ranks but the first rank to arrive "
-                         "said %d: every rank must pass the same nranks (world size)",
-                         who_.c_str(), rankText.c_str(), nranks, nranks_);
-    sendReply(s.fd(), e, nullptr, deadline, rankText);
-    fail(e, deadline);
-    return;
+    return refuseAndFail(makeError(
+        ridgeInvalidArgument,
+        "%s: world size mismatch: %s says there are %d ranks but the first rank to arrive "
+        "said %d: every rank must pass the same nranks (world size)",
+        who_.c_str(), rankText.c_str(), nranks, nranks_));
   }
   SocketAddress listen;
-  if (!fromWire(hello.listen, &listen)) {
-    Status e = makeError(ridgeInvalidArgument, "%s: %s reported a malformed listening address", who_.c_str(),
-                         rankText.c_str());
-    sendReply(s.fd(), e, nullptr, deadline, rankText);
-    fail(e, deadline);
-    return;
-  }
-  if (members_[rank].sock.valid()) {
-    Status e = makeError(ridgeInvalidArgument,
-                         "%s: rank %d arrived twice (from %s and from %s): every rank must appear once",
-                         who_.c_str(), rank, members_[rank].from.toString().c_str(), fromText.c_str());
-    sendReply(s.fd(), e, nullptr, deadline, rankText);
-    fail(e, deadline);
-    return;
-  }
+  if (!fromWire(hello.listen, &listen))
+    return refuseAndFail(makeError(ridgeInvalidArgument, "%s: %s reported a malformed listening address",
+                                   who_.c_str(), rankText.c_str()));
+  if (members_[rank].sock.valid())
+    return refuseAndFail(
+        makeError(ridgeInvalidArgument,
+                  "%s: rank %d arrived twice (from %s and from %s): every rank must appear once", who_.c_str(),
+                  rank, members_[rank].from.toString().c_str(), fromText.c_str()));
   members_[rank].sock = std::move(s);
   members_[rank].listen = listen;
   members_[rank].from = from;
+  members_[rank].challenge = in.challenge;
   ++arrived_;
   RIDGE_TRACE("%s: rank %d of %d arrived from %s (listening on %s)", who_.c_str(), rank, nranks_,
               fromText.c_str(), listen.toString().c_str());
@@ -235,7 +304,7 @@ void RootService::handleHello(Socket s, const SocketAddress& from, const Hello& 
   std::vector<WireAddr> table(static_cast<size_t>(nranks_));
   for (int r = 0; r < nranks_; ++r) table[r] = toWire(members_[r].listen);
   for (int r = 0; r < nranks_; ++r) {
-    sendReply(members_[r].sock.fd(), Status::ok(), &table, deadline, format("rank %d", r));
+    sendReply(members_[r].sock.fd(), members_[r].challenge, Status::ok(), &table, deadline, format("rank %d", r));
     members_[r].sock.reset();
   }
   RIDGE_INFO("%s: all %d ranks arrived, address table sent", who_.c_str(), nranks_);
@@ -243,29 +312,79 @@ void RootService::handleHello(Socket s, const SocketAddress& from, const Hello& 
 }
 
 bool RootService::progressIncoming(Incoming& in, const Deadline& deadline) {
-  std::string fromText = in.from.toString();
   size_t n = 0;
-  Status st = recvSome(in.sock.fd(), in.buf + in.got, sizeof in.buf - in.got, &n,
-                       who_ + ": connection from " + fromText);
-  if (!st.isOk()) return true;  // closed before saying hello (already logged)
+  // Not recvSome's message: a connection that closes before its hello is dropped quietly
+  // here, counted with the other drops.
+  ssize_t got = ::recv(in.sock.fd(), in.buf + in.got, sizeof in.buf - in.got, MSG_DONTWAIT);
+  if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
+  if (got <= 0) {
+    drops_.drop("dropping a connection from %s: it closed after %zu bytes, before a complete hello",
+                in.from.toString().c_str(), in.got);
+    return true;
+  }
+  n = static_cast<size_t>(got);
   size_t before = in.got;
   in.got += n;
   if (before < sizeof(MsgHeader) && in.got >= sizeof(MsgHeader)) {
     MsgHeader h;
     std::memcpy(&h, in.buf, sizeof h);
     if (h.magic != kMsgMagic || h.tag != kTagHello || h.length != sizeof(Hello)) {
-      RIDGE_WARN(
-          "%s: dropping a connection from %s: not a Ridge bootstrap hello (magic 0x%08x, tag 0x%08x, "
-          "length %llu)",
-          who_.c_str(), fromText.c_str(), h.magic, h.tag, (unsigned long long)h.length);
+      drops_.drop("dropping a connection from %s: not a Ridge bootstrap hello (magic 0x%08x, tag 0x%08x, length %llu)",
+                  in.from.toString().c_str(), h.magic, h.tag, (unsigned long long)h.length);
       return true;
     }
   }
   if (in.got < sizeof in.buf) return false;
   Hello hello;
   std::memcpy(&hello, in.buf + sizeof(MsgHeader), sizeof hello);
-  handleHello(std::move(in.sock), in.from, hello, deadline);
+  handleHello(in, hello, deadline);
   return true;
+}
+
+void RootService::acceptPending() {
+  // Accept everything queued (bounded: the backlog is finite and each accept dequeues one).
+  for (int k = 0; k < 256; ++k) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    int fd = ::accept4(listener_.fd(), reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      const int err = errno;
+      if (acceptResourceError(err)) {
+        // Out of descriptors (perhaps held by silent connections): free the oldest pending
+        // one and leave the listener alone for a moment instead of spinning on it.
+        RIDGE_WARN("%s: accept: %s; %s and backing off %lld ms", who_.c_str(), std::strerror(err),
+                   incoming_.empty() ? "nothing to drop" : "dropping the oldest connection without a hello",
+                   (long long)kAcceptBackoff.count());
+        if (!incoming_.empty()) incoming_.pop_front();
+        acceptPausedUntil_ = std::chrono::steady_clock::now() + kAcceptBackoff;
+      }
+      return;  // EAGAIN, ECONNABORTED, EINTR, ...: next slice
+    }
+    Socket s(fd);
+    if (!configureSocket(fd).isOk()) continue;
+    Incoming in;
+    in.sock = std::move(s);
+    in.from = SocketAddress::fromSockaddr(reinterpret_cast<sockaddr*>(&ss), len);
+    in.giveUpAt = std::chrono::steady_clock::now() + kHandshakeWait;
+    in.challenge = randomNonce();
+    MsgHeader h{kMsgMagic, kTagChallenge, sizeof(Challenge)};
+    Challenge c{kChallengeMagic, kProtocolVersion, in.challenge};
+    char msg[sizeof h + sizeof c];
+    std::memcpy(msg, &h, sizeof h);
+    std::memcpy(msg + sizeof h, &c, sizeof c);
+    // 32 bytes into a fresh socket's empty send buffer: all or nothing in practice.
+    ssize_t sent = ::send(fd, msg, sizeof msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (sent != static_cast<ssize_t>(sizeof msg)) {
+      drops_.drop("dropping a connection from %s: could not send it a challenge", in.from.toString().c_str());
+      continue;
+    }
+    if (incoming_.size() >= kMaxPendingConnections) {
+      drops_.drop("dropping a connection from %s: %zu connections are waiting for their hello already",
+                  incoming_.front().from.toString().c_str(), incoming_.size());
+      incoming_.pop_front();
+    }
+    incoming_.push_back(std::move(in));
+  }
 }
 
 void RootService::run() {
@@ -286,12 +405,12 @@ void RootService::run() {
       }
       break;
     }
-    // Drop connections that stayed silent too long.
+    // Drop connections that stayed silent too long (each has its own deadline).
     auto now = std::chrono::steady_clock::now();
     for (size_t i = 0; i < incoming_.size();) {
       if (now >= incoming_[i].giveUpAt) {
-        RIDGE_WARN("%s: dropping a connection from %s: no hello within %lld ms", who_.c_str(),
-                   incoming_[i].from.toString().c_str(), (long long)kHandshakeWait.count());
+        drops_.drop("dropping a connection from %s: no hello within %lld ms",
+                    incoming_[i].from.toString().c_str(), (long long)kHandshakeWait.count());
         incoming_.erase(incoming_.begin() + static_cast<long>(i));
       } else {
         ++i;
@@ -299,7 +418,8 @@ void RootService::run() {
     }
     fds.clear();
     fdRank.clear();
-    fds.push_back({listener_.fd(), POLLIN, 0});
+    const bool listening = now >= acceptPausedUntil_;
+    fds.push_back({listening ? listener_.fd() : -1, POLLIN, 0});  // fd -1: poll ignores it
     fdRank.push_back(-1);
     for (int r = 0; r < static_cast<int>(members_.size()); ++r) {
       if (!members_[r].sock.valid()) continue;
@@ -339,23 +459,7 @@ void RootService::run() {
     std::sort(finished.rbegin(), finished.rend());
     for (size_t idx : finished) incoming_.erase(incoming_.begin() + static_cast<long>(idx));
     if (done_) break;
-    if (fds[0].revents & POLLIN) {
-      // Accept everything queued (bounded: the backlog is finite and each accept dequeues one).
-      for (int k = 0; k < 256; ++k) {
-        sockaddr_storage ss{};
-        socklen_t len = sizeof ss;
-        int fd =
-            ::accept4(listener_.fd(), reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) break;  // EAGAIN, ECONNABORTED, EINTR, ...: next slice
-        Socket s(fd);
-        if (!configureSocket(fd).isOk()) continue;
-        Incoming in;
-        in.sock = std::move(s);
-        in.from = SocketAddress::fromSockaddr(reinterpret_cast<sockaddr*>(&ss), len);
-        in.giveUpAt = std::chrono::steady_clock::now() + kHandshakeWait;
-        incoming_.push_back(std::move(in));
-      }
-    }
+    if (listening && (fds[0].revents & POLLIN)) acceptPending();
   }
   listener_.reset();
   incoming_.clear();
@@ -508,6 +612,7 @@ void Bootstrap::close() {
   for (auto& s : recvConn_) s.reset();
   for (auto& q : pending_) q.clear();
   std::fill(pendingBytes_.begin(), pendingBytes_.end(), 0);
+  incoming_.clear();
 }
 
 std::string Bootstrap::peerName(int peer) const {
@@ -520,6 +625,50 @@ Status Bootstrap::checkOpen(const char* op) const {
   if (closed_) return makeError(ridgeInvalidUsage, "bootstrap: rank %d: %s after close()", rank_, op);
   return Status::ok();
 }
+
+namespace {
+
+// Connects to the root and reads its challenge. A connection the root closes (or leaves
+// silent) before the challenge is retried until the deadline: the root may have evicted it
+// while strangers flooded it.
+Status connectToRoot(const UniqueIdInfo& info, const Deadline& d, const std::string& rootWho, Socket* out,
+                     uint64_t* challenge) {
+  int backoffMs = 10;
+  for (int attempt = 1;; ++attempt) {
+    Socket s;
+    RIDGE_TRY(connectWithRetry(info.root, d, rootWho, &s));
+    MsgHeader h{};
+    Challenge c{};
+    const Deadline hd = d.capped(kHandshakeWait);
+    Status st = recvAll(s.fd(), &h, sizeof h, hd, rootWho + ": waiting for the root's challenge");
+    if (st.isOk() && (h.magic != kMsgMagic || h.tag != kTagChallenge || h.length != sizeof c))
+      return makeError(ridgeRemoteError,
+                       "%s: the listener there is not a Ridge bootstrap root of this version (it sent magic "
+                       "0x%08x, tag 0x%08x, length %llu instead of a challenge)",
+                       rootWho.c_str(), h.magic, h.tag, (unsigned long long)h.length);
+    if (st.isOk()) st = recvAll(s.fd(), &c, sizeof c, hd, rootWho + ": waiting for the root's challenge");
+    if (st.isOk()) {
+      if (c.magic != kChallengeMagic || c.version != kProtocolVersion)
+        return makeError(ridgeInvalidArgument,
+                         "%s: the root speaks bootstrap protocol version %u, this rank speaks %u (mixed Ridge "
+                         "versions in one job?)",
+                         rootWho.c_str(), c.version, kProtocolVersion);
+      *out = std::move(s);
+      *challenge = c.challenge;
+      return Status::ok();
+    }
+    if (st.code() == ridgeAborted) return st;
+    RIDGE_TRY(d.check(format("%s: no challenge from the root after %d attempts (last: %s)", rootWho.c_str(),
+                             attempt, st.message().c_str())));
+    RIDGE_INFO("%s: %s; connecting again", rootWho.c_str(), st.message().c_str());
+    auto wakeAt = std::chrono::steady_clock::now() + std::chrono::milliseconds(backoffMs);
+    while (std::chrono::steady_clock::now() < wakeAt && !d.expired() && !d.aborted())
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    backoffMs = std::min(backoffMs * 2, 200);
+  }
+}
+
+}  // namespace
 
 Status Bootstrap::connect(const ridgeUniqueId& id, int rank, int nranks, int timeoutSec,
                           const std::atomic<bool>* abortFlag, std::unique_ptr<Bootstrap>* out) {
@@ -537,9 +686,9 @@ Status Bootstrap::connect(const ridgeUniqueId& id, int rank, int nranks, int tim
   b->rank_ = rank;
   b->nranks_ = nranks;
   b->timeoutSec_ = timeoutSec;
-  b->nonce_ = info.nonce;
   b->abortFlag_ = abortFlag;
   Deadline d = Deadline::after(timeoutSec, abortFlag);
+  const auth::Key key = auth::keyFromSecret(info.nonce);
 
   // Our own listening socket: loopback when the root is on loopback (all ranks are on
   // this host), else the interface RIDGE_SOCKET_IFNAME picks.
@@ -553,15 +702,19 @@ Status Bootstrap::connect(const ridgeUniqueId& id, int rank, int nranks, int tim
   listenAddr.setPort(0);
   SocketAddress myAddr;
   RIDGE_TRY(listenOn(listenAddr, &b->listen_, &myAddr));
+  initStage(InitStage::BootstrapListening);
 
-  // Report to the root and wait for the table.
+  // Prove the key on the root's challenge, report, and wait for the table.
   std::string rootWho = format("bootstrap: rank %d: root at %s", rank, info.root.toString().c_str());
   Socket root;
-  RIDGE_TRY(connectWithRetry(info.root, d, rootWho, &root));
-  Hello hello{kHelloMagic, kProtocolVersion, info.nonce, rank, nranks, toWire(myAddr)};
+  uint64_t challenge = 0;
+  RIDGE_TRY(connectToRoot(info, d, rootWho, &root, &challenge));
+  Hello hello{kHelloMagic, kProtocolVersion, 0, rank, nranks, toWire(myAddr)};
+  hello.mac = helloMac(key, challenge, hello);
   MsgHeader h{kMsgMagic, kTagHello, sizeof hello};
   iovec iov[2] = {{&h, sizeof h}, {&hello, sizeof hello}};
   RIDGE_TRY(sendAllv(root.fd(), iov, 2, d, rootWho));
+  initStage(InitStage::BootstrapHelloSent);
 
   RIDGE_TRY(waitFd(root.fd(), POLLIN, d,
                    format("bootstrap: rank %d: waiting at the root %s for all %d ranks to arrive (is every "
@@ -580,8 +733,10 @@ Status Bootstrap::connect(const ridgeUniqueId& id, int rank, int nranks, int tim
   if (head.code != 0) {
     ridgeResult_t code =
         validResultCode(head.code) ? static_cast<ridgeResult_t>(head.code) : ridgeRemoteError;
-    return makeError(code, "bootstrap: rank %d: the root at %s refused the rendezvous: %s", rank,
-                     info.root.toString().c_str(), head.message);
+    const bool authentic = head.mac == replyMac(key, challenge, head, nullptr, 0);
+    return makeError(code, "bootstrap: rank %d: the root at %s refused the rendezvous: %s%s", rank,
+                     info.root.toString().c_str(), head.message,
+                     authentic ? "" : " (the refusal does not carry this rank's key either)");
   }
   if (head.nranks != nranks || rh.length != sizeof(ReplyHead) + tableBytes)
     return makeError(ridgeRemoteError, "%s sent a table of %d ranks (%llu bytes), expected %d",
@@ -589,10 +744,17 @@ Status Bootstrap::connect(const ridgeUniqueId& id, int rank, int nranks, int tim
   std::vector<WireAddr> table(static_cast<size_t>(nranks));
   RIDGE_TRY(recvAll(root.fd(), table.data(), tableBytes, d, rootWho));
   root.reset();
+  if (head.mac != replyMac(key, challenge, head, table.data(), tableBytes))
+    return makeError(ridgeRemoteError,
+                     "%s sent an address table that does not authenticate with this job's key: not the root "
+                     "this rank's id names",
+                     rootWho.c_str());
+  b->nonce_ = head.session;
   b->peers_.resize(static_cast<size_t>(nranks));
   for (int r = 0; r < nranks; ++r)
     if (!fromWire(table[r], &b->peers_[r]))
       return makeError(ridgeRemoteError, "%s sent a malformed address for rank %d", rootWho.c_str(), r);
+  initStage(InitStage::BootstrapTableReceived);
 
   b->sendConn_.resize(static_cast<size_t>(nranks));
   b->recvConn_.resize(static_cast<size_t>(nranks));
@@ -609,6 +771,7 @@ Status Bootstrap::connect(const ridgeUniqueId& id, int rank, int nranks, int tim
     RIDGE_TRY(b->acceptUntil(d, format("the ring connection from rank %d", prev).c_str(),
                              [self] { return self->ringPrev_.valid(); }));
   }
+  initStage(InitStage::BootstrapRingConnected);
   RIDGE_INFO("bootstrap: rank %d of %d connected (listening on %s)", rank, nranks, myAddr.toString().c_str());
   *out = std::move(b);
   return Status::ok();
@@ -626,63 +789,135 @@ Status Bootstrap::connectTo(int peer, uint32_t kind, const Deadline& d, Socket* 
   return Status::ok();
 }
 
-Status Bootstrap::acceptOne(const Deadline& d, const char* waitingFor) {
-  std::string who = format("bootstrap: rank %d: waiting for %s", rank_, waitingFor);
-  Socket s;
-  SocketAddress from;
-  RIDGE_TRY(acceptWithDeadline(listen_, d, who, &s, &from));
-  std::string fromText =
-      format("bootstrap: rank %d: incoming connection from %s", rank_, from.toString().c_str());
-  MsgHeader h{};
-  Handshake hs{};
-  Deadline hd = d.capped(kHandshakeWait);
-  Status st = recvAll(s.fd(), &h, sizeof h, hd, fromText);
-  if (st.isOk()) {
-    if (h.magic != kMsgMagic || h.length != sizeof hs) {
-      RIDGE_WARN("%s: not a Ridge bootstrap connection (magic 0x%08x), dropped", fromText.c_str(), h.magic);
-      return Status::ok();
-    }
-    st = recvAll(s.fd(), &hs, sizeof hs, hd, fromText);
-  }
-  if (!st.isOk()) {
-    if (st.code() == ridgeAborted) return st;
-    RIDGE_TRY(d.check(who));
-    return Status::ok();  // a connection that died before its handshake: ignore it
-  }
+void Bootstrap::placeHandshake(Incoming& in) {
+  const std::string fromText =
+      format("bootstrap: rank %d: incoming connection from %s", rank_, in.from.toString().c_str());
+  MsgHeader h;
+  Handshake hs;
+  std::memcpy(&h, in.buf, sizeof h);
+  std::memcpy(&hs, in.buf + sizeof h, sizeof hs);
   if (hs.magic != kHandshakeMagic || hs.nonce != nonce_) {
-    RIDGE_WARN("%s: wrong handshake (magic 0x%08x, nonce %016llx): a rank of another job? dropped",
+    RIDGE_WARN("%s: wrong handshake (magic 0x%08x, session nonce %016llx): a rank of another job, or forged? "
+               "dropped",
                fromText.c_str(), hs.magic, (unsigned long long)hs.nonce);
-    return Status::ok();
+    return;
   }
-  int from_rank = hs.fromRank;
-  if (from_rank < 0 || from_rank >= nranks_ || hs.toRank != rank_) {
+  int fromRank = hs.fromRank;
+  if (fromRank < 0 || fromRank >= nranks_ || hs.toRank != rank_) {
     RIDGE_WARN("%s: handshake names rank %d -> %d, which does not fit %d ranks / rank %d; dropped",
                fromText.c_str(), hs.fromRank, hs.toRank, nranks_, rank_);
-    return Status::ok();
+    return;
   }
   if (hs.kind == kKindRing) {
     int prev = (rank_ - 1 + nranks_) % nranks_;
-    if (from_rank != prev || ringPrev_.valid()) {
-      RIDGE_WARN("%s: unexpected ring connection from rank %d; dropped", fromText.c_str(), from_rank);
-      return Status::ok();
+    if (fromRank != prev || ringPrev_.valid()) {
+      RIDGE_WARN("%s: unexpected ring connection from rank %d; dropped", fromText.c_str(), fromRank);
+      return;
     }
-    ringPrev_ = std::move(s);
+    ringPrev_ = std::move(in.sock);
   } else if (hs.kind == kKindP2P) {
-    if (recvConn_[from_rank].valid()) {
-      RIDGE_WARN("%s: second point-to-point connection from rank %d; dropped", fromText.c_str(), from_rank);
-      return Status::ok();
+    if (recvConn_[fromRank].valid()) {
+      RIDGE_WARN("%s: second point-to-point connection from rank %d; dropped", fromText.c_str(), fromRank);
+      return;
     }
-    recvConn_[from_rank] = std::move(s);
+    recvConn_[fromRank] = std::move(in.sock);
   } else {
     RIDGE_WARN("%s: unknown connection kind %u; dropped", fromText.c_str(), hs.kind);
+  }
+}
+
+Status Bootstrap::serveListener(const Deadline& d, const std::string& who) {
+  using Clock = std::chrono::steady_clock;
+  // Connections whose handshake is late are dropped, each on its own deadline, so that
+  // silent strangers never hold up the ranks behind them.
+  const auto now = Clock::now();
+  for (size_t i = 0; i < incoming_.size();) {
+    if (now >= incoming_[i].giveUpAt) {
+      RIDGE_WARN("bootstrap: rank %d: dropping a connection from %s: no handshake within %lld ms", rank_,
+                 incoming_[i].from.toString().c_str(), (long long)kHandshakeWait.count());
+      incoming_.erase(incoming_.begin() + static_cast<long>(i));
+    } else {
+      ++i;
+    }
+  }
+  std::vector<pollfd> fds;
+  const bool listening = now >= acceptPausedUntil_;
+  fds.push_back({listening ? listen_.fd() : -1, POLLIN, 0});
+  for (const Incoming& in : incoming_) fds.push_back({in.sock.fd(), POLLIN, 0});
+  int ready = 0;
+  RIDGE_TRY(pollSlice(fds.data(), fds.size(), d, &ready));
+  if (ready == 0) return Status::ok();
+  // Handshakes in progress: read what came; finished ones (placed or dropped) leave the list.
+  std::vector<size_t> finished;
+  for (size_t i = 1; i < fds.size(); ++i) {
+    if (!fds[i].revents) continue;
+    Incoming& in = incoming_[i - 1];
+    ssize_t n = ::recv(in.sock.fd(), in.buf + in.got, sizeof in.buf - in.got, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
+    if (n <= 0) {  // closed before its handshake: ignore it
+      finished.push_back(i - 1);
+      continue;
+    }
+    const size_t before = in.got;
+    in.got += static_cast<size_t>(n);
+    if (before < sizeof(MsgHeader) && in.got >= sizeof(MsgHeader)) {
+      MsgHeader h;
+      std::memcpy(&h, in.buf, sizeof h);
+      if (h.magic != kMsgMagic || h.length != sizeof(Handshake)) {
+        RIDGE_WARN("bootstrap: rank %d: incoming connection from %s: not a Ridge bootstrap connection (magic "
+                   "0x%08x), dropped",
+                   rank_, in.from.toString().c_str(), h.magic);
+        finished.push_back(i - 1);
+        continue;
+      }
+    }
+    if (in.got < sizeof in.buf) continue;
+    placeHandshake(in);
+    finished.push_back(i - 1);
+  }
+  std::sort(finished.rbegin(), finished.rend());
+  for (size_t idx : finished) incoming_.erase(incoming_.begin() + static_cast<long>(idx));
+  if (!listening || !(fds[0].revents & POLLIN)) return Status::ok();
+  for (int k = 0; k < 64; ++k) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    int fd = ::accept4(listen_.fd(), reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      const int err = errno;
+      if (acceptResourceError(err)) {
+        RIDGE_WARN("%s: accept: %s; %s and backing off %lld ms", who.c_str(), std::strerror(err),
+                   incoming_.empty() ? "nothing to drop" : "dropping the oldest connection without a handshake",
+                   (long long)kAcceptBackoff.count());
+        if (!incoming_.empty()) incoming_.erase(incoming_.begin());
+        acceptPausedUntil_ = Clock::now() + kAcceptBackoff;
+      }
+      break;
+    }
+    Socket s(fd);
+    if (!configureSocket(fd).isOk()) continue;
+    if (incoming_.size() >= kMaxPendingConnections) {
+      RIDGE_WARN("bootstrap: rank %d: %zu connections without a handshake; dropping the oldest (from %s)", rank_,
+                 incoming_.size(), incoming_.front().from.toString().c_str());
+      incoming_.erase(incoming_.begin());
+    }
+    Incoming in;
+    in.sock = std::move(s);
+    in.from = SocketAddress::fromSockaddr(reinterpret_cast<sockaddr*>(&ss), len);
+    in.giveUpAt = Clock::now() + kHandshakeWait;
+    incoming_.push_back(std::move(in));
   }
   return Status::ok();
 }
 
 template <typename Pred>
 Status Bootstrap::acceptUntil(const Deadline& d, const char* waitingFor, Pred ready) {
-  // Each round either accepts one connection or fails; the deadline bounds the rounds.
-  while (!ready()) RIDGE_TRY(acceptOne(d, waitingFor));
+  // Every round polls the listener and all handshakes in progress at once, for at most one
+  // poll slice; the deadline bounds the rounds.
+  const std::string who = format("bootstrap: rank %d: waiting for %s", rank_, waitingFor);
+  while (!ready()) {
+    RIDGE_TRY(d.check(who));
+    RIDGE_TRY(serveListener(d, who));
+  }
   return Status::ok();
 }
 

@@ -3,11 +3,18 @@
 //
 // Rendezvous. One process creates a unique id (createUniqueId): that starts a root
 // service thread listening on a TCP socket and writes the socket address plus a random
-// nonce into the 128-byte id. Every rank connects to the root, presents the nonce, its
-// rank, the rank count and the address of its own listening socket. When all ranks have
-// reported, the root sends each of them the table of listening addresses and exits.
-// Ranks then connect a ring (rank -> rank+1) for the collectives, and open direct
-// connections lazily for tagged point-to-point messages.
+// 64-bit secret into the 128-byte id (ridgeCommInitFromEnv derives the secret from
+// RIDGE_JOB_KEY or the launcher's job id instead, launcher_env.h). The secret never goes on
+// the wire: the root sends every connection a random challenge, and a rank answers with a
+// hello (its rank, the rank count, the address of its own listening socket) tagged with the
+// secret (auth.h, wire.h). A hello that does not authenticate, or garbage, is dropped and
+// logged and never disturbs the job; every connection has its own deadline, so silent ones
+// cannot hold the others up. When all ranks have reported, the root sends each the table of
+// listening addresses and a random session nonce, and exits. Ranks then connect a ring
+// (rank -> rank+1) for the collectives, and open direct connections lazily for tagged
+// point-to-point messages; those open with the session nonce, and each rank's listener
+// reads all handshakes in progress at once, each with its own deadline. Who can join a job
+// is written down in docs/reliability.md ("Rendezvous threat model").
 //
 // Every wait is bounded by the connect timeout (or the timeout given at connect for the
 // later operations) and cancelled by the abort flag. A Bootstrap object is not thread
@@ -15,6 +22,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -33,7 +41,7 @@ namespace ridge {
 //   [0,4)    magic kUniqueIdMagic
 //   [4,6)    layout version
 //   [6,8)    address family (AF_INET / AF_INET6)
-//   [8,16)   nonce
+//   [8,16)   secret of the job (the "nonce"; the key of auth.h derives from it)
 //   [16,20)  sockaddr length
 //   [20,48)  sockaddr_in / sockaddr_in6 of the root
 //   [124,128) checksum of bytes [0,124)
@@ -87,6 +95,8 @@ class Bootstrap {
   // Listening address of every rank (as reported to the root).
   const std::vector<SocketAddress>& peerAddresses() const { return peers_; }
   int timeoutSec() const { return timeoutSec_; }
+  // The session nonce the root handed out (rank-to-rank handshakes carry it; tests forge them).
+  uint64_t sessionNonce() const { return nonce_; }
 
   // In-place all-gather over the ring: data holds nranks*bytesPerRank bytes, this rank's
   // block at rank*bytesPerRank.
@@ -111,6 +121,14 @@ class Bootstrap {
     uint32_t tag;
     std::vector<char> data;
   };
+  // A connection to our listener whose handshake has not fully arrived yet.
+  struct Incoming {
+    Socket sock;
+    SocketAddress from;
+    std::chrono::steady_clock::time_point giveUpAt;
+    size_t got = 0;
+    char buf[32 + 8];  // MsgHeader + Handshake (wire.h; static_assert in bootstrap.cpp)
+  };
 
   Bootstrap() = default;
   Deadline deadline() const { return Deadline::after(timeoutSec_, abortFlag_); }
@@ -119,7 +137,10 @@ class Bootstrap {
   // Accepts incoming connections (ring or point-to-point) until `ready()` holds.
   template <typename Pred>
   Status acceptUntil(const Deadline& d, const char* waitingFor, Pred ready);
-  Status acceptOne(const Deadline& d, const char* waitingFor);
+  // One poll slice over the listener and every handshake in progress: accepts, reads,
+  // places finished handshakes (ring or point-to-point) and drops bad or late ones.
+  Status serveListener(const Deadline& d, const std::string& who);
+  void placeHandshake(Incoming& in);
   Status connectTo(int peer, uint32_t kind, const Deadline& d, Socket* out);
   // Sends one framed message on `fd` while receiving one from `recvFd` (either may be -1).
   Status exchange(int sendFd, int sendPeer, uint32_t tag, const void* sendData, size_t sendBytes, int recvFd,
@@ -140,6 +161,8 @@ class Bootstrap {
   std::vector<Socket> recvConn_;
   std::vector<std::deque<Pending>> pending_;
   std::vector<uint64_t> pendingBytes_;
+  std::vector<Incoming> incoming_;
+  std::chrono::steady_clock::time_point acceptPausedUntil_{};  // accept() backs off until then
 };
 
 // A stable identity of this host for grouping ranks that can share memory: hostname,

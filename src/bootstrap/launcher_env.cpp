@@ -2,6 +2,12 @@
 
 #include <climits>
 #include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "bootstrap/auth.h"
+#include "core/log.h"
+#include "core/settings.h"
 
 namespace ridge {
 
@@ -64,6 +70,42 @@ Status launcherPlace(LauncherPlace* out) {
   out->rank = static_cast<int>(rank);
   out->worldSize = static_cast<int>(size);
   return Status::ok();
+}
+
+uint64_t envJobSecret(const LauncherPlace& place, std::string* source) {
+  std::string material, from;
+  if (settingIsSet(Setting::JOB_KEY)) {
+    material = "key=" + settingString(Setting::JOB_KEY);
+    from = "RIDGE_JOB_KEY";
+  } else {
+    // Launchers' job ids: the same on every rank of one job, different between jobs.
+    static const char* const kJobIds[] = {"SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "PMIX_NAMESPACE",
+                                          "OMPI_MCA_ess_base_jobid"};
+    for (const char* name : kJobIds) {
+      const std::string v = env(name);
+      if (v.empty()) continue;
+      material = "job:";
+      material.append(name).append("=").append(v);
+      from = name;
+      if (std::strcmp(name, "SLURM_JOB_ID") == 0) material.append(".").append(env("SLURM_STEP_ID"));
+      break;
+    }
+  }
+  if (from.empty()) {
+    from = "the root address alone";
+    static std::once_flag warned;
+    std::call_once(warned, [&] {
+      RIDGE_WARN(
+          "ridgeCommInitFromEnv: no RIDGE_JOB_KEY and no launcher job id: any process that can reach %s can "
+          "join this job's rendezvous; set RIDGE_JOB_KEY to a random value shared by the ranks "
+          "(docs/reliability.md)",
+          place.rootAddr.c_str());
+    });
+  }
+  material += "|root=" + place.rootAddr;
+  static const auth::Key kEnvKey{0x5269646765456e76ull, 0x4a6f625365637265ull};  // "RidgeEnv", "JobSecre"
+  if (source) *source = from;
+  return auth::sipHash24(kEnvKey, material.data(), material.size()) | 1;
 }
 
 }  // namespace ridge

@@ -23,4 +23,12 @@ struct LauncherPlace {
 // lists what is looked for), ridgeInvalidArgument when a value is malformed.
 Status launcherPlace(LauncherPlace* out);
 
+// The secret of an env-initialized job (the unique id's secret, bootstrap.h), which every
+// rank derives alike without an id travelling: from RIDGE_JOB_KEY when set, else from the
+// launcher's job id (SLURM_JOB_ID with SLURM_STEP_ID, TORCHELASTIC_RUN_ID, PMIX_NAMESPACE,
+// OMPI_MCA_ess_base_jobid), else from the root address alone (WARN: anyone who can reach it
+// can join). Each is mixed with the root address. *source names what it came from.
+// docs/reliability.md ("Rendezvous threat model") says what each protects against.
+uint64_t envJobSecret(const LauncherPlace& place, std::string* source);
+
 }  // namespace ridge

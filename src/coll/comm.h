@@ -52,6 +52,14 @@ struct ridgeComm {
   static constexpr uint32_t kMagic = 0x434f4d4du;  // "COMM"
   static constexpr uint32_t kDeadMagic = 0xdeadc0deu;
   uint32_t magic = kMagic;
+  // Which communicator of this process this is (1, 2, ...; 0 until registered). The API keeps
+  // a registry of live handles and their generation (src/api/api.cpp), so a destroyed or
+  // foreign handle is refused without being dereferenced; and the storage of a destroyed
+  // communicator is not handed back to the allocator at once (these operators), so a newer
+  // communicator does not take over a stale handle's address.
+  uint64_t generation = 0;
+  static void* operator new(size_t bytes);
+  static void operator delete(void* p, size_t bytes);
 
   int rank = -1;
   int nranks = 0;

@@ -1,7 +1,10 @@
 #include "core/settings.h"
 
+#include <strings.h>
+
 #include <bit>
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 
@@ -106,6 +109,222 @@ uint32_t settingSlotCount(Setting s, uint32_t maxSlots, uint32_t fallback) {
     RIDGE_WARN("RIDGE_%s=%lld is not a power of two; using %u", settingInfo(s).name,
                static_cast<long long>(v), pow2);
   return pow2;
+}
+
+// ---- Validation ------------------------------------------------------------------------------
+
+namespace {
+
+using K = SettingRuleKind;
+constexpr int64_t kKi = 1ll << 10, kMi = 1ll << 20, kGi = 1ll << 30;
+
+SettingRule intRange(Setting s, int64_t min, int64_t max) {
+  return {s, K::IntRange, min, max};
+}
+SettingRule sizeRange(Setting s, int64_t min, int64_t max) {
+  return {s, K::SizeRange, min, max};
+}
+SettingRule boolean(Setting s) {
+  return {s, K::Bool};
+}
+SettingRule oneOf(Setting s, const char* choices, bool anyCase = false) {
+  return {s, K::OneOf, 0, 0, choices, anyCase};
+}
+SettingRule freeText(Setting s, const char* checkedBy) {
+  return {s, K::FreeText, 0, 0, nullptr, false, checkedBy};
+}
+
+// One rule per declared setting. The ranges are those the reading code accepts (and the
+// setting's doc states); a value outside fails init rather than being clamped or replaced by
+// the default without a word.
+const std::vector<SettingRule>& rules() {
+  static const std::vector<SettingRule> list = {
+      oneOf(Setting::DEBUG, "NONE|WARN|INFO|TRACE", true),
+      intRange(Setting::TIMEOUT, 1, 1 << 24),
+      freeText(Setting::SOCKET_IFNAME, "interface selection: a spec that matches no interface fails init"),
+      intRange(Setting::RANK, -1, INT_MAX - 1),  // -1: not set (the default)
+      intRange(Setting::WORLD_SIZE, -1, INT_MAX),  // -1: not set; 0 is refused below
+      {Setting::ROOT_ADDR, K::HostPort},
+      freeText(Setting::ALGO, "the algorithm selector at init: a malformed rule fails init"),
+      sizeRange(Setting::ALLPAIRS_MAX, 0, 1ll << 40),
+      sizeRange(Setting::SHM_SLOT_BYTES, 4 * kKi, kGi),
+      intRange(Setting::SHM_SLOTS, 2, 64),
+      intRange(Setting::SPIN_US, 0, 10'000'000),
+      oneOf(Setting::CMA, "AUTO|auto|0|1"),
+      sizeRange(Setting::DIRECT_MIN, 0, 1ll << 40),
+      sizeRange(Setting::DIRECT_MAX, 0, 1ll << 40),
+      freeText(Setting::HOST_COST, "the host cost model at init: a bad entry is reported (WARN) and the "
+                                   "defaults are used, as its doc says"),
+      sizeRange(Setting::STREAM_MIN, 0, 1ll << 40),
+      oneOf(Setting::NET, "auto|AUTO|socket|softnic|verbs|SOFTNIC|VERBS"),
+      boolean(Setting::SHM),
+      oneOf(Setting::SOCKET_FAMILY, "auto|AUTO|ipv4|IPV4|4|ipv6|IPV6|6"),
+      intRange(Setting::SOCKET_STREAMS, 0, 16),
+      sizeRange(Setting::SOCKET_CHUNK, 4 * kKi, 64 * kMi),
+      intRange(Setting::SOCKET_SLOTS, 2, 64),
+      boolean(Setting::SOCKET_DIRECT),
+      sizeRange(Setting::SOCKET_BUFFER, 0, kGi),
+      sizeRange(Setting::SOFTNIC_STAGING_BYTES, 4 * kKi, kGi),
+      sizeRange(Setting::SOFTNIC_MTU, 256, kMi),
+      freeText(Setting::SOFTNIC_FAULTS, "the software NIC's fault parser (only with RIDGE_NET=softnic)"),
+      intRange(Setting::SOFTNIC_RTO_US, 50, 10'000'000),
+      oneOf(Setting::SOFTNIC_WIRE, "auto|tcp"),
+      freeText(Setting::SOFTNIC_TRACE, "a file path: the software NIC fails to start when it cannot open it"),
+      sizeRange(Setting::RDMA_SLOT_BYTES, 4 * kKi, 256 * kMi),
+      intRange(Setting::RDMA_SLOTS, 2, 64),
+      freeText(Setting::VERBS_DEVICE, "the verbs transport: a device name that is not found fails init"),
+      oneOf(Setting::GDR_MODE, "off|auto|read|write|staged|gdr-read|gdr-write|host-staged", true),
+      oneOf(Setting::NET_DIRECT, "auto|1|0"),
+      oneOf(Setting::GDR_FLUSH, "auto|read|off", true),
+      intRange(Setting::GDR_STAGING_SLOTS, 1, 64),
+      sizeRange(Setting::GDR_SLOT_BYTES, 64, 16 * kMi),
+      intRange(Setting::GDR_RECV_SLOTS, 1, 256),
+      oneOf(Setting::GDR_STAGING, "auto|AUTO|nic-gpu|nic|host"),
+      freeText(Setting::SOFTNIC_PCIE_MODEL, "the gdr transport: an unknown preset or unreadable file fails init"),
+      freeText(Setting::GDR_PAIR, "the gdr transport: names not in the model fail init"),
+      oneOf(Setting::P2P, "auto|off"),
+      oneOf(Setting::GDR_DATA_PATH, "auto|off"),
+      sizeRange(Setting::STAGING_BYTES, 64 * kKi, kGi),
+      oneOf(Setting::LL, "auto|on|off", true),
+      sizeRange(Setting::LL_MAX_BYTES, 8, kMi),
+      freeText(Setting::PLAN_FILE, "the plan reader at init: an unusable file fails init"),
+      freeText(Setting::PLAN_DUMP, "a file path: rank 0 reports (WARN) when it cannot write it"),
+      oneOf(Setting::PLAN_HOST_ORDER, "placement|rank"),
+      intRange(Setting::GDR_PACE_SCALE, 1, 1000),
+      freeText(Setting::JOB_KEY, "the rendezvous: every rank must have the same key (a rank with another "
+                                 "one is refused by the root)"),
+  };
+  return list;
+}
+
+std::string sizeText(int64_t v) {
+  if (v >= kGi && v % kGi == 0) return std::to_string(v / kGi) + "G";
+  if (v >= kMi && v % kMi == 0) return std::to_string(v / kMi) + "M";
+  if (v >= kKi && v % kKi == 0) return std::to_string(v / kKi) + "K";
+  return std::to_string(v);
+}
+
+std::vector<std::string> splitChoices(const char* choices) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (const char* p = choices; *p; ++p) {
+    if (*p == '|') {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += *p;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+bool parseInteger(const std::string& text, int64_t* out) {
+  if (text.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (errno || end == text.c_str() || *end) return false;
+  *out = v;
+  return true;
+}
+
+bool validHostPort(const std::string& text) {
+  std::string host, port;
+  if (!text.empty() && text[0] == '[') {
+    const size_t close = text.find(']');
+    if (close == std::string::npos || close + 1 >= text.size() || text[close + 1] != ':') return false;
+    host = text.substr(1, close - 1);
+    port = text.substr(close + 2);
+  } else {
+    const size_t colon = text.rfind(':');
+    if (colon == std::string::npos || text.find(':') != colon) return false;
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+  }
+  int64_t p = 0;
+  if (host.empty() || port.size() > 5 || !parseInteger(port, &p) || port[0] == '+' || port[0] == '-')
+    return false;
+  return p >= 1 && p <= 65535;
+}
+
+}  // namespace
+
+const SettingRule* settingRule(Setting s) {
+  for (const SettingRule& r : rules())
+    if (r.setting == s) return &r;
+  return nullptr;
+}
+
+std::string settingAcceptedValues(Setting s) {
+  const SettingRule* r = settingRule(s);
+  if (!r) return "any value (no rule declared)";
+  switch (r->kind) {
+    case K::IntRange: return format("an integer from %lld to %lld", (long long)r->min, (long long)r->max);
+    case K::SizeRange:
+      return format("a size from %s to %s (bytes, K/M/G suffixes)", sizeText(r->min).c_str(),
+                    sizeText(r->max).c_str());
+    case K::Bool: return "0 or 1";
+    case K::OneOf: {
+      // Show each value once (the list may spell one value in two cases).
+      std::vector<std::string> shown;
+      for (const std::string& c : splitChoices(r->choices)) {
+        bool dup = false;
+        for (const std::string& d : shown) dup |= strcasecmp(c.c_str(), d.c_str()) == 0;
+        if (!dup) shown.push_back(c);
+      }
+      std::string out = "one of ";
+      for (size_t i = 0; i < shown.size(); ++i) {
+        if (i) out += i + 1 == shown.size() ? " or " : ", ";
+        out += shown[i];
+      }
+      return out;
+    }
+    case K::HostPort: return "host:port or [ipv6]:port with a port from 1 to 65535";
+    case K::FreeText: return std::string("free text, checked by ") + r->checkedBy;
+  }
+  return "?";
+}
+
+bool settingValueValid(Setting s, const std::string& value, std::string* why) {
+  const SettingRule* r = settingRule(s);
+  bool ok = true;
+  if (r) {
+    int64_t v = 0;
+    switch (r->kind) {
+      case K::IntRange: ok = parseInteger(value, &v) && v >= r->min && v <= r->max; break;
+      case K::SizeRange: ok = parseSize(value, &v) && v >= r->min && v <= r->max; break;
+      case K::Bool: ok = value == "0" || value == "1"; break;
+      case K::OneOf:
+        ok = false;
+        for (const std::string& c : splitChoices(r->choices))
+          ok |= r->caseInsensitive ? strcasecmp(c.c_str(), value.c_str()) == 0 : c == value;
+        break;
+      case K::HostPort: ok = validHostPort(value); break;
+      case K::FreeText: ok = true; break;
+    }
+  }
+  if (!ok && why)
+    *why = format("RIDGE_%s=%s: expected %s", settingInfo(s).name, value.c_str(),
+                  settingAcceptedValues(s).c_str());
+  return ok;
+}
+
+Status validateSettings() {
+  std::string problems;
+  int bad = 0;
+  for (size_t i = 0; i < allSettings().size(); ++i) {
+    const auto s = static_cast<Setting>(i);
+    const char* v = rawValue(s);
+    if (!v) continue;
+    std::string why;
+    if (settingValueValid(s, v, &why)) continue;
+    if (bad++) problems += "; ";
+    problems += why;
+  }
+  if (bad == 0) return Status::ok();
+  return makeError(ridgeInvalidArgument, "invalid setting%s: %s (see docs/settings.md)", bad == 1 ? "" : "s",
+                   problems.c_str());
 }
 
 void logSettings() {

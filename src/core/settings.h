@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "core/status.h"
+
 namespace ridge {
 
 enum class Setting {
@@ -46,5 +48,39 @@ bool parseSize(const std::string& text, int64_t* out);
 
 // Logs every setting with its value and source at INFO.
 void logSettings();
+
+// ---- Validation (checked at every communicator init) ----------------------------------------
+// Every setting has one rule in settings.cpp (kRules): the values it accepts and what happens
+// to another value. Most settings fail init; a few are free-form text that the layer reading
+// them parses and reports on (a path, an interface list, RIDGE_ALGO's rules).
+enum class SettingRuleKind {
+  IntRange,   // an integer from min to max
+  SizeRange,  // a size (K/M/G suffixes) from min to max bytes
+  Bool,       // 0 or 1
+  OneOf,      // one of `choices` (exact, or any case when caseInsensitive)
+  HostPort,   // host:port or [ipv6]:port with a port from 1 to 65535
+  FreeText,   // anything; `checkedBy` says who parses it and how a bad value is reported
+};
+
+struct SettingRule {
+  Setting setting;
+  SettingRuleKind kind;
+  int64_t min = 0, max = 0;         // IntRange, SizeRange
+  const char* choices = nullptr;    // OneOf: '|'-separated accepted values
+  bool caseInsensitive = false;     // OneOf
+  const char* checkedBy = nullptr;  // FreeText: where a bad value is caught
+};
+
+// The rule of `s` (every declared setting has one; a test checks it).
+const SettingRule* settingRule(Setting s);
+// "an integer from 1 to 16777216", "one of auto, socket, softnic, verbs", ... for messages and
+// the settings page.
+std::string settingAcceptedValues(Setting s);
+// Whether `value` satisfies the rule of `s`; when not, *why says what is accepted, naming the
+// variable ("RIDGE_TIMEOUT=0: expected an integer from 1 to 16777216").
+bool settingValueValid(Setting s, const std::string& value, std::string* why);
+// Checks every RIDGE_* variable set in the environment against its rule. ridgeInvalidArgument
+// naming each bad variable, its value and the accepted values; ok otherwise.
+Status validateSettings();
 
 }  // namespace ridge

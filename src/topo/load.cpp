@@ -1,5 +1,9 @@
 #include "topo/load.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -19,13 +23,48 @@ double msSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
+const char* fileKind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "not a regular file";
+}
+
+// Not through makeError (which also logs a WARN line): the caller reports it, so that
+// ridge-topo refuses such a path in one line.
+Status refuseKind(const std::string& path, mode_t mode) {
+  return Status(ridgeInvalidArgument,
+                format("%s is %s, not a topology file: give a regular file (hwloc XML, NCCL topology XML or "
+                       "Ridge JSON)%s",
+                       path.c_str(), fileKind(mode),
+                       S_ISDIR(mode) ? " or a folder 'ridge-topo capture' wrote" : ""));
+}
+
 // Reads a whole file, refusing what cannot be a topology description. Errors are
-// ridgeInvalidArgument: the caller named a file that is not a usable description.
+// ridgeInvalidArgument: the caller named a file that is not a usable description. The file is
+// opened non-blocking and checked with fstat before any read, so a FIFO or a device named by
+// mistake (or swapped in after a stat) is refused at once instead of blocking.
 Status readFile(const std::string& path, std::string* text) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f)
+  RIDGE_TRY(checkInputPath(path, /*allowDirectory=*/false));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0)
     return makeError(ridgeInvalidArgument, "cannot open topology file %s: %s", path.c_str(),
                      std::strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const mode_t mode = st.st_mode;
+    ::close(fd);
+    return refuseKind(path, mode);
+  }
+  FILE* f = fdopen(fd, "rb");
+  if (!f) {
+    ::close(fd);
+    return makeError(ridgeInvalidArgument, "cannot read topology file %s: %s", path.c_str(),
+                     std::strerror(errno));
+  }
   text->clear();
   char buf[65536];
   size_t n;
@@ -97,6 +136,13 @@ Status fromFile(const std::string& path, Format want, Topology* out) {
 }
 
 }  // namespace
+
+Status checkInputPath(const std::string& path, bool allowDirectory) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return Status::ok();  // missing: the reader says so
+  if (S_ISREG(st.st_mode) || (allowDirectory && S_ISDIR(st.st_mode))) return Status::ok();
+  return refuseKind(path, st.st_mode);
+}
 
 Status loadTopologyFile(const std::string& path, Topology* out) {
   return fromFile(path, Format::Any, out);

@@ -31,6 +31,13 @@ Status loadTopologyText(const std::string& text, const std::string& what, Topolo
 Status parseHwlocXmlText(const std::string& text, const std::string& what, Topology* out);
 Status parseNcclTopologyXmlText(const std::string& text, const std::string& what, Topology* out);
 
+/// Refuses a path that cannot be a topology description without opening it: a FIFO (reading
+/// one would block until a writer comes), a character or block device, a socket, or a directory
+/// when `allowDirectory` is false (a capture folder is read with loadCapturedTopology). A path
+/// that does not exist passes (the reader reports it). ridgeInvalidArgument naming the path and
+/// what it is.
+Status checkInputPath(const std::string& path, bool allowDirectory);
+
 /// Largest file the loaders read (bytes). Real descriptions are below 1 MiB; the bound keeps
 /// a wrong path (a disk image, /dev/zero) from eating memory.
 constexpr size_t kMaxTopologyFileBytes = 64u << 20;

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "bootstrap/auth.h"
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/socket.h"
 #include "bootstrap/wire.h"
@@ -698,7 +699,7 @@ TEST(BootstrapFailure, MalformedMessagesAreErrors) {
 
   // Bad magic from "rank 1".
   uint32_t garbage[4] = {0xDEADBEEF, 1, 4, 0};
-  ASSERT_TRUE(forgeP2P(*bs[0], info.nonce, 1, garbage, sizeof garbage).isOk());
+  ASSERT_TRUE(forgeP2P(*bs[0], bs[0]->sessionNonce(), 1, garbage, sizeof garbage).isOk());
   int x = 0;
   Status s = bs[0]->recv(1, 1, &x, sizeof x);
   EXPECT_EQ(s.code(), ridgeRemoteError) << s.message();
@@ -706,14 +707,14 @@ TEST(BootstrapFailure, MalformedMessagesAreErrors) {
 
   // Oversized length from "rank 2".
   MsgHeader huge{kMsgMagic, 9, Bootstrap::kMaxMessageBytes + 1};
-  ASSERT_TRUE(forgeP2P(*bs[1], info.nonce, 2, &huge, sizeof huge).isOk());
+  ASSERT_TRUE(forgeP2P(*bs[1], bs[1]->sessionNonce(), 2, &huge, sizeof huge).isOk());
   s = bs[1]->recv(2, 1, &x, sizeof x);
   EXPECT_EQ(s.code(), ridgeRemoteError) << s.message();
   EXPECT_NE(s.message().find("oversized"), std::string::npos) << s.message();
 
   // A wrong nonce on a direct connection is dropped, the wait then times out cleanly.
   uint32_t fine[4] = {kMsgMagic, 1, 4, 0};
-  ASSERT_TRUE(forgeP2P(*bs[2], info.nonce ^ 77, 0, fine, sizeof fine).isOk());
+  ASSERT_TRUE(forgeP2P(*bs[2], bs[2]->sessionNonce() ^ 77, 0, fine, sizeof fine).isOk());
   auto start = Clock::now();
   s = bs[2]->recv(0, 1, &x, sizeof x);
   EXPECT_EQ(s.code(), ridgeTimeout) << s.message();
@@ -734,6 +735,44 @@ TEST(BootstrapFailure, ArgumentChecks) {
   EXPECT_EQ(b->recv(0, 123, &x, sizeof x).code(), ridgeInvalidUsage);  // nothing sent to self
   EXPECT_OK(b->barrier());
   EXPECT_OK(b->allGather(&x, sizeof x));
+}
+
+}  // namespace
+}  // namespace ridge
+
+namespace ridge {
+namespace {
+
+// The SipHash-2-4 paper's test vector: key 00 01 .. 0f, message 00 01 .. 0e (15 bytes).
+TEST(BootstrapAuth, SipHashMatchesThePapersVector) {
+  auth::Key key{0x0706050403020100ull, 0x0f0e0d0c0b0a0908ull};
+  uint8_t msg[15];
+  for (int i = 0; i < 15; ++i) msg[i] = static_cast<uint8_t>(i);
+  EXPECT_EQ(auth::sipHash24(key, msg, sizeof msg), 0xa129ca6149be45e5ull);
+  // Every byte and the key matter.
+  msg[7] ^= 1;
+  EXPECT_NE(auth::sipHash24(key, msg, sizeof msg), 0xa129ca6149be45e5ull);
+  msg[7] ^= 1;
+  key.k1 ^= 1ull << 40;
+  EXPECT_NE(auth::sipHash24(key, msg, sizeof msg), 0xa129ca6149be45e5ull);
+}
+
+// The root hands out a fresh random session nonce per rendezvous; it is not the id's secret.
+TEST(BootstrapAuth, SessionNonceIsFreshPerRendezvous) {
+  uint64_t sessions[2] = {0, 0};
+  for (int round = 0; round < 2; ++round) {
+    ridgeUniqueId id;
+    ASSERT_TRUE(createUniqueId(&id).isOk());
+    UniqueIdInfo info;
+    ASSERT_TRUE(decodeUniqueId(id, &info).isOk());
+    std::vector<std::unique_ptr<Bootstrap>> bs(2);
+    auto st = runRanks(2, [&](int r) { return Bootstrap::connect(id, r, 2, 10, nullptr, &bs[r]); });
+    for (int r = 0; r < 2; ++r) ASSERT_TRUE(st[r].isOk()) << st[r].message();
+    EXPECT_EQ(bs[0]->sessionNonce(), bs[1]->sessionNonce());
+    EXPECT_NE(bs[0]->sessionNonce(), info.nonce);
+    sessions[round] = bs[0]->sessionNonce();
+  }
+  EXPECT_NE(sessions[0], sessions[1]);
 }
 
 }  // namespace

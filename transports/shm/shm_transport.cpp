@@ -32,6 +32,7 @@
 #include <ctime>
 
 #include "bootstrap/bootstrap.h"
+#include "bootstrap/init_stage.h"
 #include "core/log.h"
 #include "core/settings.h"
 #include "transports/transport.h"
@@ -224,6 +225,9 @@ class ShmTransport final : public Transport {
 
  private:
   Status probeCma(const TransportSetup& setup);
+  Status mapSegment(const TransportSetup& setup, bool leader, uint32_t P, uint32_t nslots, int64_t slotBytes);
+  Status mapNamedSegment(const TransportSetup& setup, bool leader);
+  void writeHeader(uint32_t P, uint32_t nslots, int64_t slotBytes);
 
   static bool processAlive(int pid) {
     char path[64];
@@ -305,6 +309,156 @@ Status ShmTransport::probeCma(const TransportSetup& setup) {
   return Status::ok();
 }
 
+void ShmTransport::writeHeader(uint32_t P, uint32_t nslots, int64_t slotBytes) {
+  auto* hdr = static_cast<SegmentHeader*>(base_);
+  hdr->magic = kSegmentMagic;
+  hdr->localRanks = P;
+  hdr->nslots = nslots;
+  hdr->slotBytes = static_cast<uint64_t>(slotBytes);
+}
+
+// How the creator's segment is found by the others (one bootstrap all-gather entry per rank).
+struct SegmentRef {
+  int32_t pid;  // creator's pid and descriptor of its memfd: /proc/<pid>/fd/<fd>
+  int32_t fd;
+  uint64_t ino;  // the memfd's identity, checked after opening (pid namespaces may differ)
+  uint64_t dev;
+  uint64_t bytes;
+  char pad[32];
+};
+static_assert(sizeof(SegmentRef) == 64);
+
+// The segment is a memfd: it has no name, so nothing can outlive the processes that map it,
+// whichever of them is killed when. The creator keeps its descriptor open until every local
+// rank has opened its own through /proc/<creator pid>/fd/<fd> (same user, same pid namespace),
+// then closes it. Only when some rank cannot open it that way (another pid namespace, a
+// /proc mounted with hidepid) do the ranks fall back to a named POSIX segment
+// (mapNamedSegment), which a rank killed inside its short creation window could leave behind.
+Status ShmTransport::mapSegment(const TransportSetup& setup, bool leader, uint32_t P, uint32_t nslots,
+                                int64_t slotBytes) {
+  SegmentRef mine{};
+  int memfd = -1;
+  auto closeMemfd = [&memfd] {
+    if (memfd >= 0) ::close(memfd);
+    memfd = -1;
+  };
+  if (leader) {
+    memfd = static_cast<int>(syscall(SYS_memfd_create, "ridge-shm", 1u /* MFD_CLOEXEC */));
+    if (memfd < 0) return systemError("shm: memfd_create");
+    struct stat st {};
+    if (ftruncate(memfd, static_cast<off_t>(bytes_)) != 0 || fstat(memfd, &st) != 0) {
+      Status s = systemError("shm: sizing the shared segment (is there enough memory for it?)");
+      closeMemfd();
+      return s;
+    }
+    base_ = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+    if (base_ == MAP_FAILED) {
+      base_ = nullptr;
+      Status s = systemError("shm: mmap of the shared segment");
+      closeMemfd();
+      return s;
+    }
+    writeHeader(P, nslots, slotBytes);
+    mine = {selfPid_, memfd, static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_dev), bytes_, {}};
+    initStage(InitStage::ShmSegmentCreated);
+  }
+  std::vector<SegmentRef> refs(setup.nranks);
+  refs[setup.rank] = mine;
+  Status s = setup.bootstrap->allGather(refs.data(), sizeof(SegmentRef));
+  if (!s.isOk()) {
+    closeMemfd();
+    return s;
+  }
+  std::string why;
+  if (!leader) {
+    const SegmentRef& ref = refs[localRanks_[0]];
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%d/fd/%d", ref.pid, ref.fd);
+    int fd = ::open(path, O_RDWR | O_CLOEXEC);
+    struct stat st {};
+    if (fd < 0) {
+      why = format("open %s: %s", path, std::strerror(errno));
+    } else if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_ino) != ref.ino ||
+               static_cast<uint64_t>(st.st_dev) != ref.dev || ref.bytes != bytes_) {
+      why = format("%s is not rank %d's segment (another pid namespace?)", path, localRanks_[0]);
+    } else {
+      base_ = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (base_ == MAP_FAILED) {
+        base_ = nullptr;
+        why = format("mmap: %s", std::strerror(errno));
+      }
+    }
+    if (fd >= 0) ::close(fd);
+    if (base_) initStage(InitStage::ShmSegmentAttached);
+  }
+  // Everyone has opened its own descriptor (or failed) before the creator lets go of its own.
+  std::vector<int32_t> attached(setup.nranks, 0);
+  attached[setup.rank] = base_ ? 1 : 0;
+  s = setup.bootstrap->allGather(attached.data(), sizeof(int32_t));
+  closeMemfd();
+  RIDGE_TRY(s);
+  int failedRank = -1;
+  for (int r : localRanks_)
+    if (!attached[r] && failedRank < 0) failedRank = r;
+  if (failedRank < 0) return Status::ok();
+  // Every local rank sees the same table, so all fall back together.
+  if (!why.empty())
+    RIDGE_WARN("shm: rank %d cannot open the host's shared segment through /proc (%s); using a named segment",
+               setup.rank, why.c_str());
+  if (base_) munmap(base_, bytes_);
+  base_ = nullptr;
+  RIDGE_TRY(mapNamedSegment(setup, leader));
+  if (leader) writeHeader(P, nslots, slotBytes);
+  return setup.bootstrap->barrier();  // the header is written before anyone checks it
+}
+
+// The fallback: a named POSIX segment that the creator unlinks once every local rank mapped it.
+Status ShmTransport::mapNamedSegment(const TransportSetup& setup, bool leader) {
+  char name[64] = {0};
+  if (leader) {
+    std::snprintf(name, sizeof name, "/ridge-%d-%016llx", selfPid_,
+                  static_cast<unsigned long long>(randomNonce()));
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) return systemError("shm: shm_open (is /dev/shm mounted and writable?)");
+    if (ftruncate(fd, static_cast<off_t>(bytes_)) != 0) {
+      Status s = systemError("shm: ftruncate of the shared segment (is /dev/shm large enough?)");
+      ::close(fd);
+      shm_unlink(name);
+      return s;
+    }
+    base_ = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (base_ == MAP_FAILED) {
+      base_ = nullptr;
+      shm_unlink(name);
+      return systemError("shm: mmap of the shared segment");
+    }
+  }
+  std::vector<char> names(static_cast<size_t>(setup.nranks) * sizeof name);
+  std::memcpy(names.data() + static_cast<size_t>(setup.rank) * sizeof name, name, sizeof name);
+  Status s = setup.bootstrap->allGather(names.data(), sizeof name);
+  if (s.isOk() && !leader) {
+    const char* leaderName = names.data() + static_cast<size_t>(localRanks_[0]) * sizeof name;
+    std::memcpy(name, leaderName, sizeof name);
+    int fd = shm_open(name, O_RDWR, 0600);
+    if (fd < 0) {
+      s = systemError("shm: shm_open of the leader's segment");
+    } else {
+      base_ = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      ::close(fd);
+      if (base_ == MAP_FAILED) {
+        base_ = nullptr;
+        s = systemError("shm: mmap of the leader's segment");
+      }
+    }
+  }
+  // Everyone must have mapped (or failed) before the name goes away.
+  Status b = setup.bootstrap->barrier();
+  if (leader) shm_unlink(name);
+  RIDGE_TRY(s);
+  return b;
+}
+
 Status ShmTransport::connect(const TransportSetup& setup) {
   rank_ = setup.rank;
   selfPid_ = getpid();
@@ -328,54 +482,8 @@ Status ShmTransport::connect(const TransportSetup& setup) {
   const size_t fifoData = static_cast<size_t>(nslots) * static_cast<size_t>(slotBytes);
   bytes_ = dataOff + static_cast<size_t>(P) * P * fifoData;
 
-  // The lowest local rank creates the segment and publishes its name through the
-  // bootstrap; everyone maps it; then the creator unlinks it, so nothing is left in
-  // /dev/shm even if every process is killed later.
-  const bool leader = myLocal == 0;
-  char name[64] = {0};
-  if (leader) {
-    std::snprintf(name, sizeof name, "/ridge-%d-%016llx", selfPid_,
-                  static_cast<unsigned long long>(randomNonce()));
-    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0) return systemError("shm: shm_open (is /dev/shm mounted and writable?)");
-    if (ftruncate(fd, static_cast<off_t>(bytes_)) != 0) {
-      Status s = systemError("shm: ftruncate of the shared segment (is /dev/shm large enough?)");
-      ::close(fd);
-      shm_unlink(name);
-      return s;
-    }
-    base_ = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    ::close(fd);
-    if (base_ == MAP_FAILED) {
-      shm_unlink(name);
-      return systemError("shm: mmap of the shared segment");
-    }
-    auto* hdr = static_cast<SegmentHeader*>(base_);
-    hdr->magic = kSegmentMagic;
-    hdr->localRanks = P;
-    hdr->nslots = nslots;
-    hdr->slotBytes = static_cast<uint64_t>(slotBytes);
-  }
-  std::vector<char> names(static_cast<size_t>(setup.nranks) * sizeof name);
-  std::memcpy(names.data() + static_cast<size_t>(setup.rank) * sizeof name, name, sizeof name);
-  Status s = setup.bootstrap->allGather(names.data(), sizeof name);
-  if (s.isOk() && !leader) {
-    const char* leaderName = names.data() + static_cast<size_t>(localRanks_[0]) * sizeof name;
-    std::memcpy(name, leaderName, sizeof name);
-    int fd = shm_open(name, O_RDWR, 0600);
-    if (fd < 0) {
-      s = systemError("shm: shm_open of the leader's segment");
-    } else {
-      base_ = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-      ::close(fd);
-      if (base_ == MAP_FAILED) s = systemError("shm: mmap of the leader's segment");
-    }
-  }
-  // Everyone must have mapped (or failed) before the name goes away.
-  Status b = setup.bootstrap->barrier();
-  if (leader) shm_unlink(name);
-  RIDGE_TRY(s);
-  RIDGE_TRY(b);
+  // The lowest local rank creates the segment; everyone maps it (mapSegment).
+  RIDGE_TRY(mapSegment(setup, myLocal == 0, P, nslots, slotBytes));
 
   auto* hdr = static_cast<SegmentHeader*>(base_);
   if (hdr->magic != kSegmentMagic || hdr->localRanks != P || hdr->nslots != nslots ||

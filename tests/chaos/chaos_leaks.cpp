@@ -1,0 +1,229 @@
+// Chaos: a rank killed (kill -9) or stopped (SIGSTOP) at each stage of communicator init and in
+// the middle of a collective, on shared memory, TCP (RIDGE_SHM=0 RIDGE_NET=socket) and the
+// software NIC (RIDGE_SHM=0 RIDGE_NET=softnic). Three ranks, forked; the victim stops itself at
+// its stage through the init-stage hook (bootstrap/init_stage.h), or is signalled by the parent
+// once it reports that it is inside its collective loop.
+//
+// What must hold: every survivor's call fails with an error and a message within the timeout
+// bound (RIDGE_TIMEOUT=2 here), results of the calls that succeeded are right, the survivors
+// hold exactly the file descriptors they held before init once the communicator is gone, and
+// no /dev/shm segment named after any of the job's processes is left behind.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "bootstrap/init_stage.h"
+#include "chaos_record.h"
+#include "rank_launcher.h"
+#include "ridge/ridge.h"
+
+namespace {
+
+using ridge::InitStage;
+using ridge::chaos::Outcome;
+
+constexpr int kRanks = 3;
+constexpr int kTimeoutSec = 2;  // RIDGE_TIMEOUT of every process in these cases
+
+enum class Net { Shm, Tcp, Softnic };
+enum class Fault { Kill, Stop };
+
+struct Case {
+  Net net;
+  Fault fault;
+  InitStage stage;  // InitStage::Count: in the middle of an allreduce loop
+  int victim;
+};
+
+const char* netName(Net n) {
+  switch (n) {
+    case Net::Shm: return "shm";
+    case Net::Tcp: return "tcp";
+    case Net::Softnic: return "softnic";
+  }
+  return "?";
+}
+
+std::string stageName(InitStage s) {
+  return s == InitStage::Count ? std::string("mid-allreduce") : ridge::initStageName(s);
+}
+
+std::string caseName(const Case& c) {
+  std::string s = std::string(netName(c.net)) + "_" + (c.fault == Fault::Kill ? "kill" : "stop") + "_" +
+                  stageName(c.stage) + "_rank" + std::to_string(c.victim);
+  for (char& ch : s)
+    if (ch == '-') ch = '_';
+  return s;
+}
+
+int countOpenFds() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') ++n;
+    closedir(d);
+  }
+  return n - 1;  // the directory stream's own descriptor
+}
+
+// /dev/shm entries that name one of `pids` (Ridge's fallback segments are /ridge-<pid>-<hex>).
+std::set<std::string> shmSegmentsOf(const std::vector<pid_t>& pids) {
+  std::set<std::string> out;
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      for (pid_t p : pids)
+        if (name.rfind("ridge-" + std::to_string(p) + "-", 0) == 0) out.insert(name);
+    }
+    closedir(d);
+  }
+  return out;
+}
+
+// Set in the victim child before init.
+InitStage gVictimStage = InitStage::Count;
+int gVictimSignal = 0;
+
+void victimHook(InitStage s) {
+  if (s == gVictimStage) raise(gVictimSignal);
+}
+
+void setTransportEnv(Net net) {
+  setenv("RIDGE_SOCKET_IFNAME", "lo", 1);
+  setenv("RIDGE_TIMEOUT", std::to_string(kTimeoutSec).c_str(), 1);
+  setenv("RIDGE_SHM", net == Net::Shm ? "1" : "0", 1);
+  setenv("RIDGE_NET", net == Net::Softnic ? "softnic" : "socket", 1);
+}
+
+class KillAndStop : public ::testing::TestWithParam<Case> {};
+
+TEST_P(KillAndStop, SurvivorsFailCleanlyAndNothingLeaks) {
+  const Case c = GetParam();
+  const bool midCollective = c.stage == InitStage::Count;
+  setTransportEnv(c.net);  // the parent runs the root service: its timeout too
+  ridgeUniqueId id;
+  ASSERT_EQ(ridgeGetUniqueId(&id), ridgeSuccess) << ridgeGetLastError(nullptr);
+  const int sig = c.fault == Fault::Kill ? SIGKILL : SIGSTOP;
+  const size_t count = 16384;
+
+  int survivorsDone = 0;
+  auto res = ridgetest::launchRanks(
+      kRanks, 30,
+      [&](int r, ridgetest::Reporter& rep) -> int {
+        setTransportEnv(c.net);
+        const int fdsBefore = countOpenFds();
+        if (r == c.victim && !midCollective) {
+          gVictimStage = c.stage;
+          gVictimSignal = sig;
+          ridge::setInitStageHook(victimHook);
+        }
+        const double t0 = ridgetest::nowSec();
+        ridgeComm_t comm = nullptr;
+        ridgeResult_t rc = ridgeCommInitRank(&comm, kRanks, id, r);
+        long wrong = 0;
+        if (midCollective && rc == ridgeSuccess) {
+          std::vector<float> in(count), out(count);
+          for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(r + 1 + static_cast<int>(i % 7));
+          const double loopStart = ridgetest::nowSec();
+          for (int it = 0; it < 20000 && ridgetest::nowSec() - loopStart < 20; ++it) {
+            if (r == c.victim && it == 3) rep.line("LOOPING");
+            std::fill(out.begin(), out.end(), -1.0f);
+            const double callStart = ridgetest::nowSec();
+            rc = ridgeAllReduce(in.data(), out.data(), count, ridgeFloat, ridgeSum, comm, nullptr);
+            if (rc != ridgeSuccess) {
+              rep.line("CALLTIME " + std::to_string(ridgetest::nowSec() - callStart));
+              break;
+            }
+            for (size_t i = 0; i < count; ++i)
+              if (out[i] != static_cast<float>(kRanks * (kRanks + 1) / 2 + kRanks * static_cast<int>(i % 7)))
+                ++wrong;
+          }
+        }
+        const double elapsed = ridgetest::nowSec() - t0;
+        const std::string message = ridgeGetLastError(comm);
+        if (comm) ridgeCommDestroy(comm);
+        const int fdsAfter = countOpenFds();
+        rep.line("RESULT " + std::to_string(static_cast<int>(rc)) + " " + std::to_string(elapsed) + " " +
+                 std::to_string(wrong) + " " + std::to_string(fdsBefore) + " " + std::to_string(fdsAfter) +
+                 " | " + message);
+        rep.line("DONE");
+        return 0;
+      },
+      [&](int r, const std::string& line, double, ridgetest::LaunchControl& ctl) {
+        if (line == "LOOPING" && r == c.victim) ctl.killRank(c.victim, sig);
+        if (line == "DONE" && r != c.victim && ++survivorsDone == kRanks - 1 && c.fault == Fault::Stop)
+          ctl.killRank(c.victim, SIGKILL);  // the stopped rank is of no more use
+      });
+  ridgetest::reportChildFailures(res, caseName(c), /*expectCleanExit=*/false);
+  EXPECT_FALSE(res.timedOut) << "a survivor hung";
+
+  std::vector<pid_t> pids;
+  for (const auto& rr : res.ranks) pids.push_back(rr.pid);
+  const std::set<std::string> leftover = shmSegmentsOf(pids);
+  EXPECT_TRUE(leftover.empty()) << "left in /dev/shm: " << *leftover.begin();
+
+  long wrong = 0, leaks = static_cast<long>(leftover.size());
+  for (int r = 0; r < kRanks; ++r) {
+    if (r == c.victim) continue;
+    auto results = ridgetest::linesWith(res.ranks[r], "RESULT ");
+    ASSERT_EQ(results.size(), 1u) << "survivor " << r << " reported no result";
+    int code = 0, before = 0, after = 0;
+    double elapsed = 0;
+    long bad = 0;
+    char sep[4] = {0};
+    ASSERT_EQ(std::sscanf(results[0].c_str(), "%d %lf %ld %d %d %3s", &code, &elapsed, &bad, &before, &after, sep),
+              6)
+        << results[0];
+    const std::string message = results[0].substr(results[0].find('|') + 1);
+    EXPECT_NE(code, ridgeSuccess) << "survivor " << r << " succeeded although rank " << c.victim << " is gone";
+    EXPECT_GT(message.size(), 10u) << "survivor " << r << ": error without a message";
+    // Init: a bootstrap wait and then transport waits may each take the timeout.
+    const double bound = midCollective ? 20 + kTimeoutSec + 3 : 2 * kTimeoutSec + 3;
+    EXPECT_LT(elapsed, ridgetest::scaledSeconds(bound)) << "survivor " << r << ": " << message;
+    if (midCollective) {
+      auto callTimes = ridgetest::linesWith(res.ranks[r], "CALLTIME ");
+      ASSERT_EQ(callTimes.size(), 1u);
+      EXPECT_LT(std::stod(callTimes[0]), ridgetest::scaledSeconds(kTimeoutSec + 2.0)) << message;
+    }
+    EXPECT_EQ(after, before) << "survivor " << r << " holds " << after - before << " more descriptors";
+    wrong += bad;
+    if (after != before) leaks += std::abs(after - before);
+  }
+  ridge::chaos::record(
+      netName(c.net),
+      std::string(c.fault == Fault::Kill ? "kill -9" : "SIGSTOP") + " rank " + std::to_string(c.victim) + " at " +
+          stageName(c.stage) + " (3 ranks, RIDGE_TIMEOUT=" + std::to_string(kTimeoutSec) + ")",
+      Outcome::kCleanError, wrong, leaks);
+}
+
+std::vector<Case> allCases() {
+  std::vector<Case> out;
+  for (Fault f : {Fault::Kill, Fault::Stop}) {
+    for (InitStage s : {InitStage::BootstrapListening, InitStage::BootstrapHelloSent,
+                        InitStage::BootstrapTableReceived, InitStage::BootstrapRingConnected})
+      out.push_back({Net::Shm, f, s, 1});
+    out.push_back({Net::Shm, f, InitStage::ShmSegmentCreated, 0});  // the host's lowest rank creates
+    out.push_back({Net::Shm, f, InitStage::ShmSegmentAttached, 2});
+    out.push_back({Net::Shm, f, InitStage::Count, 1});
+    for (Net n : {Net::Tcp, Net::Softnic}) {
+      out.push_back({n, f, InitStage::BootstrapHelloSent, 1});
+      out.push_back({n, f, InitStage::BootstrapRingConnected, 2});
+      out.push_back({n, f, InitStage::Count, 1});
+    }
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, KillAndStop, ::testing::ValuesIn(allCases()),
+                         [](const ::testing::TestParamInfo<Case>& info) { return caseName(info.param); });
+
+}  // namespace
