@@ -181,6 +181,31 @@ TEST(HostCostModel, CopyCollectivesTakeTheSingleCopyWhereCmaApplies) {
   EXPECT_FALSE(hostAlgoAvailable(Coll::AlltoAll, HostAlgo::Ring, true));
 }
 
+// Send/receive (src/coll/p2p_copy.h): the single copy (one CMA read and an acknowledgement, 2
+// bytes of traffic per byte) is priced against the staged path (4 bytes per byte); the
+// threshold both ends use is where it starts to win and it keeps winning at every larger
+// size; a dearer CMA call moves it up, an unusable one (slower than staging at every size)
+// turns it off.
+TEST(HostCostModel, SendRecvSingleCopyFromTheCrossoverUp) {
+  const HostConstants k;
+  for (int P = 2; P <= 8; P *= 2) {
+    const size_t from = hostSendRecvSingleCopyMin(k, P);
+    ASSERT_NE(from, SIZE_MAX) << "P=" << P;
+    EXPECT_GE(from, 4 * KiB) << "P=" << P;
+    EXPECT_LE(from, 1 * MiB) << "P=" << P;
+    EXPECT_GT(hostSendRecvTimeUs(k, P, from / 2, true), hostSendRecvTimeUs(k, P, from / 2, false)) << P;
+    for (size_t bytes = from; bytes <= 256 * MiB; bytes *= 2)
+      EXPECT_LE(hostSendRecvTimeUs(k, P, bytes, true), hostSendRecvTimeUs(k, P, bytes, false))
+          << "P=" << P << " " << bytes << " B";
+  }
+  HostConstants dear = k;
+  dear.cmaCallUs = 20;
+  EXPECT_GT(hostSendRecvSingleCopyMin(dear, 2), hostSendRecvSingleCopyMin(k, 2));
+  HostConstants slow = k;
+  slow.cache.cmaReadGBs = slow.memory.cmaReadGBs = 0.5;
+  EXPECT_EQ(hostSendRecvSingleCopyMin(slow, 2), SIZE_MAX);
+}
+
 // The table is indexed by size class: every size between two powers of two gets the choice
 // of the lower one, and RIDGE_ALGO's rules still come first.
 TEST(HostCostModel, SelectorLooksUpSizeClassesAndRulesWin) {
