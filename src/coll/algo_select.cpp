@@ -59,8 +59,12 @@ Algo fixedChoice(const AlgoDefaults& d, CollType type, size_t bytes) {
   // directMax, beyond which the ring's streaming output stores win.
   const bool copyOnly = type == CollType::AllGather || type == CollType::Broadcast;
   // Reduce-scatter: direct measured no faster than the ring at any size and 1.5-2x slower
-  // from 1 MiB (2 ranks, docs/performance.md "Reduce-scatter: direct against ring").
-  const bool directHelps = type != CollType::ReduceScatter;
+  // from 1 MiB (2 ranks, docs/performance.md "Reduce-scatter: direct against ring"). Reduce:
+  // its direct form leaves every read and the whole reduction to the root while the chain
+  // splits the copy and the reduction between the ranks; measured 2x slower at 256 KiB on 2
+  // ranks (docs/performance.md, issue 21), and the model prices it above the chain at every
+  // size and rank count.
+  const bool directHelps = type != CollType::ReduceScatter && type != CollType::Reduce;
   if (d.directAvailable && directHelps && bytes >= d.directMin && (copyOnly || bytes <= d.directMax))
     return Algo::Direct;
   return bytes <= d.allPairsMax ? Algo::AllPairs : Algo::Ring;

@@ -13,6 +13,7 @@
 #include "coll/batch.h"
 #include "coll/comm.h"
 #include "coll/device/data_ops.h"
+#include "coll/p2p_copy.h"
 #include "core/log.h"
 #include "plan/host_cost.h"
 #include "reduce/reduce.h"
@@ -952,6 +953,14 @@ Task treeAllReduce(ridgeComm* c, CollArgs a) {
 Task runCollective(ridgeComm* c, CollArgs a) {
   const size_t es = dataTypeSize(a.dtype);
   const size_t bytes = a.count * es;
+  // Large host messages within a host: one copy between the user buffers (coll/p2p_copy.h).
+  if (a.type == CollType::Send && p2pSendsSingleCopy(c, a.root, bytes))
+    co_return co_await sendSingleCopy(c, a.root, cbytes(a.send), bytes);
+  if (a.type == CollType::Recv && p2pMayReceiveSingleCopy(c, a.root, bytes)) {
+    bool received = false;
+    RIDGE_CO_TRY(co_await recvSingleCopy(c, a.root, mbytes(a.recv), bytes, &received));
+    if (received) co_return Status::ok();
+  }
   if (a.type == CollType::Send) co_return co_await sendMessage(c, a.root, cbytes(a.send), bytes);
   if (a.type == CollType::Recv) co_return co_await recvMessage(c, a.root, mbytes(a.recv), bytes);
   if (a.count == 0) co_return Status::ok();

@@ -14,6 +14,7 @@
 #include "coll/device/gpu_proxy.h"
 #include "coll/device/ll_path.h"
 #include "coll/device/p2p.h"
+#include "coll/p2p_copy.h"
 #include "core/status.h"
 #include "ridge/ridge.h"
 #include "transports/net/net_transport.h"
@@ -97,6 +98,8 @@ struct ridgeComm {
   };
   std::unique_ptr<char[], FreeBytes> bounce;  // nranks chunks of bounceChunk bytes, page-aligned
   size_t bounceChunk = 0;
+  // Single-copy sends and receives (coll/p2p_copy.h): threshold, acknowledgements, counters.
+  ridge::P2pCopy p2pCopy;
   size_t streamMin = SIZE_MAX;  // RIDGE_STREAM_MIN
   int64_t spinNs = 50000;       // busy-poll budget before yielding (RIDGE_SPIN_US)
   int64_t yieldNs = 1000000;    // then yield this long before sleeping on the transport

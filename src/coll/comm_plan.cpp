@@ -257,6 +257,13 @@ Status setupHostPlan(ridgeComm* c, bool directAvailable) {
   (void)algo;  // malformed entries were logged and are ignored
   RIDGE_INFO("comm %s: default algorithms from %s", c->name.c_str(),
              c->algos.usesCostModel() ? "the host cost model" : "the measured crossovers");
+  // Point to point: single copy from the model's crossover (RIDGE_DIRECT_MIN under the
+  // measured crossovers), where every rank has peer memory.
+  const size_t p2pMin = !directAvailable           ? SIZE_MAX
+                        : c->algos.usesCostModel() ? plan::hostSendRecvSingleCopyMin(defaults.constants, P)
+                                                   : defaults.directMin;
+  setupP2pCopy(c, p2pMin);
+  RIDGE_INFO("comm %s: sends of at least %zu bytes go single copy", c->name.c_str(), c->p2pCopy.minBytes);
 
   if (P <= 64) {
     std::string text;

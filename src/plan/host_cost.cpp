@@ -241,6 +241,28 @@ double hostAlgoTimeUs(const HostConstants& k, Coll coll, HostAlgo algo, int nran
   return k.callUs + latencyUs + cmaCalls * k.cmaCallUs + N * workNsPerB * 1e-3 + fillBytes * c.copy * 1e-3;
 }
 
+double hostSendRecvTimeUs(const HostConstants& k, int nranks, size_t bytes, bool singleCopy) {
+  const double N = static_cast<double>(bytes), s = k.stepUs;
+  // Each rank's send and receive buffers, every rank at once.
+  const PerByte c = perByte(k, 2 * std::max(1, nranks) * N, false);
+  if (singleCopy)
+    // The descriptor's hand-off, the read, the acknowledgement and its hand-off back.
+    return k.callUs + 2 * s + 2 * k.cmaCallUs + N * c.cmaRead * 1e-3;
+  // The own message into slots, the peer's out of them (written by another core); the
+  // first chunk is copied in before anyone copies it out.
+  const double fill = std::min(N, static_cast<double>(k.slotBytes)) * c.copy;
+  return k.callUs + s + (N * (2 * c.copy + c.cross) + fill) * 1e-3;
+}
+
+size_t hostSendRecvSingleCopyMin(const HostConstants& k, int nranks) {
+  size_t from = SIZE_MAX;
+  for (size_t bytes = size_t{1} << 30; bytes >= 64; bytes /= 2) {
+    if (hostSendRecvTimeUs(k, nranks, bytes, true) > hostSendRecvTimeUs(k, nranks, bytes, false)) break;
+    from = bytes;
+  }
+  return from;
+}
+
 bool hostCopiesOnly(Coll coll) {
   return coll == Coll::Broadcast || coll == Coll::AllGather || coll == Coll::AlltoAll;
 }

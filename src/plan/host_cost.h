@@ -89,6 +89,19 @@ constexpr double kHostModelMargin = 0.15;
 /// The fastest available algorithm; ties go to the lower HostAlgo.
 HostAlgo hostBestAlgo(const HostConstants& k, Coll coll, int nranks, size_t bytes, bool direct);
 
+/// Modeled time (µs) of one host send/receive exchange, `bytes` each way per rank (every rank
+/// sends one message and receives one, as ridge-bench's sendrecv shift does): staged through
+/// the slot FIFO (the sender copies into slots, the receiver out of them: 4 bytes of
+/// traffic per byte) or single copy (the receiver reads the sender's buffer with one CMA
+/// call and writes the sender an acknowledgement with another: 2 bytes per byte).
+double hostSendRecvTimeUs(const HostConstants& k, int nranks, size_t bytes, bool singleCopy);
+
+/// The smallest power of two from which the single copy is priced no slower than the
+/// staged path for every larger power of two up to 1 GiB (SIZE_MAX: never). Sender and
+/// receiver take the single copy from here on (src/coll/p2p_copy.h), so it must be the same
+/// on both: it depends on the constants only.
+size_t hostSendRecvSingleCopyMin(const HostConstants& k, int nranks);
+
 /// Whether `coll` only copies (broadcast, allgather, alltoall): with CMA its direct form is
 /// one kernel copy per byte against two through slots, the least memory traffic of all.
 bool hostCopiesOnly(Coll coll);

@@ -148,12 +148,15 @@ TEST(HostCostModel, SelectorChoicesSurviveAnySingleConstantAtPointEightOrOnePoin
 // Measured on 2 ranks (docs/performance.md, "Reduce-scatter: direct against ring"): direct
 // reduce-scatter is never faster than the ring, and 1.5-2x slower from 1 MiB; neither the
 // model nor the fixed crossovers may pick it.
-TEST(HostCostModel, TwoRankReduceScatterNeverPicksDirect) {
+// Reduce likewise (issue 21): its direct form measured 2x slower than the chain at 256 KiB on
+// 2 ranks (the root alone reads and reduces), and it was the default from 256 KiB to 8 MiB.
+TEST(HostCostModel, TwoRankReduceScatterAndReduceNeverPickDirect) {
   for (bool fixed : {false, true}) {
     const AlgoSelector s = selector(2, true, fixed);
     for (size_t bytes = 1; bytes <= (size_t{1} << 28); bytes *= 2)
-      EXPECT_NE(s.defaultChoice(CollType::ReduceScatter, bytes), Algo::Direct)
-          << bytes << (fixed ? " fixed crossovers" : " model");
+      for (CollType t : {CollType::ReduceScatter, CollType::Reduce})
+        EXPECT_NE(s.defaultChoice(t, bytes), Algo::Direct)
+            << collTypeName(t) << " " << bytes << (fixed ? " fixed crossovers" : " model");
   }
 }
 
@@ -179,6 +182,31 @@ TEST(HostCostModel, CopyCollectivesTakeTheSingleCopyWhereCmaApplies) {
   // Without CMA there is no single copy: all-to-all stays with its exchange.
   EXPECT_EQ(selector(2, false, false).defaultChoice(CollType::AlltoAll, 16 * MiB), Algo::AllPairs);
   EXPECT_FALSE(hostAlgoAvailable(Coll::AlltoAll, HostAlgo::Ring, true));
+}
+
+// Send/receive (src/coll/p2p_copy.h): the single copy (one CMA read and an acknowledgement, 2
+// bytes of traffic per byte) is priced against the staged path (4 bytes per byte); the
+// threshold both ends use is where it starts to win and it keeps winning at every larger
+// size; a dearer CMA call moves it up, an unusable one (slower than staging at every size)
+// turns it off.
+TEST(HostCostModel, SendRecvSingleCopyFromTheCrossoverUp) {
+  const HostConstants k;
+  for (int P = 2; P <= 8; P *= 2) {
+    const size_t from = hostSendRecvSingleCopyMin(k, P);
+    ASSERT_NE(from, SIZE_MAX) << "P=" << P;
+    EXPECT_GE(from, 4 * KiB) << "P=" << P;
+    EXPECT_LE(from, 1 * MiB) << "P=" << P;
+    EXPECT_GT(hostSendRecvTimeUs(k, P, from / 2, true), hostSendRecvTimeUs(k, P, from / 2, false)) << P;
+    for (size_t bytes = from; bytes <= 256 * MiB; bytes *= 2)
+      EXPECT_LE(hostSendRecvTimeUs(k, P, bytes, true), hostSendRecvTimeUs(k, P, bytes, false))
+          << "P=" << P << " " << bytes << " B";
+  }
+  HostConstants dear = k;
+  dear.cmaCallUs = 20;
+  EXPECT_GT(hostSendRecvSingleCopyMin(dear, 2), hostSendRecvSingleCopyMin(k, 2));
+  HostConstants slow = k;
+  slow.cache.cmaReadGBs = slow.memory.cmaReadGBs = 0.5;
+  EXPECT_EQ(hostSendRecvSingleCopyMin(slow, 2), SIZE_MAX);
 }
 
 // The table is indexed by size class: every size between two powers of two gets the choice

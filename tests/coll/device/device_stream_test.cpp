@@ -1641,6 +1641,49 @@ TEST(DeviceStagedExchanges, ZeroCountSendMeetsAHostReceive) {
       10);
 }
 
+// A message above the single-copy threshold (src/coll/p2p_copy.h) between host memory and
+// device memory, both ways: a host send posts a descriptor, which the device receive reads
+// through the bounce chunk and copies to the device; a device send stays staged, which the
+// host receive (that would take a descriptor) recognises and receives from the slots.
+TEST(DeviceStagedExchanges, SingleCopyHostSendMeetsADeviceReceive) {
+  ScopedEnv p2p("RIDGE_P2P", "off");
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  runRanks(
+      rt, 2,
+      [&](int rank, ridgeComm_t comm, ridgeStream_t stream) {
+        if (comm->p2pCopy.minBytes == SIZE_MAX) return true;  // no CMA here: nothing to show
+        const size_t n = 3 * comm->p2pCopy.minBytes / 4 + 5;  // float32: 3x the threshold in bytes
+        DeviceBuffer dIn(rt, n * 4), dOut(rt, n * 4);
+        std::vector<unsigned char> host(n * 4, kPoison);
+        const uint64_t bouncedBefore = comm->p2pCopy.bouncedRecvs, stagedBefore = comm->p2pCopy.stagedRecvs;
+        if (rank == 0) {
+          fillRawAny(4, host.data(), n, 41, 0);
+          EXPECT_EQ(ridgeSend(host.data(), n, ridgeFloat32, 1, comm, stream), ridgeSuccess) << lastError();
+          host.assign(n * 4, kPoison);
+          EXPECT_EQ(ridgeRecv(host.data(), n, ridgeFloat32, 1, comm, stream), ridgeSuccess) << lastError();
+        } else {
+          dIn.poison();
+          dOut.fillRawInput(4, n, 42);
+          EXPECT_EQ(ridgeRecv(dIn.get(), n, ridgeFloat32, 0, comm, stream), ridgeSuccess) << lastError();
+          EXPECT_EQ(ridgeSend(dOut.get(), n, ridgeFloat32, 0, comm, stream), ridgeSuccess) << lastError();
+        }
+        expectRanClean(rt, stream, comm, rank);
+        if (rank == 1) {
+          expectRaw(rt, dIn, 4, n, 41, rank, "device receive of a single-copy host send");
+          EXPECT_EQ(comm->p2pCopy.bouncedRecvs - bouncedBefore, 1u)
+              << "the device receive took no descriptor";
+        } else {
+          Mismatches mm;
+          checkRawAny(4, host.data(), n, 42, 0, 0, mm);
+          EXPECT_EQ(mm.count, 0u) << "host receive of a device send: " << mm.text;
+          EXPECT_EQ(comm->p2pCopy.stagedRecvs - stagedBefore, 1u) << "the host receive was not staged";
+        }
+        return true;
+      },
+      10);
+}
+
 // ridgeGroupEnd finds a host/device mix on one communicator however far apart the two
 // operations are, and whatever other communicator's operations lie between (one pass over
 // the group, review item).
