@@ -126,6 +126,14 @@ struct Link {
   Status error;
   GdrTransport* transport = nullptr;
   Status deviceSendStatus;  // the last device-side send's; read once the device ran it
+  // Collectives on device buffers (DeviceProducer::bindDeviceQueue): post() queues the slot's
+  // post as device code; at most one is outstanding (tryAcquire waits for it), so its size
+  // and last flag travel here. devicePostsRun is the device's, the rest the host's.
+  DeviceProducer::Launch deviceLaunch = nullptr;
+  void* deviceQueue = nullptr;
+  uint64_t devicePostsQueued = 0;
+  std::atomic<uint64_t> devicePostsRun{0};
+  bool devicePostLast = false;
 
   // Out: data QP and what it sends from.
   std::unique_ptr<verbs::CompletionQueue> dataCq;
@@ -194,6 +202,7 @@ class GdrTransport final : public Transport {
   const void* tryPeek(Link* l, SlotInfo* info);
   void release(Link* l);
   static void runDeviceSend(void* link, const void* src, size_t bytes);
+  static void runDevicePost(void* link, const void* slot, size_t bytes);
 
  private:
   Status chooseMode(Mode* mode, std::string* why);
@@ -247,6 +256,10 @@ class GdrSend final : public SendConnector, public DeviceProducer {
     Status s = std::move(l_->deviceSendStatus);
     l_->deviceSendStatus = Status::ok();
     return s;
+  }
+  void bindDeviceQueue(Launch launch, void* queue) override {
+    l_->deviceLaunch = launch;
+    l_->deviceQueue = queue;
   }
 
  private:
@@ -459,6 +472,20 @@ void GdrTransport::runDeviceSend(void* link, const void* src, size_t bytes) {
   }
 }
 
+// The device-side post of a slot whose payload the device data ops wrote (collectives on
+// device buffers): seal, mlx5 WQE, doorbell record, UAR, as the kernel's producer does. The
+// host acquired the slot (its credits) and waits for this to have run before it acquires the
+// next, so the send state has one writer at a time; the stream orders it behind the copy or
+// reduction that filled the slot.
+void GdrTransport::runDevicePost(void* link, const void* /*slot*/, size_t bytes) {
+  Link* l = static_cast<Link*>(link);
+  postSlot(l->ch, &l->st, static_cast<uint32_t>(bytes), l->devicePostLast, &l->deviceCtr);
+  flushDoorbell(l->ch, &l->st, &l->deviceCtr);
+  l->deviceCtr.devicePosts += 1;
+  l->devicePostsRun.fetch_add(1, std::memory_order_release);
+  l->transport->noticeDoorbell();
+}
+
 void GdrTransport::pumpRings(Link* l, int64_t now) {
   size_t last = l->pendingHead;
   while (last < l->pendingRings.size() && l->pendingRings[last].due <= now) ++last;
@@ -537,6 +564,10 @@ void GdrTransport::pollDataCompletions(Link* l) {
 void* GdrTransport::tryAcquire(Link* l) {
   progress();
   if (!l->error.isOk()) return nullptr;
+  // The device still has to post the last slot (collectives on device buffers): the send
+  // state is its until then.
+  if (l->deviceLaunch && l->devicePostsRun.load(std::memory_order_acquire) != l->devicePostsQueued)
+    return nullptr;
   if (l->mode == Mode::Staged) pollDataCompletions(l);
   char* payload = tryAcquireSlot(l->ch, &l->st, &l->ctr);
   if (!payload) {
@@ -563,6 +594,15 @@ verbs::Wqe stagedWqe(const Link* l, const SlotSend& s) {
 }
 
 void GdrTransport::post(Link* l, uint32_t bytes, bool last) {
+  if (l->deviceLaunch) {
+    // Bound to a device queue (only where deviceProducerUsable: write mode, not paced): the
+    // device posts the slot it filled, behind the data op that filled it.
+    l->devicePostLast = last;
+    l->devicePostsQueued += 1;
+    char* payload = stagingSlot(l->ch, l->st.seq) + kSlotHeaderBytes;
+    if (l->deviceLaunch(l->deviceQueue, &GdrTransport::runDevicePost, l, payload, bytes).isOk()) return;
+    l->devicePostsQueued -= 1;  // refused: nothing queued, the host posts
+  }
   if (l->mode == Mode::Staged) {
     // Copy engine: GPU slot -> pinned host slot; then the CPU proxy posts the WQE through the
     // provider. The slot's header, trailer and WQE are the same as the other modes'.
