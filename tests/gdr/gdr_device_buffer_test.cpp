@@ -5,16 +5,23 @@
 // post; a send from host memory keeps the host stand-in. Ranks are threads of this process
 // that reach each other only through the gdr transport over the software NIC.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <vector>
 
 #include "coll/comm.h"
 #include "device/emulated_runtime.h"
 #include "device_ranks.h"
 #include "ridge/ridge.h"
+#include "tests/verbs/two_ranks.h"
 #include "transports/gdr/gdr_transport.h"
+#include "transports/net/device_registration.h"
+#include "transports/net/net_transport.h"
 
 namespace {
 
@@ -144,6 +151,84 @@ TEST(GdrDeviceBuffers, CollectivesOnDeviceBuffersRunTheDeviceSideProducerTwoRank
 
 TEST(GdrDeviceBuffers, CollectivesOnDeviceBuffersRunTheDeviceSideProducerThreeRanks) {
   runDeviceCollectives(3);
+}
+
+// "Device memory" for gdr read's slots: one memfd per allocation, which the software NIC maps
+// when it registers the exported fd (what a GPU driver's dma-buf is to a real NIC).
+class MemfdDeviceSlots final : public ridge::NetRingAllocator, public ridge::DeviceMemoryRegistrar {
+ public:
+  ridge::Status allocate(size_t bytes, void** out) override {
+    const int fd = memfd_create("gdr-read-slots", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) return ridge::systemError("memfd");
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) return ridge::systemError("mmap");
+    std::lock_guard<std::mutex> g(mu_);
+    live_.push_back({reinterpret_cast<uintptr_t>(p), bytes, fd});
+    *out = p;
+    return ridge::Status::ok();
+  }
+  void release(void* p, size_t bytes) override {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto it = live_.begin(); it != live_.end(); ++it)
+      if (it->base == reinterpret_cast<uintptr_t>(p)) {
+        close(it->fd);
+        live_.erase(it);
+        ++released;
+        break;
+      }
+    munmap(p, bytes);
+  }
+  ridge::DeviceMemoryRegistrar* registrar() override { return this; }
+  int device() const override { return 0; }
+  const char* name() const override { return "memfd read slots"; }
+  bool deviceAllocation(const void* addr, uintptr_t* base, size_t* bytes) override {
+    std::lock_guard<std::mutex> g(mu_);
+    for (const Live& a : live_)
+      if (reinterpret_cast<uintptr_t>(addr) - a.base < a.bytes) {
+        *base = a.base;
+        *bytes = a.bytes;
+        return true;
+      }
+    return false;
+  }
+  ridge::Status exportDmaBuf(uintptr_t base, size_t bytes, int* fd) override {
+    std::lock_guard<std::mutex> g(mu_);
+    for (const Live& a : live_)
+      if (a.base == base && a.bytes == bytes) {
+        ++exports;
+        *fd = dup(a.fd);
+        return ridge::Status::ok();
+      }
+    return ridge::makeError(ridgeInvalidArgument, "not an allocation");
+  }
+  std::atomic<int> exports{0}, released{0};
+
+ private:
+  struct Live {
+    uintptr_t base;
+    size_t bytes;
+    int fd;
+  };
+  std::mutex mu_;
+  std::vector<Live> live_;
+};
+
+// gdr read with the producer's slots in device memory: registered for the NIC through dma-buf
+// (registerDeviceRange), the NIC reads them there; freed at destroy. Without device memory
+// the slots are host memory, as before.
+TEST(GdrDeviceBuffers, ReadSlotsInDeviceMemoryAreRegisteredThroughDmaBuf) {
+  ridge::verbs_test::ScopedEnv mode("RIDGE_GDR_MODE", "read");
+  ridge::verbs_test::ScopedEnv slot("RIDGE_GDR_SLOT_BYTES", "4K");
+  MemfdDeviceSlots slots;
+  ridge::setNetRingAllocator(&slots);
+  const std::string err = ridge::verbs_test::allreduceOverNet("softnic", "0", 1 << 16);
+  ridge::setNetRingAllocator(nullptr);
+  EXPECT_EQ(err, "");
+  EXPECT_EQ(ridge::gdr::lastSetupReport().readSlots, "device memory (dma-buf)");
+  EXPECT_EQ(slots.exports.load(), 2) << "one export per rank's slot ring";
+  EXPECT_EQ(slots.released.load(), 2) << "every slot ring freed at destroy";
+  EXPECT_EQ(ridge::verbs_test::allreduceOverNet("softnic", "0", 1 << 12), "");
+  EXPECT_EQ(ridge::gdr::lastSetupReport().readSlots, "host memory");
 }
 
 }  // namespace
