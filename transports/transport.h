@@ -57,6 +57,14 @@ class DeviceProducer {
   virtual Fn deviceFunction(void** arg) = 0;
   // Once the device has run it: the message's status.
   virtual Status finishDeviceSend() = 0;
+  // Collectives on device buffers (the GPU proxy, while a batch of them runs on this
+  // connector): the payload reaches the acquired slot by the device data ops (a copy or a
+  // reduction on their stream), and post() queues the slot's post (seal, work request,
+  // doorbell) as device code behind it through `launch(queue, fn, arg, src, bytes)` instead of
+  // posting from the host; tryAcquire() waits until the device has run the last one. A
+  // launch that is refused falls back to the host post. Unbound with launch == nullptr.
+  using Launch = Status (*)(void* queue, Fn fn, void* arg, const void* src, size_t bytes);
+  virtual void bindDeviceQueue(Launch launch, void* queue) = 0;
 };
 
 class SendConnector {

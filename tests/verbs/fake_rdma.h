@@ -3,7 +3,10 @@
 // creations and destructions (balanced() after teardown), fails where a test sets a knob, and
 // carries data like a loopback NIC: RDMA WRITE (with immediate), SEND and RDMA READ between its
 // queue pairs are done at post time, against registered regions, with the completions a NIC
-// would write. Include only where RIDGE_HAVE_VERBS and RIDGE_HAVE_MLX5DV are defined.
+// would write. Queues created through mlx5 direct verbs get rings of their own (send queue,
+// doorbell records, CQ, a UAR page), which fakeServeDirectRings() executes as a NIC would: the
+// WQEs the doorbell record publishes, once the UAR doorbell was written, with mlx5 CQEs for
+// those that ask. Include only where RIDGE_HAVE_VERBS and RIDGE_HAVE_MLX5DV are defined.
 #pragma once
 
 #include <sys/eventfd.h>
@@ -16,6 +19,7 @@
 #include <mutex>
 #include <vector>
 
+#include "kernels/gdr/mlx5_wire.h"
 #include "transports/verbs/ibv_api.h"
 
 namespace ridge {
@@ -35,7 +39,6 @@ struct FakeNic {
   ibv_context context{};
   ibv_pd pd{};
   ibv_comp_channel channel{};
-  ibv_cq_ex directCq{};
   // Queue pairs, CQs and regions the doubles created (deques: addresses stay put). A QP's
   // index is qp_num - kFirstQpn.
   static constexpr uint32_t kFirstQpn = 0x1234;
@@ -65,11 +68,34 @@ struct FakeNic {
   std::vector<uint32_t> writeImmLengths;  // of every RDMA WRITE WITH IMMEDIATE carried
   // Every double holds this: ranks of a test may be threads that share the fake NIC.
   std::recursive_mutex mu;
-  // Ring memory as libmlx5 would allocate it, and the UAR and on-NIC memory pages.
+  // Ring memory as libmlx5 would allocate it, and the UAR page: the first direct QP's and CQ's
+  // (later ones get pages of their own, so that ranks of a test map disjoint rings).
   char* sq = nullptr;
   char* dbrecPage = nullptr;
   char* cqBuf = nullptr;
   char* uarPage = nullptr;
+  struct DirectQp {
+    ibv_qp* qp = nullptr;
+    char* sq = nullptr;
+    char* dbrec = nullptr;  // the QP's doorbell record (receive word, send word)
+    char* bf = nullptr;     // the BlueFlame register, also the UAR doorbell
+    uint32_t wqeCnt = 0;
+    uint32_t ci = 0;        // WQEs executed (blocks)
+    uint64_t lastRung = 0;  // the doorbell word last seen in the UAR
+    bool destroyed = false;
+  };
+  struct DirectCq {
+    ibv_cq_ex cqx{};
+    char* buf = nullptr;
+    char* dbrec = nullptr;
+    uint32_t cqeCnt = 0;
+    uint32_t pi = 0;
+  };
+  std::deque<DirectQp> directQpObjs;
+  std::deque<DirectCq> directCqObjs;
+  std::vector<char*> ringPages;  // pages of the later direct queues
+  uint64_t directWqes = 0;       // WQEs executed from direct send queues
+  uint64_t uarRings = 0;         // UAR doorbell writes noticed
 
   bool mlx5Supported = true;
   int failCreateCqErrno = 0;
@@ -82,7 +108,11 @@ struct FakeNic {
   int directQps = 0;
 
   FakeNic() {
-    auto page = [](size_t n) { return static_cast<char*>(std::aligned_alloc(pageBytes(), n * pageBytes())); };
+    auto page = [](size_t n) {
+      char* p = static_cast<char*>(std::aligned_alloc(pageBytes(), n * pageBytes()));
+      std::memset(p, 0, n * pageBytes());
+      return p;
+    };
     sq = page(1);
     dbrecPage = page(1);
     cqBuf = page(1);
@@ -93,6 +123,7 @@ struct FakeNic {
   }
   ~FakeNic() {
     for (char* p : {sq, dbrecPage, cqBuf, uarPage}) std::free(p);
+    for (char* p : ringPages) std::free(p);
     for (Dm& d : dmObjs) std::free(d.buf);
     close(channel.fd);
   }
@@ -187,10 +218,12 @@ inline ibv_qp* fakeCreateQp(ibv_pd*, ibv_qp_init_attr* init) {
   std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   return newFakeQp(init->send_cq, init->recv_cq);
 }
+inline FakeNic::DirectQp* fakeDirectQp(const ibv_qp* qp);
 inline int fakeDestroyQp(ibv_qp* qp) {
   std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   ++gNic->qpsFreed;
   qp->state = IBV_QPS_ERR;  // a peer sending to it gets no answer
+  if (FakeNic::DirectQp* d = fakeDirectQp(qp)) d->destroyed = true;
   return 0;
 }
 inline ibv_dm* fakeAllocDm(ibv_context*, ibv_alloc_dm_attr* a) {
@@ -248,7 +281,17 @@ inline bool fakeIsSupported(ibv_device*) {
   std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   return gNic->mlx5Supported;
 }
-inline ibv_cq_ex* fakeMlx5CreateCq(ibv_context*, ibv_cq_init_attr_ex*, mlx5dv_cq_init_attr* dv) {
+inline char* fakeRingPages(size_t bytes) {
+  const size_t n = (bytes + pageBytes() - 1) / pageBytes() * pageBytes();
+  char* p = static_cast<char*>(std::aligned_alloc(pageBytes(), n));
+  std::memset(p, 0, n);
+  gNic->ringPages.push_back(p);
+  return p;
+}
+inline uint32_t ex_cqe(const ibv_cq_init_attr_ex* attr) {
+  return attr ? attr->cqe : 0;
+}
+inline ibv_cq_ex* fakeMlx5CreateCq(ibv_context*, ibv_cq_init_attr_ex* attr, mlx5dv_cq_init_attr* dv) {
   std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   if (gNic->failCreateCqErrno) {
     errno = gNic->failCreateCqErrno;
@@ -260,7 +303,16 @@ inline ibv_cq_ex* fakeMlx5CreateCq(ibv_context*, ibv_cq_init_attr_ex*, mlx5dv_cq
     return nullptr;
   }
   ++gNic->cqs;
-  return &gNic->directCq;
+  FakeNic::DirectCq& c = gNic->directCqObjs.emplace_back();
+  uint32_t n = 32;
+  while (n < ex_cqe(attr)) n *= 2;
+  c.cqeCnt = n;
+  const bool first = gNic->directCqObjs.size() == 1 && n * 64 <= pageBytes();
+  c.buf = first ? gNic->cqBuf : fakeRingPages(n * 64);
+  c.dbrec = first ? gNic->dbrecPage + 64 : fakeRingPages(64);
+  // Every entry INVALID with owner 0, as libmlx5 leaves a new CQ.
+  for (uint32_t i = 0; i < n; ++i) reinterpret_cast<mlx5::Cqe64*>(c.buf)[i].opOwn = mlx5::kCqeInitOpOwn;
+  return &c.cqx;
 }
 inline ibv_qp* fakeMlx5CreateQp(ibv_context*, ibv_qp_init_attr_ex* ex, mlx5dv_qp_init_attr* dv) {
   std::lock_guard<std::recursive_mutex> lock(gNic->mu);
@@ -273,23 +325,44 @@ inline ibv_qp* fakeMlx5CreateQp(ibv_context*, ibv_qp_init_attr_ex* ex, mlx5dv_qp
     return nullptr;
   }
   ++gNic->directQps;
-  return newFakeQp(ex->send_cq, ex->recv_cq);
+  FakeNic::DirectQp& d = gNic->directQpObjs.emplace_back();
+  d.qp = newFakeQp(ex->send_cq, ex->recv_cq);
+  uint32_t n = 16;
+  while (n < ex->cap.max_send_wr) n *= 2;
+  d.wqeCnt = n;
+  const bool first = gNic->directQpObjs.size() == 1 && n * 64 <= pageBytes();
+  d.sq = first ? gNic->sq : fakeRingPages(n * 64);
+  d.dbrec = first ? gNic->dbrecPage : fakeRingPages(64);
+  d.bf = (first ? gNic->uarPage : fakeRingPages(pageBytes())) + 0x800;
+  return d.qp;
+}
+inline FakeNic::DirectQp* fakeDirectQp(const ibv_qp* qp) {
+  for (FakeNic::DirectQp& d : gNic->directQpObjs)
+    if (d.qp == qp && !d.destroyed) return &d;
+  return nullptr;
+}
+inline FakeNic::DirectCq* fakeDirectCq(const ibv_cq* cq) {
+  for (FakeNic::DirectCq& c : gNic->directCqObjs)
+    if (reinterpret_cast<const ibv_cq*>(&c.cqx) == cq) return &c;
+  return nullptr;
 }
 inline int fakeMlx5InitObj(mlx5dv_obj* obj, uint64_t type) {
   std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   if (type & MLX5DV_OBJ_QP) {
     if (gNic->failInitObjQp) return gNic->failInitObjQp;
-    obj->qp.out->dbrec = reinterpret_cast<__be32*>(gNic->dbrecPage);
-    obj->qp.out->sq.buf = gNic->sq;
-    obj->qp.out->sq.wqe_cnt = 16;
+    FakeNic::DirectQp* d = fakeDirectQp(obj->qp.in);
+    obj->qp.out->dbrec = reinterpret_cast<__be32*>(d->dbrec);
+    obj->qp.out->sq.buf = d->sq;
+    obj->qp.out->sq.wqe_cnt = d->wqeCnt;
     obj->qp.out->sq.stride = 64;
-    obj->qp.out->bf.reg = gNic->uarPage + 0x800;
+    obj->qp.out->bf.reg = d->bf;
     obj->qp.out->bf.size = 256;
   }
   if (type & MLX5DV_OBJ_CQ) {
-    obj->cq.out->buf = gNic->cqBuf;
-    obj->cq.out->dbrec = reinterpret_cast<__be32*>(gNic->dbrecPage + 64);
-    obj->cq.out->cqe_cnt = 32;
+    FakeNic::DirectCq* c = fakeDirectCq(obj->cq.in);
+    obj->cq.out->buf = c->buf;
+    obj->cq.out->dbrec = reinterpret_cast<__be32*>(c->dbrec);
+    obj->cq.out->cqe_cnt = c->cqeCnt;
     obj->cq.out->cqe_size = 64;
     obj->cq.out->cqn = 0x55;
   }
@@ -425,6 +498,84 @@ inline int fakePostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr**) {
   }
   return 0;
 }
+// The NIC's side of the direct queues: for every direct QP whose UAR doorbell was written since
+// it last looked (the doorbell word changed), executes the WQEs its doorbell record publishes,
+// in order, like fakePostSend (RDMA WRITE with or without immediate, inline or from a region,
+// NOP), and writes an mlx5 CQE into its direct send CQ for each that asks (CQ_UPDATE) or
+// fails. A WQE whose index is not the consumer index is malformed: error CQE. Returns how many
+// WQEs it executed. Tests call it from a thread of their own (the NIC's engine).
+inline void fakeDirectCqe(FakeNic::DirectCq* c, uint8_t opcode, uint8_t wqeOpcode, uint16_t counter,
+                          uint32_t qpn, uint32_t bytes, uint8_t syndrome) {
+  const uint32_t log2 = static_cast<uint32_t>(__builtin_ctz(c->cqeCnt));
+  mlx5::Cqe64* e = reinterpret_cast<mlx5::Cqe64*>(c->buf) + (c->pi & (c->cqeCnt - 1));
+  mlx5::encodeCqe(e, opcode, wqeOpcode, counter, qpn, bytes, 0, syndrome);
+  mlx5::releaseFence();  // the fields before op_own
+  reinterpret_cast<volatile mlx5::Cqe64*>(e)->opOwn = mlx5::makeOpOwn(opcode, c->pi, log2);
+  c->pi += 1;
+}
+inline int fakeServeDirectRings() {
+  std::lock_guard<std::recursive_mutex> lock(gNic->mu);
+  int done = 0;
+  for (FakeNic::DirectQp& d : gNic->directQpObjs) {
+    if (d.destroyed) continue;
+    const uint64_t rung = *reinterpret_cast<volatile uint64_t*>(d.bf);
+    if (rung == d.lastRung) continue;
+    d.lastRung = rung;
+    gNic->uarRings += 1;
+    mlx5::acquireFence();
+    const uint32_t pi =
+        mlx5::be32(reinterpret_cast<volatile uint32_t*>(d.dbrec)[mlx5::kSendDbrWord]) & 0xffff;
+    FakeNic::Qp* src = fakeQp(d.qp->qp_num);
+    FakeNic::Qp* dst = fakeQp(src->destQpn);
+    FakeNic::DirectCq* cq = fakeDirectCq(src->sendCq);
+    while ((d.ci & 0xffff) != pi) {
+      const uint8_t* wqe = reinterpret_cast<const uint8_t*>(d.sq) + (d.ci & (d.wqeCnt - 1)) * 64;
+      mlx5::WqeFields f;
+      uint8_t syndrome = 0;
+      const bool wellFormed =
+          mlx5::decodeWqe(wqe, &f) && f.wqeIndex == (d.ci & 0xffff) && f.qpn == d.qp->qp_num;
+      const uint32_t bbs = wellFormed ? mlx5::wqeBbs(f.ds) : 1;
+      const bool write = f.opcode == mlx5::kOpRdmaWrite || f.opcode == mlx5::kOpRdmaWriteImm;
+      if (!wellFormed || !(write || f.opcode == mlx5::kOpNop)) {
+        syndrome = 0x02;  // local QP operation error
+      } else if (write) {
+        const char* local = f.isInline ? reinterpret_cast<const char*>(wqe) + f.inlineOffset
+                            : f.bytes  ? fakeResolve(f.lkey, false, f.laddr, f.bytes)
+                                       : nullptr;
+        char* remote = f.bytes ? fakeResolve(f.rkey, true, f.raddr, f.bytes) : nullptr;
+        if (!dst || dst->qp.state == IBV_QPS_ERR) {
+          syndrome = 0x15;  // transport retry counter exceeded
+        } else if (f.bytes && !local) {
+          syndrome = 0x04;  // local protection error
+        } else if (f.bytes && !remote) {
+          syndrome = 0x13;  // remote access error
+        } else {
+          if (f.bytes) std::memcpy(remote, local, f.bytes);
+          if (f.opcode == mlx5::kOpRdmaWriteImm) {
+            if (dst->recvs.empty()) {
+              syndrome = 0x16;  // RNR retry counter exceeded
+            } else {
+              const ibv_recv_wr rwr = dst->recvs.front().first;
+              dst->recvs.pop_front();
+              fakeComplete(dst->recvCq, rwr.wr_id, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, f.bytes,
+                           dst->qp.qp_num, true, __builtin_bswap32(f.imm));
+              gNic->writeImmLengths.push_back(f.bytes);
+            }
+          }
+        }
+      }
+      if (syndrome != 0)
+        fakeDirectCqe(cq, mlx5::kCqeReqErr, f.opcode, static_cast<uint16_t>(d.ci), d.qp->qp_num, 0, syndrome);
+      else if (f.fmCeSe & mlx5::kCtrlCqUpdate)
+        fakeDirectCqe(cq, mlx5::kCqeReq, f.opcode, static_cast<uint16_t>(d.ci), d.qp->qp_num, f.bytes, 0);
+      d.ci += bbs;
+      gNic->directWqes += 1;
+      ++done;
+    }
+  }
+  return done;
+}
+
 inline int fakePollCq(ibv_cq* cq, int n, ibv_wc* wc) {
   std::lock_guard<std::recursive_mutex> lock(gNic->mu);
   FakeNic::Cq* c = fakeCq(cq);

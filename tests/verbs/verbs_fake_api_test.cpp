@@ -22,6 +22,7 @@
 #include "scoped_env.h"
 #include "tests/verbs/fake_rdma.h"
 #include "tests/verbs/two_ranks.h"
+#include "transports/gdr/gdr_transport.h"
 #include "transports/verbs/ibv_api.h"
 #include "transports/verbs/verbs.h"
 
@@ -391,6 +392,42 @@ TEST_F(VerbsFakeApi, GdrWriteOverRidgeNetVerbs) {
     // On-NIC staging for both ranks (the probe at open is logged only at INFO).
     if (std::string(tier) == "nic") EXPECT_GE(nic_.dms - dmsBefore, 2);
   }
+}
+
+// With RIDGE_GDR_STAGING at auto the staging goes where the ladder's decision puts it: on-NIC
+// memory when the GPU could map it (every mapping works: gpu-doorbell), pinned host memory when
+// the GPU cannot map I/O memory (so neither the UAR nor on-NIC memory: cpu-doorbell), even
+// though the NIC offers enough on-NIC memory; RIDGE_GDR_STAGING=nic still overrides.
+TEST_F(VerbsFakeApi, GdrWriteStagingGoesWhereTheLadderSays) {
+  const IbvApi api = fakeApi(true);
+  ScopedIbvApiForTesting scoped(&api);
+  ridgetest::ScopedEnv slot("RIDGE_GDR_SLOT_BYTES", "4096");
+  ridgetest::ScopedEnv gdr("RIDGE_GDR_MODE", "write");
+  device::EmulatedRuntime rt(1);
+  device::ScopedRuntimeForTesting gpu(&rt);
+  {
+    ridgetest::ScopedEnv staging("RIDGE_GDR_STAGING", "auto");
+    EXPECT_EQ(allreduceOverNet("verbs", "0", 1 << 14), "");
+    const gdr::SetupReport r = gdr::lastSetupReport();
+    EXPECT_EQ(r.stagingTier, "nic") << r.stagingReason;
+    EXPECT_TRUE(contains(r.stagingReason, "the ladder places staging in on-NIC memory")) << r.stagingReason;
+  }
+  rt.failHostRangeMaps(device::DeviceRuntime::HostRangeKind::IoMemory, "I/O memory refused by the test");
+  {
+    ridgetest::ScopedEnv staging("RIDGE_GDR_STAGING", "auto");
+    EXPECT_EQ(allreduceOverNet("verbs", "0", 1 << 14), "");
+    const gdr::SetupReport r = gdr::lastSetupReport();
+    EXPECT_EQ(r.stagingTier, "host") << r.stagingReason;
+    EXPECT_TRUE(contains(r.stagingReason, "the ladder places staging in host memory")) << r.stagingReason;
+    EXPECT_TRUE(contains(r.stagingReason, "I/O memory refused by the test")) << r.stagingReason;
+  }
+  {
+    ridgetest::ScopedEnv staging("RIDGE_GDR_STAGING", "nic");
+    EXPECT_EQ(allreduceOverNet("verbs", "0", 1 << 14), "");
+    EXPECT_EQ(gdr::lastSetupReport().stagingTier, "nic")
+        << "an explicit RIDGE_GDR_STAGING overrides the ladder";
+  }
+  EXPECT_EQ(rt.mappedHostRanges(), 0u);
 }
 
 TEST_F(VerbsFakeApi, DirectQueuesExposeWhatInitObjGives) {

@@ -25,6 +25,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -32,6 +33,7 @@
 #include "core/log.h"
 #include "core/settings.h"
 #include "device/runtime.h"
+#include "transports/net/device_registration.h"
 #include "transports/net/net_transport.h"
 #include "transports/softnic/softnic.h"
 #include "transports/verbs/verbs.h"
@@ -126,12 +128,24 @@ struct Link {
   Status error;
   GdrTransport* transport = nullptr;
   Status deviceSendStatus;  // the last device-side send's; read once the device ran it
+  // Collectives on device buffers (DeviceProducer::bindDeviceQueue): post() queues the slot's
+  // post as device code; at most one is outstanding (tryAcquire waits for it), so its size
+  // and last flag travel here. devicePostsRun is the device's, the rest the host's.
+  DeviceProducer::Launch deviceLaunch = nullptr;
+  void* deviceQueue = nullptr;
+  uint64_t devicePostsQueued = 0;
+  std::atomic<uint64_t> devicePostsRun{0};
+  bool devicePostLast = false;
 
   // Out: data QP and what it sends from.
   std::unique_ptr<verbs::CompletionQueue> dataCq;
   std::unique_ptr<verbs::QueuePair> dataQp;
   std::unique_ptr<verbs::DeviceMemory> dm;  // staging in NIC memory (gdr-write, tier nic)
   Buffer slots;                             // staging in host memory / "GPU" source ring
+  // read: the producer's slots in device memory (the NetRingAllocator's), when there is one.
+  NetRingAllocator* deviceSlotsFrom = nullptr;
+  void* deviceSlots = nullptr;
+  size_t deviceSlotsBytes = 0;
   std::unique_ptr<verbs::MemoryRegion> slotsMr;
   Buffer gpuSlot;  // host-staged: the producer's slot the copy engine reads
   Buffer creditIn;
@@ -174,6 +188,11 @@ struct Link {
 
   std::unique_ptr<SendConnector> sendConn;
   std::unique_ptr<RecvConnector> recvConn;
+
+  ~Link() {
+    slotsMr.reset();  // deregistered before the memory goes
+    if (deviceSlots) deviceSlotsFrom->release(deviceSlots, deviceSlotsBytes);
+  }
 };
 
 class GdrTransport final : public Transport {
@@ -194,10 +213,12 @@ class GdrTransport final : public Transport {
   const void* tryPeek(Link* l, SlotInfo* info);
   void release(Link* l);
   static void runDeviceSend(void* link, const void* src, size_t bytes);
+  static void runDevicePost(void* link, const void* slot, size_t bytes);
 
  private:
   Status chooseMode(Mode* mode, std::string* why);
-  Status setUpStaging(Link* l, std::string* tier, std::string* why);
+  Status setUpStaging(Link* l, const verbs::GdrLadderDecision* ladder, std::string* tier, std::string* why);
+  Status setUpProducerSlots(Link* l, size_t bytes, bool deviceMemory, std::string* where);
   void fail(Link* l, Status s);
   void pollDataCompletions(Link* l);
   void postStaged(Link* l, const verbs::Wqe& w);
@@ -247,6 +268,10 @@ class GdrSend final : public SendConnector, public DeviceProducer {
     Status s = std::move(l_->deviceSendStatus);
     l_->deviceSendStatus = Status::ok();
     return s;
+  }
+  void bindDeviceQueue(Launch launch, void* queue) override {
+    l_->deviceLaunch = launch;
+    l_->deviceQueue = queue;
   }
 
  private:
@@ -459,6 +484,20 @@ void GdrTransport::runDeviceSend(void* link, const void* src, size_t bytes) {
   }
 }
 
+// The device-side post of a slot whose payload the device data ops wrote (collectives on
+// device buffers): seal, mlx5 WQE, doorbell record, UAR, as the kernel's producer does. The
+// host acquired the slot (its credits) and waits for this to have run before it acquires the
+// next, so the send state has one writer at a time; the stream orders it behind the copy or
+// reduction that filled the slot.
+void GdrTransport::runDevicePost(void* link, const void* /*slot*/, size_t bytes) {
+  Link* l = static_cast<Link*>(link);
+  postSlot(l->ch, &l->st, static_cast<uint32_t>(bytes), l->devicePostLast, &l->deviceCtr);
+  flushDoorbell(l->ch, &l->st, &l->deviceCtr);
+  l->deviceCtr.devicePosts += 1;
+  l->devicePostsRun.fetch_add(1, std::memory_order_release);
+  l->transport->noticeDoorbell();
+}
+
 void GdrTransport::pumpRings(Link* l, int64_t now) {
   size_t last = l->pendingHead;
   while (last < l->pendingRings.size() && l->pendingRings[last].due <= now) ++last;
@@ -537,6 +576,10 @@ void GdrTransport::pollDataCompletions(Link* l) {
 void* GdrTransport::tryAcquire(Link* l) {
   progress();
   if (!l->error.isOk()) return nullptr;
+  // The device still has to post the last slot (collectives on device buffers): the send
+  // state is its until then.
+  if (l->deviceLaunch && l->devicePostsRun.load(std::memory_order_acquire) != l->devicePostsQueued)
+    return nullptr;
   if (l->mode == Mode::Staged) pollDataCompletions(l);
   char* payload = tryAcquireSlot(l->ch, &l->st, &l->ctr);
   if (!payload) {
@@ -563,6 +606,15 @@ verbs::Wqe stagedWqe(const Link* l, const SlotSend& s) {
 }
 
 void GdrTransport::post(Link* l, uint32_t bytes, bool last) {
+  if (l->deviceLaunch) {
+    // Bound to a device queue (only where deviceProducerUsable: write mode, not paced): the
+    // device posts the slot it filled, behind the data op that filled it.
+    l->devicePostLast = last;
+    l->devicePostsQueued += 1;
+    char* payload = stagingSlot(l->ch, l->st.seq) + kSlotHeaderBytes;
+    if (l->deviceLaunch(l->deviceQueue, &GdrTransport::runDevicePost, l, payload, bytes).isOk()) return;
+    l->devicePostsQueued -= 1;  // refused: nothing queued, the host posts
+  }
   if (l->mode == Mode::Staged) {
     // Copy engine: GPU slot -> pinned host slot; then the CPU proxy posts the WQE through the
     // provider. The slot's header, trailer and WQE are the same as the other modes'.
@@ -719,7 +771,36 @@ Status GdrTransport::chooseMode(Mode* mode, std::string* why) {
   return Status::ok();
 }
 
-Status GdrTransport::setUpStaging(Link* l, std::string* tier, std::string* why) {
+// The producer's slots, which the NIC reads where the producer wrote them. read mode, in a
+// process that hands out device memory for the NIC (a NetRingAllocator, as the device network's
+// rings have): device memory registered as GPU memory, dma-buf first, then peer memory
+// (transports/net/device_registration.h). Otherwise host memory.
+Status GdrTransport::setUpProducerSlots(Link* l, size_t bytes, bool deviceMemory, std::string* where) {
+  if (NetRingAllocator* from = deviceMemory ? netRingAllocator() : nullptr) {
+    bytes = (bytes + 4095) & ~size_t(4095);  // whole pages: a dma-buf export covers whole pages
+    RIDGE_TRY(from->allocate(bytes, &l->deviceSlots));
+    l->deviceSlotsFrom = from;
+    l->deviceSlotsBytes = bytes;
+    DeviceRegPath path = DeviceRegPath::DmaBuf;
+    RIDGE_TRY(registerDeviceRange(pd_.get(), from->registrar(), l->deviceSlots, bytes,
+                                  verbs::kAccessLocalWrite, &l->slotsMr, &path));
+    l->ch.staging = static_cast<char*>(l->deviceSlots);
+    *where = format("device memory (%s)", deviceRegPathName(path));
+  } else {
+    RIDGE_TRY(l->slots.allocate(bytes));
+    RIDGE_TRY(pd_->registerMemory(l->slots.p, l->slots.bytes, verbs::kAccessLocalWrite, &l->slotsMr));
+    l->ch.staging = l->slots.p;
+    *where = "host memory";
+  }
+  l->ch.stagingWqeAddr = reinterpret_cast<uint64_t>(l->ch.staging);
+  l->ch.stagingLkey = l->slotsMr->lkey();
+  return Status::ok();
+}
+
+// `ladder`: the GDR-write ladder's decision on an rdma-core device (null elsewhere); with
+// RIDGE_GDR_STAGING auto its staging place decides between on-NIC and host memory.
+Status GdrTransport::setUpStaging(Link* l, const verbs::GdrLadderDecision* ladder, std::string* tier,
+                                  std::string* why) {
   const uint32_t slots = l->ch.slotCount;
   const size_t bytes = static_cast<size_t>(slots) * l->stride;
   const std::string want = settingString(Setting::GDR_STAGING);
@@ -739,16 +820,22 @@ Status GdrTransport::setUpStaging(Link* l, std::string* tier, std::string* why) 
   notes = std::string("nic-gpu skipped: ") + noGpuMap;
   // With a PCIe model the advisor has weighed NIC memory (small: its credits cap the rate)
   // against host memory; auto follows its pick.
-  bool modelPrefersHost = false;
-  if (isAuto && paced_ &&
+  bool hostPreferred = false;
+  if (isAuto && ladder && ladder->staging == verbs::GdrStagingPlace::HostMemory) {
+    hostPreferred = true;
+    notes += "; nic skipped: the ladder places staging in host memory (" + ladder->stagingReason + ")";
+  } else if (isAuto && ladder && ladder->staging == verbs::GdrStagingPlace::NicMemory) {
+    notes += "; the ladder places staging in on-NIC memory (" + ladder->stagingReason + ")";
+  }
+  if (isAuto && !hostPreferred && paced_ &&
       model_.advice.estimate(topo::GdrOption::GdrWrite).staging == topo::StagingTier::HostMemory) {
-    modelPrefersHost = true;
+    hostPreferred = true;
     notes += "; nic skipped: the PCIe model puts host-memory staging ahead (" +
              model_.advice.estimate(topo::GdrOption::GdrWrite).otherTier + ")";
   }
   // (c) The NIC's own staging memory, when the provider maps it for the CPU: the stand-in
   // writes it directly, as a GPU would write NIC memory mapped into it.
-  if ((isAuto && !modelPrefersHost) || want == "nic") {
+  if ((isAuto && !hostPreferred) || want == "nic") {
     std::unique_ptr<verbs::DeviceMemory> dm;
     Status s = pd_->allocDeviceMemory(bytes, verbs::kAccessLocalWrite, &dm);
     if (s.isOk() && dm->mapped()) {
@@ -857,18 +944,19 @@ Status GdrTransport::connect(const TransportSetup& setup) {
   // now, on the provider's proxied rings (the host-staged mechanism): the direct queues and GPU
   // mappings of the doorbell rungs are not wired yet (docs/gdr-write.md, "Not yet wired").
   std::string ladderLine;
+  std::optional<verbs::GdrLadderDecision> ladder;
   if (mode == Mode::Write && netProvider() == "verbs") {
     const uint64_t stagingBytes = static_cast<uint64_t>(peers.size()) * static_cast<uint64_t>(slots) * stride;
-    const verbs::GdrLadderDecision d =
+    ladder =
         verbs::decideGdrLadder(verbs::probeGdrLadder(device_.get(), device::activeRuntime(), stagingBytes));
-    ladderLine = verbs::gdrLadderLine(d);
+    ladderLine = verbs::gdrLadderLine(*ladder);
     RIDGE_INFO(
         "gdr: rank %d: ladder rung %s; runs host-staged (the provider's proxied mlx5 rings) until the "
-        "doorbell rungs are wired",
+        "doorbell rungs are wired; staging where the ladder says unless RIDGE_GDR_STAGING is set",
         rank_, ladderLine.c_str());
   }
 
-  std::string tierName, tierWhy;
+  std::string tierName, tierWhy, readSlots;
   std::vector<Endpoint> mine(P), theirs(static_cast<size_t>(P) * P);
   for (int peer : peers) {
     auto l = std::make_unique<Link>();
@@ -931,15 +1019,11 @@ Status GdrTransport::connect(const TransportSetup& setup) {
     l->ch.payloadCapacity = capacity;
     const size_t ringBytes = static_cast<size_t>(slots) * stride;
     if (mode == Mode::Write) {
-      RIDGE_TRY(setUpStaging(l.get(), &tierName, &tierWhy));
+      RIDGE_TRY(setUpStaging(l.get(), ladder ? &*ladder : nullptr, &tierName, &tierWhy));
     } else {
-      // read: the producer's slots in "GPU memory" the NIC reads; staged: pinned host slots the
-      // copy engine fills from one GPU slot.
-      RIDGE_TRY(l->slots.allocate(ringBytes));
-      RIDGE_TRY(pd_->registerMemory(l->slots.p, l->slots.bytes, verbs::kAccessLocalWrite, &l->slotsMr));
-      l->ch.staging = l->slots.p;
-      l->ch.stagingWqeAddr = reinterpret_cast<uint64_t>(l->slots.p);
-      l->ch.stagingLkey = l->slotsMr->lkey();
+      // read: the producer's slots, which the NIC reads; staged: pinned host slots the copy
+      // engine fills from one GPU slot.
+      RIDGE_TRY(setUpProducerSlots(l.get(), ringBytes, mode == Mode::Read, &readSlots));
       if (mode == Mode::Staged) RIDGE_TRY(l->gpuSlot.allocate(capacity));
     }
     RIDGE_TRY(l->creditIn.allocate(sizeof(CreditRecord)));
@@ -1011,6 +1095,7 @@ Status GdrTransport::connect(const TransportSetup& setup) {
     gLastReport.modeReason = modeWhy;
     gLastReport.stagingTier = mode == Mode::Write ? tierName : "";
     gLastReport.stagingReason = mode == Mode::Write ? tierWhy : "";
+    gLastReport.readSlots = mode == Mode::Read ? readSlots : "";
     gLastReport.paced = paced_;
     gLastReport.model = paced_ ? model_.describe() : "";
   }
@@ -1020,6 +1105,7 @@ Status GdrTransport::connect(const TransportSetup& setup) {
              static_cast<long long>(landingSlots));
   if (mode == Mode::Write)
     RIDGE_INFO("gdr: rank %d: staging tier %s: %s", rank_, tierName.c_str(), tierWhy.c_str());
+  if (mode == Mode::Read) RIDGE_INFO("gdr: rank %d: read slots in %s", rank_, readSlots.c_str());
   if (paced_) {
     const ModeTiming& t = model_.timing[static_cast<int>(mode)];
     RIDGE_INFO("gdr: rank %d: paced by the PCIe model (modeled: %.2f us latency, %.1f GB/s): %s", rank_,

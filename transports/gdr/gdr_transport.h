@@ -35,6 +35,9 @@ struct SetupReport {
   std::string modeReason;
   std::string stagingTier;  // "nic-gpu", "nic", "host" or "" (read/staged)
   std::string stagingReason;
+  // read: where the producer's slots are and how the NIC got them: "device memory (dma-buf)",
+  // "device memory (peer memory)" or "host memory".
+  std::string readSlots;
   bool paced = false;
   std::string model;  // the advisor's text when RIDGE_SOFTNIC_PCIE_MODEL is set
 };

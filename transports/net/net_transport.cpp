@@ -1054,6 +1054,10 @@ void setNetRingAllocator(NetRingAllocator* allocator) {
   gRingAllocator = allocator;
 }
 
+NetRingAllocator* netRingAllocator() {
+  return gRingAllocator;
+}
+
 NetTransportStats netTransportStats(Transport* transport) {
   auto* t = dynamic_cast<NetTransport*>(transport);
   return t ? t->stats() : NetTransportStats{};

@@ -60,6 +60,8 @@ class NetRingAllocator {
 };
 // Process-wide, read when a net transport connects; nullptr restores host memory.
 void setNetRingAllocator(NetRingAllocator* allocator);
+// The one installed (nullptr: host memory); the gdr transport's read-mode slots come from it too.
+NetRingAllocator* netRingAllocator();
 
 // What a net transport did about GPUDirect RDMA receive flushes.
 struct NetTransportStats {

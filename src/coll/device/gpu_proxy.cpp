@@ -90,27 +90,61 @@ Task exchangeDeviceNetworkVote(ridgeComm* c, bool mine, bool* all) {
   co_return Status::ok();
 }
 
+// Whether the host connectors to every peer have a device-side producer (the gdr transport
+// in write mode, docs/gdr-write.md): collectives on device buffers then run on them as on a
+// device network, the device posting each slot it filled. `any`: whether one has (the same
+// on every rank: the gdr transport takes every network pair, with one mode from settings).
+bool hostConnectorsPostFromDevice(const ridgeComm* c, bool any) {
+  bool all = c->nranks > 1, some = false;
+  for (int j = 0; j < c->nranks; ++j) {
+    if (j == c->rank) continue;
+    const bool has = c->sendTo[j] && c->sendTo[j]->deviceProducer();
+    all = all && has;
+    some = some || has;
+  }
+  return any ? some : all;
+}
+
+Status launchOnDataOps(void* ops, DeviceProducer::Fn fn, void* arg, const void* src, size_t bytes) {
+  return static_cast<DeviceDataOps*>(ops)->launch(fn, arg, src, bytes);
+}
+
 // While a batch runs on the device network: the algorithms see its connectors, wait on its
 // completion queue and move payload with the device data ops; everything back afterwards
-// (host collectives never run meanwhile: they drain the proxy first).
+// (host collectives never run meanwhile: they drain the proxy first). Without a device
+// network the host connectors stay, their device-side producers bound to the data ops'
+// stream.
 class DeviceNetworkScope {
  public:
   DeviceNetworkScope(ridgeComm* c, DeviceDataOps* ops) : c_(c), hostWait_(c->waitTransport) {
-    std::swap(c_->sendTo, c_->deviceSendTo);
-    std::swap(c_->recvFrom, c_->deviceRecvFrom);
-    c_->waitTransport = c_->deviceNet.get();
+    if (c_->deviceNet) {
+      std::swap(c_->sendTo, c_->deviceSendTo);
+      std::swap(c_->recvFrom, c_->deviceRecvFrom);
+      c_->waitTransport = c_->deviceNet.get();
+    } else {
+      bindProducers(&launchOnDataOps, ops);
+    }
     c_->deviceData = ops;
   }
   ~DeviceNetworkScope() {
     c_->deviceData = nullptr;
     c_->waitTransport = hostWait_;
-    std::swap(c_->sendTo, c_->deviceSendTo);
-    std::swap(c_->recvFrom, c_->deviceRecvFrom);
+    if (c_->deviceNet) {
+      std::swap(c_->sendTo, c_->deviceSendTo);
+      std::swap(c_->recvFrom, c_->deviceRecvFrom);
+    } else {
+      bindProducers(nullptr, nullptr);
+    }
   }
   DeviceNetworkScope(const DeviceNetworkScope&) = delete;
   DeviceNetworkScope& operator=(const DeviceNetworkScope&) = delete;
 
  private:
+  void bindProducers(DeviceProducer::Launch launch, void* ops) {
+    for (int j = 0; j < c_->nranks; ++j)
+      if (DeviceProducer* dp = j != c_->rank && c_->sendTo[j] ? c_->sendTo[j]->deviceProducer() : nullptr)
+        dp->bindDeviceQueue(launch, ops);
+  }
   ridgeComm* c_;
   Transport* hostWait_;
 };
@@ -536,7 +570,10 @@ Status GpuProxy::runBatch(uint64_t first, size_t n) {
 
 Status GpuProxy::runOnDeviceNetwork(size_t n, bool* ran) {
   *ran = false;
-  if (!comm_->deviceNet) return Status::ok();  // alike on every rank: decided at init
+  // Alike on every rank: the device network is decided at init, the connectors' producers by
+  // the settings.
+  const bool hostProducers = !comm_->deviceNet && hostConnectorsPostFromDevice(comm_, /*any=*/true);
+  if (!comm_->deviceNet && !hostProducers) return Status::ok();
   // Only the collectives are voted on and carried: every rank's batch holds the same ones in
   // the same order, while sends and receives involve some ranks only and may be grouped
   // differently at the two ends (a vote over them would pair one rank's send batch with
@@ -549,6 +586,7 @@ Status GpuProxy::runOnDeviceNetwork(size_t n, bool* ran) {
     deviceArgs_[m++] = batch_[i].args;
   }
   if (m == 0) return Status::ok();  // sends and receives only: staged (no vote)
+  if (hostProducers) mine = mine && hostConnectorsPostFromDevice(comm_, /*any=*/false);
   bool all = false;
   Executor& ex = Executor::forThisThread();
   ex.spawn(comm_, exchangeDeviceNetworkVote(comm_, mine, &all));
