@@ -242,7 +242,7 @@ void expectInitFails(int n, ridgeResult_t code, const std::string& needle,
 TEST(DevicePlan, BadDeviceSettingOrTopologyFileFailsInit) {
   clearPlanEnv();
   setenv("RIDGE_DEVICE", "bogus", 1);
-  expectInitFails(2, ridgeInvalidArgument, "RIDGE_DEVICE=bogus: accepted values are auto and emulated");
+  expectInitFails(2, ridgeInvalidArgument, "RIDGE_DEVICE=bogus");
   setenv("RIDGE_DEVICE", "emulated", 1);
   setenv("RIDGE_TOPO_FILE", (::testing::TempDir() + "no-such-topology.xml").c_str(), 1);
   expectInitFails(2, ridgeInvalidArgument, "RIDGE_TOPO_FILE");
