@@ -142,7 +142,7 @@ uint64_t ringHash(const std::vector<int>& order) {
     h ^= static_cast<uint64_t>(static_cast<uint32_t>(r));
     h *= 1099511628211ull;
   }
-  return h ? h : 1;
+  return h == 0 || h == ~uint64_t{0} ? 1 : h;  // 0 and all ones mean no plan and a file error
 }
 
 // The planner's plan for a communicator whose ranks all serve a device. *why says why not
@@ -155,8 +155,9 @@ Status planDevices(ridgeComm* c, std::shared_ptr<const plan::Plan>* out, std::st
   auto built = std::make_shared<plan::Plan>();
   std::shared_ptr<const topo::Topology> topology;
   Status s = planTopology(&topology);
-  // A topology file named but unusable is the user's error on every rank: fail init.
-  if (!s.isOk() && !settingString(Setting::TOPO_FILE).empty()) return s;
+  // A topology file named but unusable is the user's error: init fails, on every rank alike
+  // (the all-gather below carries it), even where only one host lacks the file.
+  const Status fileError = !s.isOk() && !settingString(Setting::TOPO_FILE).empty() ? s : Status::ok();
   if (!s.isOk()) *why = "no topology of this machine (" + s.message() + ")";
   plan::PlanRequest req;
   if (why->empty()) *why = devicePlanRefusal(c, *topology, &req);
@@ -166,11 +167,22 @@ Status planDevices(ridgeComm* c, std::shared_ptr<const plan::Plan>* out, std::st
     if (s.isOk()) s = plan::buildPlan(topology, req, built.get());
     if (!s.isOk()) *why = "the planner: " + s.message();
   }
-  // Every rank must run the same ring: compare what each planned.
-  uint64_t mine = why->empty() && !built->rings.empty() ? ringHash(built->rings.front().ranks) : 0;
+  // Every rank must run the same ring: compare what each planned (0: no plan; kFileError:
+  // RIDGE_TOPO_FILE did not load there).
+  constexpr uint64_t kFileError = ~uint64_t{0};
+  const uint64_t mine = !fileError.isOk()                       ? kFileError
+                        : why->empty() && !built->rings.empty() ? ringHash(built->rings.front().ranks)
+                                                                : 0;
   std::vector<uint64_t> all(static_cast<size_t>(c->nranks), 0);
   all[static_cast<size_t>(c->rank)] = mine;
   RIDGE_TRY(c->bootstrap->allGather(all.data(), sizeof(uint64_t)));
+  if (!fileError.isOk()) return fileError;
+  for (int r = 0; r < c->nranks; ++r)
+    if (all[static_cast<size_t>(r)] == kFileError)
+      return makeError(
+          ridgeInvalidArgument,
+          "rank %d: RIDGE_TOPO_FILE: rank %d could not load its topology file (its error says why)", c->rank,
+          r);
   for (int r = 0; r < c->nranks; ++r) {
     if (all[static_cast<size_t>(r)] == mine) continue;
     if (why->empty())

@@ -120,7 +120,7 @@ std::string deviceSettingValue() {
 Status checkDeviceSetting() {
   const std::string v = deviceSettingValue();
   if (v == "auto" || v == "emulated") return Status::ok();
-  return makeError(ridgeInvalidArgument, "RIDGE_DEVICE=%s: accepted values are auto and emulated",
+  return makeError(ridgeInvalidArgument, "RIDGE_DEVICE=%s: expected auto or emulated (any case)",
                    settingString(Setting::DEVICE).c_str());
 }
 

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -214,20 +215,24 @@ TEST(DevicePlan, NoTopologyFileKeepsTheHostPlan) {
   EXPECT_EQ(doc.get("node"), nullptr);
 }
 
-// Init on every rank fails with `code`, and ridgeGetLastError names `needle`.
-void expectInitFails(int n, ridgeResult_t code, const std::string& needle) {
+// Init on every rank fails with `code`, and ridgeGetLastError names `needle` (and what
+// `alsoNamed` gives for the rank); `before` (if any) runs in each rank's process first.
+void expectInitFails(int n, ridgeResult_t code, const std::string& needle,
+                     const std::function<void(int rank)>& before = nullptr,
+                     const std::function<std::string(int rank)>& alsoNamed = nullptr) {
   ridgetest::setLoopbackEnv();
   ridgeUniqueId id;
   ASSERT_TRUE(ridgetest::makeUniqueId(&id));
   LaunchResult res = ridgetest::launchRanks(n, 60, [&](int me, Reporter& rep) {
+    if (before) before(me);
     ridgeComm_t comm = nullptr;
     const ridgeResult_t r = ridgeCommInitRank(&comm, n, id, me);
     const std::string why = ridgeGetLastError(nullptr);
     if (r != code)
       rep.fail("init",
                "returned " + ridgetest::describeResult(r) + ", expected " + ridgetest::resultName(code));
-    if (why.find(needle) == std::string::npos)
-      rep.fail("init", "the error does not name '" + needle + "': " + why);
+    for (const std::string& n : {needle, alsoNamed ? alsoNamed(me) : needle})
+      if (why.find(n) == std::string::npos) rep.fail("init", "the error does not name '" + n + "': " + why);
     if (r == ridgeSuccess) ridgeCommDestroy(comm);
     return rep.failures() ? 1 : 0;
   });
@@ -237,10 +242,20 @@ void expectInitFails(int n, ridgeResult_t code, const std::string& needle) {
 TEST(DevicePlan, BadDeviceSettingOrTopologyFileFailsInit) {
   clearPlanEnv();
   setenv("RIDGE_DEVICE", "bogus", 1);
-  expectInitFails(2, ridgeInvalidArgument, "RIDGE_DEVICE=bogus: accepted values are auto and emulated");
+  expectInitFails(2, ridgeInvalidArgument, "RIDGE_DEVICE=bogus");
   setenv("RIDGE_DEVICE", "emulated", 1);
   setenv("RIDGE_TOPO_FILE", (::testing::TempDir() + "no-such-topology.xml").c_str(), 1);
   expectInitFails(2, ridgeInvalidArgument, "RIDGE_TOPO_FILE");
+  // Only rank 2's host lacks the file: every rank fails, the others naming rank 2.
+  const std::string good = kDataDir + "topo/data/hwloc-v2-nvlink-nvswitch.xml";
+  const std::string missing = ::testing::TempDir() + "no-such-topology.xml";
+  auto fileOfRank = [&](int me) {
+    setenv("RIDGE_TOPO_FILE", (me == 2 ? missing : good).c_str(), 1);
+    (void)ridgeEmulatedSetDevice(me);
+  };
+  expectInitFails(3, ridgeInvalidArgument, "RIDGE_TOPO_FILE", fileOfRank, [&](int me) {
+    return me == 2 ? "cannot open topology file " + missing : std::string("rank 2 could not load");
+  });
   clearPlanEnv();
 }
 
