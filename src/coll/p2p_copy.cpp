@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "coll/comm.h"
-#include "coll/data_ops.h"
+#include "coll/device/data_ops.h"
 #include "core/log.h"
 
 namespace ridge {

@@ -191,6 +191,9 @@ const std::vector<SettingRule>& rules() {
       freeText(Setting::PLAN_DUMP, "a file path: rank 0 reports (WARN) when it cannot write it"),
       oneOf(Setting::PLAN_HOST_ORDER, "placement|rank"),
       intRange(Setting::GDR_PACE_SCALE, 1, 1000),
+      oneOf(Setting::DEVICE, "auto|emulated", true),
+      freeText(Setting::TOPO_FILE, "the topology loader at init of a communicator whose ranks all serve a "
+                                   "GPU: a file that cannot be loaded fails init on every rank"),
       freeText(Setting::JOB_KEY, "the rendezvous: every rank must have the same key (a rank with another "
                                  "one is refused by the root)"),
   };
