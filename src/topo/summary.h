@@ -50,7 +50,8 @@ Status summarizeThisHost(HostSummary* out);
 
 /// Describes the machine in an hwloc XML file. NCCL topology files (`<system>`) are
 /// recognised by their root element and read too; NCCL graph files (`<graphs>`) are refused
-/// with ridgeInvalidArgument because they describe channels, not a machine.
+/// with ridgeInvalidArgument because they describe channels, not a machine. In ridge_tooling
+/// (summary_files.cpp).
 Status summarizeHwlocXml(const std::string& path, HostSummary* out);
 
 /// Describes a machine already loaded as a graph (a preset, Ridge JSON, a captured folder):

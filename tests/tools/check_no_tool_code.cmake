@@ -24,6 +24,8 @@ set(_tool_only
     ridge::topo::captureMachine
     ridge::topo::topologyToNcclXml
     ridge::formatSummary
+    ridge::summarizeTopology
+    ridge::summarizeHwlocXml
     ridge::plan::planText
     ridge::plan::planDot)
 # Kept in libridge: RIDGE_SOFTNIC_PCIE_MODEL names a preset at run time.
