@@ -36,6 +36,7 @@
 #include "transports/net/device_registration.h"
 #include "transports/net/net_transport.h"
 #include "transports/softnic/softnic.h"
+#include "transports/verbs/gpu_ring_mapping.h"
 #include "transports/verbs/verbs.h"
 
 namespace ridge::gdr {
@@ -69,6 +70,7 @@ void addCounters(Counters* sum, const Counters& c) {
   sum->devicePosts += c.devicePosts;
 }
 
+std::atomic<uint64_t> gCpuDoorbells{0};
 std::mutex gCountersMutex;
 std::vector<const Counters*> gLiveCounters;
 Counters gRetiredCounters{};
@@ -189,6 +191,21 @@ struct Link {
   std::unique_ptr<SendConnector> sendConn;
   std::unique_ptr<RecvConnector> recvConn;
 
+  // The doorbell rungs (RIDGE_NET=verbs, write; docs/gdr-write.md, "Fallback ladder"): the data
+  // QP and CQ are mlx5-direct, the NIC's own rings. devCh is the channel as the device-side
+  // producer sees it: send queue, doorbell record, CQ, credit record and staging mapped into
+  // the GPU (gpuMap), the UAR too on gpu-doorbell; on cpu-doorbell it has no UAR and a CPU
+  // thread (doorbellLoop) rings for it, for the host stand-in as well.
+  SendChannel devCh{};
+  mlx5::SqView devSq{};  // with gpuMap: the device's addresses of the queues, staging, credits
+  mlx5::CqView devCq{};
+  char* devStaging = nullptr;
+  const CreditRecord* devCredit = nullptr;
+  bool cpuRings = false;
+  uint64_t* cpuUar = nullptr;                     // cpuRings: the UAR doorbell the CPU thread stores to
+  uint32_t cpuRungPi = 0;                         // cpuRings: the doorbell record value last rung (16 bits)
+  std::unique_ptr<verbs::GpuRingMapping> gpuMap;  // last: unmapped before the NIC objects go
+
   ~Link() {
     slotsMr.reset();  // deregistered before the memory goes
     if (deviceSlots) deviceSlotsFrom->release(deviceSlots, deviceSlotsBytes);
@@ -226,7 +243,13 @@ class GdrTransport final : public Transport {
   void returnCredit(Link* l);
   void pollCreditCq(Link* l);
   void noticeDoorbell() { softnic::notifyDoorbell(device_.get()); }
-  bool deviceProducerUsable(const Link* l) const { return l->mode == Mode::Write && !paced_ && wakingNic_; }
+  // The device-side producer runs where the device reaches the queues: the software NIC's (host
+  // memory), or an rdma-core NIC's direct rings mapped into the GPU (doorbell rungs).
+  bool deviceProducerUsable(const Link* l) const {
+    return l->mode == Mode::Write && !paced_ && (wakingNic_ || l->gpuMap);
+  }
+  Status useDirectRings(Link* l, const verbs::GdrLadderFacts& facts, verbs::GdrRung rung);
+  void doorbellLoop();
   void drainPostedWrites();
   static bool landedPending(const Link* l);
 
@@ -251,6 +274,9 @@ class GdrTransport final : public Transport {
   std::thread pacerThread_;
   std::atomic<bool> stopPacer_{false};
   void pacerLoop();
+  // cpu-doorbell with a GPU producer: the thread that rings the UAR for it.
+  std::thread doorbellThread_;
+  std::atomic<bool> stopDoorbell_{false};
 };
 
 class GdrSend final : public SendConnector, public DeviceProducer {
@@ -366,6 +392,10 @@ bool GdrTransport::landedPending(const Link* l) {
 
 GdrTransport::~GdrTransport() {
   drainPostedWrites();
+  if (doorbellThread_.joinable()) {
+    stopDoorbell_.store(true);
+    doorbellThread_.join();
+  }
   if (pacerThread_.joinable()) {
     stopPacer_.store(true);
     pacerThread_.join();
@@ -465,7 +495,7 @@ void GdrTransport::runDeviceSend(void* link, const void* src, size_t bytes) {
     first = false;
     const uint32_t chunk = static_cast<uint32_t>(std::min<size_t>(bytes - done, l->payloadCapacity));
     char* slot = nullptr;
-    while ((slot = tryAcquireSlot(l->ch, &l->st, &l->deviceCtr)) == nullptr) {
+    while ((slot = tryAcquireSlot(l->devCh, &l->st, &l->deviceCtr)) == nullptr) {
       if (l->st.failedSyndrome != 0 || (t->abortFlag_ && t->abortFlag_->load()) || nowNs() > deadline) {
         l->deviceSendStatus = makeError(
             l->st.failedSyndrome ? ridgeRemoteError : ridgeTimeout,
@@ -473,11 +503,14 @@ void GdrTransport::runDeviceSend(void* link, const void* src, size_t bytes) {
             l->st.failedSyndrome ? "a send failed (mlx5 error CQE)" : "no credit within RIDGE_TIMEOUT");
         return;
       }
-      softnic::waitForNicActivity(t->device_.get(), kNicWaitCapNs, nullptr, nullptr);
+      if (!softnic::waitForNicActivity(t->device_.get(), kNicWaitCapNs, nullptr, nullptr)) {
+        timespec nap{0, 20000};  // a NIC that wakes nobody: poll the CQ again shortly
+        nanosleep(&nap, nullptr);
+      }
     }
     writeStaging(slot, from + done, chunk, 0, 1);
-    postSlot(l->ch, &l->st, chunk, done + chunk == bytes, &l->deviceCtr);
-    flushDoorbell(l->ch, &l->st, &l->deviceCtr);
+    postSlot(l->devCh, &l->st, chunk, done + chunk == bytes, &l->deviceCtr);
+    flushDoorbell(l->devCh, &l->st, &l->deviceCtr);
     l->deviceCtr.devicePosts += 1;
     t->noticeDoorbell();
     done += chunk;
@@ -491,11 +524,102 @@ void GdrTransport::runDeviceSend(void* link, const void* src, size_t bytes) {
 // reduction that filled the slot.
 void GdrTransport::runDevicePost(void* link, const void* /*slot*/, size_t bytes) {
   Link* l = static_cast<Link*>(link);
-  postSlot(l->ch, &l->st, static_cast<uint32_t>(bytes), l->devicePostLast, &l->deviceCtr);
-  flushDoorbell(l->ch, &l->st, &l->deviceCtr);
+  postSlot(l->devCh, &l->st, static_cast<uint32_t>(bytes), l->devicePostLast, &l->deviceCtr);
+  flushDoorbell(l->devCh, &l->st, &l->deviceCtr);
   l->deviceCtr.devicePosts += 1;
   l->devicePostsRun.fetch_add(1, std::memory_order_release);
   l->transport->noticeDoorbell();
+}
+
+namespace {
+template <class T>
+Status mapForDevice(verbs::GpuRingMapping* m, T* p, size_t bytes, device::DeviceRuntime::HostRangeKind kind,
+                    T** out) {
+  uint64_t a = 0;
+  RIDGE_TRY(m->map(p, bytes, kind, &a));
+  *out = reinterpret_cast<T*>(a);
+  return Status::ok();
+}
+}  // namespace
+
+// A doorbell rung: the data QP and CQ are the NIC's own mlx5 rings (created through mlx5 direct
+// verbs). With a GPU producer they are mapped into the GPU (GpuRingMapping: send queue, doorbell
+// record, CQ, the credit record and staging; the UAR as I/O memory on gpu-doorbell) and the
+// device-side producer works on those addresses; on cpu-doorbell it only publishes the doorbell
+// record and doorbellLoop rings the UAR (the host stand-in, standing in for the GPU, alike).
+// Without a GPU (cpu-doorbell) the CPU writes the WQEs and rings itself: nothing to map.
+Status GdrTransport::useDirectRings(Link* l, const verbs::GdrLadderFacts& facts, verbs::GdrRung rung) {
+  if (facts.gpu.value != verbs::Fact::Yes) return Status::ok();
+  using Kind = device::DeviceRuntime::HostRangeKind;
+  auto map = std::make_unique<verbs::GpuRingMapping>(device::activeRuntime());
+  verbs::GpuRingMapping* m = map.get();
+  const mlx5::SqView& sq = l->ch.sq;
+  const mlx5::CqView& cq = l->ch.cq;
+  l->devSq = sq;
+  l->devCq = cq;
+  const size_t stagingBytes = static_cast<size_t>(l->ch.slotCount) * l->ch.slotStrideBytes;
+  Status s = mapForDevice(m, sq.ring, size_t(mlx5::kWqeBbBytes) << sq.log2Bbs, Kind::Memory, &l->devSq.ring);
+  if (s.isOk()) s = mapForDevice(m, sq.dbrec, sizeof(uint32_t), Kind::Memory, &l->devSq.dbrec);
+  if (s.isOk())
+    s = mapForDevice(m, cq.cqes, sizeof(mlx5::Cqe64) << cq.log2Size, Kind::Memory, &l->devCq.cqes);
+  if (s.isOk()) s = mapForDevice(m, cq.dbrec, sizeof(uint32_t), Kind::Memory, &l->devCq.dbrec);
+  if (s.isOk()) s = mapForDevice(m, l->ch.remoteConsumed, sizeof(CreditRecord), Kind::Memory, &l->devCredit);
+  // (On-NIC staging chosen explicitly where the GPU cannot map I/O memory fails here.)
+  if (s.isOk())
+    s = mapForDevice(m, l->ch.staging, stagingBytes, l->dm ? Kind::IoMemory : Kind::Memory, &l->devStaging);
+  if (s.isOk() && rung == verbs::GdrRung::GpuDoorbell) {
+    s = mapForDevice(m, sq.uarDoorbell, sizeof(uint64_t), Kind::IoMemory, &l->devSq.uarDoorbell);
+    if (s.isOk() && sq.blueFlame)
+      s = mapForDevice(m, sq.blueFlame, 2 * size_t(sq.bfBytes), Kind::IoMemory, &l->devSq.blueFlame);
+  }
+  if (!s.isOk()) {
+    // The CPU still drives the NIC's own rings, ringing them itself; device buffers take the
+    // copy path.
+    RIDGE_WARN(
+        "gdr: rank %d, peer %d: the queues could not be handed to the device-side producer (%s); "
+        "the CPU posts",
+        rank_, l->peer, s.message().c_str());
+    return Status::ok();
+  }
+  l->gpuMap = std::move(map);
+  if (rung == verbs::GdrRung::GpuDoorbell) return Status::ok();
+  l->cpuRings = true;
+  l->cpuUar = sq.uarDoorbell;
+  for (mlx5::SqView* v : {&l->devSq, &l->ch.sq}) {
+    v->uarDoorbell = nullptr;
+    v->blueFlame = nullptr;
+    v->bfBytes = 0;
+  }
+  return Status::ok();
+}
+
+// cpu-doorbell: rings the UAR for a producer that cannot: when a send queue's doorbell record
+// moved, stores the doorbell word of the WQE below it (its control segment's first 8 bytes; the
+// data queue's WQEs are one block each) after a release fence. Polls; naps 20 us when idle.
+void GdrTransport::doorbellLoop() {
+  while (!stopDoorbell_.load(std::memory_order_relaxed)) {
+    bool rang = false;
+    for (Link* l : active_) {
+      if (!l->cpuRings) continue;
+      const mlx5::SqView& sq = l->ch.sq;
+      const uint32_t pi = mlx5::be32(loadVolatile32(sq.dbrec)) & 0xffffu;
+      if (pi == l->cpuRungPi) continue;
+      verbs::verbsAcquireFence();  // the WQE was written before the record
+      const uint32_t last = (pi - 1u) & ((1u << sq.log2Bbs) - 1u);
+      const uint64_t ctrl8 =
+          loadVolatile64(reinterpret_cast<const uint64_t*>(sq.ring + size_t(last) * mlx5::kWqeBbBytes));
+      mlx5::SqView ring = sq;
+      ring.uarDoorbell = l->cpuUar;
+      mlx5::ringDoorbellWord(ring, ctrl8);
+      l->cpuRungPi = pi;
+      gCpuDoorbells.fetch_add(1, std::memory_order_relaxed);
+      rang = true;
+    }
+    if (!rang) {
+      timespec nap{0, 20000};
+      nanosleep(&nap, nullptr);
+    }
+  }
 }
 
 void GdrTransport::pumpRings(Link* l, int64_t now) {
@@ -945,15 +1069,18 @@ Status GdrTransport::connect(const TransportSetup& setup) {
   // mappings of the doorbell rungs are not wired yet (docs/gdr-write.md, "Not yet wired").
   std::string ladderLine;
   std::optional<verbs::GdrLadderDecision> ladder;
+  verbs::GdrLadderFacts ladderFacts;
+  bool directRings = false;  // a doorbell rung: the data queues are the NIC's own mlx5 rings
   if (mode == Mode::Write && netProvider() == "verbs") {
     const uint64_t stagingBytes = static_cast<uint64_t>(peers.size()) * static_cast<uint64_t>(slots) * stride;
-    ladder =
-        verbs::decideGdrLadder(verbs::probeGdrLadder(device_.get(), device::activeRuntime(), stagingBytes));
+    ladderFacts = verbs::probeGdrLadder(device_.get(), device::activeRuntime(), stagingBytes);
+    ladder = verbs::decideGdrLadder(ladderFacts);
     ladderLine = verbs::gdrLadderLine(*ladder);
+    directRings = ladder->rung == verbs::GdrRung::GpuDoorbell || ladder->rung == verbs::GdrRung::CpuDoorbell;
     RIDGE_INFO(
-        "gdr: rank %d: ladder rung %s; runs host-staged (the provider's proxied mlx5 rings) until the "
-        "doorbell rungs are wired; staging where the ladder says unless RIDGE_GDR_STAGING is set",
-        rank_, ladderLine.c_str());
+        "gdr: rank %d: ladder rung %s; %s; staging where the ladder says unless RIDGE_GDR_STAGING is set",
+        rank_, ladderLine.c_str(),
+        directRings ? "data queues through mlx5 direct verbs" : "the provider's proxied mlx5 rings");
   }
 
   std::string tierName, tierWhy, readSlots;
@@ -977,10 +1104,14 @@ Status GdrTransport::connect(const TransportSetup& setup) {
       l->pendingRings.reserve(static_cast<size_t>(slots));
     }
     const uint32_t sqEntries = verbs::roundUpPow2(static_cast<uint32_t>(slots));
-    RIDGE_TRY(pd_->createCq(2 * sqEntries + 8, &l->dataCq));
+    if (directRings)
+      RIDGE_TRY(pd_->createMlx5Cq(2 * sqEntries + 8, &l->dataCq));
+    else
+      RIDGE_TRY(pd_->createCq(2 * sqEntries + 8, &l->dataCq));
     verbs::QpCaps dataCaps;
     dataCaps.maxSendWr = sqEntries;
     dataCaps.maxRecvWr = 1;
+    dataCaps.mlx5Direct = directRings;
     RIDGE_TRY(pd_->createQp(l->dataCq.get(), l->dataCq.get(), dataCaps, &l->dataQp));
     const uint32_t creditEntries =
         verbs::roundUpPow2(static_cast<uint32_t>(std::max<int64_t>(64, 4 * landingSlots)));
@@ -1031,6 +1162,7 @@ Status GdrTransport::connect(const TransportSetup& setup) {
                                   verbs::kAccessLocalWrite | verbs::kAccessRemoteWrite, &l->creditInMr));
     l->ch.remoteConsumed = reinterpret_cast<const CreditRecord*>(l->creditIn.p);
     l->ch.remoteSlotCount = l->landingSlots;
+    if (directRings) RIDGE_TRY(useDirectRings(l.get(), ladderFacts, ladder->rung));
 
     RIDGE_TRY(l->landing.allocate(static_cast<size_t>(landingSlots) * stride));
     RIDGE_TRY(pd_->registerMemory(l->landing.p, l->landing.bytes,
@@ -1071,6 +1203,15 @@ Status GdrTransport::connect(const TransportSetup& setup) {
     l->ch.remoteRkey = e.landingRkey;
     l->remoteCreditAddr = e.creditAddr;
     l->remoteCreditRkey = e.creditRkey;
+    // The device-side producer's view: the same channel, with the device's addresses where
+    // the queues were mapped into the GPU.
+    l->devCh = l->ch;
+    if (l->gpuMap) {
+      l->devCh.sq = l->devSq;
+      l->devCh.cq = l->devCq;
+      l->devCh.staging = l->devStaging;
+      l->devCh.remoteConsumed = l->devCredit;
+    }
   }
   RIDGE_TRY(setup.bootstrap->barrier());
   for (int peer : peers) {
@@ -1096,10 +1237,16 @@ Status GdrTransport::connect(const TransportSetup& setup) {
     gLastReport.stagingTier = mode == Mode::Write ? tierName : "";
     gLastReport.stagingReason = mode == Mode::Write ? tierWhy : "";
     gLastReport.readSlots = mode == Mode::Read ? readSlots : "";
+    gLastReport.rung = ladder ? verbs::gdrRungName(ladder->rung) : "";
+    gLastReport.directQueues = directRings;
+    gLastReport.queuesMappedForGpu = !active_.empty() && active_.front()->gpuMap != nullptr;
     gLastReport.paced = paced_;
     gLastReport.model = paced_ ? model_.describe() : "";
   }
   if (paced_ && !active_.empty()) pacerThread_ = std::thread([this] { pacerLoop(); });
+  bool cpuRings = false;
+  for (Link* l : active_) cpuRings = cpuRings || l->cpuRings;
+  if (cpuRings) doorbellThread_ = std::thread([this] { doorbellLoop(); });
   RIDGE_INFO("gdr: rank %d: %zu peers, mode %s (%s), %lld staging slots of %u bytes, %lld landing slots",
              rank_, peers.size(), modeName(mode), modeWhy.c_str(), static_cast<long long>(slots), capacity,
              static_cast<long long>(landingSlots));
@@ -1147,6 +1294,10 @@ std::string countersToString(const Counters& c) {
       (unsigned long long)c.slotsLanded, (unsigned long long)c.creditWrites,
       (unsigned long long)c.completionErrors, (unsigned long long)c.remoteReads,
       (unsigned long long)c.devicePosts);
+}
+
+uint64_t cpuDoorbellsRung() {
+  return gCpuDoorbells.load();
 }
 
 SetupReport lastSetupReport() {

@@ -38,9 +38,16 @@ struct SetupReport {
   // read: where the producer's slots are and how the NIC got them: "device memory (dma-buf)",
   // "device memory (peer memory)" or "host memory".
   std::string readSlots;
+  // write over RIDGE_NET=verbs: the ladder's rung ("" elsewhere), whether the data queues are
+  // the NIC's own mlx5 rings (doorbell rungs) and whether they were mapped into the GPU.
+  std::string rung;
+  bool directQueues = false;
+  bool queuesMappedForGpu = false;
   bool paced = false;
   std::string model;  // the advisor's text when RIDGE_SOFTNIC_PCIE_MODEL is set
 };
 SetupReport lastSetupReport();
+// UAR doorbells a CPU thread rang for a producer on the cpu-doorbell rung (process-wide).
+uint64_t cpuDoorbellsRung();
 
 }  // namespace ridge::gdr
