@@ -4,7 +4,7 @@
 //                (classic GPUDirect RDMA).
 //   gdr-write    the producer writes the payload straight into a staging slot in NIC-side
 //                memory (posted writes), builds the WQE and rings the doorbell itself through
-//                the device-side verbs subset (kernels/gdr/gdr_device.h); it may only write a
+//                the device-side verbs subset (transports/gdr/gdr_device.h); it may only write a
 //                slot it holds a credit for, and the NIC gives credits back as sends complete.
 //   host-staged  the producer's slot is copied into pinned host memory and a CPU proxy posts
 //                the send.
@@ -17,7 +17,7 @@
 
 #include <string>
 
-#include "kernels/gdr/gdr_device.h"
+#include "transports/gdr/gdr_device.h"
 #include "transports/gdr/gdr_model.h"
 #include "transports/transport.h"
 

@@ -15,7 +15,7 @@
 // trailer against the sequence number it expects, which is how "staged data dropped or
 // overwritten" is detected end to end.
 //
-// The same source is compiled twice: as CUDA device code (kernels/gdr/gdr_kernels.cu) and as
+// The same source is compiled twice: as CUDA device code (transports/gdr/gdr_kernels.cu) and as
 // host code that a CPU thread runs against the software NIC where there is no GPU. Only the
 // primitives of the "memory-ordering layer" below differ between the two; every decision
 // (credits, slot layout, WQE fields, counters) is in code both share. C++17 (nvcc under
