@@ -264,8 +264,12 @@ class GdrTransport final : public Transport {
   void noticeDoorbell() { softnic::notifyDoorbell(device_.get()); }
   // The device-side producer runs where the device reaches the queues: the software NIC's (host
   // memory), or an rdma-core NIC's direct rings mapped into the GPU (doorbell rungs).
+  // Only with a runtime that runs it (the emulated one; the CUDA runtime refuses transport
+  // device code until the transport's kernel is wired, and device collectives routed here would
+  // then have the GPU read landing slots in unregistered host memory).
   bool deviceProducerUsable(const Link* l) const {
-    return l->mode == Mode::Write && !paced_ && (wakingNic_ || l->gpuMap);
+    const device::DeviceRuntime* rt = device::activeRuntime();
+    return l->mode == Mode::Write && !paced_ && (wakingNic_ || l->gpuMap) && rt && rt->runsDeviceFunctions();
   }
   Status useDirectRings(Link* l, const verbs::GdrLadderFacts& facts, verbs::GdrRung rung);
   void doorbellLoop();
