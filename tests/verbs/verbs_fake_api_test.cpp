@@ -399,12 +399,14 @@ TEST_F(VerbsFakeApi, GdrReadAndStagedOverRidgeNetVerbs) {
 
 // gdr write: the CPU stand-in writes the slots into on-NIC memory (its CPU mapping; WQEs address
 // it by offset with its zero-based key) or into pinned host memory. The fake NIC is an mlx5 one
-// and this process has no GPU, so the ladder says cpu-doorbell: the CPU writes the WQEs into the
+// and the runtime sees no GPU, so the ladder says cpu-doorbell: the CPU writes the WQEs into the
 // data QP's own (direct) send queue and rings its UAR, which the engine executes.
 TEST_F(VerbsFakeApi, GdrWriteOverRidgeNetVerbs) {
   const IbvApi api = fakeApi(true);
   ScopedIbvApiForTesting scoped(&api);
   DirectRingEngine engine;
+  device::EmulatedRuntime none(0);
+  device::ScopedRuntimeForTesting noGpu(&none);
   ridgetest::ScopedEnv slot("RIDGE_GDR_SLOT_BYTES", "4096");
   ridgetest::ScopedEnv gdr("RIDGE_GDR_MODE", "write");
   for (const char* tier : {"nic", "host"}) {
@@ -480,8 +482,8 @@ TEST_F(VerbsFakeApi, GdrWriteDoorbellRungsRunOnTheDirectRings) {
     SCOPED_TRACE(std::string(c.rung) + (c.gpu ? " with a GPU" : " without a GPU"));
     if (!c.uarMaps)
       rt.failHostRangeMaps(device::DeviceRuntime::HostRangeKind::IoMemory, "I/O memory refused by the test");
-    std::unique_ptr<device::ScopedRuntimeForTesting> gpu;
-    if (c.gpu) gpu = std::make_unique<device::ScopedRuntimeForTesting>(&rt);
+    device::EmulatedRuntime none(0);  // no device: no GPU even in a CUDA build on a GPU machine
+    device::ScopedRuntimeForTesting gpu(c.gpu ? &rt : &none);
     const uint64_t wqesBefore = nic_.directWqes, cpuRingsBefore = gdr::cpuDoorbellsRung();
     nic_.writeImmLengths.clear();
     EXPECT_EQ(allreduceOverNet("verbs", "0", 1 << 16), "");
