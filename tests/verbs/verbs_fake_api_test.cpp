@@ -20,8 +20,8 @@
 
 #include "core/log.h"
 #include "device/emulated_runtime.h"
+#include "device_ranks.h"  // tests/p2p (tests/coll/device once the device tests moved there)
 #include "tests/device/scoped_env.h"
-#include "tests/p2p/device_ranks.h"
 #include "tests/verbs/fake_rdma.h"
 #include "tests/verbs/two_ranks.h"
 #include "transports/gdr/gdr_transport.h"
