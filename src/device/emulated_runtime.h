@@ -71,6 +71,7 @@ class EmulatedRuntime final : public DeviceRuntime {
   // arithmetic as launchReduce here). Refused, as by CUDA, on a stream of a device that is
   // not the calling thread's current one.
   Status launchLLCollective(const ll::Launch& d, ridgeStream_t stream) override;
+  bool runsDeviceFunctions() const override { return true; }
   Status launchDeviceFunction(DeviceFunction fn, void* arg, const void* src, size_t bytes,
                               ridgeStream_t stream) override;
 

@@ -140,6 +140,9 @@ class DeviceRuntime {
                                       size_t /*bytes*/, ridgeStream_t /*stream*/) {
     return Status(ridgeInvalidUsage, "this device runtime does not run transport device code");
   }
+  // Whether launchDeviceFunction runs (asked at set-up: a transport offers its device-side
+  // producer only then, so that nothing routes device buffers to it that would be refused).
+  virtual bool runsDeviceFunctions() const { return false; }
 
   // Loads every kernel launchReduce may run into the calling thread's current device, once
   // per device (later calls for that device return at once). The proxy calls it in its setup,

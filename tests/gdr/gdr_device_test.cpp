@@ -1,7 +1,7 @@
-// The device-side verbs subset (kernels/gdr/gdr_device.h), host build, in one process: slot
+// The device-side verbs subset (transports/gdr/gdr_device.h), host build, in one process: slot
 // checks on hand-made slots, then a loopback stream through one software NIC with a single
 // staging slot, so that every slot waits for the credit of the one before.
-#include "kernels/gdr/gdr_device.h"
+#include "transports/gdr/gdr_device.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // GPU check of the GDR-write data path: a real CUDA kernel runs the device-side verbs subset
-// (kernels/gdr/gdr_device.h) against the software NIC. It writes the payload into mapped pinned
+// (transports/gdr/gdr_device.h) against the software NIC. It writes the payload into mapped pinned
 // host memory standing in for NIC staging, builds the WQEs and rings the softnic's doorbell
 // page (mapped into the GPU like a UAR); the softnic sends the slots to a second rank (a
 // forked process with its own softnic), which checks every byte. Reports posted-write
@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/gdr/gdr_kernels.h"
+#include "transports/gdr/gdr_kernels.h"
 #include "transports/softnic/softnic.h"
 #include "transports/verbs/verbs.h"
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -19,6 +20,7 @@
 
 #include "core/log.h"
 #include "device/emulated_runtime.h"
+#include "device_ranks.h"  // tests/coll/device
 #include "scoped_env.h"
 #include "tests/verbs/fake_rdma.h"
 #include "tests/verbs/two_ranks.h"
@@ -351,6 +353,26 @@ TEST_F(VerbsFakeApi, AllreduceOverRidgeNetVerbs) {
                                << nic_.closed;
 }
 
+// The fake NIC's engine for the direct queues: a thread that executes what their doorbell
+// records publish once their UAR doorbell was written (fakeServeDirectRings), until destroyed.
+class DirectRingEngine {
+ public:
+  DirectRingEngine()
+      : thread_([this] {
+          while (!stop_.load()) {
+            if (fakeServeDirectRings() == 0) std::this_thread::sleep_for(std::chrono::microseconds(20));
+          }
+        }) {}
+  ~DirectRingEngine() {
+    stop_.store(true);
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 // RIDGE_NET=verbs with gdr read and staged: read's producer writes mlx5 WQEs into the
 // provider's host-memory send queue, which its proxy posts through plain verbs (any rdma-core
 // device); staged posts its data through postSend. Both take their credits over the rings. Slots of
@@ -375,11 +397,16 @@ TEST_F(VerbsFakeApi, GdrReadAndStagedOverRidgeNetVerbs) {
   }
 }
 
-// gdr write over the same rings: the CPU stand-in writes the slots into on-NIC memory (its CPU
-// mapping; WQEs address it by offset with its zero-based key) or into pinned host memory.
+// gdr write: the CPU stand-in writes the slots into on-NIC memory (its CPU mapping; WQEs address
+// it by offset with its zero-based key) or into pinned host memory. The fake NIC is an mlx5 one
+// and the runtime sees no GPU, so the ladder says cpu-doorbell: the CPU writes the WQEs into the
+// data QP's own (direct) send queue and rings its UAR, which the engine executes.
 TEST_F(VerbsFakeApi, GdrWriteOverRidgeNetVerbs) {
   const IbvApi api = fakeApi(true);
   ScopedIbvApiForTesting scoped(&api);
+  DirectRingEngine engine;
+  device::EmulatedRuntime none(0);
+  device::ScopedRuntimeForTesting noGpu(&none);
   ridgetest::ScopedEnv slot("RIDGE_GDR_SLOT_BYTES", "4096");
   ridgetest::ScopedEnv gdr("RIDGE_GDR_MODE", "write");
   for (const char* tier : {"nic", "host"}) {
@@ -401,6 +428,7 @@ TEST_F(VerbsFakeApi, GdrWriteOverRidgeNetVerbs) {
 TEST_F(VerbsFakeApi, GdrWriteStagingGoesWhereTheLadderSays) {
   const IbvApi api = fakeApi(true);
   ScopedIbvApiForTesting scoped(&api);
+  DirectRingEngine engine;
   ridgetest::ScopedEnv slot("RIDGE_GDR_SLOT_BYTES", "4096");
   ridgetest::ScopedEnv gdr("RIDGE_GDR_MODE", "write");
   device::EmulatedRuntime rt(1);
@@ -427,6 +455,89 @@ TEST_F(VerbsFakeApi, GdrWriteStagingGoesWhereTheLadderSays) {
     EXPECT_EQ(gdr::lastSetupReport().stagingTier, "nic")
         << "an explicit RIDGE_GDR_STAGING overrides the ladder";
   }
+  EXPECT_EQ(rt.mappedHostRanges(), 0u);
+}
+
+// The doorbell rungs on the NIC's own rings: the data QP and CQ come from mlx5 direct verbs
+// (createMlx5Cq, QpCaps::mlx5Direct), the producer writes mlx5 WQEs into the hardware send queue
+// and its doorbell record and polls the hardware CQ, and the fake NIC executes only what a UAR
+// doorbell announced. gpu-doorbell (every mapping works): the queues, credit record, staging
+// and UAR mapped into the "GPU" (the emulated runtime), the producer rings itself.
+// cpu-doorbell with a GPU (I/O memory refused: no UAR for the GPU): the producer only publishes
+// the doorbell record and the transport's CPU thread rings the UAR. cpu-doorbell without a GPU:
+// the CPU writes and rings, nothing mapped. Exact allreduce each time; every mapping undone.
+TEST_F(VerbsFakeApi, GdrWriteDoorbellRungsRunOnTheDirectRings) {
+  const IbvApi api = fakeApi(true);
+  ScopedIbvApiForTesting scoped(&api);
+  ridgetest::ScopedEnv slot("RIDGE_GDR_SLOT_BYTES", "4096");
+  ridgetest::ScopedEnv gdr("RIDGE_GDR_MODE", "write");
+  DirectRingEngine engine;
+  device::EmulatedRuntime rt(1);
+  struct Case {
+    const char* rung;
+    bool gpu, uarMaps;
+  };
+  for (const Case c : {Case{"gpu-doorbell", true, true}, Case{"cpu-doorbell", true, false},
+                       Case{"cpu-doorbell", false, true}}) {
+    SCOPED_TRACE(std::string(c.rung) + (c.gpu ? " with a GPU" : " without a GPU"));
+    if (!c.uarMaps)
+      rt.failHostRangeMaps(device::DeviceRuntime::HostRangeKind::IoMemory, "I/O memory refused by the test");
+    device::EmulatedRuntime none(0);  // no device: no GPU even in a CUDA build on a GPU machine
+    device::ScopedRuntimeForTesting gpu(c.gpu ? &rt : &none);
+    const uint64_t wqesBefore = nic_.directWqes, cpuRingsBefore = gdr::cpuDoorbellsRung();
+    nic_.writeImmLengths.clear();
+    EXPECT_EQ(allreduceOverNet("verbs", "0", 1 << 16), "");
+    const gdr::SetupReport r = gdr::lastSetupReport();
+    EXPECT_EQ(r.rung, c.rung);
+    EXPECT_TRUE(r.directQueues);
+    EXPECT_EQ(r.queuesMappedForGpu, c.gpu);
+    EXPECT_GT(nic_.directWqes - wqesBefore, 0u) << "no WQE executed from a direct send queue";
+    EXPECT_NE(std::count(nic_.writeImmLengths.begin(), nic_.writeImmLengths.end(), 4168u), 0)
+        << "no full 4096-byte slot on the wire";
+    if (c.gpu && !c.uarMaps)
+      EXPECT_GT(gdr::cpuDoorbellsRung() - cpuRingsBefore, 0u) << "the CPU thread rang no doorbell";
+    else
+      EXPECT_EQ(gdr::cpuDoorbellsRung(), cpuRingsBefore);
+    EXPECT_EQ(rt.mappedHostRanges(), 0u);
+  }
+}
+
+// Device buffers on the gpu-doorbell rung: the device-side producer (on the emulated runtime's
+// device threads) works on the queues as mapped into the GPU, for a send and for collectives
+// (the copy or reduction kernel fills the slot, device code posts it), with exact results and
+// no producer read of NIC-side memory.
+TEST_F(VerbsFakeApi, DeviceBuffersDriveTheMappedDirectRings) {
+  const IbvApi api = fakeApi(true);
+  ScopedIbvApiForTesting scoped(&api);
+  ridgetest::ScopedEnv net("RIDGE_NET", "verbs"), shm("RIDGE_SHM", "0"), p2p("RIDGE_P2P", "off"),
+      ll("RIDGE_LL", "off"), gdr("RIDGE_GDR_MODE", "write"), slots("RIDGE_GDR_STAGING_SLOTS", "2"),
+      slot("RIDGE_GDR_SLOT_BYTES", "4K"), ifname("RIDGE_SOCKET_IFNAME", "lo");
+  DirectRingEngine engine;
+  p2ptest::EmulatedRuntime rt(2);
+  device::ScopedRuntimeForTesting gpu(&rt);
+  const gdr::Counters before = gdr::processCounters();
+  p2ptest::withRanks(rt, 2, 2, [&](p2ptest::TestRank& t) {
+    using p2ptest::Op;
+    p2ptest::runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 5000}, 41);
+    p2ptest::runCall(rt, t, {Op::AllGather, ridgeInt32, ridgeSum, 3001}, 42);
+    constexpr size_t kBytes = 30000;
+    p2ptest::DevMem buf(rt, kBytes);
+    std::vector<unsigned char> want(kBytes);
+    for (size_t i = 0; i < kBytes; ++i) want[i] = static_cast<unsigned char>(i * 7 + 3);
+    buf.put(t.rank == 0 ? want : std::vector<unsigned char>(kBytes, p2ptest::kPoison));
+    const ridgeResult_t r = t.rank == 0 ? ridgeSend(buf.p, kBytes, ridgeUint8, 1, t.comm, t.stream)
+                                        : ridgeRecv(buf.p, kBytes, ridgeUint8, 0, t.comm, t.stream);
+    ASSERT_EQ(r, ridgeSuccess) << p2ptest::errorText();
+    p2ptest::expectStreamDone(rt, t);
+    if (t.rank == 1) EXPECT_TRUE(buf.get(0, kBytes) == want) << "device-to-device message";
+  });
+  const gdr::Counters after = gdr::processCounters();
+  const gdr::SetupReport r = gdr::lastSetupReport();
+  EXPECT_EQ(r.rung, "gpu-doorbell");
+  EXPECT_TRUE(r.queuesMappedForGpu);
+  EXPECT_GE(after.devicePosts - before.devicePosts, 8u) << "the device-side producer posted";
+  EXPECT_EQ(after.remoteReads - before.remoteReads, 0u);
+  EXPECT_EQ(after.stagedLost - before.stagedLost, 0u);
   EXPECT_EQ(rt.mappedHostRanges(), 0u);
 }
 

@@ -7,7 +7,7 @@
 //   in:  the peer's data QP -> our landing QP. Each landed slot completes a posted receive on
 //        our landing CQ; releasing it writes our consumed count back (plain RDMA WRITE).
 // The producer side of both queues (mlx5 WQEs, doorbell record, UAR doorbell, CQ polling) is
-// driven through the device-side subset in kernels/gdr/gdr_device.h, except in host-staged
+// driven through the device-side subset in transports/gdr/gdr_device.h, except in host-staged
 // mode, where a CPU proxy posts and polls through the provider (postSend / poll), as its name
 // says.
 #include "transports/gdr/gdr_transport.h"
@@ -36,6 +36,7 @@
 #include "transports/net/device_registration.h"
 #include "transports/net/net_transport.h"
 #include "transports/softnic/softnic.h"
+#include "transports/verbs/gpu_ring_mapping.h"
 #include "transports/verbs/verbs.h"
 
 namespace ridge::gdr {
@@ -69,6 +70,7 @@ void addCounters(Counters* sum, const Counters& c) {
   sum->devicePosts += c.devicePosts;
 }
 
+std::atomic<uint64_t> gCpuDoorbells{0};
 std::mutex gCountersMutex;
 std::vector<const Counters*> gLiveCounters;
 Counters gRetiredCounters{};
@@ -189,6 +191,21 @@ struct Link {
   std::unique_ptr<SendConnector> sendConn;
   std::unique_ptr<RecvConnector> recvConn;
 
+  // The doorbell rungs (RIDGE_NET=verbs, write; docs/gdr-write.md, "Fallback ladder"): the data
+  // QP and CQ are mlx5-direct, the NIC's own rings. devCh is the channel as the device-side
+  // producer sees it: send queue, doorbell record, CQ, credit record and staging mapped into
+  // the GPU (gpuMap), the UAR too on gpu-doorbell; on cpu-doorbell it has no UAR and a CPU
+  // thread (doorbellLoop) rings for it, for the host stand-in as well.
+  SendChannel devCh{};
+  mlx5::SqView devSq{};  // with gpuMap: the device's addresses of the queues, staging, credits
+  mlx5::CqView devCq{};
+  char* devStaging = nullptr;
+  const CreditRecord* devCredit = nullptr;
+  bool cpuRings = false;
+  uint64_t* cpuUar = nullptr;                     // cpuRings: the UAR doorbell the CPU thread stores to
+  uint32_t cpuRungPi = 0;                         // cpuRings: the doorbell record value last rung (16 bits)
+  std::unique_ptr<verbs::GpuRingMapping> gpuMap;  // last: unmapped before the NIC objects go
+
   ~Link() {
     slotsMr.reset();  // deregistered before the memory goes
     if (deviceSlots) deviceSlotsFrom->release(deviceSlots, deviceSlotsBytes);
@@ -216,6 +233,25 @@ class GdrTransport final : public Transport {
   static void runDevicePost(void* link, const void* slot, size_t bytes);
 
  private:
+  // What set-up decides before it creates anything, and carries from phase to phase.
+  struct SetupPlan {
+    std::vector<int> peers;
+    Mode mode = Mode::Write;
+    std::string modeWhy;
+    int64_t slots = 0, landingSlots = 0;
+    uint32_t capacity = 0, stride = 0;
+    std::optional<verbs::GdrLadderDecision> ladder;
+    verbs::GdrLadderFacts ladderFacts;
+    bool directRings = false;  // a doorbell rung: the data queues are the NIC's own mlx5 rings
+    std::string tierName, tierWhy, readSlots;
+  };
+  Status plan(const TransportSetup& setup, SetupPlan* p);
+  Status openNic(const SetupPlan& p);
+  void consultLadder(SetupPlan* p);
+  Status createQueues(Link* l, const SetupPlan& p);
+  Status setUpLink(int peer, SetupPlan* p, Endpoint* e);
+  Status connectLinks(const TransportSetup& setup, const SetupPlan& p, const std::vector<Endpoint>& mine);
+  void goLive(const SetupPlan& p);
   Status chooseMode(Mode* mode, std::string* why);
   Status setUpStaging(Link* l, const verbs::GdrLadderDecision* ladder, std::string* tier, std::string* why);
   Status setUpProducerSlots(Link* l, size_t bytes, bool deviceMemory, std::string* where);
@@ -226,7 +262,17 @@ class GdrTransport final : public Transport {
   void returnCredit(Link* l);
   void pollCreditCq(Link* l);
   void noticeDoorbell() { softnic::notifyDoorbell(device_.get()); }
-  bool deviceProducerUsable(const Link* l) const { return l->mode == Mode::Write && !paced_ && wakingNic_; }
+  // The device-side producer runs where the device reaches the queues: the software NIC's (host
+  // memory), or an rdma-core NIC's direct rings mapped into the GPU (doorbell rungs).
+  // Only with a runtime that runs it (the emulated one; the CUDA runtime refuses transport
+  // device code until the transport's kernel is wired, and device collectives routed here would
+  // then have the GPU read landing slots in unregistered host memory).
+  bool deviceProducerUsable(const Link* l) const {
+    const device::DeviceRuntime* rt = device::activeRuntime();
+    return l->mode == Mode::Write && !paced_ && (wakingNic_ || l->gpuMap) && rt && rt->runsDeviceFunctions();
+  }
+  Status useDirectRings(Link* l, const verbs::GdrLadderFacts& facts, verbs::GdrRung rung);
+  void doorbellLoop();
   void drainPostedWrites();
   static bool landedPending(const Link* l);
 
@@ -251,6 +297,9 @@ class GdrTransport final : public Transport {
   std::thread pacerThread_;
   std::atomic<bool> stopPacer_{false};
   void pacerLoop();
+  // cpu-doorbell with a GPU producer: the thread that rings the UAR for it.
+  std::thread doorbellThread_;
+  std::atomic<bool> stopDoorbell_{false};
 };
 
 class GdrSend final : public SendConnector, public DeviceProducer {
@@ -366,6 +415,10 @@ bool GdrTransport::landedPending(const Link* l) {
 
 GdrTransport::~GdrTransport() {
   drainPostedWrites();
+  if (doorbellThread_.joinable()) {
+    stopDoorbell_.store(true);
+    doorbellThread_.join();
+  }
   if (pacerThread_.joinable()) {
     stopPacer_.store(true);
     pacerThread_.join();
@@ -448,7 +501,7 @@ void GdrTransport::waitForActivity(int64_t maxWaitNs, bool (*stillIdle)(void*), 
 }
 
 // The device-side producer of a device buffer's message (DeviceProducer): what the GPU kernel
-// of kernels/gdr/gdr_kernels.cu runs, the same gdr_device.h calls (credits from its own CQ,
+// of transports/gdr/gdr_kernels.cu runs, the same gdr_device.h calls (credits from its own CQ,
 // payload from device memory straight into staging, mlx5 WQE, doorbell record, UAR), here on
 // the emulated device's stream thread. The emulation of the NIC around it (telling the
 // software NIC's engine about the doorbell, sleeping until it did something) is not device
@@ -465,7 +518,7 @@ void GdrTransport::runDeviceSend(void* link, const void* src, size_t bytes) {
     first = false;
     const uint32_t chunk = static_cast<uint32_t>(std::min<size_t>(bytes - done, l->payloadCapacity));
     char* slot = nullptr;
-    while ((slot = tryAcquireSlot(l->ch, &l->st, &l->deviceCtr)) == nullptr) {
+    while ((slot = tryAcquireSlot(l->devCh, &l->st, &l->deviceCtr)) == nullptr) {
       if (l->st.failedSyndrome != 0 || (t->abortFlag_ && t->abortFlag_->load()) || nowNs() > deadline) {
         l->deviceSendStatus = makeError(
             l->st.failedSyndrome ? ridgeRemoteError : ridgeTimeout,
@@ -473,11 +526,14 @@ void GdrTransport::runDeviceSend(void* link, const void* src, size_t bytes) {
             l->st.failedSyndrome ? "a send failed (mlx5 error CQE)" : "no credit within RIDGE_TIMEOUT");
         return;
       }
-      softnic::waitForNicActivity(t->device_.get(), kNicWaitCapNs, nullptr, nullptr);
+      if (!softnic::waitForNicActivity(t->device_.get(), kNicWaitCapNs, nullptr, nullptr)) {
+        timespec nap{0, 20000};  // a NIC that wakes nobody: poll the CQ again shortly
+        nanosleep(&nap, nullptr);
+      }
     }
     writeStaging(slot, from + done, chunk, 0, 1);
-    postSlot(l->ch, &l->st, chunk, done + chunk == bytes, &l->deviceCtr);
-    flushDoorbell(l->ch, &l->st, &l->deviceCtr);
+    postSlot(l->devCh, &l->st, chunk, done + chunk == bytes, &l->deviceCtr);
+    flushDoorbell(l->devCh, &l->st, &l->deviceCtr);
     l->deviceCtr.devicePosts += 1;
     t->noticeDoorbell();
     done += chunk;
@@ -491,11 +547,102 @@ void GdrTransport::runDeviceSend(void* link, const void* src, size_t bytes) {
 // reduction that filled the slot.
 void GdrTransport::runDevicePost(void* link, const void* /*slot*/, size_t bytes) {
   Link* l = static_cast<Link*>(link);
-  postSlot(l->ch, &l->st, static_cast<uint32_t>(bytes), l->devicePostLast, &l->deviceCtr);
-  flushDoorbell(l->ch, &l->st, &l->deviceCtr);
+  postSlot(l->devCh, &l->st, static_cast<uint32_t>(bytes), l->devicePostLast, &l->deviceCtr);
+  flushDoorbell(l->devCh, &l->st, &l->deviceCtr);
   l->deviceCtr.devicePosts += 1;
   l->devicePostsRun.fetch_add(1, std::memory_order_release);
   l->transport->noticeDoorbell();
+}
+
+namespace {
+template <class T>
+Status mapForDevice(verbs::GpuRingMapping* m, T* p, size_t bytes, device::DeviceRuntime::HostRangeKind kind,
+                    T** out) {
+  uint64_t a = 0;
+  RIDGE_TRY(m->map(p, bytes, kind, &a));
+  *out = reinterpret_cast<T*>(a);
+  return Status::ok();
+}
+}  // namespace
+
+// A doorbell rung: the data QP and CQ are the NIC's own mlx5 rings (created through mlx5 direct
+// verbs). With a GPU producer they are mapped into the GPU (GpuRingMapping: send queue, doorbell
+// record, CQ, the credit record and staging; the UAR as I/O memory on gpu-doorbell) and the
+// device-side producer works on those addresses; on cpu-doorbell it only publishes the doorbell
+// record and doorbellLoop rings the UAR (the host stand-in, standing in for the GPU, alike).
+// Without a GPU (cpu-doorbell) the CPU writes the WQEs and rings itself: nothing to map.
+Status GdrTransport::useDirectRings(Link* l, const verbs::GdrLadderFacts& facts, verbs::GdrRung rung) {
+  if (facts.gpu.value != verbs::Fact::Yes) return Status::ok();
+  using Kind = device::DeviceRuntime::HostRangeKind;
+  auto map = std::make_unique<verbs::GpuRingMapping>(device::activeRuntime());
+  verbs::GpuRingMapping* m = map.get();
+  const mlx5::SqView& sq = l->ch.sq;
+  const mlx5::CqView& cq = l->ch.cq;
+  l->devSq = sq;
+  l->devCq = cq;
+  const size_t stagingBytes = static_cast<size_t>(l->ch.slotCount) * l->ch.slotStrideBytes;
+  Status s = mapForDevice(m, sq.ring, size_t(mlx5::kWqeBbBytes) << sq.log2Bbs, Kind::Memory, &l->devSq.ring);
+  if (s.isOk()) s = mapForDevice(m, sq.dbrec, sizeof(uint32_t), Kind::Memory, &l->devSq.dbrec);
+  if (s.isOk())
+    s = mapForDevice(m, cq.cqes, sizeof(mlx5::Cqe64) << cq.log2Size, Kind::Memory, &l->devCq.cqes);
+  if (s.isOk()) s = mapForDevice(m, cq.dbrec, sizeof(uint32_t), Kind::Memory, &l->devCq.dbrec);
+  if (s.isOk()) s = mapForDevice(m, l->ch.remoteConsumed, sizeof(CreditRecord), Kind::Memory, &l->devCredit);
+  // (On-NIC staging chosen explicitly where the GPU cannot map I/O memory fails here.)
+  if (s.isOk())
+    s = mapForDevice(m, l->ch.staging, stagingBytes, l->dm ? Kind::IoMemory : Kind::Memory, &l->devStaging);
+  if (s.isOk() && rung == verbs::GdrRung::GpuDoorbell) {
+    s = mapForDevice(m, sq.uarDoorbell, sizeof(uint64_t), Kind::IoMemory, &l->devSq.uarDoorbell);
+    if (s.isOk() && sq.blueFlame)
+      s = mapForDevice(m, sq.blueFlame, 2 * size_t(sq.bfBytes), Kind::IoMemory, &l->devSq.blueFlame);
+  }
+  if (!s.isOk()) {
+    // The CPU still drives the NIC's own rings, ringing them itself; device buffers take the
+    // copy path.
+    RIDGE_WARN(
+        "gdr: rank %d, peer %d: the queues could not be handed to the device-side producer (%s); "
+        "the CPU posts",
+        rank_, l->peer, s.message().c_str());
+    return Status::ok();
+  }
+  l->gpuMap = std::move(map);
+  if (rung == verbs::GdrRung::GpuDoorbell) return Status::ok();
+  l->cpuRings = true;
+  l->cpuUar = sq.uarDoorbell;
+  for (mlx5::SqView* v : {&l->devSq, &l->ch.sq}) {
+    v->uarDoorbell = nullptr;
+    v->blueFlame = nullptr;
+    v->bfBytes = 0;
+  }
+  return Status::ok();
+}
+
+// cpu-doorbell: rings the UAR for a producer that cannot: when a send queue's doorbell record
+// moved, stores the doorbell word of the WQE below it (its control segment's first 8 bytes; the
+// data queue's WQEs are one block each) after a release fence. Polls; naps 20 us when idle.
+void GdrTransport::doorbellLoop() {
+  while (!stopDoorbell_.load(std::memory_order_relaxed)) {
+    bool rang = false;
+    for (Link* l : active_) {
+      if (!l->cpuRings) continue;
+      const mlx5::SqView& sq = l->ch.sq;
+      const uint32_t pi = mlx5::be32(loadVolatile32(sq.dbrec)) & 0xffffu;
+      if (pi == l->cpuRungPi) continue;
+      verbs::verbsAcquireFence();  // the WQE was written before the record
+      const uint32_t last = (pi - 1u) & ((1u << sq.log2Bbs) - 1u);
+      const uint64_t ctrl8 =
+          loadVolatile64(reinterpret_cast<const uint64_t*>(sq.ring + size_t(last) * mlx5::kWqeBbBytes));
+      mlx5::SqView ring = sq;
+      ring.uarDoorbell = l->cpuUar;
+      mlx5::ringDoorbellWord(ring, ctrl8);
+      l->cpuRungPi = pi;
+      gCpuDoorbells.fetch_add(1, std::memory_order_relaxed);
+      rang = true;
+    }
+    if (!rang) {
+      timespec nap{0, 20000};
+      nanosleep(&nap, nullptr);
+    }
+  }
 }
 
 void GdrTransport::pumpRings(Link* l, int64_t now) {
@@ -872,36 +1019,35 @@ Status GdrTransport::setUpStaging(Link* l, const verbs::GdrLadderDecision* ladde
   return Status::ok();
 }
 
-Status GdrTransport::connect(const TransportSetup& setup) {
+// ---- Set-up, in phases: plan (peers, mode, sizes), open the NIC, consult the ladder (verbs,
+// write), set up each link (queues, slots, credit records, landing ring), connect the links
+// (endpoints, RTR, RTS), go live (connectors, counters, threads, the INFO lines).
+
+Status GdrTransport::plan(const TransportSetup& setup, SetupPlan* p) {
   rank_ = setup.rank;
   abortFlag_ = setup.abortFlag;
   if (setup.timeoutSeconds > 0) timeoutSeconds_ = setup.timeoutSeconds;
-  const int P = setup.nranks;
-  links_.resize(P);
-  std::vector<int> peers;
-  for (int peer = 0; peer < P; ++peer) {
+  links_.resize(setup.nranks);
+  for (int peer = 0; peer < setup.nranks; ++peer) {
     if (peer == rank_ || connectedBefore(&kGdrTransportTable, setup, rank_, peer)) continue;
-    if (kGdrTransportTable.canConnect(setup, rank_, peer)) peers.push_back(peer);
+    if (kGdrTransportTable.canConnect(setup, rank_, peer)) p->peers.push_back(peer);
   }
-
   const std::string modelSpec = settingString(Setting::SOFTNIC_PCIE_MODEL);
   if (!modelSpec.empty()) {
     RIDGE_TRY(loadModel(modelSpec, settingString(Setting::GDR_PAIR), &model_));
     paced_ = true;
   }
-  Mode mode = Mode::Write;
-  std::string modeWhy;
-  RIDGE_TRY(chooseMode(&mode, &modeWhy));
+  RIDGE_TRY(chooseMode(&p->mode, &p->modeWhy));
 
-  int64_t slots = settingInt(Setting::GDR_STAGING_SLOTS);
-  int64_t landingSlots = settingInt(Setting::GDR_RECV_SLOTS);
+  p->slots = settingInt(Setting::GDR_STAGING_SLOTS);
+  p->landingSlots = settingInt(Setting::GDR_RECV_SLOTS);
   int64_t payload = settingSize(Setting::GDR_SLOT_BYTES);
-  if (slots < 1 || slots > 64)
+  if (p->slots < 1 || p->slots > 64)
     return makeError(ridgeInvalidArgument, "RIDGE_GDR_STAGING_SLOTS=%lld: expected 1 to 64",
-                     static_cast<long long>(slots));
-  if (landingSlots < 1 || landingSlots > 256)
+                     static_cast<long long>(p->slots));
+  if (p->landingSlots < 1 || p->landingSlots > 256)
     return makeError(ridgeInvalidArgument, "RIDGE_GDR_RECV_SLOTS=%lld: expected 1 to 256",
-                     static_cast<long long>(landingSlots));
+                     static_cast<long long>(p->landingSlots));
   if (payload < 64 || payload > (16 << 20))
     return makeError(ridgeInvalidArgument, "RIDGE_GDR_SLOT_BYTES=%lld: expected 64 to 16M",
                      static_cast<long long>(payload));
@@ -916,11 +1062,13 @@ Status GdrTransport::connect(const TransportSetup& setup) {
                      "RIDGE_SHM_SLOT_BYTES=%lld: shared memory carries some pairs, so the gdr slot must be "
                      "as large, but the gdr transport's slots hold at most 16M",
                      static_cast<long long>(besideShm));
-  payload = besideShm;
-  const uint32_t capacity = static_cast<uint32_t>(payload) & ~63u;
-  const uint32_t stride = slotStride(capacity);
+  p->capacity = static_cast<uint32_t>(besideShm) & ~63u;
+  p->stride = slotStride(p->capacity);
+  return Status::ok();
+}
 
-  // One NIC per transport, with staging room for every peer's slots next to its packets.
+// One NIC per transport, with staging room for every peer's slots next to its packets.
+Status GdrTransport::openNic(const SetupPlan& p) {
   if (netProvider() == "verbs") {
     RIDGE_TRY(verbs::openProvider("verbs", &provider_));
     RIDGE_TRY(provider_->open(0, &device_));
@@ -931,137 +1079,155 @@ Status GdrTransport::connect(const TransportSetup& setup) {
     // header larger than the MTU a second packet of 72 bytes.
     // (At most the 1M RIDGE_SOFTNIC_MTU allows: larger slots go as several packets.)
     if (!settingIsSet(Setting::SOFTNIC_MTU))
-      o.mtu = std::max<size_t>(o.mtu, std::min<size_t>((stride + 63) & ~63u, 1 << 20));
-    const size_t dmBytes = peers.size() * static_cast<size_t>(slots) * stride;
+      o.mtu = std::max<size_t>(o.mtu, std::min<size_t>((p.stride + 63) & ~63u, 1 << 20));
+    const size_t dmBytes = p.peers.size() * static_cast<size_t>(p.slots) * p.stride;
     o.stagingBytes = std::max(o.stagingBytes, 2 * dmBytes + 4 * o.mtu + (64 << 10));
     o.stagingBytes = (o.stagingBytes + 4095) & ~size_t(4095);
     RIDGE_TRY(softnic::openDevice(o, &device_));
     wakingNic_ = true;
   }
-  RIDGE_TRY(device_->allocPd(&pd_));
-  // On an rdma-core device, write mode asks the GDR-write ladder which rung this NIC and GPU
-  // allow, with the staging this transport needs, and says so at init. Every rung runs, for
-  // now, on the provider's proxied rings (the host-staged mechanism): the direct queues and GPU
-  // mappings of the doorbell rungs are not wired yet (docs/gdr-write.md, "Not yet wired").
-  std::string ladderLine;
-  std::optional<verbs::GdrLadderDecision> ladder;
-  if (mode == Mode::Write && netProvider() == "verbs") {
-    const uint64_t stagingBytes = static_cast<uint64_t>(peers.size()) * static_cast<uint64_t>(slots) * stride;
-    ladder =
-        verbs::decideGdrLadder(verbs::probeGdrLadder(device_.get(), device::activeRuntime(), stagingBytes));
-    ladderLine = verbs::gdrLadderLine(*ladder);
-    RIDGE_INFO(
-        "gdr: rank %d: ladder rung %s; runs host-staged (the provider's proxied mlx5 rings) until the "
-        "doorbell rungs are wired; staging where the ladder says unless RIDGE_GDR_STAGING is set",
-        rank_, ladderLine.c_str());
-  }
+  return device_->allocPd(&pd_);
+}
 
-  std::string tierName, tierWhy, readSlots;
-  std::vector<Endpoint> mine(P), theirs(static_cast<size_t>(P) * P);
-  for (int peer : peers) {
-    auto l = std::make_unique<Link>();
-    l->peer = peer;
-    l->mode = mode;
-    l->payloadCapacity = capacity;
-    l->stride = stride;
-    l->landingSlots = static_cast<uint32_t>(landingSlots);
-    if (paced_) {
-      ModeTiming t = model_.timing[static_cast<int>(mode)];
-      const double scale =
-          static_cast<double>(std::clamp<int64_t>(settingInt(Setting::GDR_PACE_SCALE), 1, 1000));
-      t.latencyNs *= scale;
-      t.bandwidthGBs /= scale;
-      l->pacer.configure(t);
-      // At most one pending ring per staging slot (a slot is not reused before its send
-      // retires, which needs its doorbell): post never allocates.
-      l->pendingRings.reserve(static_cast<size_t>(slots));
-    }
-    const uint32_t sqEntries = verbs::roundUpPow2(static_cast<uint32_t>(slots));
+// On an rdma-core device, write mode asks the GDR-write ladder which rung this NIC and GPU
+// allow, with the staging this transport needs, says so at init and builds what it says: the
+// doorbell rungs' data queues through mlx5 direct verbs (useDirectRings), the staging where
+// its `staging` points (setUpStaging).
+void GdrTransport::consultLadder(SetupPlan* p) {
+  if (p->mode != Mode::Write || netProvider() != "verbs") return;
+  const uint64_t stagingBytes =
+      static_cast<uint64_t>(p->peers.size()) * static_cast<uint64_t>(p->slots) * p->stride;
+  p->ladderFacts = verbs::probeGdrLadder(device_.get(), device::activeRuntime(), stagingBytes);
+  p->ladder = verbs::decideGdrLadder(p->ladderFacts);
+  p->directRings =
+      p->ladder->rung == verbs::GdrRung::GpuDoorbell || p->ladder->rung == verbs::GdrRung::CpuDoorbell;
+  RIDGE_INFO(
+      "gdr: rank %d: ladder rung %s; %s; staging where the ladder says unless RIDGE_GDR_STAGING is set",
+      rank_, verbs::gdrLadderLine(*p->ladder).c_str(),
+      p->directRings ? "data queues through mlx5 direct verbs" : "the provider's proxied mlx5 rings");
+}
+
+// The link's queue pairs and CQs: data QP -> the peer's landing QP, landing QP (receives,
+// and the credit writes back), each with its CQ, moved to INIT.
+Status GdrTransport::createQueues(Link* l, const SetupPlan& p) {
+  const uint32_t sqEntries = verbs::roundUpPow2(static_cast<uint32_t>(p.slots));
+  if (p.directRings)
+    RIDGE_TRY(pd_->createMlx5Cq(2 * sqEntries + 8, &l->dataCq));
+  else
     RIDGE_TRY(pd_->createCq(2 * sqEntries + 8, &l->dataCq));
-    verbs::QpCaps dataCaps;
-    dataCaps.maxSendWr = sqEntries;
-    dataCaps.maxRecvWr = 1;
-    RIDGE_TRY(pd_->createQp(l->dataCq.get(), l->dataCq.get(), dataCaps, &l->dataQp));
-    const uint32_t creditEntries =
-        verbs::roundUpPow2(static_cast<uint32_t>(std::max<int64_t>(64, 4 * landingSlots)));
-    RIDGE_TRY(pd_->createCq(static_cast<uint32_t>(landingSlots) + 8, &l->landCq));
-    RIDGE_TRY(pd_->createCq(2 * creditEntries, &l->creditCq));
-    verbs::QpCaps landCaps;
-    landCaps.maxSendWr = creditEntries;
-    landCaps.maxRecvWr = static_cast<uint32_t>(landingSlots);
-    RIDGE_TRY(pd_->createQp(l->creditCq.get(), l->landCq.get(), landCaps, &l->landQp));
-    // The producer of read and write writes mlx5 WQEs and polls its CQ itself; host-staged
-    // posts its data through postSend and polls through the provider (any provider, no raw
-    // data queue). Every mode's receive side polls the landing and credit CQs and posts the
-    // inline credit writes itself. (An rdma-core device gives these as the proxy's rings in
-    // host memory: transports/verbs/ibv_provider.cpp, RingProxy.)
-    const bool producerRings = mode != Mode::Staged;
-    const char* missing = nullptr;
-    if (producerRings && !l->dataQp->mlx5Sq()) missing = "the data send queue";
-    if (!missing && producerRings && !l->dataCq->mlx5Cq()) missing = "the data CQ";
-    if (!missing && !l->landQp->mlx5Sq()) missing = "the credit send queue";
-    if (!missing && !l->landCq->mlx5Cq()) missing = "the landing CQ";
-    if (!missing && !l->creditCq->mlx5Cq()) missing = "the credit CQ";
-    if (missing)
-      return makeError(ridgeInvalidUsage,
-                       "gdr: the %s provider does not expose %s as an mlx5 queue (mode %s)",
-                       device_->attributes().provider.c_str(), missing, modeName(mode));
-    RIDGE_TRY(l->dataQp->modify(QpState::Init));
-    RIDGE_TRY(l->landQp->modify(QpState::Init));
-
-    if (producerRings) {
-      l->ch.sq = *l->dataQp->mlx5Sq();
-      l->ch.cq = *l->dataCq->mlx5Cq();
-    }
-    l->ch.signalEvery = std::max<uint32_t>(1, static_cast<uint32_t>(slots) / 2);
-    l->ch.slotCount = static_cast<uint32_t>(slots);
-    l->ch.slotStrideBytes = stride;
-    l->ch.payloadCapacity = capacity;
-    const size_t ringBytes = static_cast<size_t>(slots) * stride;
-    if (mode == Mode::Write) {
-      RIDGE_TRY(setUpStaging(l.get(), ladder ? &*ladder : nullptr, &tierName, &tierWhy));
-    } else {
-      // read: the producer's slots, which the NIC reads; staged: pinned host slots the copy
-      // engine fills from one GPU slot.
-      RIDGE_TRY(setUpProducerSlots(l.get(), ringBytes, mode == Mode::Read, &readSlots));
-      if (mode == Mode::Staged) RIDGE_TRY(l->gpuSlot.allocate(capacity));
-    }
-    RIDGE_TRY(l->creditIn.allocate(sizeof(CreditRecord)));
-    RIDGE_TRY(pd_->registerMemory(l->creditIn.p, l->creditIn.bytes,
-                                  verbs::kAccessLocalWrite | verbs::kAccessRemoteWrite, &l->creditInMr));
-    l->ch.remoteConsumed = reinterpret_cast<const CreditRecord*>(l->creditIn.p);
-    l->ch.remoteSlotCount = l->landingSlots;
-
-    RIDGE_TRY(l->landing.allocate(static_cast<size_t>(landingSlots) * stride));
-    RIDGE_TRY(pd_->registerMemory(l->landing.p, l->landing.bytes,
-                                  verbs::kAccessLocalWrite | verbs::kAccessRemoteWrite, &l->landingMr));
-    RIDGE_TRY(l->creditOut.allocate(sizeof(CreditRecord)));
-    RIDGE_TRY(
-        pd_->registerMemory(l->creditOut.p, l->creditOut.bytes, verbs::kAccessLocalWrite, &l->creditOutMr));
-    for (int64_t i = 0; i < landingSlots; ++i) {
-      verbs::RecvWqe r{};
-      r.wrId = static_cast<uint64_t>(i);
-      RIDGE_TRY(l->landQp->postRecv(r));
-    }
-    Endpoint& e = mine[peer];
-    RIDGE_TRY(l->dataQp->localAddress(&e.dataQp));
-    RIDGE_TRY(l->landQp->localAddress(&e.landingQp));
-    e.landingAddr = reinterpret_cast<uint64_t>(l->landing.p);
-    e.landingRkey = l->landingMr->rkey();
-    e.creditAddr = reinterpret_cast<uint64_t>(l->creditIn.p);
-    e.creditRkey = l->creditInMr->rkey();
-    e.slotStride = stride;
-    e.landingSlots = l->landingSlots;
-    links_[peer] = std::move(l);
+  verbs::QpCaps dataCaps;
+  dataCaps.maxSendWr = sqEntries;
+  dataCaps.maxRecvWr = 1;
+  dataCaps.mlx5Direct = p.directRings;
+  RIDGE_TRY(pd_->createQp(l->dataCq.get(), l->dataCq.get(), dataCaps, &l->dataQp));
+  const uint32_t creditEntries =
+      verbs::roundUpPow2(static_cast<uint32_t>(std::max<int64_t>(64, 4 * p.landingSlots)));
+  RIDGE_TRY(pd_->createCq(static_cast<uint32_t>(p.landingSlots) + 8, &l->landCq));
+  RIDGE_TRY(pd_->createCq(2 * creditEntries, &l->creditCq));
+  verbs::QpCaps landCaps;
+  landCaps.maxSendWr = creditEntries;
+  landCaps.maxRecvWr = static_cast<uint32_t>(p.landingSlots);
+  RIDGE_TRY(pd_->createQp(l->creditCq.get(), l->landCq.get(), landCaps, &l->landQp));
+  // The producer of read and write writes mlx5 WQEs and polls its CQ itself; host-staged
+  // posts its data through postSend and polls through the provider (any provider, no raw
+  // data queue). Every mode's receive side polls the landing and credit CQs and posts the
+  // inline credit writes itself. (An rdma-core device gives these as the proxy's rings in
+  // host memory: transports/verbs/ibv_provider.cpp, RingProxy.)
+  const bool producerRings = p.mode != Mode::Staged;
+  const char* missing = nullptr;
+  if (producerRings && !l->dataQp->mlx5Sq()) missing = "the data send queue";
+  if (!missing && producerRings && !l->dataCq->mlx5Cq()) missing = "the data CQ";
+  if (!missing && !l->landQp->mlx5Sq()) missing = "the credit send queue";
+  if (!missing && !l->landCq->mlx5Cq()) missing = "the landing CQ";
+  if (!missing && !l->creditCq->mlx5Cq()) missing = "the credit CQ";
+  if (missing)
+    return makeError(ridgeInvalidUsage, "gdr: the %s provider does not expose %s as an mlx5 queue (mode %s)",
+                     device_->attributes().provider.c_str(), missing, modeName(p.mode));
+  RIDGE_TRY(l->dataQp->modify(QpState::Init));
+  RIDGE_TRY(l->landQp->modify(QpState::Init));
+  if (producerRings) {
+    l->ch.sq = *l->dataQp->mlx5Sq();
+    l->ch.cq = *l->dataCq->mlx5Cq();
   }
+  return Status::ok();
+}
 
-  // Everyone's endpoints for everyone (small: P x P entries), then connect both QPs per peer.
+// One peer's link: queues, the producer's slots (staging or its own), the credit record the
+// peer writes, the landing ring with its receives posted; what the peer needs goes into `e`.
+Status GdrTransport::setUpLink(int peer, SetupPlan* p, Endpoint* e) {
+  auto l = std::make_unique<Link>();
+  l->peer = peer;
+  l->mode = p->mode;
+  l->payloadCapacity = p->capacity;
+  l->stride = p->stride;
+  l->landingSlots = static_cast<uint32_t>(p->landingSlots);
+  if (paced_) {
+    ModeTiming t = model_.timing[static_cast<int>(p->mode)];
+    const double scale =
+        static_cast<double>(std::clamp<int64_t>(settingInt(Setting::GDR_PACE_SCALE), 1, 1000));
+    t.latencyNs *= scale;
+    t.bandwidthGBs /= scale;
+    l->pacer.configure(t);
+    // At most one pending ring per staging slot (a slot is not reused before its send
+    // retires, which needs its doorbell): post never allocates.
+    l->pendingRings.reserve(static_cast<size_t>(p->slots));
+  }
+  RIDGE_TRY(createQueues(l.get(), *p));
+  l->ch.signalEvery = std::max<uint32_t>(1, static_cast<uint32_t>(p->slots) / 2);
+  l->ch.slotCount = static_cast<uint32_t>(p->slots);
+  l->ch.slotStrideBytes = p->stride;
+  l->ch.payloadCapacity = p->capacity;
+  if (p->mode == Mode::Write) {
+    RIDGE_TRY(setUpStaging(l.get(), p->ladder ? &*p->ladder : nullptr, &p->tierName, &p->tierWhy));
+  } else {
+    // read: the producer's slots, which the NIC reads; staged: pinned host slots the copy
+    // engine fills from one GPU slot.
+    RIDGE_TRY(setUpProducerSlots(l.get(), static_cast<size_t>(p->slots) * p->stride, p->mode == Mode::Read,
+                                 &p->readSlots));
+    if (p->mode == Mode::Staged) RIDGE_TRY(l->gpuSlot.allocate(p->capacity));
+  }
+  RIDGE_TRY(l->creditIn.allocate(sizeof(CreditRecord)));
+  RIDGE_TRY(pd_->registerMemory(l->creditIn.p, l->creditIn.bytes,
+                                verbs::kAccessLocalWrite | verbs::kAccessRemoteWrite, &l->creditInMr));
+  l->ch.remoteConsumed = reinterpret_cast<const CreditRecord*>(l->creditIn.p);
+  l->ch.remoteSlotCount = l->landingSlots;
+  if (p->directRings) RIDGE_TRY(useDirectRings(l.get(), p->ladderFacts, p->ladder->rung));
+
+  RIDGE_TRY(l->landing.allocate(static_cast<size_t>(p->landingSlots) * p->stride));
+  RIDGE_TRY(pd_->registerMemory(l->landing.p, l->landing.bytes,
+                                verbs::kAccessLocalWrite | verbs::kAccessRemoteWrite, &l->landingMr));
+  RIDGE_TRY(l->creditOut.allocate(sizeof(CreditRecord)));
+  RIDGE_TRY(
+      pd_->registerMemory(l->creditOut.p, l->creditOut.bytes, verbs::kAccessLocalWrite, &l->creditOutMr));
+  for (int64_t i = 0; i < p->landingSlots; ++i) {
+    verbs::RecvWqe r{};
+    r.wrId = static_cast<uint64_t>(i);
+    RIDGE_TRY(l->landQp->postRecv(r));
+  }
+  RIDGE_TRY(l->dataQp->localAddress(&e->dataQp));
+  RIDGE_TRY(l->landQp->localAddress(&e->landingQp));
+  e->landingAddr = reinterpret_cast<uint64_t>(l->landing.p);
+  e->landingRkey = l->landingMr->rkey();
+  e->creditAddr = reinterpret_cast<uint64_t>(l->creditIn.p);
+  e->creditRkey = l->creditInMr->rkey();
+  e->slotStride = p->stride;
+  e->landingSlots = l->landingSlots;
+  links_[peer] = std::move(l);
+  return Status::ok();
+}
+
+// Everyone's endpoints for everyone (small: P x P entries), then both QPs of every link
+// through RTR and RTS, with a barrier between (no peer sends to a QP not yet ready).
+Status GdrTransport::connectLinks(const TransportSetup& setup, const SetupPlan& p,
+                                  const std::vector<Endpoint>& mine) {
+  const int P = setup.nranks;
+  std::vector<Endpoint> theirs(static_cast<size_t>(P) * P);
   std::memcpy(&theirs[static_cast<size_t>(rank_) * P], mine.data(), sizeof(Endpoint) * P);
   RIDGE_TRY(setup.bootstrap->allGather(theirs.data(), sizeof(Endpoint) * P));
-  for (int peer : peers) {
+  for (int peer : p.peers) {
     Link* l = links_[peer].get();
     const Endpoint& e = theirs[static_cast<size_t>(peer) * P + rank_];
-    if (e.slotStride != stride || e.landingSlots != l->landingSlots)
+    if (e.slotStride != p.stride || e.landingSlots != l->landingSlots)
       return makeError(ridgeInvalidUsage,
                        "gdr: rank %d and rank %d disagree on RIDGE_GDR_SLOT_BYTES or RIDGE_GDR_RECV_SLOTS",
                        rank_, peer);
@@ -1071,20 +1237,35 @@ Status GdrTransport::connect(const TransportSetup& setup) {
     l->ch.remoteRkey = e.landingRkey;
     l->remoteCreditAddr = e.creditAddr;
     l->remoteCreditRkey = e.creditRkey;
+    // The device-side producer's view: the same channel, with the device's addresses where
+    // the queues were mapped into the GPU.
+    l->devCh = l->ch;
+    if (l->gpuMap) {
+      l->devCh.sq = l->devSq;
+      l->devCh.cq = l->devCq;
+      l->devCh.staging = l->devStaging;
+      l->devCh.remoteConsumed = l->devCredit;
+    }
   }
   RIDGE_TRY(setup.bootstrap->barrier());
-  for (int peer : peers) {
+  for (int peer : p.peers) {
     RIDGE_TRY(links_[peer]->dataQp->modify(QpState::Rts));
     RIDGE_TRY(links_[peer]->landQp->modify(QpState::Rts));
   }
-  RIDGE_TRY(setup.bootstrap->barrier());
-  for (int peer : peers) {
+  return setup.bootstrap->barrier();
+}
+
+// Connectors, the process-wide counters and report, the pacer and doorbell threads, and what
+// set-up decided at INFO.
+void GdrTransport::goLive(const SetupPlan& p) {
+  for (int peer : p.peers) {
     Link* l = links_[peer].get();
     l->transport = this;
     l->sendConn = std::make_unique<GdrSend>(this, l, deviceProducerUsable(l));
     l->recvConn = std::make_unique<GdrRecv>(this, l);
     active_.push_back(l);
   }
+  const Mode mode = p.mode;
   {
     std::lock_guard<std::mutex> g(gCountersMutex);
     for (Link* l : active_) {
@@ -1092,25 +1273,42 @@ Status GdrTransport::connect(const TransportSetup& setup) {
       gLiveCounters.push_back(&l->deviceCtr);
     }
     gLastReport.mode = mode;
-    gLastReport.modeReason = modeWhy;
-    gLastReport.stagingTier = mode == Mode::Write ? tierName : "";
-    gLastReport.stagingReason = mode == Mode::Write ? tierWhy : "";
-    gLastReport.readSlots = mode == Mode::Read ? readSlots : "";
+    gLastReport.modeReason = p.modeWhy;
+    gLastReport.stagingTier = mode == Mode::Write ? p.tierName : "";
+    gLastReport.stagingReason = mode == Mode::Write ? p.tierWhy : "";
+    gLastReport.readSlots = mode == Mode::Read ? p.readSlots : "";
+    gLastReport.rung = p.ladder ? verbs::gdrRungName(p.ladder->rung) : "";
+    gLastReport.directQueues = p.directRings;
+    gLastReport.queuesMappedForGpu = !active_.empty() && active_.front()->gpuMap != nullptr;
     gLastReport.paced = paced_;
     gLastReport.model = paced_ ? model_.describe() : "";
   }
   if (paced_ && !active_.empty()) pacerThread_ = std::thread([this] { pacerLoop(); });
+  bool cpuRings = false;
+  for (Link* l : active_) cpuRings = cpuRings || l->cpuRings;
+  if (cpuRings) doorbellThread_ = std::thread([this] { doorbellLoop(); });
   RIDGE_INFO("gdr: rank %d: %zu peers, mode %s (%s), %lld staging slots of %u bytes, %lld landing slots",
-             rank_, peers.size(), modeName(mode), modeWhy.c_str(), static_cast<long long>(slots), capacity,
-             static_cast<long long>(landingSlots));
+             rank_, p.peers.size(), modeName(mode), p.modeWhy.c_str(), static_cast<long long>(p.slots),
+             p.capacity, static_cast<long long>(p.landingSlots));
   if (mode == Mode::Write)
-    RIDGE_INFO("gdr: rank %d: staging tier %s: %s", rank_, tierName.c_str(), tierWhy.c_str());
-  if (mode == Mode::Read) RIDGE_INFO("gdr: rank %d: read slots in %s", rank_, readSlots.c_str());
+    RIDGE_INFO("gdr: rank %d: staging tier %s: %s", rank_, p.tierName.c_str(), p.tierWhy.c_str());
+  if (mode == Mode::Read) RIDGE_INFO("gdr: rank %d: read slots in %s", rank_, p.readSlots.c_str());
   if (paced_) {
     const ModeTiming& t = model_.timing[static_cast<int>(mode)];
     RIDGE_INFO("gdr: rank %d: paced by the PCIe model (modeled: %.2f us latency, %.1f GB/s): %s", rank_,
                t.latencyNs / 1000, t.bandwidthGBs, model_.describe().c_str());
   }
+}
+
+Status GdrTransport::connect(const TransportSetup& setup) {
+  SetupPlan p;
+  RIDGE_TRY(plan(setup, &p));
+  RIDGE_TRY(openNic(p));
+  consultLadder(&p);
+  std::vector<Endpoint> mine(setup.nranks);
+  for (int peer : p.peers) RIDGE_TRY(setUpLink(peer, &p, &mine[peer]));
+  RIDGE_TRY(connectLinks(setup, p, mine));
+  goLive(p);
   return Status::ok();
 }
 
@@ -1147,6 +1345,10 @@ std::string countersToString(const Counters& c) {
       (unsigned long long)c.slotsLanded, (unsigned long long)c.creditWrites,
       (unsigned long long)c.completionErrors, (unsigned long long)c.remoteReads,
       (unsigned long long)c.devicePosts);
+}
+
+uint64_t cpuDoorbellsRung() {
+  return gCpuDoorbells.load();
 }
 
 SetupReport lastSetupReport() {

@@ -4,7 +4,7 @@
 //                (classic GPUDirect RDMA).
 //   gdr-write    the producer writes the payload straight into a staging slot in NIC-side
 //                memory (posted writes), builds the WQE and rings the doorbell itself through
-//                the device-side verbs subset (kernels/gdr/gdr_device.h); it may only write a
+//                the device-side verbs subset (transports/gdr/gdr_device.h); it may only write a
 //                slot it holds a credit for, and the NIC gives credits back as sends complete.
 //   host-staged  the producer's slot is copied into pinned host memory and a CPU proxy posts
 //                the send.
@@ -17,7 +17,7 @@
 
 #include <string>
 
-#include "kernels/gdr/gdr_device.h"
+#include "transports/gdr/gdr_device.h"
 #include "transports/gdr/gdr_model.h"
 #include "transports/transport.h"
 
@@ -38,9 +38,16 @@ struct SetupReport {
   // read: where the producer's slots are and how the NIC got them: "device memory (dma-buf)",
   // "device memory (peer memory)" or "host memory".
   std::string readSlots;
+  // write over RIDGE_NET=verbs: the ladder's rung ("" elsewhere), whether the data queues are
+  // the NIC's own mlx5 rings (doorbell rungs) and whether they were mapped into the GPU.
+  std::string rung;
+  bool directQueues = false;
+  bool queuesMappedForGpu = false;
   bool paced = false;
   std::string model;  // the advisor's text when RIDGE_SOFTNIC_PCIE_MODEL is set
 };
 SetupReport lastSetupReport();
+// UAR doorbells a CPU thread rang for a producer on the cpu-doorbell rung (process-wide).
+uint64_t cpuDoorbellsRung();
 
 }  // namespace ridge::gdr

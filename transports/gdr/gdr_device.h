@@ -15,7 +15,7 @@
 // trailer against the sequence number it expects, which is how "staged data dropped or
 // overwritten" is detected end to end.
 //
-// The same source is compiled twice: as CUDA device code (kernels/gdr/gdr_kernels.cu) and as
+// The same source is compiled twice: as CUDA device code (transports/gdr/gdr_kernels.cu) and as
 // host code that a CPU thread runs against the software NIC where there is no GPU. Only the
 // primitives of the "memory-ordering layer" below differ between the two; every decision
 // (credits, slot layout, WQE fields, counters) is in code both share. C++17 (nvcc under
@@ -312,8 +312,11 @@ RIDGE_HOST_DEVICE inline uint32_t postSlot(const SendChannel& ch, SendState* st,
 }
 
 // Publishes every WQE below st->pi in the doorbell record and rings the UAR doorbell.
+// A queue without a UAR (the cpu-doorbell rung: the UAR is not mapped into the GPU) only
+// publishes the record; a CPU thread that watches it rings for the producer.
 RIDGE_HOST_DEVICE inline void ringTo(const mlx5::SqView& sq, uint32_t pi, uint64_t ctrl8, Counters* ctr) {
   mlx5::publishDbr(sq, pi);
+  if (sq.uarDoorbell == nullptr) return;
   mlx5::ringDoorbellWord(sq, ctrl8);
   ctr->doorbells += 1;
 }

@@ -1,6 +1,6 @@
 // The device-side verbs subset (gdr_device.h) instantiated in real kernels, so that CUDA
 // builds compile it for sm_80/sm_90 and the GPU check (tests/gpu/gdr_write_check.sh) runs it.
-#include "kernels/gdr/gdr_kernels.h"
+#include "transports/gdr/gdr_kernels.h"
 
 namespace ridge {
 namespace gdr {

@@ -5,7 +5,7 @@
 
 #include <cuda_runtime.h>
 
-#include "kernels/gdr/gdr_device.h"
+#include "transports/gdr/gdr_device.h"
 
 namespace ridge {
 namespace gdr {
