@@ -64,7 +64,9 @@ ALLOWED = {
     "kernels": _EVERYONE | {"reduce"},
     "bootstrap": _EVERYONE,
     "topo": _EVERYONE,
-    "device": _EVERYONE | {"reduce", "kernels"},
+    # The device runtime launches the kernels; the emulated runtime may place its GPUs as a
+    # topology says (issue 18: RIDGE_DEVICE=emulated with RIDGE_TOPO_FILE).
+    "device": _EVERYONE | {"reduce", "kernels", "topo"},
     "plan": _EVERYONE | {"topo"},
     "transports": _EVERYONE | {"reduce", "kernels", "bootstrap", "device", "topo"},
     "coll": _EVERYONE | {"reduce", "kernels", "bootstrap", "device", "topo", "plan", "transports"},
