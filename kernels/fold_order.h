@@ -1,5 +1,5 @@
 // Which rank's input starts the fold of a reduced element on the device paths, shared by the
-// bulk P2P transport (transports/p2p) and the LL collectives (kernels/ll_collective.h) so
+// bulk P2P engine (src/coll/device/p2p.cpp) and the LL collectives (kernels/ll_collective.h) so
 // that both give the same bits: float sums depend on the order of their operands.
 //
 // P2P cuts an allreduce into one slice per rank (each rank reduces its slice from every

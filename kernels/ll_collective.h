@@ -1,6 +1,6 @@
 // The one-shot LL collective: what one launch does, line by line, for every collective.
 //
-// Every rank of the communicator runs one fused launch per operation (src/coll/ll_path.h
+// Every rank of the communicator runs one fused launch per operation (src/coll/device/ll_path.h
 // queues it on the caller's stream). Each rank owns an LL area in device memory with one
 // slot per peer and parity; `peerSlot[j]` is where this rank writes for peer j (peer j's
 // slot for this rank), `mySlot[j]` where peer j's lines land here. A message of `count`
@@ -14,7 +14,7 @@
 // starts operation k + 2 only after its operation k + 1 received lines from every peer, which
 // each peer sent after it had finished operation k, so nobody overwrites a slot still read).
 // Phase 2 (receive): for each of the same lines, wait for every expected peer line, then
-// store the output: copies, or a reduction in the bulk P2P path's order (src/coll/fold_order.h:
+// store the output: copies, or a reduction in the bulk P2P path's order (kernels/fold_order.h:
 // from the slice's owner, in rounds of kFoldSources) so that LL and bulk give the same bits.
 //
 // The same thread handles line i in both phases, so in place (the output over the input)

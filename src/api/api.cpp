@@ -22,6 +22,7 @@
 #include "coll/batch.h"
 #include "coll/comm.h"
 #include "coll/device/gpu_proxy.h"
+#include "coll/device/ll_path.h"
 #include "coll/executor.h"
 #include "core/log.h"
 #include "core/settings.h"
@@ -207,7 +208,7 @@ Status syncStreamForHostCall(const char* fn, ridgeStream_t stream) {
 }
 
 // Where the buffers a call touches live. Host: the call runs on this thread as before.
-// Device or managed: the stream-ordered path (coll/gpu_proxy.h). A mix is refused. The kinds
+// Device or managed: the stream-ordered path (coll/device/gpu_proxy.h). A mix is refused. The kinds
 // found (Host for a buffer the call does not use) travel with the operation (DeviceOp).
 Status classifyBuffers(const char* fn, ridgeComm* comm, const void* send, bool readsSend, const void* recv,
                        bool writesRecv, bool* onDevice, device::PointerKind* sendKind,

@@ -111,7 +111,7 @@ struct ExpectAhead {
 
 // Sends `bytes` of caller memory as the next chunk: queued directly when `direct` (the
 // caller then awaits SendsComplete before reusing it), else copied into a slot (by the
-// communicator's data ops: coll/data_ops.h) and posted once the copy is done. With `later`,
+// communicator's data ops: coll/device/data_ops.h) and posted once the copy is done. With `later`,
 // a device copy is not waited for here: the post waits in `later` for the caller's next
 // settle (which then covers the caller's own copies of the step too); the host posts at once.
 Task sendChunk(ridgeComm* c, SendConnector* tx, bool direct, const void* src, size_t bytes, bool last,
@@ -138,7 +138,7 @@ Task sendChunk(ridgeComm* c, SendConnector* tx, bool direct, const void* src, si
 // the transport has handed every chunk over (SendsComplete), so the caller may reuse its
 // buffer. Shorter messages are copied into a slot: the copy costs less than waiting for
 // the transport, and the call returns as soon as the message is queued.
-// Device buffers (c->deviceData, set by the GPU proxy) are copied into the slots by the
+// Device buffers (c->device->data, set by the GPU proxy) are copied into the slots by the
 // copy engine, chunk by chunk, the same chunks as from host memory, never sent directly (a
 // transport would read them from the host).
 Task sendMessage(ridgeComm* c, int peer, const char* src, size_t bytes) {
@@ -146,18 +146,18 @@ Task sendMessage(ridgeComm* c, int peer, const char* src, size_t bytes) {
   // A device buffer over a connector the device can drive itself (gdr write): the device-side
   // producer sends the whole message from device memory, queued on the data ops' stream; no
   // copy into a slot by the copy engine. Where the runtime cannot run it, the copy path below.
-  if (c->deviceData) {
+  if (c->device->data) {
     if (DeviceProducer* dp = tx->deviceProducer()) {
       void* arg = nullptr;
       const DeviceProducer::Fn fn = dp->deviceFunction(&arg);
-      if (c->deviceData->launch(fn, arg, src, bytes).isOk()) {
+      if (c->device->data->launch(fn, arg, src, bytes).isOk()) {
         RIDGE_CO_TRY(co_await dataSettled(c));
         co_return dp->finishDeviceSend();
       }
     }
   }
   const size_t chunk = tx->slotBytes();
-  const bool direct = !c->deviceData && offersDirect(tx) && bytes >= chunk;
+  const bool direct = !c->device->data && offersDirect(tx) && bytes >= chunk;
   DirectWithdrawal withdrawal{direct ? tx : nullptr, nullptr};
   size_t off = 0;
   do {
@@ -176,7 +176,7 @@ Task recvMessage(ridgeComm* c, int peer, char* dst, size_t bytes) {
   RecvConnector* rx = c->recvFrom[peer];
   // Device buffers are never declared as destinations (a transport would write into them
   // from the host): their chunks arrive in slots and the copy engine moves them.
-  const bool direct = !c->deviceData && offersDirect(rx);
+  const bool direct = !c->device->data && offersDirect(rx);
   DirectWithdrawal withdrawal{nullptr, direct ? rx : nullptr};
   const size_t chunk = rx->slotBytes();
   size_t planOff = 0;
@@ -253,7 +253,7 @@ Task allPairsExchange(ridgeComm* c, CollArgs a, bool gather) {
   const size_t es = dataTypeSize(a.dtype);
   const size_t chunkElems = P == 1 ? std::max<size_t>(a.count, 1) : c->sendTo[(r + 1) % P]->slotBytes() / es;
   const int peer = (r + 1) % P;
-  const bool direct = P == 2 && !c->deviceData && (gather || a.send != a.recv);
+  const bool direct = P == 2 && !c->device->data && (gather || a.send != a.recv);
   SendConnector* txDirect = direct && offersDirect(c->sendTo[peer]) ? c->sendTo[peer] : nullptr;
   RecvConnector* rxDirect = direct && offersDirect(c->recvFrom[peer]) ? c->recvFrom[peer] : nullptr;
   DirectWithdrawal withdrawal{txDirect, rxDirect};
@@ -273,7 +273,7 @@ Task allPairsExchange(ridgeComm* c, CollArgs a, bool gather) {
       RIDGE_CO_TRY(
           co_await sendChunk(c, c->sendTo[j], txDirect != nullptr, cbytes(a.send) + src * es, n * es, false));
     }
-    // The own block gates no slot: on the device it is left to the stream (coll/data_ops.h).
+    // The own block gates no slot: on the device it is left to the stream (coll/device/data_ops.h).
     char* own = mbytes(a.recv) + (size_t(r) * a.count + off) * es;
     const char* ownSrc = cbytes(a.send) + ((gather ? 0 : size_t(r) * a.count) + off) * es;
     if (own != ownSrc) RIDGE_CO_TRY(dataCopy(c, own, ownSrc, n * es));
@@ -964,11 +964,11 @@ Task runCollective(ridgeComm* c, CollArgs a) {
   if (a.type == CollType::Send) co_return co_await sendMessage(c, a.root, cbytes(a.send), bytes);
   if (a.type == CollType::Recv) co_return co_await recvMessage(c, a.root, mbytes(a.recv), bytes);
   if (a.count == 0) co_return Status::ok();
-  // On the device network (coll/data_ops.h) only the ring and chain algorithms (and alltoall's
+  // On the device network (coll/device/data_ops.h) only the ring and chain algorithms (and alltoall's
   // all-pairs exchange, its only one) move payload through the data ops.
-  const Algo algo = c->nranks == 1  ? Algo::AllPairs
-                    : c->deviceData ? Algo::Ring
-                                    : c->algos.choose(a.type, bytes);
+  const Algo algo = c->nranks == 1    ? Algo::AllPairs
+                    : c->device->data ? Algo::Ring
+                                      : c->algos.choose(a.type, bytes);
   RIDGE_TRACE("rank %d: %s of %zu bytes with %s", c->rank, collTypeName(a.type), bytes, algoName(algo));
   ++c->algoRuns[static_cast<int>(algo)];
   c->lastAlgo = static_cast<int>(algo);

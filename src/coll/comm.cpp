@@ -9,15 +9,13 @@
 #include <mutex>
 
 #include "bootstrap/bootstrap.h"
-#include "coll/device/p2p.h"
+#include "coll/device/device_collectives.h"
 #include "core/cpus.h"
 #include "core/log.h"
 #include "core/settings.h"
 #include "device/runtime.h"
 #include "plan/host_plan.h"
 #include "topo/summary.h"
-#include "transports/net/device_memory.h"
-#include "transports/net/net_transport.h"
 
 namespace ridge {
 
@@ -35,60 +33,6 @@ static void copyString(char* dst, size_t cap, const std::string& src) {
   size_t n = std::min(cap - 1, src.size());
   std::memcpy(dst, src.data(), n);
   dst[n] = 0;
-}
-
-// Whether this rank can take part in a device network (ridgeComm::deviceNet): it serves a
-// device through an active runtime, RIDGE_GDR_DATA_PATH is not off, RIDGE_NET names a
-// provider that the gdr transport does not take over, and the runtime exports device memory
-// as dma-buf (checked once here, on the communicator's device).
-static bool deviceNetworkPossibleHere(ridgeComm* c) {
-  device::DeviceRuntime* rt = device::activeRuntime();
-  if (c->cudaDevice < 0 || !rt || c->nranks < 2 || netProvider().empty() || gdrModeOn()) return false;
-  const std::string mode = settingString(Setting::GDR_DATA_PATH);
-  if (mode == "off") return false;
-  if (mode != "auto") {
-    RIDGE_WARN("RIDGE_GDR_DATA_PATH=%s: expected auto or off; using off", mode.c_str());
-    return false;
-  }
-  std::string why;
-  Status bound = rt->bindThread(c->cudaDevice);
-  if (!bound.isOk()) why = bound.message();
-  if (!bound.isOk() || !RuntimeDeviceMemory::dmaBufWorks(rt, &why)) {
-    RIDGE_INFO("comm %s: no GPUDirect RDMA data path: device memory cannot be exported as dma-buf (%s)",
-               c->name.c_str(), why.c_str());
-    return false;
-  }
-  return true;
-}
-
-// Builds the device network when every rank can and every pair of ranks is the net
-// transport's: the same decision on every rank, from the all-gathered PeerInfo, since
-// creating the transport is collective.
-static Status setupDeviceNetwork(ridgeComm* c, const TransportSetup& setup) {
-  bool all = c->nranks > 1;
-  for (const PeerInfo& p : c->peers) all = all && p.deviceNetReady;
-  for (int a = 0; a < c->nranks && all; ++a)
-    for (int b = a + 1; b < c->nranks && all; ++b) all = netPairReachable(setup, a, b) && !gdrModeOn();
-  if (!all) return Status::ok();
-  c->deviceSlotMemory = std::make_unique<RuntimeDeviceMemory>(device::activeRuntime(), c->cudaDevice);
-  TransportSetup deviceSetup = setup;
-  deviceSetup.netRingAllocator = c->deviceSlotMemory.get();
-  RIDGE_TRY(createNetTransport(deviceSetup, &c->deviceNet));
-  c->deviceSendTo.assign(c->nranks, nullptr);
-  c->deviceRecvFrom.assign(c->nranks, nullptr);
-  for (int peer = 0; peer < c->nranks; ++peer) {
-    if (peer == c->rank) continue;
-    c->deviceSendTo[peer] = c->deviceNet->sendTo(peer);
-    c->deviceRecvFrom[peer] = c->deviceNet->recvFrom(peer);
-    if (!c->deviceSendTo[peer] || !c->deviceRecvFrom[peer])
-      return makeError(ridgeInternalError, "rank %d: the device network has no connector to rank %d", c->rank,
-                       peer);
-  }
-  RIDGE_INFO(
-      "comm %s: device network up (%s, slots in device %d memory): device collectives between hosts "
-      "move NIC <-> GPU memory",
-      c->name.c_str(), c->deviceNet->name(), c->cudaDevice);
-  return Status::ok();
 }
 
 Status initComm(ridgeComm* c, const ridgeUniqueId& id) {
@@ -134,13 +78,13 @@ Status initComm(ridgeComm* c, const ridgeUniqueId& id) {
   }
   if (!stagingValid.isOk())
     return Status(stagingValid.code(), "rank " + std::to_string(c->rank) + ": " + stagingValid.message());
-  c->stagingBytes = stagingBytes;
+  c->device->stagingBytes = stagingBytes;
   for (const PeerInfo& p : c->peers) {
     if (p.stagingBytes == 0)
       return makeError(ridgeInvalidArgument,
                        "rank %d's RIDGE_STAGING_BYTES is not a size from 64K to 1G (its error says which)",
                        p.rank);
-    c->stagingBytes = std::min(c->stagingBytes, static_cast<size_t>(p.stagingBytes));
+    c->device->stagingBytes = std::min(c->device->stagingBytes, static_cast<size_t>(p.stagingBytes));
   }
   RIDGE_INFO("comm %s: rank %d of %d on %s (%s)", c->name.c_str(), c->rank, c->nranks, me.hostName,
              me.topoSummary);
@@ -191,8 +135,7 @@ Status initComm(ridgeComm* c, const ridgeUniqueId& id) {
       return makeError(ridgeInternalError, "rank %d: no connector to rank %d after transport setup", c->rank,
                        peer);
   }
-  RIDGE_TRY(setupDeviceNetwork(c, setup));
-  RIDGE_TRY(setupLL(c));
+  RIDGE_TRY(setupDeviceCollectives(c, setup));
   c->scratchPtrs.assign(c->nranks, nullptr);
   c->peerMemory.assign(c->nranks, nullptr);
   bool direct = c->nranks > 1;
@@ -259,19 +202,8 @@ bool bufferRegistered(const ridgeComm* c, const void* p, size_t bytes) {
 
 void freeComm(ridgeComm* c) {
   if (c->initThread.joinable()) c->initThread.join();
-  // Before the connectors go: the proxy may still be using them, and every stream waiting
-  // on this communicator's release word must be released.
-  stopGpuProxy(c, c->aborted.load());
-  // LL launches on the users' streams write into peers' areas: wait for this rank's last one
-  // (an abort stops them) before its area and mappings go.
-  releaseLL(c);
-  // The device network first (it lets its last writes drain), so that a peer still
-  // finishing a device batch with this rank sees it go before the host connections; its
-  // slots are freed through the allocator, so the transport goes before them.
-  c->deviceSendTo.clear();
-  c->deviceRecvFrom.clear();
-  c->deviceNet.reset();
-  c->deviceSlotMemory.reset();
+  // Before the connectors go (coll/device/device_collectives.h says why and in which order).
+  releaseDeviceCollectives(c);
   c->sendTo.clear();
   c->recvFrom.clear();
   c->transports.clear();

@@ -11,18 +11,18 @@
 #include <vector>
 
 #include "coll/algo_select.h"
-#include "coll/device/gpu_proxy.h"
-#include "coll/device/ll_path.h"
-#include "coll/device/p2p.h"
 #include "coll/p2p_copy.h"
 #include "core/status.h"
 #include "ridge/ridge.h"
-#include "transports/net/net_transport.h"
 #include "transports/transport.h"
 
 namespace ridge {
 class Bootstrap;
-class DeviceDataOps;  // coll/data_ops.h
+struct DeviceCollectives;  // coll/device/device_collectives.h
+struct DeviceCollectivesDeleter {
+  void operator()(DeviceCollectives* d) const;
+};
+DeviceCollectives* newDeviceCollectives();
 
 // What every rank tells every other rank at init (fixed size: it travels through the
 // bootstrap all-gather).
@@ -113,40 +113,13 @@ struct ridgeComm {
   std::mutex lastErrorMutex;
   std::string lastError;
 
-  // The CUDA device the communicator serves (the caller's current device at init when the
-  // device runtime has one; -1 for a host-only communicator), and the proxy that runs its
-  // stream-ordered collectives on device memory (src/coll/gpu_proxy.h), started on the
-  // first such call.
+  // The CUDA device the communicator serves: the caller's current device at init when the
+  // device runtime has one; -1 for a host-only communicator.
   int cudaDevice = -1;
-  // Pinned staging bytes of the proxy: the smallest RIDGE_STAGING_BYTES of the ranks (set at
-  // init), so that every rank cuts staged batches into the same chunks.
-  size_t stagingBytes = 0;
-  std::mutex gpuProxyMutex;
-  std::unique_ptr<ridge::GpuProxy, ridge::GpuProxyDeleter> gpuProxy;
-  // The P2P path of the proxy (transports/p2p/p2p.h): IPC mapping cache, internal stream and
-  // counters; created by the proxy thread's setup (before any stream waits on it), freed
-  // with the proxy.
-  std::unique_ptr<ridge::p2p::Context, ridge::p2p::ContextDeleter> p2p;
-
-  // The device network (classic GPUDirect RDMA data path, docs/gpu.md): a second net
-  // transport whose send areas and receive rings are device memory of cudaDevice, built at
-  // init when every rank can (PeerInfo::deviceNetReady) and every peer is reached through the
-  // net transport; null otherwise. Its connectors serve only the proxy's batches that every
-  // rank voted onto it (deviceNetBatches); host collectives keep sendTo/recvFrom.
-  std::unique_ptr<ridge::NetRingAllocator> deviceSlotMemory;  // outlives deviceNet
-  std::unique_ptr<ridge::Transport> deviceNet;
-  std::vector<ridge::SendConnector*> deviceSendTo;
-  std::vector<ridge::RecvConnector*> deviceRecvFrom;
-  // Set by the proxy only while a batch runs on the device network, or while it runs a staged
-  // batch's sends and receives on their device buffers: the algorithms then move and reduce
-  // payload with the device runtime (coll/data_ops.h: queued on the proxy's stream, settled
-  // per step), never through the direct extension, and take the ring and chain algorithms
-  // (alltoall: all-pairs). Null: host memory, memcpy and the host reductions.
-  ridge::DeviceDataOps* deviceData = nullptr;
-  // The LL path (src/coll/ll_path.h): areas, status word, operation counter and ordering
-  // marker; built at init when every rank can take part, null otherwise. Small collectives
-  // on device memory are then launched on the caller's stream, not handed to the proxy.
-  std::unique_ptr<ridge::LLState, ridge::LLStateDeleter> ll;
+  // Everything its collectives on device memory use (coll/device/device_collectives.h: the
+  // GPU proxy, P2P, device network, data ops and LL path). Never null.
+  std::unique_ptr<ridge::DeviceCollectives, ridge::DeviceCollectivesDeleter> device{
+      ridge::newDeviceCollectives()};
   // Operators of ridgeRedOpCreatePreMulSum: handle ridgeNumOps + index (src/api/api.cpp).
   struct UserOp {
     bool live = false;
@@ -170,11 +143,6 @@ struct ridgeComm {
   // How many ridgeCommShrink calls this rank made on the communicator: the tag of the next
   // one's id message, so that two shrinks never read each other's id.
   uint32_t shrinkCount = 0;
-
-  // Counters (proxy thread; read after the batches finished).
-  uint64_t deviceNetBatches = 0;   // batches every rank voted onto the device network
-  uint64_t deviceNetDeclined = 0;  // batches the vote left to staging
-  uint64_t stagedBatches = 0;      // batches run host-staged (neither P2P nor the device network)
 };
 
 namespace ridge {

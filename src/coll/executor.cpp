@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "coll/comm.h"
+#include "coll/device/device_collectives.h"
 #include "core/log.h"
 #include "core/settings.h"
 
@@ -147,7 +148,7 @@ Status Executor::checkIdle(int64_t idleNs) {
   // With several transports (shm within a host, a network transport between hosts) only
   // the first one's wake-ups reach this sleep: poll the others every 200 us.
   if (comm->transports.size() > 1) slice = std::min<int64_t>(slice, 200000);
-  // A strand waiting for the device (coll/data_ops.h) is woken by no transport, and a
+  // A strand waiting for the device (coll/device/data_ops.h) is woken by no transport, and a
   // transport may sleep longer than asked (a millisecond timeout rounds 20 us up to 1 ms):
   // while one waits, sleep kDeviceWaitSliceNs here and poll again. A copy or reduction of
   // one chunk takes microseconds; a peer's post is seen at most one slice later.
@@ -169,12 +170,12 @@ Status Executor::checkIdle(int64_t idleNs) {
   // During a device-network batch only the device network's connections are checked: a
   // peer that finished and destroyed its communicator closes its host connections while
   // the device network may still deliver (review M3 of the GPUDirect RDMA path).
-  const bool onDeviceNetwork = comm->deviceNet && comm->waitTransport == comm->deviceNet.get();
+  const bool onDeviceNetwork = comm->device->net && comm->waitTransport == comm->device->net.get();
   for (size_t i = 0; i < used_; ++i) {
     const Strand& s = entries_[i]->strand;
     if (s.done || !s.blocked || s.blocked->peer < 0) continue;
     if (onDeviceNetwork)
-      RIDGE_TRY(comm->deviceNet->checkPeer(s.blocked->peer));
+      RIDGE_TRY(comm->device->net->checkPeer(s.blocked->peer));
     else
       for (auto& transport : comm->transports) RIDGE_TRY(transport->checkPeer(s.blocked->peer));
   }

@@ -62,7 +62,7 @@ void setupP2pCopy(ridgeComm* c, size_t minBytes) {
 
 bool p2pSendsSingleCopy(ridgeComm* c, int peer, size_t bytes) {
   // Device memory (the proxy's staged sends) is not in this process's address space.
-  const bool single = !c->deviceData && singleCopyPossible(c, peer, bytes);
+  const bool single = !c->device->data && singleCopyPossible(c, peer, bytes);
   ++(single ? c->p2pCopy.singleCopySends : c->p2pCopy.stagedSends);
   return single;
 }
@@ -104,7 +104,7 @@ Task recvSingleCopy(ridgeComm* c, int peer, char* dst, size_t bytes, bool* done)
                         "message it sent (%llu bytes)",
                         c->rank, bytes, peer, static_cast<unsigned long long>(d.bytes));
   PeerMemory* pm = c->peerMemory[peer];
-  if (!c->deviceData) {
+  if (!c->device->data) {
     RIDGE_CO_TRY(pm->read(dst, d.src, bytes));
     ++c->p2pCopy.singleCopyRecvs;
   } else {

@@ -29,7 +29,7 @@ class Executor;
 struct WaitCondition {
   bool (*ready)(WaitCondition* self) = nullptr;
   int peer = -1;  // the rank whose action would make it ready (for health checks)
-  // Waits for the device (coll/data_ops.h), which wakes no transport: the executor then
+  // Waits for the device (coll/device/data_ops.h), which wakes no transport: the executor then
   // sleeps in short slices (nanosleep), never on a transport.
   bool onDevice = false;
 };

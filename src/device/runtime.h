@@ -161,7 +161,7 @@ class DeviceRuntime {
   virtual Status ipcOpen(const IpcHandle& handle, void** devicePtr) = 0;
   virtual Status ipcClose(void* devicePtr) = 0;
 
-  // ---- P2P (transports/p2p): what the device-direct path asks before using IPC ----
+  // ---- P2P (src/coll/device/p2p.cpp): what the device-direct path asks before using IPC ----
   // How device `a` reaches device `b`'s memory. SameDevice: always allowed (several ranks
   // on one GPU); otherwise what the runtime says (CUDA: cudaDeviceCanAccessPeer). The kind
   // is for logs and the planner; Unknown when the runtime cannot tell NVLink from PCIe.

@@ -1,9 +1,9 @@
-// The LL collectives (src/coll/ll_path.h) on a real GPU: ranks as threads of this process on
+// The LL collectives (src/coll/device/ll_path.h) on a real GPU: ranks as threads of this process on
 // one GPU (their kernels run concurrently, so a spinning receiver sees its peers' lines), every
 // collective on cudaMalloc memory through the C API on each rank's own stream, against the
 // higher-precision host reference (random inputs, poisoned outputs), the LL path counted, and
 // LL against the bulk P2P path bit for bit. Without a CUDA device every test reports
-// "skipped: no CUDA device". tests/device/ll_collective_test.cpp proves the same on the
+// "skipped: no CUDA device". tests/coll/device/ll_collective_test.cpp proves the same on the
 // emulated runtime in every build.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>

@@ -1,9 +1,9 @@
-// The P2P transport on a real GPU: two forked processes (CUDA IPC opens handles of other
+// The P2P engine on a real GPU: two forked processes (CUDA IPC opens handles of other
 // processes only), each a rank with its own communicator and stream, on device 0 ("several
 // ranks on one GPU") or on devices 0 and 1 when there are two. Every collective on cudaMalloc
 // buffers against the higher-precision host reference of tests/coll/test_data.h, with
 // poisoned outputs; the P2P counters prove the path ran and the IPC mapping cache reused its
-// handles. tests/p2p proves the same on the emulated runtime everywhere.
+// handles. tests/coll/device proves the same on the emulated runtime everywhere.
 //
 // The parent never touches CUDA (a forked child cannot use a CUDA context of its parent):
 // children report "no device" with exit code kNoDevice and the test then reports

@@ -1,5 +1,5 @@
 // Stream-ordered collectives on real device memory: two ranks (threads) on one GPU, each
-// with its own communicator and stream. The same semantics as tests/device (which proves
+// with its own communicator and stream. The same semantics as tests/coll/device (which proves
 // them on the emulated runtime), here with the CUDA runtime: cudaPointerGetAttributes
 // classification, events as ready markers, cuStreamWaitValue32 on the release word.
 // Without a CUDA device every test reports "skipped: no CUDA device".
@@ -24,7 +24,7 @@
 namespace {
 
 // These tests are about the proxy path (P2P and staged): small collectives would take the LL
-// path (src/coll/ll_path.h, tested in tests/device/ll_collective_test.cpp and tests/gpu/test_gpu_ll_collective.cpp), so it is off here
+// path (src/coll/device/ll_path.h, tested in tests/coll/device/ll_collective_test.cpp and tests/gpu/test_gpu_ll_collective.cpp), so it is off here
 // unless RIDGE_LL is set. Before main, so before any communicator reads it.
 [[maybe_unused]] const bool kLLOffForTheseTests = setenv("RIDGE_LL", "off", 0) == 0;
 

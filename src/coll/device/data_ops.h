@@ -2,10 +2,10 @@
 // control messages).
 //
 // Host memory, the default: memcpy, the streaming copy and the host reductions, inline behind
-// one predictable branch on comm->deviceData, so the host path does no more per byte than
+// one predictable branch on comm->device->data, so the host path does no more per byte than
 // before; dataSettled() is then ready at once and never suspends.
 //
-// Device memory (comm->deviceData set by the GPU proxy while a batch runs on the device
+// Device memory (comm->device->data set by the GPU proxy while a batch runs on the device
 // network, or while it runs a batch's sends and receives, docs/gpu.md): dataCopy and
 // dataReduce2 only queue the device runtime's copy or reduction kernel on the proxy's internal
 // stream and return. `co_await dataSettled(c)` then records one of a few pooled markers behind
@@ -35,6 +35,7 @@
 #include <cstring>
 
 #include "coll/comm.h"
+#include "coll/device/device_collectives.h"
 #include "coll/task.h"
 #include "core/status.h"
 #include "device/runtime.h"
@@ -190,30 +191,30 @@ inline DataSettled::DataSettled() {
 // collective, never read back), meaningless on the device. On the device only queued: settle
 // before posting or releasing a slot it touches.
 inline Status dataCopy(ridgeComm* c, void* dst, const void* src, size_t bytes, bool streaming = false) {
-  if (!c->deviceData) [[likely]] {
+  if (!c->device->data) [[likely]] {
     if (streaming)
       streamCopy(dst, src, bytes);
     else
       std::memcpy(dst, src, bytes);
     return Status::ok();
   }
-  return c->deviceData->copy(dst, src, bytes);
+  return c->device->data->copy(dst, src, bytes);
 }
 
 inline Status dataReduce2(ridgeComm* c, void* dst, const void* a, const void* b, size_t count,
                           ridgeDataType_t type, ridgeRedOp_t op, int divisor) {
-  if (!c->deviceData) [[likely]] {
+  if (!c->device->data) [[likely]] {
     reduce2(dst, a, b, count, type, op, divisor);
     return Status::ok();
   }
-  return c->deviceData->reduce2(dst, a, b, count, type, op, divisor);
+  return c->device->data->reduce2(dst, a, b, count, type, op, divisor);
 }
 
 // co_await dataSettled(c): every data op queued so far has run (host: at once).
 inline DataSettled dataSettled(ridgeComm* c) {
-  if (!c->deviceData) [[likely]]
+  if (!c->device->data) [[likely]]
     return DataSettled();
-  return c->deviceData->settle();
+  return c->device->data->settle();
 }
 
 // A slot post that must follow a settle on the device but keeps its place on the host: the
@@ -225,7 +226,7 @@ struct PostAfterSettle {
   uint32_t bytes = 0;
   bool last = false;
   void queue(ridgeComm* c, SendConnector* conn, uint32_t n, bool lastOfMessage) {
-    if (!c->deviceData) [[likely]] {
+    if (!c->device->data) [[likely]] {
       conn->post(n, lastOfMessage);
       return;
     }

@@ -12,6 +12,7 @@
 #include "coll/batch.h"
 #include "coll/comm.h"
 #include "coll/device/data_ops.h"
+#include "coll/device/device_collectives.h"
 #include "coll/executor.h"
 #include "core/log.h"
 #include "core/settings.h"
@@ -49,7 +50,7 @@ bool rangesOverlap(const void* a, size_t an, const void* b, size_t bn) {
 
 // Whether the device network can run collective `op` (docs/gpu.md, "GPUDirect RDMA data
 // path"): every collective, since each has a ring, chain or (alltoall) all-pairs algorithm
-// that moves payload only through the data ops (coll/data_ops.h), on device memory (not
+// that moves payload only through the data ops (coll/device/data_ops.h), on device memory (not
 // managed, not host) for every buffer it uses. An empty operation touches no buffer. Sends
 // and receives are never voted on (they need not line up across ranks batch by batch): they
 // follow the collectives on the host connectors (runExchanges).
@@ -117,21 +118,21 @@ Status launchOnDataOps(void* ops, DeviceProducer::Fn fn, void* arg, const void* 
 class DeviceNetworkScope {
  public:
   DeviceNetworkScope(ridgeComm* c, DeviceDataOps* ops) : c_(c), hostWait_(c->waitTransport) {
-    if (c_->deviceNet) {
-      std::swap(c_->sendTo, c_->deviceSendTo);
-      std::swap(c_->recvFrom, c_->deviceRecvFrom);
-      c_->waitTransport = c_->deviceNet.get();
+    if (c_->device->net) {
+      std::swap(c_->sendTo, c_->device->netSendTo);
+      std::swap(c_->recvFrom, c_->device->netRecvFrom);
+      c_->waitTransport = c_->device->net.get();
     } else {
       bindProducers(&launchOnDataOps, ops);
     }
-    c_->deviceData = ops;
+    c_->device->data = ops;
   }
   ~DeviceNetworkScope() {
-    c_->deviceData = nullptr;
+    c_->device->data = nullptr;
     c_->waitTransport = hostWait_;
-    if (c_->deviceNet) {
-      std::swap(c_->sendTo, c_->deviceSendTo);
-      std::swap(c_->recvFrom, c_->deviceRecvFrom);
+    if (c_->device->net) {
+      std::swap(c_->sendTo, c_->device->netSendTo);
+      std::swap(c_->recvFrom, c_->device->netRecvFrom);
     } else {
       bindProducers(nullptr, nullptr);
     }
@@ -168,7 +169,7 @@ class GpuProxy {
       : comm_(comm),
         rt_(rt),
         // Two pieces: one is copied while the host collective runs on the other.
-        pieceBytes_(comm->stagingBytes / 2 / kCollectiveAlign * kCollectiveAlign) {}
+        pieceBytes_(comm->device->stagingBytes / 2 / kCollectiveAlign * kCollectiveAlign) {}
   ~GpuProxy() { (void)stop(/*abort=*/true); }
 
   Status start();
@@ -204,13 +205,13 @@ class GpuProxy {
   void loop();
   Status runBatch(uint64_t first, size_t n);
   Status runStaged(size_t n);
-  // The device network (comm->deviceNet): *ran when every rank voted the batch onto it.
+  // The device network (comm->device->net): *ran when every rank voted the batch onto it.
   Status runOnDeviceNetwork(size_t n, bool* ran);
   Status runStagedSteps(size_t n);
   // The batch's sends and receives, all at once as a host group runs them (one chain per
   // peer and direction, each in order), on the device buffers themselves: each chunk is
   // copied between device memory and a connector slot by the copy engine (the device data
-  // ops on the copy stream, coll/data_ops.h).
+  // ops on the copy stream, coll/device/data_ops.h).
   // Nothing is staged, so no chain waits for another's room, and the chunks on the wire are
   // those of the same sends and receives on host memory (so ranks may group them
   // differently, or use host memory on one side).
@@ -366,7 +367,7 @@ Status GpuProxy::planChunks(const DeviceOp* ops, size_t n, size_t* chunkElems) c
       return makeError(ridgeInvalidUsage,
                        "rank %d: %s of %zu-byte elements on %d ranks: RIDGE_STAGING_BYTES=%zu (the "
                        "smallest of the ranks') leaves no room for one element per chunk; raise it",
-                       comm_->rank, collTypeName(a.type), es, comm_->nranks, comm_->stagingBytes);
+                       comm_->rank, collTypeName(a.type), es, comm_->nranks, comm_->device->stagingBytes);
     chunkElems[i] = std::min(elems, a.count);
   }
   return Status::ok();
@@ -555,7 +556,7 @@ Status GpuProxy::runBatch(uint64_t first, size_t n) {
     batch_[i] = s.op;
     chunkOf_[i] = s.chunkElems;
   }
-  // ---- P2P transport hook (transports/p2p/p2p.h): device to device when every rank's
+  // ---- P2P engine hook (src/coll/device/p2p.h): device to device when every rank's
   // batch allows it; otherwise the staged path below, unchanged.
   bool ranP2p = false;
   RIDGE_TRY(p2p::runBatch(comm_, rt_, batch_, n, &ranP2p));
@@ -564,7 +565,7 @@ Status GpuProxy::runBatch(uint64_t first, size_t n) {
   bool ranDeviceNetwork = false;
   RIDGE_TRY(runOnDeviceNetwork(n, &ranDeviceNetwork));
   if (ranDeviceNetwork) return Status::ok();
-  ++comm_->stagedBatches;
+  ++comm_->device->stagedBatches;
   return runStaged(n);
 }
 
@@ -572,8 +573,8 @@ Status GpuProxy::runOnDeviceNetwork(size_t n, bool* ran) {
   *ran = false;
   // Alike on every rank: the device network is decided at init, the connectors' producers by
   // the settings.
-  const bool hostProducers = !comm_->deviceNet && hostConnectorsPostFromDevice(comm_, /*any=*/true);
-  if (!comm_->deviceNet && !hostProducers) return Status::ok();
+  const bool hostProducers = !comm_->device->net && hostConnectorsPostFromDevice(comm_, /*any=*/true);
+  if (!comm_->device->net && !hostProducers) return Status::ok();
   // Only the collectives are voted on and carried: every rank's batch holds the same ones in
   // the same order, while sends and receives involve some ranks only and may be grouped
   // differently at the two ends (a vote over them would pair one rank's send batch with
@@ -592,11 +593,11 @@ Status GpuProxy::runOnDeviceNetwork(size_t n, bool* ran) {
   ex.spawn(comm_, exchangeDeviceNetworkVote(comm_, mine, &all));
   RIDGE_TRY(ex.run());
   if (!all) {
-    ++comm_->deviceNetDeclined;
+    ++comm_->device->netDeclined;
     return Status::ok();
   }
   *ran = true;
-  ++comm_->deviceNetBatches;
+  ++comm_->device->netBatches;
   {
     DeviceNetworkScope scope(comm_, deviceOps_.get());
     spawnBatch(ex, comm_, deviceArgs_, m);
@@ -718,11 +719,11 @@ Status GpuProxy::runExchanges(size_t n) {
   // Only this thread runs the communicator's operations while the batch runs (host calls
   // drain the proxy first), so the device data ops are seen by these sends and receives
   // alone.
-  comm_->deviceData = deviceOps_.get();
+  comm_->device->data = deviceOps_.get();
   Executor& ex = Executor::forThisThread();
   spawnBatch(ex, comm_, exchanges_, m);
   Status s = ex.run();
-  comm_->deviceData = nullptr;
+  comm_->device->data = nullptr;
   const Status synced = deviceOps_->synchronize();
   return s.isOk() ? synced : s;
 }
@@ -758,29 +759,29 @@ Status runOneRankDeviceCopy(ridgeComm* comm, DeviceRuntime* rt, const DeviceOp& 
 
 Status submitDeviceBatch(ridgeComm* comm, DeviceRuntime* rt, const DeviceOp* ops, size_t n) {
   {
-    std::lock_guard<std::mutex> lock(comm->gpuProxyMutex);
-    if (!comm->gpuProxy) {
+    std::lock_guard<std::mutex> lock(comm->device->proxyMutex);
+    if (!comm->device->proxy) {
       std::unique_ptr<GpuProxy, GpuProxyDeleter> proxy(new GpuProxy(comm, rt));
       RIDGE_TRY(proxy->start());
-      comm->gpuProxy = std::move(proxy);
-    } else if (comm->gpuProxy->runtime() != rt) {
+      comm->device->proxy = std::move(proxy);
+    } else if (comm->device->proxy->runtime() != rt) {
       return makeError(ridgeInternalError, "rank %d: the device runtime changed under a live communicator",
                        comm->rank);
     }
   }
-  return comm->gpuProxy->submit(ops, n);
+  return comm->device->proxy->submit(ops, n);
 }
 
 Status drainDeviceOps(ridgeComm* comm) {
-  return comm->gpuProxy ? comm->gpuProxy->drain() : Status::ok();
+  return comm->device->proxy ? comm->device->proxy->drain() : Status::ok();
 }
 
 namespace {
 // Stops the proxy (draining queued batches first unless `abort`), then the P2P context: its
 // mappings and stream outlive the proxy thread that used them.
 Status endProxy(ridgeComm* comm, bool abort) {
-  Status s = comm->gpuProxy ? comm->gpuProxy->stop(abort) : Status::ok();
-  comm->gpuProxy.reset();
+  Status s = comm->device->proxy ? comm->device->proxy->stop(abort) : Status::ok();
+  comm->device->proxy.reset();
   p2p::releaseContext(comm);
   return s;
 }

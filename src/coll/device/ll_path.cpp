@@ -10,6 +10,7 @@
 
 #include "bootstrap/bootstrap.h"
 #include "coll/comm.h"
+#include "coll/device/device_collectives.h"
 #include "coll/device/p2p.h"
 #include "core/log.h"
 #include "core/settings.h"
@@ -302,13 +303,13 @@ Status setupLL(ridgeComm* c) {
       "comm %s: rank %d: device collectives up to %zu bytes per peer take the LL path (%zu bytes of LL "
       "area, %s)",
       c->name.c_str(), c->rank, x->maxBytes, x->areaBytes, exportHandles ? "IPC handles" : "pointers");
-  c->ll = std::move(x);
+  c->device->ll = std::move(x);
   return Status::ok();
 }
 
 void releaseLL(ridgeComm* c) {
-  if (!c->ll) return;
-  LLState& x = *c->ll;
+  if (!c->device->ll) return;
+  LLState& x = *c->device->ll;
   const bool aborted = c->aborted.load();
   const bool broken = aborted || c->asyncError.load() != ridgeSuccess;
   if (broken) __atomic_store_n(x.status.host, x.statusBase + ll::kAborted, __ATOMIC_RELEASE);
@@ -326,7 +327,7 @@ void releaseLL(ridgeComm* c) {
   if (!done || x.untracked) {
     RIDGE_WARN("comm %s: rank %d: an LL launch has not left its stream; its LL area is leaked, not freed",
                c->name.c_str(), c->rank);
-    (void)c->ll.release();
+    (void)c->device->ll.release();
     return;
   }
   if (broken) {
@@ -341,19 +342,19 @@ void releaseLL(ridgeComm* c) {
     x.area = nullptr;
   }
   freeState(x);
-  c->ll.reset();
+  c->device->ll.reset();
 }
 
 bool llTakes(const ridgeComm* c, const DeviceOp& op) {
-  if (!c->ll) return false;
+  if (!c->device->ll) return false;
   const CollArgs& a = op.args;
   if (isExchange(a.type) || a.count == 0) return false;
   const size_t es = dataTypeSize(a.dtype);
-  return es != 0 && a.count <= c->ll->maxBytes / es;
+  return es != 0 && a.count <= c->device->ll->maxBytes / es;
 }
 
 Status launchLL(ridgeComm* c, DeviceRuntime* rt, const DeviceOp& op) {
-  LLState& x = *c->ll;
+  LLState& x = *c->device->ll;
   const CollArgs& a = op.args;
   ll::Launch d;
   d.kind = kindOf(a.type);
@@ -402,7 +403,7 @@ Status launchLL(ridgeComm* c, DeviceRuntime* rt, const DeviceOp& op) {
 
 Status joinLLStreams(ridgeComm* c, DeviceRuntime* rt, const ridgeStream_t* streams, size_t n) {
   if (n < 2) return Status::ok();
-  LLState& x = *c->ll;
+  LLState& x = *c->device->ll;
   // One marker passed along the streams: each waits for the previous one's record and
   // records after it, so the last record follows every stream's earlier work; the first
   // stream then waits for it. (A wait takes the marker's record at the time of the call.)
@@ -421,7 +422,7 @@ Status joinLLStreams(ridgeComm* c, DeviceRuntime* rt, const ridgeStream_t* strea
 }
 
 Status leaveLLGroup(ridgeComm* c, DeviceRuntime* rt, const ridgeStream_t* streams, size_t n) {
-  LLState& x = *c->ll;
+  LLState& x = *c->device->ll;
   const CommDeviceScope onDevice(rt, c->cudaDevice);
   Status s = onDevice.status();
   for (size_t i = 0; i < n && s.isOk(); ++i)
@@ -433,9 +434,9 @@ Status leaveLLGroup(ridgeComm* c, DeviceRuntime* rt, const ridgeStream_t* stream
 }
 
 void pollLLStatus(ridgeComm* c) {
-  if (!c->ll) return;  // an LL state always holds its status word
-  const uint32_t v = __atomic_load_n(c->ll->status.host, __ATOMIC_ACQUIRE);
-  if (v - c->ll->statusBase != ll::kTimedOut) return;
+  if (!c->device->ll) return;  // an LL state always holds its status word
+  const uint32_t v = __atomic_load_n(c->device->ll->status.host, __ATOMIC_ACQUIRE);
+  if (v - c->device->ll->statusBase != ll::kTimedOut) return;
   int expected = ridgeSuccess;
   if (!c->asyncError.compare_exchange_strong(expected, ridgeTimeout)) return;
   std::lock_guard<std::mutex> lock(c->lastErrorMutex);
@@ -447,18 +448,18 @@ void pollLLStatus(ridgeComm* c) {
 
 LLStats llStats(const ridgeComm* c) {
   LLStats s;
-  if (!c->ll) return s;
+  if (!c->device->ll) return s;
   s.enabled = true;
-  s.maxBytes = c->ll->maxBytes;
-  s.launches = c->ll->launches;
-  s.nextOp = c->ll->nextOp;
+  s.maxBytes = c->device->ll->maxBytes;
+  s.launches = c->device->ll->launches;
+  s.nextOp = c->device->ll->nextOp;
   return s;
 }
 
 void setNextLLOpForTesting(ridgeComm* c, uint64_t op) {
   // Same parity as the number it replaces: operation k + 1 must use the other slots than
   // operation k (a peer may still read k's lines), which a jump of odd length would break.
-  if (c->ll) c->ll->nextOp = op + ((op ^ c->ll->nextOp) & 1);
+  if (c->device->ll) c->device->ll->nextOp = op + ((op ^ c->device->ll->nextOp) & 1);
 }
 
 }  // namespace ridge

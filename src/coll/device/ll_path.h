@@ -3,8 +3,8 @@
 // collectives").
 //
 // At init (setupLL, collective), when RIDGE_LL allows it, every rank serves a device, all
-// ranks are on this host and every pair may use P2P (the P2P transport's rules,
-// transports/p2p/p2p.h), each rank allocates an LL area in device memory (one slot per
+// ranks are on this host and every pair may use P2P (the P2P engine's rules,
+// src/coll/device/p2p.h), each rank allocates an LL area in device memory (one slot per
 // peer and parity, linesFor(RIDGE_LL_MAX_BYTES) lines each), zeroes it, and the ranks
 // exchange IPC handles (or pointers, within one process) through the bootstrap and open each
 // other's areas; a second exchange confirms that every rank opened every area, so all ranks

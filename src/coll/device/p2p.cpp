@@ -12,6 +12,7 @@
 
 #include "coll/batch.h"
 #include "coll/comm.h"
+#include "coll/device/device_collectives.h"
 #include "coll/executor.h"
 #include "coll/task.h"
 #include "core/log.h"
@@ -676,7 +677,7 @@ int localDeviceOf(ridgeComm* c, DeviceRuntime* rt, int j) {
 // what every rank told at init, so every rank computes the same answer. What each rank
 // judges from its own view (pairsRefusalHere) goes into the first vote.
 Status createContext(ridgeComm* c, DeviceRuntime* rt) {
-  if (c->p2p) return Status::ok();
+  if (c->device->p2p) return Status::ok();
   std::unique_ptr<Context, ContextDeleter> x(new Context());
   x->rt = rt;
   const int P = c->nranks, r = c->rank;
@@ -716,7 +717,7 @@ Status createContext(ridgeComm* c, DeviceRuntime* rt) {
     RIDGE_INFO("comm %s: rank %d: device collectives are staged through host memory: %s", c->name.c_str(), r,
                why.c_str());
   }
-  c->p2p = std::move(x);
+  c->device->p2p = std::move(x);
   return Status::ok();
 }
 
@@ -793,9 +794,9 @@ void setTopologyForTesting(std::shared_ptr<const topo::Topology> t) {
 
 Status runBatch(ridgeComm* c, DeviceRuntime* rt, const DeviceOp* ops, size_t n, bool* ran) {
   *ran = false;
-  if (!c->p2p)
+  if (!c->device->p2p)
     return makeError(ridgeInternalError, "rank %d: P2P: the proxy's setup prepared no context", c->rank);
-  Context& x = *c->p2p;
+  Context& x = *c->device->p2p;
   if (!x.capable || n == 0 || n > kMaxDeviceBatchOps) {
     x.stagedBatches.fetch_add(1, std::memory_order_relaxed);
     return Status::ok();
@@ -851,12 +852,12 @@ Status prepareContext(ridgeComm* c, DeviceRuntime* rt) {
 }
 
 void closeDeferred(ridgeComm* c) {
-  if (c->p2p) c->p2p->cache.closeDeferred();
+  if (c->device->p2p) c->device->p2p->cache.closeDeferred();
 }
 
 void releaseContext(ridgeComm* c) {
-  if (!c->p2p) return;
-  Context& x = *c->p2p;
+  if (!c->device->p2p) return;
+  Context& x = *c->device->p2p;
   if (x.stream) {
     (void)x.rt->synchronize(x.stream);
     x.rt->destroyStream(x.stream);
@@ -867,8 +868,8 @@ void releaseContext(ridgeComm* c) {
 
 Stats stats(const ridgeComm* c) {
   Stats s;
-  if (!c->p2p) return s;
-  const Context& x = *c->p2p;
+  if (!c->device->p2p) return s;
+  const Context& x = *c->device->p2p;
   s.capable = x.capable;
   s.p2pOps = x.p2pOps.load();
   s.stagedBatches = x.stagedBatches.load();

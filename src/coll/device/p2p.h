@@ -1,4 +1,4 @@
-// The P2P transport: collectives on device memory between the ranks of one host, moved
+// The P2P engine: collectives on device memory between the ranks of one host, moved
 // device to device instead of through pinned host memory.
 //
 // Every rank exports its buffers as IPC handles (DeviceRuntime::ipcExport of the
@@ -14,7 +14,7 @@
 // a peer still reads or writes them. docs/transports.md (P2P) and docs/algorithms.md (device-direct) have the
 // protocol and the traffic.
 //
-// It is run by the GPU proxy (src/coll/gpu_proxy.cpp) for each batch, before staging: when
+// It is run by the GPU proxy (src/coll/device/gpu_proxy.cpp) for each batch, before staging: when
 // every rank of the communicator is on this host, every pair of their devices allows P2P
 // (DeviceRuntime::peerLink, refined by the topology as the planner classes the pair; several
 // ranks on one device always may), no rank set
@@ -76,7 +76,7 @@ bool isThisProcess(const PeerInfo& peer);
 // The rules every rank judges alike from the ranks' PeerInfo: "" when there are at least two
 // ranks, all on this host, each serving a device and none with RIDGE_P2P=off; else why not.
 // *exportHandles: some peer is another process (or the runtime wants handles within one), so
-// device memory travels as IPC handles. The LL collectives (src/coll/ll_path.h) apply the same.
+// device memory travels as IPC handles. The LL collectives (src/coll/device/ll_path.h) apply the same.
 std::string communicatorRefusal(ridgeComm* comm, device::DeviceRuntime* rt, bool* exportHandles);
 // What this rank can judge only from its own view of the devices: that it sees every rank's
 // device, that every pair allows P2P (the runtime, refined by the topology), and that its

@@ -1,5 +1,5 @@
 // One collective call as the P2P tests issue and check it, shared by the emulator tests
-// (tests/p2p) and the GPU test (tests/gpu/test_gpu_p2p.cpp): each rank's input from its key
+// (tests/coll/device) and the GPU test (tests/gpu/test_gpu_p2p.cpp): each rank's input from its key
 // (test_data.h), the call, and the check of its output against the higher-precision host
 // reference. The root of Reduce and Broadcast is given by the caller.
 #pragma once

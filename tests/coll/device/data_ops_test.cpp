@@ -1,4 +1,4 @@
-// Waiting for the device on the GPUDirect RDMA data path (coll/data_ops.h, docs/gpu.md),
+// Waiting for the device on the GPUDirect RDMA data path (coll/device/data_ops.h, docs/gpu.md),
 // without communicators: the executor's idle path while a strand waits for the device, and
 // the settles of DeviceDataOps on a slow emulated device.
 //

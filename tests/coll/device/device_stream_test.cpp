@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "coll/comm.h"
+#include "coll/device/device_collectives.h"
 #include "coll/device/gpu_proxy.h"
 #include "device/emulated_runtime.h"
 #include "ridge/ridge.h"
@@ -39,7 +40,7 @@ using ridge::device::EmulatedRuntime;
 using ridge::device::ScopedRuntimeForTesting;
 
 // These tests are about the proxy path (P2P and staged): small collectives would take the LL
-// path (src/coll/ll_path.h, tested in tests/device/ll_collective_test.cpp), so it is off here
+// path (src/coll/device/ll_path.h, tested in tests/coll/device/ll_collective_test.cpp), so it is off here
 // unless RIDGE_LL is set. Before main, so before any communicator reads it.
 [[maybe_unused]] const bool kLLOffForTheseTests = setenv("RIDGE_LL", "off", 0) == 0;
 using Clock = std::chrono::steady_clock;
@@ -175,7 +176,7 @@ std::vector<unsigned char> hostBytes(size_t n) {
 
 // Tests with the emulated runtime installed for their duration.
 // These tests exercise the proxy, many of them with one rank: the one-rank short-cut (one
-// copy on the caller's stream, coll/gpu_proxy.h) is off for them, on for the test of it.
+// copy on the caller's stream, coll/device/gpu_proxy.h) is off for them, on for the test of it.
 class EmulatedDeviceTest : public ::testing::Test {
  protected:
   EmulatedDeviceTest() { ridge::setOneRankDeviceCopyForTesting(false); }
@@ -1278,7 +1279,7 @@ TEST_F(DeviceStreams, OneRankIsOneDeviceCopyOnTheCallersStream) {
       EXPECT_LT(log[0].ran, log[1].ran);
     }
     EXPECT_EQ(rt.reducesLaunched(), reducesBefore) << "a one-rank call launched a reduction";
-    EXPECT_EQ(comm->gpuProxy, nullptr) << "a one-rank device call started the proxy (host staging)";
+    EXPECT_EQ(comm->device->proxy, nullptr) << "a one-rank device call started the proxy (host staging)";
     expectRanClean(rt, stream, comm, 0);
     return true;
   });
@@ -1492,7 +1493,7 @@ TEST(DeviceStagedChunks, TheBoundSettingIsValidated) {
     if (emptyIsUnset) {
       EXPECT_EQ(res, ridgeSuccess) << lastError();
       if (res == ridgeSuccess) {
-        EXPECT_EQ(comm->stagingBytes, size_t(4) << 20);
+        EXPECT_EQ(comm->device->stagingBytes, size_t(4) << 20);
       }
     } else {
       EXPECT_EQ(res, ridgeInvalidArgument) << "RIDGE_STAGING_BYTES=" << bad;

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "coll/comm.h"
+#include "coll/device/device_collectives.h"
 #include "device/emulated_runtime.h"
 #include "device_ranks.h"
 #include "ridge/ridge.h"
@@ -70,11 +71,11 @@ struct GdrEnv {
 // network and `staged` staged ones.
 void expectPath(const TestRank& t, uint64_t deviceBatches, uint64_t staged) {
   ridgeComm* c = t.comm;
-  ASSERT_NE(c->deviceNet, nullptr) << "rank " << t.rank << ": no device network";
-  EXPECT_EQ(c->deviceNetBatches, deviceBatches) << "rank " << t.rank;
-  EXPECT_EQ(c->stagedBatches, staged) << "rank " << t.rank;
-  EXPECT_EQ(c->deviceNetDeclined, staged) << "rank " << t.rank;
-  const ridge::NetTransportStats s = ridge::netTransportStats(c->deviceNet.get());
+  ASSERT_NE(c->device->net, nullptr) << "rank " << t.rank << ": no device network";
+  EXPECT_EQ(c->device->netBatches, deviceBatches) << "rank " << t.rank;
+  EXPECT_EQ(c->device->stagedBatches, staged) << "rank " << t.rank;
+  EXPECT_EQ(c->device->netDeclined, staged) << "rank " << t.rank;
+  const ridge::NetTransportStats s = ridge::netTransportStats(c->device->net.get());
   EXPECT_TRUE(s.recvRingsOnDevice) << "rank " << t.rank;
   // The send area and the rings are registered outside the registration cache (through
   // dma-buf: expectCleanRuntime counts the exports); nothing else needed one.
@@ -295,9 +296,9 @@ void runGroups(int n, size_t bytes, const std::vector<GroupPart>& parts, bool sl
           expectPath(t, kRounds, 0);
           return;
         }
-        EXPECT_EQ(t.comm->deviceNetBatches, 0u) << "rank " << r;
-        EXPECT_EQ(t.comm->deviceNetDeclined, 0u) << "rank " << r << ": a send/receive batch was voted on";
-        EXPECT_EQ(t.comm->stagedBatches, uint64_t(kRounds)) << "rank " << r;
+        EXPECT_EQ(t.comm->device->netBatches, 0u) << "rank " << r;
+        EXPECT_EQ(t.comm->device->netDeclined, 0u) << "rank " << r << ": a send/receive batch was voted on";
+        EXPECT_EQ(t.comm->device->stagedBatches, uint64_t(kRounds)) << "rank " << r;
       },
       [&](EmulatedRuntime& rt) {
         expectCleanRuntime(rt, n);
@@ -458,7 +459,7 @@ TEST(GdrDataPath, AbortInsideADeviceNetworkBatchReleasesTheStream) {
           std::this_thread::sleep_for(std::chrono::milliseconds(5));
         std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the second allreduce waits now
         expectAbortReleasesTheStream(rt, t);
-        rank1DeviceBatches.store(t.comm->deviceNetBatches);  // read after the proxy stopped
+        rank1DeviceBatches.store(t.comm->device->netBatches);  // read after the proxy stopped
         rank1Done.store(true);
       },
       /*destroy=*/false);
@@ -519,7 +520,7 @@ TEST(GdrDataPath, AbortWhileTheDeviceWorksReleasesTheStream) {
           std::this_thread::sleep_for(std::chrono::microseconds(200));
         }
         expectAbortReleasesTheStream(rt, t);
-        rank1DeviceBatches.store(t.comm->deviceNetBatches);  // read after the proxy stopped
+        rank1DeviceBatches.store(t.comm->device->netBatches);  // read after the proxy stopped
         rt.setWorkDelay(kSlowDevice, std::chrono::microseconds(0));
         rank1Done.store(true);
       },
@@ -583,7 +584,7 @@ TEST(GdrDataPath, SendsAndReceivesNeverMeetTheVote) {
           bad += v != want;
         }
         EXPECT_EQ(bad, 0u) << "rank " << t.rank;
-        EXPECT_EQ(t.comm->deviceNetBatches, 1u)
+        EXPECT_EQ(t.comm->device->netBatches, 1u)
             << "rank " << t.rank << ": the allreduce left the device network";
       },
       [&](EmulatedRuntime& rt) { expectCleanRuntime(rt, n); });
@@ -596,8 +597,8 @@ void expectNoDeviceNetwork(const char* dataPath, bool dmaBuf) {
       2,
       [&](EmulatedRuntime& rt, TestRank& t) {
         runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 4000}, 9);
-        EXPECT_EQ(t.comm->deviceNet, nullptr);
-        EXPECT_EQ(t.comm->stagedBatches, 1u);
+        EXPECT_EQ(t.comm->device->net, nullptr);
+        EXPECT_EQ(t.comm->device->stagedBatches, 1u);
       },
       [](EmulatedRuntime&) {}, dataPath, dmaBuf);
 }

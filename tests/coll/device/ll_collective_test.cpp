@@ -1,4 +1,4 @@
-// The LL collectives (src/coll/ll_path.h) on the emulated device runtime: small collectives on
+// The LL collectives (src/coll/device/ll_path.h) on the emulated device runtime: small collectives on
 // device memory launched straight onto the caller's stream, every pair of ranks exchanging
 // flagged lines through each other's LL areas (opened through the emulator's IPC, a second
 // PROT_NONE view: a host dereference would kill the test).
@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "coll/comm.h"
+#include "coll/device/device_collectives.h"
 #include "coll/device/ll_path.h"
 #include "coll/device/p2p.h"
 #include "collective_case.h"
@@ -149,7 +150,7 @@ void expectAllLL(const TestRank& t, uint64_t calls) {
   const ridge::LLStats s = ridge::llStats(t.comm);
   EXPECT_TRUE(s.enabled) << "rank " << t.rank;
   EXPECT_EQ(s.launches, calls) << "rank " << t.rank;
-  EXPECT_EQ(t.comm->gpuProxy, nullptr) << "rank " << t.rank << ": the proxy was started";
+  EXPECT_EQ(t.comm->device->proxy, nullptr) << "rank " << t.rank << ": the proxy was started";
 }
 
 // Buffers are allocated once per rank, at the largest size: a free waits for the device's

@@ -1,4 +1,4 @@
-// The P2P transport (transports/p2p) on the emulated device runtime: ranks are threads of
+// The P2P engine (src/coll/device/p2p.cpp) on the emulated device runtime: ranks are threads of
 // this process, the emulator's IPC handles are opened as another process would (a second
 // PROT_NONE view of the same memory), so every byte moves device to device through mapped
 // peer buffers; a host dereference of any of them would kill the test.
@@ -50,7 +50,7 @@ using ridge::device::ScopedRuntimeForTesting;
 using Clock = std::chrono::steady_clock;
 
 // These tests are about the proxy path (P2P and staged): small collectives would take the LL
-// path (src/coll/ll_path.h, tested in tests/device/ll_collective_test.cpp), so it is off here
+// path (src/coll/device/ll_path.h, tested in tests/coll/device/ll_collective_test.cpp), so it is off here
 // unless RIDGE_LL is set. Before main, so before any communicator reads it.
 [[maybe_unused]] const bool kLLOffForTheseTests = setenv("RIDGE_LL", "off", 0) == 0;
 
