@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +26,10 @@
 #include "chaos_record.h"
 #include "rank_launcher.h"
 #include "ridge/ridge.h"
+
+namespace ridge {
+extern std::atomic<bool> gShmForceNamedSegmentForTesting;  // transports/shm/shm_transport.cpp
+}
 
 namespace {
 
@@ -221,6 +226,44 @@ std::vector<Case> allCases() {
     }
   }
   return out;
+}
+
+// The named-segment fallback (ranks that cannot open the creator's memfd through /proc): an
+// allreduce is right and, once the communicator is destroyed, nothing is left in /dev/shm.
+TEST(SharedSegment, NamedFallbackWorksAndLeavesNothing) {
+  setTransportEnv(Net::Shm);
+  ridgeUniqueId id;
+  ASSERT_EQ(ridgeGetUniqueId(&id), ridgeSuccess) << ridgeGetLastError(nullptr);
+  auto res = ridgetest::launchRanks(kRanks, 30, [&](int r, ridgetest::Reporter& rep) -> int {
+    setTransportEnv(Net::Shm);
+    ridge::gShmForceNamedSegmentForTesting.store(true);
+    ridgeComm_t comm = nullptr;
+    ridgeResult_t rc = ridgeCommInitRank(&comm, kRanks, id, r);
+    if (rc != ridgeSuccess) {
+      rep.fail("rank " + std::to_string(r), ridgetest::describeResult(rc));
+      return 1;
+    }
+    std::vector<float> in(4096, static_cast<float>(r + 1)), out(4096, -1.0f);
+    rc = ridgeAllReduce(in.data(), out.data(), in.size(), ridgeFloat, ridgeSum, comm, nullptr);
+    long wrong = rc == ridgeSuccess ? 0 : 4096;
+    for (float v : out)
+      if (rc == ridgeSuccess && v != kRanks * (kRanks + 1) / 2) ++wrong;
+    rep.line("WRONG " + std::to_string(wrong));
+    ridgeCommDestroy(comm);
+    return 0;
+  });
+  ridgetest::reportChildFailures(res, "named fallback");
+  long wrong = 0;
+  std::vector<pid_t> pids;
+  for (const auto& rr : res.ranks) {
+    pids.push_back(rr.pid);
+    for (const std::string& w : ridgetest::linesWith(rr, "WRONG ")) wrong += std::stol(w);
+  }
+  EXPECT_EQ(wrong, 0);
+  const auto leftover = shmSegmentsOf(pids);
+  EXPECT_TRUE(leftover.empty());
+  ridge::chaos::record("shm", "named-segment fallback forced on every rank, then an allreduce and destroy",
+                       Outcome::kRanCorrectly, wrong, static_cast<long>(leftover.size()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, KillAndStop, ::testing::ValuesIn(allCases()),

@@ -38,6 +38,11 @@
 #include "transports/transport.h"
 
 namespace ridge {
+
+// Tests only (tests/chaos/chaos_leaks.cpp): every rank behaves as if it could not open the
+// creator's memfd, so the named-segment fallback runs.
+std::atomic<bool> gShmForceNamedSegmentForTesting{false};
+
 namespace {
 
 constexpr uint64_t kSegmentMagic = 0x52494447455348ull;  // "RIDGESH"
@@ -374,10 +379,11 @@ Status ShmTransport::mapSegment(const TransportSetup& setup, bool leader, uint32
     const SegmentRef& ref = refs[localRanks_[0]];
     char path[64];
     std::snprintf(path, sizeof path, "/proc/%d/fd/%d", ref.pid, ref.fd);
-    int fd = ::open(path, O_RDWR | O_CLOEXEC);
+    const bool forced = gShmForceNamedSegmentForTesting.load();
+    int fd = forced ? -1 : ::open(path, O_RDWR | O_CLOEXEC);
     struct stat st {};
     if (fd < 0) {
-      why = format("open %s: %s", path, std::strerror(errno));
+      why = format("open %s: %s", path, forced ? "not tried (a test forces the fallback)" : std::strerror(errno));
     } else if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_ino) != ref.ino ||
                static_cast<uint64_t>(st.st_dev) != ref.dev || ref.bytes != bytes_) {
       why = format("%s is not rank %d's segment (another pid namespace?)", path, localRanks_[0]);
@@ -397,11 +403,11 @@ Status ShmTransport::mapSegment(const TransportSetup& setup, bool leader, uint32
   s = setup.bootstrap->allGather(attached.data(), sizeof(int32_t));
   closeMemfd();
   RIDGE_TRY(s);
-  int failedRank = -1;
-  for (int r : localRanks_)
-    if (!attached[r] && failedRank < 0) failedRank = r;
-  if (failedRank < 0) return Status::ok();
-  // Every local rank sees the same table, so all fall back together.
+  // Every rank (of every host: all of them run this, and the fallback's bootstrap calls must
+  // match) sees the same table, so all fall back together or none does.
+  bool allAttached = true;
+  for (int r = 0; r < setup.nranks; ++r) allAttached = allAttached && attached[r];
+  if (allAttached) return Status::ok();
   if (!why.empty())
     RIDGE_WARN("shm: rank %d cannot open the host's shared segment through /proc (%s); using a named segment",
                setup.rank, why.c_str());
