@@ -9,6 +9,7 @@
 // hold exactly the file descriptors they held before init once the communicator is gone, and
 // no /dev/shm segment named after any of the job's processes is left behind.
 #include <dirent.h>
+#include <poll.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -227,6 +228,80 @@ std::vector<Case> allCases() {
   }
   return out;
 }
+
+// The root's own process (rank 0 called ridgeGetUniqueId, so the rendezvous thread lives in it)
+// killed or stopped right after it handed the id out, before anyone arrived: the other ranks
+// find either nobody listening or a listener that never sends its challenge, and fail with an
+// error within the timeout bound instead of waiting forever.
+class RootProcess : public ::testing::TestWithParam<Fault> {};
+
+TEST_P(RootProcess, OtherRanksFailWithinTheTimeout) {
+  const Fault fault = GetParam();
+  const int sig = fault == Fault::Kill ? SIGKILL : SIGSTOP;
+  int idPipe[2];
+  ASSERT_EQ(pipe(idPipe), 0);
+  int survivorsDone = 0;
+  auto res = ridgetest::launchRanks(
+      kRanks, 30,
+      [&](int r, ridgetest::Reporter& rep) -> int {
+        setTransportEnv(Net::Shm);
+        ridgeUniqueId id;
+        if (r == 0) {
+          if (ridgeGetUniqueId(&id) != ridgeSuccess) return 1;
+          for (int q = 1; q < kRanks; ++q)
+            if (write(idPipe[1], &id, sizeof id) != static_cast<ssize_t>(sizeof id)) return 1;
+          raise(sig);
+          return 0;
+        }
+        pollfd p{idPipe[0], POLLIN, 0};
+        if (poll(&p, 1, 10000) != 1 || read(idPipe[0], &id, sizeof id) != static_cast<ssize_t>(sizeof id)) {
+          rep.fail("rank " + std::to_string(r), "no id from rank 0");
+          return 1;
+        }
+        const int fdsBefore = countOpenFds();
+        const double t0 = ridgetest::nowSec();
+        ridgeComm_t comm = nullptr;
+        ridgeResult_t rc = ridgeCommInitRank(&comm, kRanks, id, r);
+        const double elapsed = ridgetest::nowSec() - t0;
+        const std::string message = ridgeGetLastError(comm);
+        if (comm) ridgeCommDestroy(comm);
+        rep.line("RESULT " + std::to_string(static_cast<int>(rc)) + " " + std::to_string(elapsed) + " 0 " +
+                 std::to_string(fdsBefore) + " " + std::to_string(countOpenFds()) + " | " + message);
+        rep.line("DONE");
+        return 0;
+      },
+      [&](int r, const std::string& line, double, ridgetest::LaunchControl& ctl) {
+        if (line == "DONE" && r != 0 && ++survivorsDone == kRanks - 1 && fault == Fault::Stop)
+          ctl.killRank(0, SIGKILL);
+      });
+  close(idPipe[0]);
+  close(idPipe[1]);
+  ridgetest::reportChildFailures(res, "root process", /*expectCleanExit=*/false);
+  EXPECT_FALSE(res.timedOut);
+  long leaks = 0;
+  for (int r = 1; r < kRanks; ++r) {
+    auto results = ridgetest::linesWith(res.ranks[r], "RESULT ");
+    ASSERT_EQ(results.size(), 1u) << "rank " << r << " reported no result";
+    int code = 0, before = 0, after = 0;
+    double elapsed = 0;
+    long bad = 0;
+    char sep[4] = {0};
+    ASSERT_EQ(std::sscanf(results[0].c_str(), "%d %lf %ld %d %d %3s", &code, &elapsed, &bad, &before, &after, sep), 6);
+    EXPECT_NE(code, ridgeSuccess);
+    EXPECT_LT(elapsed, ridgetest::scaledSeconds(kTimeoutSec + 3.0)) << results[0];
+    EXPECT_EQ(after, before) << results[0];
+    leaks += std::abs(after - before);
+  }
+  ridge::chaos::record("bootstrap",
+                       std::string(fault == Fault::Kill ? "kill -9" : "SIGSTOP") +
+                           " the root's process right after it handed out the id (3 ranks, RIDGE_TIMEOUT=2)",
+                       Outcome::kCleanError, 0, leaks);
+}
+
+INSTANTIATE_TEST_SUITE_P(Faults, RootProcess, ::testing::Values(Fault::Kill, Fault::Stop),
+                         [](const ::testing::TestParamInfo<Fault>& info) {
+                           return std::string(info.param == Fault::Kill ? "kill" : "stop");
+                         });
 
 // The named-segment fallback (ranks that cannot open the creator's memfd through /proc): an
 // allreduce is right and, once the communicator is destroyed, nothing is left in /dev/shm.
