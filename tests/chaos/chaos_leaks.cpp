@@ -95,6 +95,27 @@ std::set<std::string> shmSegmentsOf(const std::vector<pid_t>& pids) {
   return out;
 }
 
+// A survivor's line "RESULT <code> <seconds> <wrong elements> <fds before> <fds after> | <message>".
+struct SurvivorReport {
+  bool parsed = false;
+  int code = 0, fdsBefore = 0, fdsAfter = 0;
+  double elapsed = 0;
+  long wrong = 0;
+  std::string message;
+};
+
+SurvivorReport survivorReport(const ridgetest::RankResult& rr) {
+  SurvivorReport out;
+  const auto lines = ridgetest::linesWith(rr, "RESULT ");
+  if (lines.size() != 1) return out;
+  char sep[4] = {0};
+  out.parsed = std::sscanf(lines[0].c_str(), "%d %lf %ld %d %d %3s", &out.code, &out.elapsed, &out.wrong,
+                           &out.fdsBefore, &out.fdsAfter, sep) == 6;
+  const size_t bar = lines[0].find('|');
+  out.message = bar == std::string::npos ? lines[0] : lines[0].substr(bar + 1);
+  return out;
+}
+
 // Set in the victim child before init.
 InitStage gVictimStage = InitStage::Count;
 int gVictimSignal = 0;
@@ -180,16 +201,12 @@ TEST_P(KillAndStop, SurvivorsFailCleanlyAndNothingLeaks) {
   long wrong = 0, leaks = static_cast<long>(leftover.size());
   for (int r = 0; r < kRanks; ++r) {
     if (r == c.victim) continue;
-    auto results = ridgetest::linesWith(res.ranks[r], "RESULT ");
-    ASSERT_EQ(results.size(), 1u) << "survivor " << r << " reported no result";
-    int code = 0, before = 0, after = 0;
-    double elapsed = 0;
-    long bad = 0;
-    char sep[4] = {0};
-    ASSERT_EQ(std::sscanf(results[0].c_str(), "%d %lf %ld %d %d %3s", &code, &elapsed, &bad, &before, &after, sep),
-              6)
-        << results[0];
-    const std::string message = results[0].substr(results[0].find('|') + 1);
+    const SurvivorReport rep = survivorReport(res.ranks[r]);
+    ASSERT_TRUE(rep.parsed) << "survivor " << r << " reported no result";
+    const int code = rep.code, before = rep.fdsBefore, after = rep.fdsAfter;
+    const double elapsed = rep.elapsed;
+    const long bad = rep.wrong;
+    const std::string& message = rep.message;
     EXPECT_NE(code, ridgeSuccess) << "survivor " << r << " succeeded although rank " << c.victim << " is gone";
     EXPECT_GT(message.size(), 10u) << "survivor " << r << ": error without a message";
     // Init: a bootstrap wait and then transport waits may each take the timeout.
@@ -280,17 +297,12 @@ TEST_P(RootProcess, OtherRanksFailWithinTheTimeout) {
   EXPECT_FALSE(res.timedOut);
   long leaks = 0;
   for (int r = 1; r < kRanks; ++r) {
-    auto results = ridgetest::linesWith(res.ranks[r], "RESULT ");
-    ASSERT_EQ(results.size(), 1u) << "rank " << r << " reported no result";
-    int code = 0, before = 0, after = 0;
-    double elapsed = 0;
-    long bad = 0;
-    char sep[4] = {0};
-    ASSERT_EQ(std::sscanf(results[0].c_str(), "%d %lf %ld %d %d %3s", &code, &elapsed, &bad, &before, &after, sep), 6);
-    EXPECT_NE(code, ridgeSuccess);
-    EXPECT_LT(elapsed, ridgetest::scaledSeconds(kTimeoutSec + 3.0)) << results[0];
-    EXPECT_EQ(after, before) << results[0];
-    leaks += std::abs(after - before);
+    const SurvivorReport rep = survivorReport(res.ranks[r]);
+    ASSERT_TRUE(rep.parsed) << "rank " << r << " reported no result";
+    EXPECT_NE(rep.code, ridgeSuccess);
+    EXPECT_LT(rep.elapsed, ridgetest::scaledSeconds(kTimeoutSec + 3.0)) << rep.message;
+    EXPECT_EQ(rep.fdsAfter, rep.fdsBefore) << rep.message;
+    leaks += std::abs(rep.fdsAfter - rep.fdsBefore);
   }
   ridge::chaos::record("bootstrap",
                        std::string(fault == Fault::Kill ? "kill -9" : "SIGSTOP") +
