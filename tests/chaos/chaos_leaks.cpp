@@ -120,7 +120,7 @@ SurvivorReport survivorReport(const ridgetest::RankResult& rr) {
 InitStage gVictimStage = InitStage::Count;
 int gVictimSignal = 0;
 
-void victimHook(InitStage s) {
+void victimHook(InitStage s, const void*) {
   if (s == gVictimStage) raise(gVictimSignal);
 }
 
