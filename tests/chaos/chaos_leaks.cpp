@@ -48,6 +48,7 @@ struct Case {
   Fault fault;
   InitStage stage;  // InitStage::Count: in the middle of an allreduce loop
   int victim;
+  bool namedSegment = false;  // every rank forced onto the named-segment fallback
 };
 
 const char* netName(Net n) {
@@ -64,8 +65,9 @@ std::string stageName(InitStage s) {
 }
 
 std::string caseName(const Case& c) {
-  std::string s = std::string(netName(c.net)) + "_" + (c.fault == Fault::Kill ? "kill" : "stop") + "_" +
-                  stageName(c.stage) + "_rank" + std::to_string(c.victim);
+  std::string s = std::string(netName(c.net)) + (c.namedSegment ? "_named" : "") + "_" +
+                  (c.fault == Fault::Kill ? "kill" : "stop") + "_" + stageName(c.stage) + "_rank" +
+                  std::to_string(c.victim);
   for (char& ch : s)
     if (ch == '-') ch = '_';
   return s;
@@ -119,9 +121,10 @@ SurvivorReport survivorReport(const ridgetest::RankResult& rr) {
 // Set in the victim child before init.
 InitStage gVictimStage = InitStage::Count;
 int gVictimSignal = 0;
+int gVictimOccurrence = 1;  // which time the stage comes round (the fallback creates twice)
 
 void victimHook(InitStage s, const void*) {
-  if (s == gVictimStage) raise(gVictimSignal);
+  if (s == gVictimStage && --gVictimOccurrence == 0) raise(gVictimSignal);
 }
 
 void setTransportEnv(Net net) {
@@ -147,10 +150,13 @@ TEST_P(KillAndStop, SurvivorsFailCleanlyAndNothingLeaks) {
       kRanks, 30,
       [&](int r, ridgetest::Reporter& rep) -> int {
         setTransportEnv(c.net);
+        ridge::gShmForceNamedSegmentForTesting.store(c.namedSegment);
         const int fdsBefore = countOpenFds();
         if (r == c.victim && !midCollective) {
           gVictimStage = c.stage;
           gVictimSignal = sig;
+          // Forced onto the fallback, the creator passes "created" once for its memfd first.
+          gVictimOccurrence = c.namedSegment && c.stage == InitStage::ShmSegmentCreated ? 2 : 1;
           ridge::setInitStageHook(victimHook);
         }
         const double t0 = ridgetest::nowSec();
@@ -224,7 +230,8 @@ TEST_P(KillAndStop, SurvivorsFailCleanlyAndNothingLeaks) {
   ridge::chaos::record(
       netName(c.net),
       std::string(c.fault == Fault::Kill ? "kill -9" : "SIGSTOP") + " rank " + std::to_string(c.victim) + " at " +
-          stageName(c.stage) + " (3 ranks, RIDGE_TIMEOUT=" + std::to_string(kTimeoutSec) + ")",
+          stageName(c.stage) + (c.namedSegment ? " of the named-segment fallback" : "") +
+          " (3 ranks, RIDGE_TIMEOUT=" + std::to_string(kTimeoutSec) + ")",
       Outcome::kCleanError, wrong, leaks);
 }
 
@@ -237,6 +244,8 @@ std::vector<Case> allCases() {
     out.push_back({Net::Shm, f, InitStage::ShmSegmentCreated, 0});  // the host's lowest rank creates
     out.push_back({Net::Shm, f, InitStage::ShmSegmentAttached, 2});
     out.push_back({Net::Shm, f, InitStage::Count, 1});
+    out.push_back({Net::Shm, f, InitStage::ShmSegmentCreated, 0, /*namedSegment=*/true});
+    out.push_back({Net::Shm, f, InitStage::ShmSegmentAttached, 2, /*namedSegment=*/true});
     for (Net n : {Net::Tcp, Net::Softnic}) {
       out.push_back({n, f, InitStage::BootstrapHelloSent, 1});
       out.push_back({n, f, InitStage::BootstrapRingConnected, 2});
