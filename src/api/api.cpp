@@ -11,6 +11,7 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -57,13 +58,13 @@ class HandleRegistry {
     return *r;
   }
   void add(ridgeComm* comm) {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::shared_mutex> lock(mu_);
     comm->generation = ++lastGeneration_;
     live_[comm] = {comm->generation, comm->rank, comm->nranks};
   }
   // What `comm` is: live (ok), destroyed or unknown (errors naming fn).
   Status check(const char* fn, const ridgeComm* comm) {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::shared_lock<std::shared_mutex> lock(mu_);  // every call of every rank thread: readers share
     if (auto it = live_.find(comm); it != live_.end()) {
       if (comm->magic == ridgeComm::kMagic && comm->generation == it->second.generation) return Status::ok();
       return makeError(ridgeInvalidArgument, "%s: comm %p is corrupted (magic 0x%08x, generation %llu, expected %llu)",
@@ -82,14 +83,14 @@ class HandleRegistry {
                      fn, static_cast<const void*>(comm), kQuarantined);
   }
   bool isLive(const ridgeComm* comm) {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::shared_lock<std::shared_mutex> lock(mu_);
     return comm && live_.count(comm) != 0;
   }
   // The storage of a communicator whose destructor ran: quarantine it, free the oldest.
   void retire(void* p) {
     void* release = nullptr;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::unique_lock<std::shared_mutex> lock(mu_);
       auto* comm = static_cast<const ridgeComm*>(p);
       if (auto it = live_.find(comm); it != live_.end()) {
         dead_[comm] = it->second;
@@ -108,7 +109,7 @@ class HandleRegistry {
   }
 
  private:
-  std::mutex mu_;
+  std::shared_mutex mu_;
   uint64_t lastGeneration_ = 0;
   std::unordered_map<const ridgeComm*, Entry> live_;
   std::unordered_map<const ridgeComm*, Entry> dead_;

@@ -702,7 +702,7 @@ Status Bootstrap::connect(const ridgeUniqueId& id, int rank, int nranks, int tim
   listenAddr.setPort(0);
   SocketAddress myAddr;
   RIDGE_TRY(listenOn(listenAddr, &b->listen_, &myAddr));
-  initStage(InitStage::BootstrapListening);
+  initStage(InitStage::BootstrapListening, &myAddr);
 
   // Prove the key on the root's challenge, report, and wait for the table.
   std::string rootWho = format("bootstrap: rank %d: root at %s", rank, info.root.toString().c_str());

@@ -30,7 +30,10 @@ inline const char* initStageName(InitStage s) {
   return "?";
 }
 
-using InitStageHook = void (*)(InitStage);
+// `detail` depends on the stage: BootstrapListening passes the rank's own listening address
+// (const SocketAddress*, bootstrap/socket.h) so that a test can send strangers to it; the
+// other stages pass nullptr.
+using InitStageHook = void (*)(InitStage, const void* detail);
 
 inline std::atomic<InitStageHook>& initStageHook() {
   static std::atomic<InitStageHook> hook{nullptr};
@@ -42,8 +45,8 @@ inline void setInitStageHook(InitStageHook hook) {
   initStageHook().store(hook);
 }
 
-inline void initStage(InitStage s) {
-  if (InitStageHook h = initStageHook().load(std::memory_order_relaxed)) h(s);
+inline void initStage(InitStage s, const void* detail = nullptr) {
+  if (InitStageHook h = initStageHook().load(std::memory_order_relaxed)) h(s, detail);
 }
 
 }  // namespace ridge

@@ -1,12 +1,16 @@
 #include "core/settings.h"
 
 #include <strings.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <set>
 
 #include "core/log.h"
 
@@ -313,7 +317,61 @@ bool settingValueValid(Setting s, const std::string& value, std::string* why) {
   return ok;
 }
 
+namespace {
+
+size_t editDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> unknownSettingNames() {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string entry = *e;
+    const size_t eq = entry.find('=');
+    const std::string name = entry.substr(0, eq);
+    if (name.rfind("RIDGE_", 0) != 0 || name.rfind("RIDGE_TEST_", 0) == 0 || name.rfind("RIDGE_BENCH_", 0) == 0)
+      continue;
+    std::string closest;
+    size_t best = 3;
+    bool declared = false;
+    for (const SettingInfo& info : allSettings()) {
+      const std::string known = std::string("RIDGE_") + info.name;
+      if (known == name) declared = true;
+      const size_t d = editDistance(name, known);
+      if (d < best) {
+        best = d;
+        closest = known;
+      }
+    }
+    if (!declared) out.emplace_back(name, closest);
+  }
+  return out;
+}
+
 Status validateSettings() {
+  {
+    static std::mutex warnedMutex;
+    static std::set<std::string> warned;
+    for (const auto& [name, closest] : unknownSettingNames()) {
+      std::lock_guard<std::mutex> lock(warnedMutex);
+      if (!warned.insert(name).second) continue;
+      RIDGE_WARN("%s is set but is not a Ridge setting, so it is ignored%s%s%s (docs/settings.md)", name.c_str(),
+                 closest.empty() ? "" : " (did you mean ", closest.c_str(), closest.empty() ? "" : "?)");
+    }
+  }
   std::string problems;
   int bad = 0;
   for (size_t i = 0; i < allSettings().size(); ++i) {

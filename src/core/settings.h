@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -80,7 +81,12 @@ std::string settingAcceptedValues(Setting s);
 // variable ("RIDGE_TIMEOUT=0: expected an integer from 1 to 16777216").
 bool settingValueValid(Setting s, const std::string& value, std::string* why);
 // Checks every RIDGE_* variable set in the environment against its rule. ridgeInvalidArgument
-// naming each bad variable, its value and the accepted values; ok otherwise.
+// naming each bad variable, its value and the accepted values; ok otherwise. Also warns (once
+// per name and process) about RIDGE_* variables that are not settings (unknownSettingNames).
 Status validateSettings();
+// RIDGE_* variables in the environment that no setting declares (RIDGE_TEST_* and RIDGE_BENCH_*,
+// the tests' and the benchmark's own, excepted), each with the closest setting's name when one
+// is within two edits: {"RIDGE_TIMOUT", "RIDGE_TIMEOUT"}. A typo would otherwise be ignored.
+std::vector<std::pair<std::string, std::string>> unknownSettingNames();
 
 }  // namespace ridge

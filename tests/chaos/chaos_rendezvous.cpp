@@ -17,11 +17,13 @@
 #include <functional>
 #include <random>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
+#include "bootstrap/init_stage.h"
 #include "bootstrap/socket.h"
 #include "bootstrap/wire.h"
 #include "chaos_record.h"
@@ -234,6 +236,61 @@ TEST_F(Rendezvous, StrangersAtARanksListener) {
                 "3 silent, 1 garbage and 2 forged handshakes (wrong session nonce; rank 7 of 3) at rank 1's "
                 "listener, then a genuine send",
                 pst[0].isOk() && pst[1].isOk() && secs < 2.0 ? Outcome::kRecovered : Outcome::kCleanError, wrong);
+}
+
+// Three silent connections reach each rank's own listener during init, before the ring
+// connection does (opened by the init-stage hook the moment the listener exists). Each
+// listener reads all pending connections at once, so init finishes long before even one
+// silent connection's 5 s are up; read one at a time, they cost 15 s per rank.
+thread_local int tRank = -1;
+std::mutex gSilentMutex;
+std::vector<Socket>* gSilent = nullptr;
+
+void openSilentConnections(InitStage s, const void* detail) {
+  if (s != InitStage::BootstrapListening || !detail || tRank < 0) return;
+  const auto* addr = static_cast<const SocketAddress*>(detail);
+  for (int i = 0; i < 3; ++i) {
+    Socket sock;
+    if (!connectWithRetry(*addr, Deadline::after(5), "silent stranger", &sock).isOk()) continue;
+    std::lock_guard<std::mutex> lock(gSilentMutex);
+    gSilent->push_back(std::move(sock));
+  }
+}
+
+TEST_F(Rendezvous, SilentConnectionsAtEveryRanksListenerDuringInit) {
+  ridgeUniqueId id;
+  newJob(&id);
+  std::vector<Socket> silent;
+  gSilent = &silent;
+  setInitStageHook(openSilentConnections);
+  const int n = 3;
+  long wrong = 0;
+  const auto start = Clock::now();
+  std::vector<std::unique_ptr<Bootstrap>> bs(n);
+  auto st = runRanks(n, [&](int r) {
+    tRank = r;
+    Status s = Bootstrap::connect(id, r, n, 12, nullptr, &bs[r]);
+    tRank = -1;
+    return s;
+  });
+  const double secs = secondsSince(start);
+  setInitStageHook(nullptr);
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(st[r].isOk()) << st[r].message();
+  {
+    std::lock_guard<std::mutex> lock(gSilentMutex);
+    EXPECT_EQ(silent.size(), 9u);
+  }
+  EXPECT_LT(secs, ridgetest::scaledSeconds(3.0)) << "init waited for silent connections";
+  if (st[0].isOk() && st[1].isOk() && st[2].isOk()) {
+    auto bst = runRanks(n, [&](int r) { return bs[r]->barrier(); });
+    for (const Status& s : bst) EXPECT_TRUE(s.isOk()) << s.message();
+  } else {
+    wrong = 1;
+  }
+  silent.clear();
+  gSilent = nullptr;
+  chaos::record("bootstrap", "3 silent connections at each rank's own listener during init, before the ring",
+                wrong == 0 && secs < 3.0 ? Outcome::kRecovered : Outcome::kCleanError, wrong);
 }
 
 TEST_F(Rendezvous, AnotherJobsRankIsRefusedAndTheJobGoesOn) {

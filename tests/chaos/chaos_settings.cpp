@@ -187,4 +187,29 @@ TEST(SettingsValidation, EveryBadVariableIsNamed) {
   ridge::chaos::record("settings", "two bad variables at once", Outcome::kCleanError, 0);
 }
 
+// A misspelled variable is not a setting: init goes on (the value is not used), but says so
+// once, with the setting it is closest to.
+TEST(SettingsValidation, MisspelledVariablesAreNamed) {
+  setenv("RIDGE_SOCKET_IFNAME", "lo", 1);
+  ScopedSetting typo("RIDGE_TIMOUT", "0");
+  ScopedSetting far("RIDGE_FROBNICATE", "1");
+  ScopedSetting test("RIDGE_TEST_SOMETHING", "1");
+  std::string closest, farClosest;
+  bool sawTypo = false, sawFar = false, sawTest = false;
+  for (const auto& [name, near] : ridge::unknownSettingNames()) {
+    if (name == "RIDGE_TIMOUT") sawTypo = true, closest = near;
+    if (name == "RIDGE_FROBNICATE") sawFar = true, farClosest = near;
+    if (name == "RIDGE_TEST_SOMETHING") sawTest = true;
+  }
+  EXPECT_TRUE(sawTypo);
+  EXPECT_EQ(closest, "RIDGE_TIMEOUT");
+  EXPECT_TRUE(sawFar);
+  EXPECT_EQ(farClosest, "");
+  EXPECT_FALSE(sawTest);
+  InitOutcome o = initOneRank();
+  EXPECT_EQ(o.result, ridgeSuccess) << o.message;
+  ridge::chaos::record("settings", "RIDGE_TIMOUT=0 (a misspelled variable): warned, with RIDGE_TIMEOUT suggested",
+                       Outcome::kRanCorrectly, (sawTypo && closest == "RIDGE_TIMEOUT") ? 0 : 1);
+}
+
 }  // namespace

@@ -38,6 +38,11 @@
 #include "transports/transport.h"
 
 namespace ridge {
+
+// Tests only (tests/chaos/chaos_leaks.cpp): every rank behaves as if it could not open the
+// creator's memfd, so the named-segment fallback runs.
+std::atomic<bool> gShmForceNamedSegmentForTesting{false};
+
 namespace {
 
 constexpr uint64_t kSegmentMagic = 0x52494447455348ull;  // "RIDGESH"
@@ -374,10 +379,11 @@ Status ShmTransport::mapSegment(const TransportSetup& setup, bool leader, uint32
     const SegmentRef& ref = refs[localRanks_[0]];
     char path[64];
     std::snprintf(path, sizeof path, "/proc/%d/fd/%d", ref.pid, ref.fd);
-    int fd = ::open(path, O_RDWR | O_CLOEXEC);
+    const bool forced = gShmForceNamedSegmentForTesting.load();
+    int fd = forced ? -1 : ::open(path, O_RDWR | O_CLOEXEC);
     struct stat st {};
     if (fd < 0) {
-      why = format("open %s: %s", path, std::strerror(errno));
+      why = format("open %s: %s", path, forced ? "not tried (a test forces the fallback)" : std::strerror(errno));
     } else if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_ino) != ref.ino ||
                static_cast<uint64_t>(st.st_dev) != ref.dev || ref.bytes != bytes_) {
       why = format("%s is not rank %d's segment (another pid namespace?)", path, localRanks_[0]);
@@ -397,11 +403,11 @@ Status ShmTransport::mapSegment(const TransportSetup& setup, bool leader, uint32
   s = setup.bootstrap->allGather(attached.data(), sizeof(int32_t));
   closeMemfd();
   RIDGE_TRY(s);
-  int failedRank = -1;
-  for (int r : localRanks_)
-    if (!attached[r] && failedRank < 0) failedRank = r;
-  if (failedRank < 0) return Status::ok();
-  // Every local rank sees the same table, so all fall back together.
+  // Every rank (of every host: all of them run this, and the fallback's bootstrap calls must
+  // match) sees the same table, so all fall back together or none does.
+  bool allAttached = true;
+  for (int r = 0; r < setup.nranks; ++r) allAttached = allAttached && attached[r];
+  if (allAttached) return Status::ok();
   if (!why.empty())
     RIDGE_WARN("shm: rank %d cannot open the host's shared segment through /proc (%s); using a named segment",
                setup.rank, why.c_str());
@@ -413,18 +419,24 @@ Status ShmTransport::mapSegment(const TransportSetup& setup, bool leader, uint32
 }
 
 // The fallback: a named POSIX segment that the creator unlinks once every local rank mapped it.
+// The name is one every local rank can compute (the creator's pid and the bootstrap's random
+// session nonce, which is this communicator's), so that when the creator dies between creating
+// it and the unlink, the survivors unlink it on their way out: only the death of every local
+// rank inside that window can leave it behind.
 Status ShmTransport::mapNamedSegment(const TransportSetup& setup, bool leader) {
   char name[64] = {0};
+  std::snprintf(name, sizeof name, "/ridge-%d-%016llx", setup.pidOfRank[localRanks_[0]],
+                static_cast<unsigned long long>(setup.bootstrap->sessionNonce() ^ 0x5348u));
+  Status s = Status::ok();
   if (leader) {
-    std::snprintf(name, sizeof name, "/ridge-%d-%016llx", selfPid_,
-                  static_cast<unsigned long long>(randomNonce()));
     int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0) return systemError("shm: shm_open (is /dev/shm mounted and writable?)");
+    initStage(InitStage::ShmSegmentCreated);
     if (ftruncate(fd, static_cast<off_t>(bytes_)) != 0) {
-      Status s = systemError("shm: ftruncate of the shared segment (is /dev/shm large enough?)");
+      Status e = systemError("shm: ftruncate of the shared segment (is /dev/shm large enough?)");
       ::close(fd);
       shm_unlink(name);
-      return s;
+      return e;
     }
     base_ = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     ::close(fd);
@@ -434,12 +446,9 @@ Status ShmTransport::mapNamedSegment(const TransportSetup& setup, bool leader) {
       return systemError("shm: mmap of the shared segment");
     }
   }
-  std::vector<char> names(static_cast<size_t>(setup.nranks) * sizeof name);
-  std::memcpy(names.data() + static_cast<size_t>(setup.rank) * sizeof name, name, sizeof name);
-  Status s = setup.bootstrap->allGather(names.data(), sizeof name);
+  // The creator has created it (or failed) once this returns.
+  s = setup.bootstrap->barrier();
   if (s.isOk() && !leader) {
-    const char* leaderName = names.data() + static_cast<size_t>(localRanks_[0]) * sizeof name;
-    std::memcpy(name, leaderName, sizeof name);
     int fd = shm_open(name, O_RDWR, 0600);
     if (fd < 0) {
       s = systemError("shm: shm_open of the leader's segment");
@@ -449,12 +458,15 @@ Status ShmTransport::mapNamedSegment(const TransportSetup& setup, bool leader) {
       if (base_ == MAP_FAILED) {
         base_ = nullptr;
         s = systemError("shm: mmap of the leader's segment");
+      } else {
+        initStage(InitStage::ShmSegmentAttached);
       }
     }
   }
-  // Everyone must have mapped (or failed) before the name goes away.
+  // Everyone must have mapped (or failed) before the name goes away; on any failure every
+  // local rank unlinks it (ENOENT when it is gone already or was never made).
   Status b = setup.bootstrap->barrier();
-  if (leader) shm_unlink(name);
+  if (leader || !s.isOk() || !b.isOk()) shm_unlink(name);
   RIDGE_TRY(s);
   return b;
 }
