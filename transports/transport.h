@@ -82,6 +82,11 @@ class SendConnector {
   // within this and so cannot deadlock where nothing else buffers. 0: not stated (post
   // nothing ahead).
   virtual uint32_t chunksInFlight() const { return 0; }
+  // How many of the chunks posted so far the peer has not released yet, or -1 where the
+  // transport cannot tell (the default). A sender that must not return before the peer has
+  // consumed what it posted (a single-copy send names its buffer in a slot: coll/p2p_copy.h)
+  // waits for 0 instead of an acknowledgement message. Never blocks.
+  virtual int64_t unreleasedChunks() { return -1; }
 
   // ---- direct-transfer extension (only when directVersion() >= kDirectTransferVersion) ----
   virtual uint32_t directVersion() const { return 0; }
@@ -207,8 +212,8 @@ class Transport {
 // out-of-tree transports built against an older header can be recognised and refused.
 // 2: the connector and transport classes gained virtual functions
 // (SendConnector::chunksInFlight, Transport::progressThreads), so an older build's vtables
-// no longer match.
-constexpr uint32_t kTransportTableVersion = 2;
+// no longer match. 3: SendConnector::unreleasedChunks.
+constexpr uint32_t kTransportTableVersion = 3;
 struct TransportTable {
   uint32_t size;     // sizeof(TransportTable) the transport was built with
   uint32_t version;  // kTransportTableVersion the transport was built with

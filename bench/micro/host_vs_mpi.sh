@@ -69,7 +69,9 @@ for c in colls:
         bfast = f"{med([x * y / z for x, y, z in zip(b, t, tmin)]):.0f}" if b and tmin else "-"
         nwrong = sum(f("wrong")) + sum(f("mpi_wrong"))
         wrong_total += nwrong
-        at_bound = bmed is not None and bmed >= 90 and bmpi >= 90
+        # At the memory-copy bound: both within 10 % of it (sizes in cache run far above it
+        # and are held to MPI's time).
+        at_bound = bmed is not None and 90 <= bmed <= 110 and 90 <= bmpi <= 110
         ok = nwrong == 0 and (ratio <= 1.0 or (at_bound and ratio <= 1.05))
         verdict = "ok" if ok else "BEHIND"
         if ratio > 1.0 and ok:

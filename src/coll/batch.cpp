@@ -41,11 +41,25 @@ Task runSequence(ridgeComm* comm, std::vector<CollArgs> ops, std::vector<std::ve
   co_return Status::ok();
 }
 
+// Whether every operation is a send or receive to a different (peer, direction): the usual
+// point-to-point group (a sendrecv, a halo or all-to-all exchange), whose operations need no
+// chains, so each becomes its own strand with nothing allocated. Bounded quadratic check:
+// larger groups build the chains.
+bool independentExchanges(const CollArgs* ops, size_t n) {
+  if (n > 64) return false;
+  for (size_t i = 0; i < n; ++i) {
+    if (!isExchange(ops[i].type)) return false;
+    for (size_t j = 0; j < i; ++j)
+      if (ops[j].type == ops[i].type && ops[j].root == ops[i].root) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 void spawnBatch(Executor& ex, ridgeComm* c, const CollArgs* ops, size_t n) {
-  if (n == 1) {
-    ex.spawn(c, runCollective(c, ops[0]));  // the common case: no vectors
+  if (n == 1 || independentExchanges(ops, n)) {
+    for (size_t i = 0; i < n; ++i) ex.spawn(c, runCollective(c, ops[i]));  // no vectors
     return;
   }
   std::vector<CollArgs> colls;

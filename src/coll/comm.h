@@ -98,7 +98,7 @@ struct ridgeComm {
   };
   std::unique_ptr<char[], FreeBytes> bounce;  // nranks chunks of bounceChunk bytes, page-aligned
   size_t bounceChunk = 0;
-  // Single-copy sends and receives (coll/p2p_copy.h): threshold, acknowledgements, counters.
+  // Single-copy sends and receives (coll/p2p_copy.h): threshold, counters.
   ridge::P2pCopy p2pCopy;
   size_t streamMin = SIZE_MAX;  // RIDGE_STREAM_MIN
   int64_t spinNs = 50000;       // busy-poll budget before yielding (RIDGE_SPIN_US)

@@ -16,26 +16,18 @@ constexpr uint64_t kDescriptorMagic = 0x5249444745503250ull;  // "RIDGEP2P"
 // What the sender posts in place of the payload: one slot of exactly this size, marked last.
 struct Descriptor {
   uint64_t magic;
-  uint64_t src;      // the sender's buffer, in its address space
-  uint64_t bytes;    // the message size the sender was called with
-  uint64_t ackAddr;  // where the receiver writes `seq` once it has read the buffer
-  uint64_t seq;
+  uint64_t src;    // the sender's buffer, in its address space
+  uint64_t bytes;  // the message size the sender was called with
 };
 
-// co_await AckReached: the peer wrote `seq` into the acknowledgement word, so it has read
-// the buffer. The peer writes it before it releases the descriptor's slot, and the release
-// wakes this rank if it sleeps on the transport, so the executor's usual wait applies. The
-// word is compared for equality: whichever of its bytes the kernel's copy has stored, the
-// read it acknowledges is complete, and only the full value equals `seq`.
-struct AckReached : WaitCondition {
-  const std::atomic<uint64_t>* word;
-  uint64_t seq;
-  AckReached(const std::atomic<uint64_t>* w, uint64_t s, int from) : word(w), seq(s) {
-    peer = from;
-    ready = [](WaitCondition* self) {
-      auto* a = static_cast<AckReached*>(self);
-      return a->word->load(std::memory_order_acquire) == a->seq;
-    };
+// co_await PeerReleased: the peer has released every chunk posted to it, so it has read the
+// buffer the descriptor named (it releases the descriptor's slot after the read, and the
+// release wakes this rank if it sleeps on the transport). No message, no system call.
+struct PeerReleased : WaitCondition {
+  SendConnector* tx;
+  explicit PeerReleased(SendConnector* t) : tx(t) {
+    peer = t->peer();
+    ready = [](WaitCondition* self) { return static_cast<PeerReleased*>(self)->tx->unreleasedChunks() == 0; };
   }
   bool await_ready() { return ready(this); }
   void await_suspend(std::coroutine_handle<Task::promise_type> h) { h.promise().strand->blocked = this; }
@@ -50,33 +42,28 @@ bool singleCopyPossible(const ridgeComm* c, int peer, size_t bytes) {
 }  // namespace
 
 void setupP2pCopy(ridgeComm* c, size_t minBytes) {
-  const size_t P = static_cast<size_t>(c->nranks);
   c->p2pCopy.minBytes = std::max(minBytes, sizeof(Descriptor) + 1);
-  c->p2pCopy.acked = std::make_unique<std::atomic<uint64_t>[]>(P);
-  c->p2pCopy.sent = std::make_unique<uint64_t[]>(P);
-  for (size_t i = 0; i < P; ++i) {
-    c->p2pCopy.acked[i].store(0, std::memory_order_relaxed);
-    c->p2pCopy.sent[i] = 0;
-  }
 }
 
 bool p2pSendsSingleCopy(ridgeComm* c, int peer, size_t bytes) {
-  // Device memory (the proxy's staged sends) is not in this process's address space.
-  const bool single = !c->device->data && singleCopyPossible(c, peer, bytes);
+  // Device memory (the proxy's staged sends) is not in this process's address space; and the
+  // sender must be able to see the peer release the descriptor (shm can).
+  const bool single = !c->device->data && singleCopyPossible(c, peer, bytes) &&
+                      c->sendTo[static_cast<size_t>(peer)]->unreleasedChunks() >= 0;
   ++(single ? c->p2pCopy.singleCopySends : c->p2pCopy.stagedSends);
   return single;
 }
 
 Task sendSingleCopy(ridgeComm* c, int peer, const char* src, size_t bytes) {
   SendConnector* tx = c->sendTo[peer];
-  const uint64_t seq = ++c->p2pCopy.sent[peer];
-  const Descriptor d{kDescriptorMagic, reinterpret_cast<uint64_t>(src), bytes,
-                     reinterpret_cast<uint64_t>(&c->p2pCopy.acked[peer]), seq};
+  const Descriptor d{kDescriptorMagic, reinterpret_cast<uint64_t>(src), bytes};
   void* slot = co_await AcquireSlot(tx);
   std::memcpy(slot, &d, sizeof d);
   tx->post(sizeof d, true);
-  // The caller may reuse its buffer only once the peer has read it.
-  co_await AckReached(&c->p2pCopy.acked[peer], seq, peer);
+  // The caller may reuse its buffer only once the peer has read it. Nothing else is posted
+  // to `peer` until this send returns (its chain is sequential, and a batch's collectives
+  // finish before its chains start), so every chunk released is the descriptor released.
+  co_await PeerReleased(tx);
   co_return Status::ok();
 }
 
@@ -119,10 +106,9 @@ Task recvSingleCopy(ridgeComm* c, int peer, char* dst, size_t bytes, bool* done)
     }
     ++c->p2pCopy.bouncedRecvs;
   }
-  // The reads above are complete before the sender can see the acknowledgement.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  RIDGE_CO_TRY(pm->write(d.ackAddr, &d.seq, sizeof d.seq));
-  rx->release();  // wakes the sender if it sleeps
+  // The release is a release store, ordered after the reads above: once the sender sees it,
+  // it may reuse its buffer. It also wakes the sender if it sleeps.
+  rx->release();
   *done = true;
   co_return Status::ok();
 }

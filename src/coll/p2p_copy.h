@@ -2,23 +2,23 @@
 // receive"). A message of at least P2pCopy::minBytes between two host buffers is not
 // copied through the slot FIFO (the sender into slots, the receiver out of them: 4 bytes of
 // memory traffic per byte): the sender posts one small descriptor slot naming its buffer,
-// the receiver reads the buffer straight into its own with one peer-memory (CMA) call, then
-// writes the sender's acknowledgement word through peer memory and releases the slot, which
-// wakes the sender. 2 bytes of traffic per byte, and the FIFO in the other direction (which
-// carries the peer's own messages) is never used.
+// the receiver reads the buffer straight into its own with one peer-memory (CMA) call and
+// then releases the slot, which wakes the sender; the sender returns once it sees the slot
+// released (SendConnector::unreleasedChunks: no acknowledgement message, no system call).
+// 2 bytes of traffic per byte, and the FIFO in the other direction (which carries the peer's
+// own messages) is never used.
 //
 // Both ends decide by the message size alone, with the same threshold (the host cost model's
 // crossover, plan::hostSendRecvSingleCopyMin, or RIDGE_DIRECT_MIN under the fixed crossovers),
 // and only where every rank has peer memory (RIDGE_CMA, decided collectively at init), so
 // they agree without asking each other. A sender on device memory (the GPU proxy's staged
-// sends) always stages; the receiver therefore recognises the descriptor by its size, flag
-// and magic and otherwise receives the slots as usual.
+// sends), or over a connector that cannot tell releases, stages; the receiver therefore
+// recognises the descriptor by its size, flag and magic and otherwise receives the slots as
+// usual.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 
 #include "coll/task.h"
 
@@ -31,11 +31,6 @@ struct P2pCopy {
   // Messages of at least this many bytes go single copy where peer memory is available
   // (SIZE_MAX: never). Set at init by setupHostPlan.
   size_t minBytes = SIZE_MAX;
-  // Per peer: the sequence number of the last single-copy message that peer finished
-  // reading from this rank (written by the peer through peer memory), and of the last one
-  // this rank sent it.
-  std::unique_ptr<std::atomic<uint64_t>[]> acked;
-  std::unique_ptr<uint64_t[]> sent;
   // How many messages took each path (tests prove every path taken with them).
   uint64_t singleCopySends = 0;
   uint64_t singleCopyRecvs = 0;
@@ -44,11 +39,11 @@ struct P2pCopy {
   uint64_t bouncedRecvs = 0;  // single-copy messages received into device memory via the bounce
 };
 
-// Sizes the per-peer state of `c` (nranks known) and sets the threshold.
+// Sets the threshold of `c`.
 void setupP2pCopy(ridgeComm* c, size_t minBytes);
 
 // Whether a send of `bytes` from `c` to `peer` takes the single copy (host buffer, peer
-// memory available, at least minBytes). Counts the staged sends otherwise.
+// memory available, at least minBytes, the connector tracks releases), counted either way.
 bool p2pSendsSingleCopy(ridgeComm* c, int peer, size_t bytes);
 Task sendSingleCopy(ridgeComm* c, int peer, const char* src, size_t bytes);
 

@@ -102,6 +102,10 @@ class ShmSend final : public SendConnector {
     ctl_->head.store(head_, std::memory_order_release);
     wakeIfSleeping(receiver_);
   }
+  int64_t unreleasedChunks() override {
+    cachedTail_ = ctl_->tail.load(std::memory_order_acquire);
+    return static_cast<int64_t>(head_ - cachedTail_);
+  }
 
  private:
   FifoCtl* ctl_;
