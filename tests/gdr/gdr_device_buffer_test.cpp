@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "coll/comm.h"
+#include "coll/device/device_collectives.h"
 #include "device/emulated_runtime.h"
 #include "device_ranks.h"
 #include "ridge/ridge.h"
@@ -127,9 +128,9 @@ void runDeviceCollectives(int nranks) {
   withRanks(rt, nranks, 2, [&](TestRank& t) {
     for (size_t i = 0; i < calls.size(); ++i) runCall(rt, t, calls[i], 100 + static_cast<uint32_t>(i));
     ridgeComm* c = t.comm;
-    EXPECT_EQ(c->deviceNetBatches, calls.size()) << "rank " << t.rank << ": batches on the gdr connectors";
-    EXPECT_EQ(c->stagedBatches, 0u) << "rank " << t.rank << ": a batch was staged through host memory";
-    EXPECT_EQ(c->deviceNetDeclined, 0u) << "rank " << t.rank;
+    EXPECT_EQ(c->device->netBatches, calls.size()) << "rank " << t.rank << ": batches on the gdr connectors";
+    EXPECT_EQ(c->device->stagedBatches, 0u) << "rank " << t.rank << ": a batch was staged through host memory";
+    EXPECT_EQ(c->device->netDeclined, 0u) << "rank " << t.rank;
   });
   const ridge::gdr::Counters after = ridge::gdr::processCounters();
   const uint64_t devicePosts = after.devicePosts - before.devicePosts;
