@@ -133,6 +133,20 @@ class DropLog {
   int dropped_ = 0;
 };
 
+}  // namespace
+
+void AcceptErrorLog::note(const std::string& who, int err, const char* dropped) {
+  ++sinceWarn;
+  const auto now = std::chrono::steady_clock::now();
+  if (lastWarn != std::chrono::steady_clock::time_point{} && now - lastWarn < std::chrono::seconds(5)) return;
+  RIDGE_WARN("%s: accept: %s; %s and backing off %lld ms (%d such failures since the last line)", who.c_str(),
+             std::strerror(err), dropped, (long long)kAcceptBackoff.count(), sinceWarn);
+  lastWarn = now;
+  sinceWarn = 0;
+}
+
+namespace {
+
 class RootService {
  public:
   RootService(Socket listener, SocketAddress addr, uint64_t secret, int timeoutSec)
@@ -184,6 +198,7 @@ class RootService {
   std::vector<Member> members_;
   std::deque<Incoming> incoming_;
   std::chrono::steady_clock::time_point acceptPausedUntil_{};
+  AcceptErrorLog acceptErrors_;
   bool failed_ = false;
   Status failure_;
   bool done_ = false;
@@ -352,9 +367,8 @@ void RootService::acceptPending() {
       if (acceptResourceError(err)) {
         // Out of descriptors (perhaps held by silent connections): free the oldest pending
         // one and leave the listener alone for a moment instead of spinning on it.
-        RIDGE_WARN("%s: accept: %s; %s and backing off %lld ms", who_.c_str(), std::strerror(err),
-                   incoming_.empty() ? "nothing to drop" : "dropping the oldest connection without a hello",
-                   (long long)kAcceptBackoff.count());
+        acceptErrors_.note(who_, err,
+                           incoming_.empty() ? "nothing to drop" : "dropping the oldest connection without a hello");
         if (!incoming_.empty()) incoming_.pop_front();
         acceptPausedUntil_ = std::chrono::steady_clock::now() + kAcceptBackoff;
       }
@@ -885,9 +899,9 @@ Status Bootstrap::serveListener(const Deadline& d, const std::string& who) {
     if (fd < 0) {
       const int err = errno;
       if (acceptResourceError(err)) {
-        RIDGE_WARN("%s: accept: %s; %s and backing off %lld ms", who.c_str(), std::strerror(err),
-                   incoming_.empty() ? "nothing to drop" : "dropping the oldest connection without a handshake",
-                   (long long)kAcceptBackoff.count());
+        acceptErrors_.note(who, err,
+                           incoming_.empty() ? "nothing to drop"
+                                             : "dropping the oldest connection without a handshake");
         if (!incoming_.empty()) incoming_.erase(incoming_.begin());
         acceptPausedUntil_ = Clock::now() + kAcceptBackoff;
       }

@@ -77,6 +77,15 @@ Status uniqueIdFromAddress(const std::string& hostPort, uint64_t nonce, ridgeUni
 // Root service threads of this process still running (tests use it to check exits).
 int activeRootServices();
 
+// Internal: logs accept() failing for lack of descriptors or memory (the listener then backs
+// off) at most once per 5 s per listener, with the count since the last line, so that a flood
+// cannot flood the log.
+struct AcceptErrorLog {
+  std::chrono::steady_clock::time_point lastWarn{};
+  int sinceWarn = 0;
+  void note(const std::string& who, int err, const char* dropped);
+};
+
 class Bootstrap {
  public:
   // Rendezvous of rank `rank` of `nranks` through the root named in `id`, then the ring.
@@ -163,6 +172,7 @@ class Bootstrap {
   std::vector<uint64_t> pendingBytes_;
   std::vector<Incoming> incoming_;
   std::chrono::steady_clock::time_point acceptPausedUntil_{};  // accept() backs off until then
+  AcceptErrorLog acceptErrors_;
 };
 
 // A stable identity of this host for grouping ranks that can share memory: hostname,

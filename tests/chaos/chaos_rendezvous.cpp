@@ -370,6 +370,64 @@ TEST_F(Rendezvous, RootOutOfDescriptorsBacksOff) {
                 s.isOk() && cpu < 0.25 * wall ? Outcome::kRecovered : Outcome::kCleanError, wrong);
 }
 
+// A rank's own listener out of descriptors: rank 1 runs in a child process limited to 4 spare
+// descriptors after the rendezvous; the test floods its listener with 12 silent connections,
+// then the genuine rank 0 (here) opens its direct connection and sends. Rank 1's accept()
+// fails with EMFILE, drops the oldest silent connection, backs off, and must receive the
+// message, using little CPU meanwhile.
+TEST_F(Rendezvous, RankListenerOutOfDescriptorsBacksOff) {
+  ridgeUniqueId id;
+  newJob(&id);
+  int ready[2], done[2];
+  ASSERT_EQ(pipe(ready), 0);
+  ASSERT_EQ(pipe(done), 0);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::unique_ptr<Bootstrap> b;
+    if (!Bootstrap::connect(id, 1, 2, 10, nullptr, &b).isOk()) _exit(3);
+    int open = 0;
+    for (int fd = 0; fd < 1024; ++fd) open += fcntl(fd, F_GETFD) >= 0;
+    rlimit lim{static_cast<rlim_t>(open + 4), static_cast<rlim_t>(open + 4)};
+    setrlimit(RLIMIT_NOFILE, &lim);
+    char one = 1;
+    if (write(ready[1], &one, 1) != 1) _exit(4);
+    uint64_t got = 0;
+    Status s = b->recv(0, 7, &got, sizeof got);
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    const double cpu = ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+    if (write(done[1], &cpu, sizeof cpu) != sizeof cpu) _exit(5);
+    _exit(s.isOk() && got == 0x1919191919191919ull ? 0 : 6);
+  }
+  std::unique_ptr<Bootstrap> b0;
+  ASSERT_TRUE(Bootstrap::connect(id, 0, 2, 10, nullptr, &b0).isOk());
+  char one = 0;
+  ASSERT_EQ(read(ready[0], &one, 1), 1);
+  const auto start = Clock::now();
+  std::vector<Socket> silent;
+  for (int i = 0; i < 12; ++i) silent.push_back(connectTo(b0->peerAddresses()[1]));
+  std::this_thread::sleep_for(300ms);  // rank 1 is not reading its listener yet: the backlog fills
+  const uint64_t value = 0x1919191919191919ull;
+  Status s = b0->send(1, 7, &value, sizeof value);
+  EXPECT_TRUE(s.isOk()) << s.message();
+  double cpu = -1;
+  EXPECT_EQ(read(done[0], &cpu, sizeof cpu), static_cast<ssize_t>(sizeof cpu));
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const double wall = secondsSince(start);
+  const bool received = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  EXPECT_TRUE(received) << "rank 1 exited with status " << status;
+  EXPECT_LT(cpu, 0.25 * wall + 0.1) << "rank 1 used " << cpu << " s CPU in " << wall << " s";
+  for (int fd : {ready[0], ready[1], done[0], done[1]}) close(fd);
+  chaos::record("bootstrap",
+                "rank 1 limited to 4 spare descriptors, 12 silent connections at its listener, then a send "
+                "(accept: EMFILE)",
+                received ? Outcome::kRecovered : Outcome::kCleanError, received ? 0 : 1);
+}
+
 // ridgeCommInitFromEnv with RIDGE_JOB_KEY: a rank with the wrong key (claiming a genuine
 // rank's place) is refused; the genuine ranks' job completes with a correct allreduce.
 TEST_F(Rendezvous, EnvInitWithAJobKeyRefusesAWrongKey) {
