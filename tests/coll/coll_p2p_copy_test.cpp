@@ -13,7 +13,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <thread>
 #include <vector>
@@ -249,6 +251,44 @@ TEST(P2pSingleCopy, SelfSendBesidePeerAndBlockingPingPong) {
     return 0;
   });
   reportChildFailures(res, "self send");
+}
+
+// A single-copy send returns only once the receiver has read the buffer (the release of the
+// descriptor's slot, SendConnector::unreleasedChunks): rank 0 overwrites its buffer the moment
+// ridgeSend returns, and rank 1, which posts its receive late, must still get the original
+// bytes. Correct code passes however the ranks are scheduled; the delay only makes an early
+// return (which would let rank 1 read the overwritten buffer) show every time.
+TEST(P2pSingleCopy, SenderReturnsOnlyAfterTheReceiverRead) {
+  ridgeUniqueId id;
+  if (!makeUniqueId(&id)) return;
+  LaunchResult res = launchRanks(2, 60, [&](int me, Reporter& rep) {
+    ridgeComm_t comm = initRank(2, id, me, rep);
+    if (!comm) return 2;
+    if (comm->p2pCopy.minBytes == SIZE_MAX) {
+      rep.line("SKIP single-copy (CMA) is not available here");
+      ridgeCommDestroy(comm);
+      return 0;
+    }
+    const size_t bytes = 3 * comm->p2pCopy.minBytes;
+    Buffer buf(bytes + 64);
+    if (me == 0) {
+      buf.fill(0, 1, 5, bytes);
+      ridgeResult_t r = ridgeSend(buf.data(), bytes, ridgeUint8, 1, comm, nullptr);
+      std::memset(buf.data(), 0, bytes);  // the caller owns its buffer again
+      if (r != ridgeSuccess) rep.fail("send", describeResult(r, comm));
+      if (comm->p2pCopy.singleCopySends != 1) rep.fail("send", "not single copy");
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      ridgeResult_t r = ridgeRecv(buf.data(), bytes, ridgeUint8, 0, comm, nullptr);
+      if (r != ridgeSuccess) rep.fail("recv", describeResult(r, comm));
+      std::string bad = buf.check(0, 1, 5, bytes);
+      if (!bad.empty()) rep.fail("recv", "the sender returned before the receiver read its buffer: " + bad);
+    }
+    ridgeCommDestroy(comm);
+    return 0;
+  });
+  reportChildFailures(res, "sender waits");
+  skipIfReported(res);
 }
 
 // 3 ranks, every rank sends to and receives from both others in one group, each ordered pair
