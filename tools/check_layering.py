@@ -78,12 +78,7 @@ ALLOWED = {
 
 # Known violations, each with who removes it: (including file, include as written) -> why.
 # An entry that no longer matches anything is reported (not an error) so it can be dropped.
-KNOWN_EXCEPTIONS = {
-    # The device-side verbs (GPU-posted WQEs) read the verbs layouts; helper gdr17 moves
-    # gdr_device.h next to its transport (issue 18, item 3), which removes this edge and the
-    # kernels/gdr <-> transports/verbs cycle it closes.
-    ("kernels/gdr/gdr_device.h", "transports/verbs/verbs_layout.h"): "gdr17: gdr_device.h moves to its transport",
-}
+KNOWN_EXCEPTIONS = {}  # none today: the last one (gdr_device.h in kernels/) moved to its transport
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 
