@@ -13,6 +13,7 @@
 #include "coll/batch.h"
 #include "coll/comm.h"
 #include "coll/data_ops.h"
+#include "coll/signature.h"
 #include "core/log.h"
 #include "plan/host_cost.h"
 #include "reduce/reduce.h"
@@ -30,6 +31,14 @@ inline const char* cbytes(const void* p) {
 inline char* mbytes(void* p) {
   return static_cast<char*>(p);
 }
+
+// Before the first chunk from `peer` in an operation: its header (coll/signature.h), read
+// and checked against this rank's call. One predictable branch per peek otherwise.
+#define RIDGE_CO_TAKE_HEADER(c, peer)                                                              \
+  do {                                                                                             \
+    if ((c)->ledger.sized && (c)->ledger.due[static_cast<size_t>(peer)]) [[unlikely]]             \
+      RIDGE_CO_TRY(co_await takeHeader((c), (peer)));                                              \
+  } while (0)
 
 // Balanced block boundary without overflowing count*b.
 inline size_t blockStart(size_t count, int b, int P) {
@@ -88,9 +97,13 @@ struct ExpectAhead {
   char* dst = nullptr;
   size_t bytes = 0;
 
-  ExpectAhead(RecvConnector* r, Next n) : rx(offersDirect(r) ? r : nullptr), next(std::move(n)) {
+  // The peer's operation header, while due, is the first declared chunk (as a slot, see
+  // coll/signature.cpp): it is none of the operation's receives.
+  ExpectAhead(const ridgeComm* c, RecvConnector* r, Next n) : rx(offersDirect(r) ? r : nullptr), next(std::move(n)) {
     if (!rx) return;
-    for (uint32_t ahead = rx->declaredAhead(); ahead && next(&dst, &bytes); --ahead) {
+    uint32_t ahead = rx->declaredAhead();
+    if (ahead && c->ledger.sized && c->ledger.due[static_cast<size_t>(rx->peer())]) --ahead;
+    for (; ahead && next(&dst, &bytes); --ahead) {
     }
     declare();
   }
@@ -180,7 +193,7 @@ Task recvMessage(ridgeComm* c, int peer, char* dst, size_t bytes) {
   const size_t chunk = rx->slotBytes();
   size_t planOff = 0;
   bool planDone = false;
-  ExpectAhead expect(direct ? rx : nullptr, [&](char** to, size_t* n) {
+  ExpectAhead expect(c, direct ? rx : nullptr, [&](char** to, size_t* n) {
     if (planDone) return false;
     *to = dst + planOff;
     *n = std::min(chunk, bytes - planOff);
@@ -190,6 +203,7 @@ Task recvMessage(ridgeComm* c, int peer, char* dst, size_t bytes) {
   });
   size_t off = 0;
   do {
+    RIDGE_CO_TAKE_HEADER(c, rx->peer());
     PeekSlot pk(rx);
     const void* slot = co_await pk;
     size_t n = pk.info.bytes;
@@ -229,6 +243,7 @@ Task allPairsReduce(ridgeComm* c, CollArgs a, bool scatter) {
     srcs[r] = cbytes(a.send) + (scatter ? size_t(r) * a.count + off : off) * es;
     for (int k = 1; k < P; ++k) {
       int j = (r + P - k) % P;
+      RIDGE_CO_TAKE_HEADER(c, j);
       PeekSlot pk(c->recvFrom[j]);
       srcs[j] = co_await pk;
       if (pk.info.bytes != n * es)
@@ -257,7 +272,7 @@ Task allPairsExchange(ridgeComm* c, CollArgs a, bool gather) {
   RecvConnector* rxDirect = direct && offersDirect(c->recvFrom[peer]) ? c->recvFrom[peer] : nullptr;
   DirectWithdrawal withdrawal{txDirect, rxDirect};
   size_t planOff = 0;
-  ExpectAhead expect(rxDirect, [&](char** dst, size_t* bytes) {
+  ExpectAhead expect(c, rxDirect, [&](char** dst, size_t* bytes) {
     if (planOff >= a.count) return false;
     *dst = mbytes(a.recv) + (size_t(peer) * a.count + planOff) * es;
     *bytes = std::min(chunkElems, a.count - planOff) * es;
@@ -278,6 +293,7 @@ Task allPairsExchange(ridgeComm* c, CollArgs a, bool gather) {
     if (own != ownSrc) RIDGE_CO_TRY(dataCopy(c, own, ownSrc, n * es));
     for (int k = 1; k < P; ++k) {
       int j = (r + P - k) % P;
+      RIDGE_CO_TAKE_HEADER(c, j);
       PeekSlot pk(c->recvFrom[j]);
       const void* slot = co_await pk;
       if (pk.info.bytes != n * es)
@@ -326,6 +342,7 @@ Task allPairsReduceToRoot(ridgeComm* c, CollArgs a) {
     srcs[r] = cbytes(a.send) + off * es;
     for (int j = 0; j < P; ++j) {
       if (j == r) continue;
+      RIDGE_CO_TAKE_HEADER(c, j);
       PeekSlot pk(c->recvFrom[j]);
       srcs[j] = co_await pk;
       if (pk.info.bytes != n * es || pk.info.lastOfMessage != (off + n == a.count))
@@ -454,7 +471,7 @@ Task ringReduce(ridgeComm* c, CollArgs a, bool withAllGather) {
   // input), all-gather chunks straight into the output.
   size_t planIter = 0;
   int planStep = 0;
-  ExpectAhead expect(rx, [&, steps = withAllGather ? 2 * (P - 1) : P - 1](char** dst, size_t* bytes) {
+  ExpectAhead expect(c, rx, [&, steps = withAllGather ? 2 * (P - 1) : P - 1](char** dst, size_t* bytes) {
     for (; planIter < L.iterations(); ++planIter, planStep = 0) {
       while (planStep < steps) {
         const int s = planStep++;
@@ -481,6 +498,7 @@ Task ringReduce(ridgeComm* c, CollArgs a, bool withAllGather) {
     for (int k = 1; k < P && t < rounds; ++k) {
       n = L.chunk(L.recvBlock(true, k), t * L.chunkElems, &off);
       if (!n) continue;
+      RIDGE_CO_TAKE_HEADER(c, rx->peer());
       PeekSlot pk(rx);
       const void* recvd = co_await pk;
       if (pk.info.bytes != n * es) co_return mismatch(c, type, prev, n * es, pk.info);
@@ -513,6 +531,7 @@ Task ringReduce(ridgeComm* c, CollArgs a, bool withAllGather) {
       n = L.chunk(L.recvBlock(false, k), base, &off);
       if (!n) continue;
       char* dst = out + off * es;
+      RIDGE_CO_TAKE_HEADER(c, rx->peer());
       PeekSlot pk(rx);
       const void* recvd = co_await pk;
       if (pk.info.bytes != n * es) co_return mismatch(c, type, prev, n * es, pk.info);
@@ -552,7 +571,7 @@ Task ringAllGather(ridgeComm* c, CollArgs a) {
   DirectWithdrawal withdrawal{txDirect ? tx : nullptr, offersDirect(rx) ? rx : nullptr};
   size_t planOff = 0;
   int planStep = 1;
-  ExpectAhead expect(rx, [&](char** dst, size_t* bytes) {
+  ExpectAhead expect(c, rx, [&](char** dst, size_t* bytes) {
     if (planStep == P) {
       planStep = 1;
       planOff += chunkElems;
@@ -572,6 +591,7 @@ Task ringAllGather(ridgeComm* c, CollArgs a) {
     for (int k = 1; k < P; ++k) {
       int b = order[mod(p - k, P)];
       char* dst = out + (size_t(b) * a.count + off) * es;
+      RIDGE_CO_TAKE_HEADER(c, rx->peer());
       PeekSlot pk(rx);
       const void* recvd = co_await pk;
       if (pk.info.bytes != n * es) co_return mismatch(c, CollType::AllGather, prev, n * es, pk.info);
@@ -608,6 +628,7 @@ Task chainReduce(ridgeComm* c, CollArgs a) {
       tx->post(static_cast<uint32_t>(n * es), false);
       continue;
     }
+    RIDGE_CO_TAKE_HEADER(c, rx->peer());
     PeekSlot pk(rx);
     const void* recvd = co_await pk;
     if (pk.info.bytes != n * es) co_return mismatch(c, CollType::Reduce, prev, n * es, pk.info);
@@ -653,6 +674,7 @@ Task directBegin(ridgeComm* c, const CollArgs& a) {
   }
   for (int k = 1; k < P; ++k) {
     int j = (r + P - k) % P;
+    RIDGE_CO_TAKE_HEADER(c, j);
     PeekSlot pk(c->recvFrom[j]);
     const void* slot = co_await pk;
     if (pk.info.bytes != sizeof mine) co_return mismatch(c, a.type, j, sizeof mine, pk.info);
@@ -678,6 +700,7 @@ Task directEnd(ridgeComm* c, CollType type) {
   }
   for (int k = 1; k < P; ++k) {
     int j = (r + P - k) % P;
+    RIDGE_CO_TAKE_HEADER(c, j);
     PeekSlot pk(c->recvFrom[j]);
     (void)co_await pk;
     if (pk.info.bytes != 0) co_return mismatch(c, type, j, 0, pk.info);
@@ -848,6 +871,7 @@ Task treeReduce(ridgeComm* c, CollArgs a) {
     const size_t n = std::min(chunkElems, a.count - off);
     srcs[0] = cbytes(a.send) + off * es;
     for (int i = 0; i < t.childCount; ++i) {
+      RIDGE_CO_TAKE_HEADER(c, t.children[i]);
       PeekSlot pk(c->recvFrom[t.children[i]]);
       srcs[i + 1] = co_await pk;
       if (pk.info.bytes != n * es) co_return mismatch(c, CollType::Reduce, t.children[i], n * es, pk.info);
@@ -883,7 +907,7 @@ Task treeBroadcast(ridgeComm* c, CollArgs a, TreeRanks t) {
   DirectWithdrawal withdrawal0{direct[0] ? tx[0] : nullptr, offersDirect(rx) ? rx : nullptr};
   DirectWithdrawal withdrawal1{direct[1] ? tx[1] : nullptr, nullptr};
   size_t planOff = 0;
-  ExpectAhead expect(rx, [&](char** dst, size_t* n) {
+  ExpectAhead expect(c, rx, [&](char** dst, size_t* n) {
     if (planOff >= bytes) return false;
     *dst = mbytes(a.recv) + planOff;
     *n = std::min(chunk, bytes - planOff);
@@ -895,6 +919,7 @@ Task treeBroadcast(ridgeComm* c, CollArgs a, TreeRanks t) {
     const char* src = cbytes(a.send) + off;
     char* dst = mbytes(a.recv) + off;
     if (rx) {
+      RIDGE_CO_TAKE_HEADER(c, rx->peer());
       PeekSlot pk(rx);
       src = static_cast<const char*>(co_await pk);
       if (pk.info.bytes != n) co_return mismatch(c, CollType::Broadcast, t.parent, n, pk.info);
@@ -947,9 +972,8 @@ Task treeAllReduce(ridgeComm* c, CollArgs a) {
   co_return co_await treeBroadcast(c, down, treeRanks(c, down.root));
 }
 
-}  // namespace
-
-Task runCollective(ridgeComm* c, CollArgs a) {
+// The operation itself, without its signature.
+Task runAlgorithm(ridgeComm* c, CollArgs a) {
   const size_t es = dataTypeSize(a.dtype);
   const size_t bytes = a.count * es;
   if (a.type == CollType::Send) co_return co_await sendMessage(c, a.root, cbytes(a.send), bytes);
@@ -1007,4 +1031,47 @@ Task runCollective(ridgeComm* c, CollArgs a) {
   co_return makeError(ridgeInternalError, "unknown collective type %d", static_cast<int>(a.type));
 }
 
+// Where non-in-place buffers overlap, a rank would read what it already overwrote (or a peer
+// what this rank overwrote): the result depends on the algorithm. One comparison per call.
+Status checkOverlap(const ridgeComm* c, const CollArgs& a) {
+  if (a.send == a.recv || a.count == 0) return Status::ok();
+  const BufferUse u = bufferUse(a, c->rank, c->nranks);
+  if (!u.readsSend || !u.writesRecv) return Status::ok();
+  const size_t es = dataTypeSize(a.dtype);
+  const uintptr_t s0 = reinterpret_cast<uintptr_t>(a.send), r0 = reinterpret_cast<uintptr_t>(a.recv);
+  const uintptr_t s1 = s0 + u.sendCount * es, r1 = r0 + u.recvCount * es;
+  if (s0 >= r1 || r0 >= s1) return Status::ok();
+  // The in-place forms the API documents (AllGather: sendbuff == recvbuff + rank*count;
+  // ReduceScatter: recvbuff == sendbuff + rank*count) are not overlaps.
+  if (a.type == CollType::AllGather && s0 == r0 + size_t(c->rank) * a.count * es) return Status::ok();
+  if (a.type == CollType::ReduceScatter && r0 == s0 + size_t(c->rank) * a.count * es) return Status::ok();
+  return makeError(ridgeInvalidUsage,
+                   "rank %d: %s: sendbuff [%p, +%zu) and recvbuff [%p, +%zu) overlap without being the "
+                   "in-place form; use the same buffer (in place) or separate ones",
+                   c->rank, collTypeName(a.type), a.send, u.sendCount * es, a.recv, u.recvCount * es);
+}
+
+}  // namespace
+
+// Every operation carries its signature (coll/signature.h): collectives exchange headers
+// with every peer, a send sends one ahead of its message, a receive checks it.
+Task runCollective(ridgeComm* c, CollArgs a) {
+  if (!isExchange(a.type)) RIDGE_CO_TRY(checkOverlap(c, a));
+  if (!signaturesOn(c)) co_return co_await runAlgorithm(c, a);
+  if (a.type == CollType::Send) {
+    RIDGE_CO_TRY(co_await beginSend(c, a.root, a.count, a.dtype));
+  } else if (a.type == CollType::Recv) {
+    beginRecv(c, a.root, a.count, a.dtype);
+  } else {
+    RIDGE_CO_TRY(co_await beginCollective(c, a));
+  }
+  RIDGE_CO_TRY(co_await runAlgorithm(c, a));
+  if (isExchange(a.type)) {
+    endOperation(c);
+    co_return Status::ok();
+  }
+  co_return co_await endCollective(c);
+}
+
 }  // namespace ridge
+

@@ -13,6 +13,7 @@
 #include "coll/algo_select.h"
 #include "coll/gpu_proxy.h"
 #include "coll/ll_path.h"
+#include "coll/signature.h"
 #include "core/status.h"
 #include "ridge/ridge.h"
 #include "transports/net/net_transport.h"
@@ -164,6 +165,9 @@ struct ridgeComm {
   uint64_t deviceNetBatches = 0;   // batches every rank voted onto the device network
   uint64_t deviceNetDeclined = 0;  // batches the vote left to staging
   uint64_t stagedBatches = 0;      // batches run host-staged (neither P2P nor the device network)
+
+  // Signatures and operation counters of the host operations (coll/signature.h).
+  ridge::OpLedger ledger;
 };
 
 namespace ridge {
