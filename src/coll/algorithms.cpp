@@ -225,29 +225,35 @@ Task recvMessage(ridgeComm* c, int peer, char* dst, size_t bytes) {
 
 // AllReduce (blockStride 0) and ReduceScatter (blockStride = recv count): in each round
 // a rank sends the chunk every peer needs, then reduces the P contributions to its own.
-Task allPairsReduce(ridgeComm* c, CollArgs a, bool scatter) {
+Task allPairsReduce(ridgeComm* c, CollArgs a, bool scatter, bool inlineHeader = false) {
   const int P = c->nranks, r = c->rank;
   const size_t es = dataTypeSize(a.dtype);
   const size_t chunkElems = P == 1 ? std::max<size_t>(a.count, 1) : c->sendTo[(r + 1) % P]->slotBytes() / es;
   const int divisor = a.op == ridgeAvg ? P : 0;
   const void** srcs = c->scratchPtrs.data();
+  // A message that fits one slot beside its header carries the header in that slot
+  // (runCollective decides, coll/signature.h): one slot per peer, as without signatures.
+  const size_t hdr = inlineHeader ? kInlineHeaderBytes : 0;
   for (size_t off = 0; off < a.count; off += chunkElems) {
     const size_t n = std::min(chunkElems, a.count - off);
     for (int k = 1; k < P; ++k) {
       int j = (r + k) % P;
       size_t src = scatter ? (size_t(j) * a.count + off) : off;
-      void* slot = co_await AcquireSlot(c->sendTo[j]);
-      std::memcpy(slot, cbytes(a.send) + src * es, n * es);
-      c->sendTo[j]->post(static_cast<uint32_t>(n * es), false);
+      char* slot = static_cast<char*>(co_await AcquireSlot(c->sendTo[j]));
+      if (inlineHeader) writeInlineHeader(c, j, slot);
+      std::memcpy(slot + hdr, cbytes(a.send) + src * es, n * es);
+      c->sendTo[j]->post(static_cast<uint32_t>(hdr + n * es), false);
     }
     srcs[r] = cbytes(a.send) + (scatter ? size_t(r) * a.count + off : off) * es;
     for (int k = 1; k < P; ++k) {
       int j = (r + P - k) % P;
-      RIDGE_CO_TAKE_HEADER(c, j);
+      if (!inlineHeader) RIDGE_CO_TAKE_HEADER(c, j);
       PeekSlot pk(c->recvFrom[j]);
-      srcs[j] = co_await pk;
-      if (pk.info.bytes != n * es)
-        co_return mismatch(c, scatter ? CollType::ReduceScatter : CollType::AllReduce, j, n * es, pk.info);
+      const char* got = static_cast<const char*>(co_await pk);
+      if (inlineHeader && c->ledger.due[static_cast<size_t>(j)]) RIDGE_CO_TRY(checkInlineHeader(c, j, got, pk.info));
+      srcs[j] = got + hdr;
+      if (pk.info.bytes != hdr + n * es)
+        co_return mismatch(c, scatter ? CollType::ReduceScatter : CollType::AllReduce, j, hdr + n * es, pk.info);
     }
     reduceMany(mbytes(a.recv) + off * es, srcs, P, n, a.dtype, a.op, divisor);
     for (int k = 1; k < P; ++k) c->recvFrom[(r + P - k) % P]->release();
@@ -972,18 +978,28 @@ Task treeAllReduce(ridgeComm* c, CollArgs a) {
   co_return co_await treeBroadcast(c, down, treeRanks(c, down.root));
 }
 
-// The operation itself, without its signature.
-Task runAlgorithm(ridgeComm* c, CollArgs a) {
+// On the device network (coll/data_ops.h) only the ring and chain algorithms (and alltoall's
+// all-pairs exchange, its only one) move payload through the data ops.
+Algo chooseAlgo(ridgeComm* c, const CollArgs& a) {
+  return c->nranks == 1  ? Algo::AllPairs
+         : c->deviceData ? Algo::Ring
+                         : c->algos.choose(a.type, a.count * dataTypeSize(a.dtype));
+}
+
+// Whether the all-pairs reduction carries the collective's header in its one slot per peer.
+bool inlineHeaderFits(const ridgeComm* c, const CollArgs& a, Algo algo) {
+  return algo == Algo::AllPairs && (a.type == CollType::AllReduce || a.type == CollType::ReduceScatter) &&
+         a.count > 0 &&
+         a.count * dataTypeSize(a.dtype) + kInlineHeaderBytes <= c->sendTo[(c->rank + 1) % c->nranks]->slotBytes();
+}
+
+// The operation itself, without its signature (inlineHeader: see allPairsReduce).
+Task runAlgorithm(ridgeComm* c, CollArgs a, Algo algo, bool inlineHeader) {
   const size_t es = dataTypeSize(a.dtype);
   const size_t bytes = a.count * es;
   if (a.type == CollType::Send) co_return co_await sendMessage(c, a.root, cbytes(a.send), bytes);
   if (a.type == CollType::Recv) co_return co_await recvMessage(c, a.root, mbytes(a.recv), bytes);
   if (a.count == 0) co_return Status::ok();
-  // On the device network (coll/data_ops.h) only the ring and chain algorithms (and alltoall's
-  // all-pairs exchange, its only one) move payload through the data ops.
-  const Algo algo = c->nranks == 1  ? Algo::AllPairs
-                    : c->deviceData ? Algo::Ring
-                                    : c->algos.choose(a.type, bytes);
   RIDGE_TRACE("rank %d: %s of %zu bytes with %s", c->rank, collTypeName(a.type), bytes, algoName(algo));
   ++c->algoRuns[static_cast<int>(algo)];
   c->lastAlgo = static_cast<int>(algo);
@@ -1012,10 +1028,10 @@ Task runAlgorithm(ridgeComm* c, CollArgs a) {
   switch (a.type) {
     case CollType::AllReduce:
       if (ring) co_return co_await ringReduce(c, a, true);
-      co_return co_await allPairsReduce(c, a, false);
+      co_return co_await allPairsReduce(c, a, false, inlineHeader);
     case CollType::ReduceScatter:
       if (ring) co_return co_await ringReduce(c, a, false);
-      co_return co_await allPairsReduce(c, a, true);
+      co_return co_await allPairsReduce(c, a, true, inlineHeader);
     case CollType::AllGather:
       if (ring) co_return co_await ringAllGather(c, a);
       co_return co_await allPairsExchange(c, a, true);
@@ -1056,16 +1072,19 @@ Status checkOverlap(const ridgeComm* c, const CollArgs& a) {
 // Every operation carries its signature (coll/signature.h): collectives exchange headers
 // with every peer, a send sends one ahead of its message, a receive checks it.
 Task runCollective(ridgeComm* c, CollArgs a) {
-  if (!isExchange(a.type)) RIDGE_CO_TRY(checkOverlap(c, a));
-  if (!signaturesOn(c)) co_return co_await runAlgorithm(c, a);
+  const bool exchange = isExchange(a.type);
+  const Algo algo = exchange ? Algo::AllPairs : chooseAlgo(c, a);
+  if (!exchange) RIDGE_CO_TRY(checkOverlap(c, a));
+  if (!signaturesOn(c)) co_return co_await runAlgorithm(c, a, algo, false);
+  const bool inlineHeader = !exchange && inlineHeaderFits(c, a, algo);
   if (a.type == CollType::Send) {
     RIDGE_CO_TRY(co_await beginSend(c, a.root, a.count, a.dtype));
   } else if (a.type == CollType::Recv) {
     beginRecv(c, a.root, a.count, a.dtype);
   } else {
-    RIDGE_CO_TRY(co_await beginCollective(c, a));
+    RIDGE_CO_TRY(co_await beginCollective(c, a, inlineHeader));
   }
-  RIDGE_CO_TRY(co_await runAlgorithm(c, a));
+  RIDGE_CO_TRY(co_await runAlgorithm(c, a, algo, inlineHeader));
   if (isExchange(a.type)) {
     endOperation(c);
     co_return Status::ok();

@@ -78,6 +78,19 @@ void declareHeaderSlot(RecvConnector* rx) {
     (void)rx->tryExpect(nullptr, static_cast<uint32_t>(rx->slotBytes()));
 }
 
+// Before an operation queues caller memory on a connector with the direct extension (whole
+// chunks, so messages of at least a slot), its header must have left: a rank that fails the
+// operation withdraws its queued chunks, which fails the connection, and a header still queued
+// behind nothing would then never reach the peer, which would wait for RIDGE_TIMEOUT instead
+// of seeing the mismatch. Costs a wake-up of the transport's thread on large messages only.
+struct HeaderSent : SendsComplete {
+  HeaderSent(SendConnector* tx, size_t bytes) : SendsComplete(tx) {
+    skip = tx->directVersion() < kDirectTransferVersion || bytes < tx->slotBytes();
+  }
+  bool skip;
+  bool await_ready() { return skip || SendsComplete::await_ready(); }
+};
+
 bool sameCall(const OpSignature& a, const OpSignature& b) {
   return a.kind == b.kind && a.seq == b.seq && a.count == b.count && a.dtype == b.dtype && a.op == b.op &&
          a.root == b.root;
@@ -92,24 +105,10 @@ Status mismatchError(const ridgeComm* c, int peer, const OpSignature& mine, cons
                    detail.c_str());
 }
 
-// Checks the header `slot` of `peer` against what this rank expects from it, and releases it.
-Status checkHeader(ridgeComm* c, int peer, const void* slot, const SlotInfo& info) {
+// Compares `peer`'s header `h` with what this rank expects from it.
+Status compareHeader(ridgeComm* c, int peer, const OpSignature& h) {
   OpLedger& L = c->ledger;
-  RecvConnector* rx = c->recvFrom[peer];
-  const OpSignature& mine = L.expect[peer];
-  OpSignature h;
-  if (info.bytes != sizeof h) {
-    rx->release();
-    return makeError(ridgeInvalidUsage,
-                     "rank %d: mismatched calls: rank %d called %s, but the next chunk from rank %d is "
-                     "%u bytes of data, not its call's header: rank %d sent data this rank never asked "
-                     "for (a send without its receive, or a different call); the communicator is now "
-                     "broken",
-                     c->rank, c->rank, describeCall(mine).c_str(), peer, info.bytes, peer);
-  }
-  std::memcpy(&h, slot, sizeof h);
-  rx->release();
-  L.due[static_cast<size_t>(peer)] = 0;
+  const OpSignature& mine = L.expect[static_cast<size_t>(peer)];
   if (h.magic != kSignatureMagic || h.rank != peer)
     return makeError(ridgeInvalidUsage,
                      "rank %d: mismatched calls: rank %d called %s, but the next %zu bytes from rank %d "
@@ -122,7 +121,11 @@ Status checkHeader(ridgeComm* c, int peer, const void* slot, const SlotInfo& inf
     const bool same = theirKind == CollType::Send && h.seq == mine.seq && h.root == c->rank &&
                       h.count * dataTypeSize(static_cast<ridgeDataType_t>(h.dtype)) ==
                           mine.count * dataTypeSize(static_cast<ridgeDataType_t>(mine.dtype));
-    if (!same) return mismatchError(c, peer, mine, h, "");
+    if (!same)
+      return mismatchError(c, peer, mine, h,
+                           theirKind == CollType::Send && h.seq == mine.seq
+                               ? "; the size of the message does not match the size of the receive"
+                               : "");
     return Status::ok();
   }
   if (theirKind != CollType::Send && theirKind != CollType::Recv)
@@ -142,7 +145,57 @@ Status checkHeader(ridgeComm* c, int peer, const void* slot, const SlotInfo& inf
   return Status::ok();
 }
 
+Status notAHeader(const ridgeComm* c, int peer, const SlotInfo& info) {
+  return makeError(ridgeInvalidUsage,
+                   "rank %d: mismatched calls: rank %d called %s, but the next chunk from rank %d is "
+                   "%u bytes of data, not its call's header: rank %d sent data this rank never asked "
+                   "for (a send without its receive, or a different call); the communicator is now "
+                   "broken",
+                   c->rank, c->rank, describeCall(c->ledger.expect[static_cast<size_t>(peer)]).c_str(), peer,
+                   info.bytes, peer);
+}
+
+// Checks the header slot `slot` of `peer` and releases it.
+// A slot that starts with a header but carries data (the peer's call put its header inline)
+// is compared all the same, so that the error names the peer's call.
+Status checkHeader(ridgeComm* c, int peer, const void* slot, const SlotInfo& info) {
+  RecvConnector* rx = c->recvFrom[peer];
+  if (info.bytes < sizeof(OpSignature)) {
+    rx->release();
+    return notAHeader(c, peer, info);
+  }
+  OpSignature h;
+  std::memcpy(&h, slot, sizeof h);
+  rx->release();
+  c->ledger.due[static_cast<size_t>(peer)] = 0;
+  RIDGE_TRY(compareHeader(c, peer, h));
+  if (info.bytes != sizeof(OpSignature))
+    return makeError(ridgeInternalError, "rank %d: rank %d sent %s's header with data where this rank expects "
+                     "it alone", c->rank, peer, describeCall(h).c_str());
+  return Status::ok();
+}
+
 }  // namespace
+
+void writeInlineHeader(ridgeComm* c, int peer, void* slot) {
+  OpSignature s = c->ledger.current;
+  s.p2pSent = c->ledger.sendSeq[static_cast<size_t>(peer)];
+  s.p2pRecvd = c->ledger.recvSeq[static_cast<size_t>(peer)];
+  std::memcpy(slot, &s, sizeof s);
+}
+
+Status checkInlineHeader(ridgeComm* c, int peer, const void* slot, const SlotInfo& info) {
+  if (info.bytes < sizeof(OpSignature)) return notAHeader(c, peer, info);
+  OpSignature h;
+  std::memcpy(&h, slot, sizeof h);
+  c->ledger.due[static_cast<size_t>(peer)] = 0;
+  RIDGE_TRY(compareHeader(c, peer, h));
+  // The same call on both ranks makes the same choice; a lone header here means they did not.
+  if (info.bytes == sizeof(OpSignature))
+    return makeError(ridgeInternalError, "rank %d: rank %d sent %s's header alone where this rank carries it "
+                     "with the data", c->rank, peer, describeCall(h).c_str());
+  return Status::ok();
+}
 
 std::string describeCall(const OpSignature& s) {
   const CollType t = static_cast<CollType>(s.kind);
@@ -165,12 +218,21 @@ bool signaturesOn(const ridgeComm* c) {
   return c->nranks > 1 && !(c->deviceNet && c->waitTransport == c->deviceNet.get());
 }
 
-Task beginCollective(ridgeComm* c, const CollArgs& a) {
+Task beginCollective(ridgeComm* c, const CollArgs& a, bool inlineHeaders) {
   ensureSized(c);
   OpLedger& L = c->ledger;
   OpSignature s = makeSignature(c, a.type, a.count, a.dtype, a.op, a.root, ++L.collSeq);
   publish(c, s);
+  L.inlineHeaders = inlineHeaders;
   const int P = c->nranks, r = c->rank;
+  if (inlineHeaders) {
+    for (int k = 1; k < P; ++k) {
+      const int j = (r + k) % P;
+      L.due[static_cast<size_t>(j)] = 1;
+      L.expect[static_cast<size_t>(j)] = s;
+    }
+    co_return Status::ok();
+  }
   // Every peer's header is due before any is posted: while this rank waits for room to post,
   // the executor's idle poll already checks the headers that have arrived.
   for (int k = 1; k < P; ++k) {
@@ -187,6 +249,8 @@ Task beginCollective(ridgeComm* c, const CollArgs& a) {
     std::memcpy(slot, &s, sizeof s);
     c->sendTo[j]->post(sizeof s, true);
   }
+  const size_t bytes = a.count * dataTypeSize(a.dtype);
+  for (int k = 1; k < P; ++k) co_await HeaderSent(c->sendTo[(r + k) % P], bytes);
   co_return Status::ok();
 }
 
@@ -216,11 +280,13 @@ Task beginSend(ridgeComm* c, int peer, size_t count, ridgeDataType_t dtype) {
   void* slot = co_await AcquireSlot(c->sendTo[peer]);
   std::memcpy(slot, &s, sizeof s);
   c->sendTo[peer]->post(sizeof s, true);
+  co_await HeaderSent(c->sendTo[peer], count * dataTypeSize(dtype));
   co_return Status::ok();
 }
 
 void beginRecv(ridgeComm* c, int peer, size_t count, ridgeDataType_t dtype) {
   const OpSignature s = startExchange(c, CollType::Recv, peer, count, dtype);
+  c->ledger.inlineHeaders = false;
   c->ledger.due[static_cast<size_t>(peer)] = 1;
   c->ledger.expect[static_cast<size_t>(peer)] = s;
   declareHeaderSlot(c->recvFrom[peer]);
@@ -243,7 +309,10 @@ Status pollHeaders(ridgeComm* c) {
   for (int j = 0; j < c->nranks; ++j) {
     if (!c->ledger.due[static_cast<size_t>(j)]) continue;
     SlotInfo info;
-    if (const void* slot = c->recvFrom[j]->tryPeek(&info)) RIDGE_TRY(checkHeader(c, j, slot, info));
+    const void* slot = c->recvFrom[j]->tryPeek(&info);
+    if (!slot) continue;
+    // An inline header is checked where it is; the algorithm then takes the slot's data.
+    RIDGE_TRY(c->ledger.inlineHeaders ? checkInlineHeader(c, j, slot, info) : checkHeader(c, j, slot, info));
   }
   return Status::ok();
 }

@@ -61,6 +61,7 @@ struct OpLedger {
   std::vector<uint8_t> due;                // per peer: its header is the next slot to read
   std::vector<OpSignature> expect;         // per peer: this rank's call its header must match
   OpSignature current;                     // this rank's latest operation
+  bool inlineHeaders = false;              // the running collective's headers ride in its data slots
   // For dumps and timeout messages.
   std::atomic<uint64_t> started{0}, finished{0};
   std::atomic<uint64_t> curSeq{0}, curCount{0};
@@ -73,7 +74,14 @@ struct OpLedger {
 bool signaturesOn(const ridgeComm* c);
 
 // Collective: posts this rank's signature to every peer and marks every peer's header due.
-Task beginCollective(ridgeComm* c, const CollArgs& a);
+// With `inlineHeaders` it posts nothing: the algorithm (the all-pairs reduction of a message
+// that fits one slot beside its header) writes the header at the start of its one slot per
+// peer (writeInlineHeader) and checks the peer's there (checkInlineHeader, no release), so
+// small allreduces move as many slots as without signatures.
+Task beginCollective(ridgeComm* c, const CollArgs& a, bool inlineHeaders);
+constexpr size_t kInlineHeaderBytes = 64;  // header room at the start of such a slot
+void writeInlineHeader(ridgeComm* c, int peer, void* slot);
+Status checkInlineHeader(ridgeComm* c, int peer, const void* slot, const SlotInfo& info);
 // Waits for the headers still due (peers this rank took no data from) and checks them.
 Task endCollective(ridgeComm* c);
 // Send: posts the pair's header to the receiver. Recv: marks the sender's header due.
