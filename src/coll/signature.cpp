@@ -301,6 +301,9 @@ void endOperation(ridgeComm* c) {
 Task takeHeader(ridgeComm* c, int peer) {
   PeekSlot pk(c->recvFrom[peer]);
   const void* slot = co_await pk;
+  // While this strand waited, the executor's idle poll may have checked and released the
+  // header: the slot peeked now is then the operation's first data chunk, left in place.
+  if (!c->ledger.due[static_cast<size_t>(peer)]) co_return Status::ok();
   co_return checkHeader(c, peer, slot, pk.info);
 }
 

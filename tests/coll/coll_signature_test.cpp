@@ -217,3 +217,43 @@ TEST(CollSignature, MatchingMixedSeriesRuns) {
 
 }  // namespace
 }  // namespace ridgetest
+
+namespace ridgetest {
+namespace {
+
+// Regression: a strand waiting for a peer's header while the executor's idle poll checked and
+// released that header then took the next chunk (the direct algorithm's buffer descriptor) for
+// the header and failed a matching call ("32 bytes of data, not its call's header"). Without
+// spinning the idle poll runs often; 2 x 300 alternating direct and small allreduces hit it.
+TEST(CollSignature, HeaderTakenByIdlePollWhileAwaited) {
+  setLoopbackEnv();
+  setenv("RIDGE_TIMEOUT", "30", 1);
+  setenv("RIDGE_SPIN_US", "0", 1);
+  ridgeUniqueId id;
+  const bool ok = makeUniqueId(&id);
+  unsetenv("RIDGE_SPIN_US");
+  if (!ok) return;
+  LaunchResult res = launchRanks(2, 120.0, [&](int me, Reporter& rep) {
+    setenv("RIDGE_SPIN_US", "0", 1);
+    ridgeComm_t comm = initRank(2, id, me, rep);
+    if (!comm) return 2;
+    const size_t n = 65536;  // 256 KiB: the direct (CMA) algorithm where available, else the ring
+    std::vector<float> big(n), one(1);
+    for (int iter = 0; iter < 300; ++iter) {
+      std::fill(big.begin(), big.end(), static_cast<float>(me + iter));
+      ridgeResult_t r = ridgeAllReduce(big.data(), big.data(), n, ridgeFloat32, ridgeSum, comm, nullptr);
+      if (r == ridgeSuccess) r = ridgeAllReduce(one.data(), one.data(), 1, ridgeFloat32, ridgeSum, comm, nullptr);
+      if (r != ridgeSuccess) {
+        rep.fail("iteration " + std::to_string(iter), describeResult(r, comm));
+        break;
+      }
+      if (big[0] != static_cast<float>(1 + 2 * iter) || big[n - 1] != big[0]) rep.fail("allreduce", "wrong sum");
+    }
+    ridgeCommDestroy(comm);
+    return 0;
+  });
+  reportChildFailures(res, "alternating allreduces", true);
+}
+
+}  // namespace
+}  // namespace ridgetest
