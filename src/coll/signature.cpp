@@ -300,13 +300,34 @@ void endOperation(ridgeComm* c) {
   if (finished == L.started.load(std::memory_order_relaxed)) L.running.store(false, std::memory_order_relaxed);
 }
 
+namespace {
+// co_await AwaitHeader{c, peer}: peer's header has arrived, or is no longer due because the
+// executor's idle poll checked and released it while this strand waited (then the peer may
+// send nothing more in this operation: waiting for a slot would wait forever).
+struct AwaitHeader : WaitCondition {
+  ridgeComm* comm;
+  const void* slot = nullptr;
+  SlotInfo info;
+  AwaitHeader(ridgeComm* c, int from) : comm(c) {
+    peer = from;
+    ready = [](WaitCondition* self) {
+      auto* a = static_cast<AwaitHeader*>(self);
+      if (!a->comm->ledger.due[static_cast<size_t>(a->peer)]) return true;
+      a->slot = a->comm->recvFrom[a->peer]->tryPeek(&a->info);
+      return a->slot != nullptr;
+    };
+  }
+  bool await_ready() { return ready(this); }
+  void await_suspend(std::coroutine_handle<Task::promise_type> h) { h.promise().strand->blocked = this; }
+  void await_resume() const {}
+};
+}  // namespace
+
 Task takeHeader(ridgeComm* c, int peer) {
-  PeekSlot pk(c->recvFrom[peer]);
-  const void* slot = co_await pk;
-  // While this strand waited, the executor's idle poll may have checked and released the
-  // header: the slot peeked now is then the operation's first data chunk, left in place.
+  AwaitHeader header(c, peer);
+  co_await header;
   if (!c->ledger.due[static_cast<size_t>(peer)]) co_return Status::ok();
-  co_return checkHeader(c, peer, slot, pk.info);
+  co_return checkHeader(c, peer, header.slot, header.info);
 }
 
 Status pollHeaders(ridgeComm* c) {
