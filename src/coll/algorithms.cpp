@@ -245,17 +245,29 @@ Task allPairsReduce(ridgeComm* c, CollArgs a, bool scatter, bool inlineHeader = 
       c->sendTo[j]->post(static_cast<uint32_t>(hdr + n * es), false);
     }
     srcs[r] = cbytes(a.send) + (scatter ? size_t(r) * a.count + off : off) * es;
+    bool copied = false;  // inline headers copied out, checked after the reduction
     for (int k = 1; k < P; ++k) {
       int j = (r + P - k) % P;
       if (!inlineHeader) RIDGE_CO_TAKE_HEADER(c, j);
       PeekSlot pk(c->recvFrom[j]);
       const char* got = static_cast<const char*>(co_await pk);
-      if (inlineHeader && c->ledger.due[static_cast<size_t>(j)]) RIDGE_CO_TRY(checkInlineHeader(c, j, got, pk.info));
+      const bool due = inlineHeader && c->ledger.due[static_cast<size_t>(j)];
       srcs[j] = got + hdr;
-      if (pk.info.bytes != hdr + n * es)
+      if (pk.info.bytes != hdr + n * es) {
+        if (due) RIDGE_CO_TRY(checkInlineHeader(c, j, got, pk.info));  // names the peer's call
         co_return mismatch(c, scatter ? CollType::ReduceScatter : CollType::AllReduce, j, hdr + n * es, pk.info);
+      }
+      if (due) {
+        copyInlineHeader(c->ledger, j, got);
+        copied = true;
+      }
     }
     reduceMany(mbytes(a.recv) + off * es, srcs, P, n, a.dtype, a.op, divisor);
+    if (copied)
+      for (int k = 1; k < P; ++k) {
+        const int j = (r + P - k) % P;
+        if (c->ledger.due[static_cast<size_t>(j)]) RIDGE_CO_TRY(checkCopiedHeader(c, j));
+      }
     for (int k = 1; k < P; ++k) c->recvFrom[(r + P - k) % P]->release();
   }
   co_return Status::ok();
@@ -993,13 +1005,19 @@ bool inlineHeaderFits(const ridgeComm* c, const CollArgs& a, Algo algo) {
          a.count * dataTypeSize(a.dtype) + kInlineHeaderBytes <= c->sendTo[(c->rank + 1) % c->nranks]->slotBytes();
 }
 
-// The operation itself, without its signature (inlineHeader: see allPairsReduce).
-Task runAlgorithm(ridgeComm* c, CollArgs a, Algo algo, bool inlineHeader) {
+Task finished(Status s) {
+  co_return s;
+}
+
+// The operation itself, without its signature (inlineHeader: see allPairsReduce): not a
+// coroutine, it returns the algorithm's task (not started yet), so that a call costs no
+// coroutine frame more than before signatures.
+Task dispatchAlgorithm(ridgeComm* c, const CollArgs& a, Algo algo, bool inlineHeader) {
   const size_t es = dataTypeSize(a.dtype);
   const size_t bytes = a.count * es;
-  if (a.type == CollType::Send) co_return co_await sendMessage(c, a.root, cbytes(a.send), bytes);
-  if (a.type == CollType::Recv) co_return co_await recvMessage(c, a.root, mbytes(a.recv), bytes);
-  if (a.count == 0) co_return Status::ok();
+  if (a.type == CollType::Send) return sendMessage(c, a.root, cbytes(a.send), bytes);
+  if (a.type == CollType::Recv) return recvMessage(c, a.root, mbytes(a.recv), bytes);
+  if (a.count == 0) return finished(Status::ok());
   RIDGE_TRACE("rank %d: %s of %zu bytes with %s", c->rank, collTypeName(a.type), bytes, algoName(algo));
   ++c->algoRuns[static_cast<int>(algo)];
   c->lastAlgo = static_cast<int>(algo);
@@ -1008,9 +1026,9 @@ Task runAlgorithm(ridgeComm* c, CollArgs a, Algo algo, bool inlineHeader) {
   const bool ring = algo == Algo::Ring || algo == Algo::Tree;
   if (algo == Algo::Tree) {
     switch (a.type) {
-      case CollType::AllReduce: co_return co_await treeAllReduce(c, a);
-      case CollType::Reduce: co_return co_await treeReduce(c, a);
-      case CollType::Broadcast: co_return co_await treeBroadcast(c, a, treeRanks(c, a.root));
+      case CollType::AllReduce: return treeAllReduce(c, a);
+      case CollType::Reduce: return treeReduce(c, a);
+      case CollType::Broadcast: return treeBroadcast(c, a, treeRanks(c, a.root));
       default: break;  // the others have no tree form here: the ring
     }
   }
@@ -1018,33 +1036,33 @@ Task runAlgorithm(ridgeComm* c, CollArgs a, Algo algo, bool inlineHeader) {
     switch (a.type) {
       case CollType::AllReduce:
       case CollType::ReduceScatter:
-      case CollType::Reduce: co_return co_await directReduce(c, a);
+      case CollType::Reduce: return directReduce(c, a);
       case CollType::AllGather:
-      case CollType::Broadcast: co_return co_await directCopy(c, a);
-      case CollType::AlltoAll: co_return co_await directAlltoAll(c, a);
+      case CollType::Broadcast: return directCopy(c, a);
+      case CollType::AlltoAll: return directAlltoAll(c, a);
       default: break;
     }
   }
   switch (a.type) {
     case CollType::AllReduce:
-      if (ring) co_return co_await ringReduce(c, a, true);
-      co_return co_await allPairsReduce(c, a, false, inlineHeader);
+      if (ring) return ringReduce(c, a, true);
+      return allPairsReduce(c, a, false, inlineHeader);
     case CollType::ReduceScatter:
-      if (ring) co_return co_await ringReduce(c, a, false);
-      co_return co_await allPairsReduce(c, a, true, inlineHeader);
+      if (ring) return ringReduce(c, a, false);
+      return allPairsReduce(c, a, true, inlineHeader);
     case CollType::AllGather:
-      if (ring) co_return co_await ringAllGather(c, a);
-      co_return co_await allPairsExchange(c, a, true);
-    case CollType::AlltoAll: co_return co_await allPairsExchange(c, a, false);
+      if (ring) return ringAllGather(c, a);
+      return allPairsExchange(c, a, true);
+    case CollType::AlltoAll: return allPairsExchange(c, a, false);
     case CollType::Broadcast:
-      if (ring) co_return co_await chainBroadcast(c, a);
-      co_return co_await allPairsBroadcast(c, a);
+      if (ring) return chainBroadcast(c, a);
+      return allPairsBroadcast(c, a);
     case CollType::Reduce:
-      if (ring) co_return co_await chainReduce(c, a);
-      co_return co_await allPairsReduceToRoot(c, a);
+      if (ring) return chainReduce(c, a);
+      return allPairsReduceToRoot(c, a);
     default: break;
   }
-  co_return makeError(ridgeInternalError, "unknown collective type %d", static_cast<int>(a.type));
+  return finished(makeError(ridgeInternalError, "unknown collective type %d", static_cast<int>(a.type)));
 }
 
 // Where non-in-place buffers overlap, a rank would read what it already overwrote (or a peer
@@ -1075,21 +1093,21 @@ Task runCollective(ridgeComm* c, CollArgs a) {
   const bool exchange = isExchange(a.type);
   const Algo algo = exchange ? Algo::AllPairs : chooseAlgo(c, a);
   if (!exchange) RIDGE_CO_TRY(checkOverlap(c, a));
-  if (!signaturesOn(c)) co_return co_await runAlgorithm(c, a, algo, false);
+  if (!signaturesOn(c)) co_return co_await dispatchAlgorithm(c, a, algo, false);
   const bool inlineHeader = !exchange && inlineHeaderFits(c, a, algo);
   if (a.type == CollType::Send) {
     RIDGE_CO_TRY(co_await beginSend(c, a.root, a.count, a.dtype));
   } else if (a.type == CollType::Recv) {
     beginRecv(c, a.root, a.count, a.dtype);
+  } else if (inlineHeader) {
+    beginInlineCollective(c, a);
   } else {
-    RIDGE_CO_TRY(co_await beginCollective(c, a, inlineHeader));
+    RIDGE_CO_TRY(co_await beginCollective(c, a));
   }
-  RIDGE_CO_TRY(co_await runAlgorithm(c, a, algo, inlineHeader));
-  if (isExchange(a.type)) {
-    endOperation(c);
-    co_return Status::ok();
-  }
-  co_return co_await endCollective(c);
+  RIDGE_CO_TRY(co_await dispatchAlgorithm(c, a, algo, inlineHeader));
+  if (!exchange && headersDue(c)) co_return co_await endCollective(c);
+  endOperation(c);
+  co_return Status::ok();
 }
 
 }  // namespace ridge

@@ -52,6 +52,7 @@ void ensureSized(ridgeComm* c) {
   L.recvSeq.assign(P, 0);
   L.due.assign(P, 0);
   L.expect.assign(P, OpSignature{});
+  L.inbox.assign(P, OpSignature{});
   L.peerSeen.reset(new std::atomic<uint64_t>[P]);
   for (size_t j = 0; j < P; ++j) L.peerSeen[j].store(0, std::memory_order_relaxed);
   L.sized = true;
@@ -197,6 +198,11 @@ Status checkInlineHeader(ridgeComm* c, int peer, const void* slot, const SlotInf
   return Status::ok();
 }
 
+Status checkCopiedHeader(ridgeComm* c, int peer) {
+  c->ledger.due[static_cast<size_t>(peer)] = 0;
+  return compareHeader(c, peer, c->ledger.inbox[static_cast<size_t>(peer)]);
+}
+
 std::string describeCall(const OpSignature& s) {
   const CollType t = static_cast<CollType>(s.kind);
   const char* type = dataTypeName(static_cast<ridgeDataType_t>(s.dtype));
@@ -218,29 +224,40 @@ bool signaturesOn(const ridgeComm* c) {
   return c->nranks > 1 && !(c->deviceNet && c->waitTransport == c->deviceNet.get());
 }
 
-Task beginCollective(ridgeComm* c, const CollArgs& a, bool inlineHeaders) {
+namespace {
+// Counts the collective, publishes it and marks every peer's header due.
+OpSignature startCollective(ridgeComm* c, const CollArgs& a, bool inlineHeaders) {
   ensureSized(c);
   OpLedger& L = c->ledger;
-  OpSignature s = makeSignature(c, a.type, a.count, a.dtype, a.op, a.root, ++L.collSeq);
+  const OpSignature s = makeSignature(c, a.type, a.count, a.dtype, a.op, a.root, ++L.collSeq);
   publish(c, s);
   L.inlineHeaders = inlineHeaders;
-  const int P = c->nranks, r = c->rank;
-  if (inlineHeaders) {
-    for (int k = 1; k < P; ++k) {
-      const int j = (r + k) % P;
-      L.due[static_cast<size_t>(j)] = 1;
-      L.expect[static_cast<size_t>(j)] = s;
-    }
-    co_return Status::ok();
-  }
-  // Every peer's header is due before any is posted: while this rank waits for room to post,
-  // the executor's idle poll already checks the headers that have arrived.
-  for (int k = 1; k < P; ++k) {
-    const int j = (r + k) % P;
+  for (int j = 0; j < c->nranks; ++j) {
+    if (j == c->rank) continue;
     L.due[static_cast<size_t>(j)] = 1;
     L.expect[static_cast<size_t>(j)] = s;
-    declareHeaderSlot(c->recvFrom[j]);
   }
+  return s;
+}
+}  // namespace
+
+void beginInlineCollective(ridgeComm* c, const CollArgs& a) {
+  (void)startCollective(c, a, true);
+}
+
+bool headersDue(const ridgeComm* c) {
+  for (uint8_t d : c->ledger.due)
+    if (d) return true;
+  return false;
+}
+
+Task beginCollective(ridgeComm* c, const CollArgs& a) {
+  OpSignature s = startCollective(c, a, false);
+  OpLedger& L = c->ledger;
+  const int P = c->nranks, r = c->rank;
+  // Every peer's header is due before any is posted: while this rank waits for room to post,
+  // the executor's idle poll already checks the headers that have arrived.
+  for (int k = 1; k < P; ++k) declareHeaderSlot(c->recvFrom[(r + k) % P]);
   for (int k = 1; k < P; ++k) {
     const int j = (r + k) % P;
     s.p2pSent = L.sendSeq[static_cast<size_t>(j)];

@@ -60,6 +60,7 @@ struct OpLedger {
   std::vector<uint64_t> sendSeq, recvSeq;  // per peer
   std::vector<uint8_t> due;                // per peer: its header is the next slot to read
   std::vector<OpSignature> expect;         // per peer: this rank's call its header must match
+  std::vector<OpSignature> inbox;          // per peer: an inline header copied out, to check
   OpSignature current;                     // this rank's latest operation
   bool inlineHeaders = false;              // the running collective's headers ride in its data slots
   // For dumps and timeout messages.
@@ -74,14 +75,23 @@ struct OpLedger {
 bool signaturesOn(const ridgeComm* c);
 
 // Collective: posts this rank's signature to every peer and marks every peer's header due.
-// With `inlineHeaders` it posts nothing: the algorithm (the all-pairs reduction of a message
-// that fits one slot beside its header) writes the header at the start of its one slot per
-// peer (writeInlineHeader) and checks the peer's there (checkInlineHeader, no release), so
-// small allreduces move as many slots as without signatures.
-Task beginCollective(ridgeComm* c, const CollArgs& a, bool inlineHeaders);
+Task beginCollective(ridgeComm* c, const CollArgs& a);
+// The same without posting (not a coroutine): the algorithm (the all-pairs reduction of a
+// message that fits one slot beside its header) writes the header at the start of its one
+// slot per peer (writeInlineHeader) and checks the peer's there (checkInlineHeader, no
+// release), so small allreduces move as many slots as without signatures.
+void beginInlineCollective(ridgeComm* c, const CollArgs& a);
+// Whether a peer's header is still to be read (endCollective then waits for it).
+bool headersDue(const ridgeComm* c);
 constexpr size_t kInlineHeaderBytes = 64;  // header room at the start of such a slot
 void writeInlineHeader(ridgeComm* c, int peer, void* slot);
 Status checkInlineHeader(ridgeComm* c, int peer, const void* slot, const SlotInfo& info);
+// The same in two steps, so that the header's cache line is fetched beside the payload's
+// instead of before it: copy it out of the slot (ledger inbox) before the reduction, check it
+// after (and before the slot is released). A mismatch then fails the call with the output
+// already written, as any failed call may leave it.
+inline void copyInlineHeader(OpLedger& L, int peer, const void* slot);
+Status checkCopiedHeader(ridgeComm* c, int peer);
 // Waits for the headers still due (peers this rank took no data from) and checks them.
 Task endCollective(ridgeComm* c);
 // Send: posts the pair's header to the receiver. Recv: marks the sender's header due.
@@ -106,6 +116,10 @@ void registerComm(ridgeComm* c);
 void unregisterComm(ridgeComm* c);
 // RIDGE_DEBUG_DUMP: installs the signal handler and the thread that prints (once).
 void installDumpSignal();
+
+inline void copyInlineHeader(OpLedger& L, int peer, const void* slot) {
+  __builtin_memcpy(&L.inbox[static_cast<size_t>(peer)], slot, sizeof(OpSignature));
+}
 
 // "allreduce(1024 x float32, sum)" etc.
 std::string describeCall(const OpSignature& s);
