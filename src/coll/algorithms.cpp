@@ -34,10 +34,10 @@ inline char* mbytes(void* p) {
 
 // Before the first chunk from `peer` in an operation: its header (coll/signature.h), read
 // and checked against this rank's call. One predictable branch per peek otherwise.
-#define RIDGE_CO_TAKE_HEADER(c, peer)                                                              \
-  do {                                                                                             \
-    if ((c)->ledger.sized && (c)->ledger.due[static_cast<size_t>(peer)]) [[unlikely]]             \
-      RIDGE_CO_TRY(co_await takeHeader((c), (peer)));                                              \
+#define RIDGE_CO_TAKE_HEADER(c, peer)                                                 \
+  do {                                                                                \
+    if ((c)->ledger.sized && (c)->ledger.due[static_cast<size_t>(peer)]) [[unlikely]] \
+      RIDGE_CO_TRY(co_await takeHeader((c), (peer)));                                 \
   } while (0)
 
 // Balanced block boundary without overflowing count*b.
@@ -99,7 +99,8 @@ struct ExpectAhead {
 
   // The peer's operation header, while due, is the first declared chunk (as a slot, see
   // coll/signature.cpp): it is none of the operation's receives.
-  ExpectAhead(const ridgeComm* c, RecvConnector* r, Next n) : rx(offersDirect(r) ? r : nullptr), next(std::move(n)) {
+  ExpectAhead(const ridgeComm* c, RecvConnector* r, Next n)
+      : rx(offersDirect(r) ? r : nullptr), next(std::move(n)) {
     if (!rx) return;
     uint32_t ahead = rx->declaredAhead();
     if (ahead && c->ledger.sized && c->ledger.due[static_cast<size_t>(rx->peer())]) --ahead;
@@ -255,7 +256,8 @@ Task allPairsReduce(ridgeComm* c, CollArgs a, bool scatter, bool inlineHeader = 
       srcs[j] = got + hdr;
       if (pk.info.bytes != hdr + n * es) {
         if (due) RIDGE_CO_TRY(checkInlineHeader(c, j, got, pk.info));  // names the peer's call
-        co_return mismatch(c, scatter ? CollType::ReduceScatter : CollType::AllReduce, j, hdr + n * es, pk.info);
+        co_return mismatch(c, scatter ? CollType::ReduceScatter : CollType::AllReduce, j, hdr + n * es,
+                           pk.info);
       }
       if (due) {
         copyInlineHeader(c->ledger, j, got);
@@ -1002,7 +1004,8 @@ Algo chooseAlgo(ridgeComm* c, const CollArgs& a) {
 bool inlineHeaderFits(const ridgeComm* c, const CollArgs& a, Algo algo) {
   return algo == Algo::AllPairs && (a.type == CollType::AllReduce || a.type == CollType::ReduceScatter) &&
          a.count > 0 &&
-         a.count * dataTypeSize(a.dtype) + kInlineHeaderBytes <= c->sendTo[(c->rank + 1) % c->nranks]->slotBytes();
+         a.count * dataTypeSize(a.dtype) + kInlineHeaderBytes <=
+             c->sendTo[(c->rank + 1) % c->nranks]->slotBytes();
 }
 
 Task finished(Status s) {
@@ -1111,4 +1114,3 @@ Task runCollective(ridgeComm* c, CollArgs a) {
 }
 
 }  // namespace ridge
-

@@ -142,7 +142,8 @@ Status Executor::checkIdle(int64_t idleNs) {
       if (std::find(waitingOn.begin(), waitingOn.end(), s.blocked->peer) == waitingOn.end())
         waitingOn.push_back(s.blocked->peer);
     }
-    return makeError(ridgeTimeout, "rank %d: no progress from any peer for %d s (RIDGE_TIMEOUT) in %s; a peer is "
+    return makeError(ridgeTimeout,
+                     "rank %d: no progress from any peer for %d s (RIDGE_TIMEOUT) in %s; a peer is "
                      "stuck, dead, or called a different operation",
                      c->rank, static_cast<int>(timeoutNs / 1000000000), describeStall(c, waitingOn).c_str());
   }

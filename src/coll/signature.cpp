@@ -171,8 +171,10 @@ Status checkHeader(ridgeComm* c, int peer, const void* slot, const SlotInfo& inf
   c->ledger.due[static_cast<size_t>(peer)] = 0;
   RIDGE_TRY(compareHeader(c, peer, h));
   if (info.bytes != sizeof(OpSignature))
-    return makeError(ridgeInternalError, "rank %d: rank %d sent %s's header with data where this rank expects "
-                     "it alone", c->rank, peer, describeCall(h).c_str());
+    return makeError(ridgeInternalError,
+                     "rank %d: rank %d sent %s's header with data where this rank expects "
+                     "it alone",
+                     c->rank, peer, describeCall(h).c_str());
   return Status::ok();
 }
 
@@ -193,8 +195,10 @@ Status checkInlineHeader(ridgeComm* c, int peer, const void* slot, const SlotInf
   RIDGE_TRY(compareHeader(c, peer, h));
   // The same call on both ranks makes the same choice; a lone header here means they did not.
   if (info.bytes == sizeof(OpSignature))
-    return makeError(ridgeInternalError, "rank %d: rank %d sent %s's header alone where this rank carries it "
-                     "with the data", c->rank, peer, describeCall(h).c_str());
+    return makeError(ridgeInternalError,
+                     "rank %d: rank %d sent %s's header alone where this rank carries it "
+                     "with the data",
+                     c->rank, peer, describeCall(h).c_str());
   return Status::ok();
 }
 
@@ -286,7 +290,8 @@ namespace {
 OpSignature startExchange(ridgeComm* c, CollType kind, int peer, size_t count, ridgeDataType_t dtype) {
   ensureSized(c);
   std::vector<uint64_t>& seqs = kind == CollType::Send ? c->ledger.sendSeq : c->ledger.recvSeq;
-  const OpSignature s = makeSignature(c, kind, count, dtype, ridgeSum, peer, ++seqs[static_cast<size_t>(peer)]);
+  const OpSignature s =
+      makeSignature(c, kind, count, dtype, ridgeSum, peer, ++seqs[static_cast<size_t>(peer)]);
   publish(c, s);
   return s;
 }
@@ -314,7 +319,8 @@ void endOperation(ridgeComm* c) {
   OpLedger& L = c->ledger;
   const uint64_t finished = L.finished.load(std::memory_order_relaxed) + 1;
   L.finished.store(finished, std::memory_order_relaxed);
-  if (finished == L.started.load(std::memory_order_relaxed)) L.running.store(false, std::memory_order_relaxed);
+  if (finished == L.started.load(std::memory_order_relaxed))
+    L.running.store(false, std::memory_order_relaxed);
 }
 
 namespace {
@@ -362,9 +368,8 @@ Status pollHeaders(ridgeComm* c) {
 
 std::string describeStall(ridgeComm* c, const std::vector<int>& waitingOn) {
   const OpLedger& L = c->ledger;
-  std::string text = L.sized && L.started.load(std::memory_order_relaxed) > 0
-                         ? describeCall(L.current)
-                         : std::string("an operation");
+  std::string text = L.sized && L.started.load(std::memory_order_relaxed) > 0 ? describeCall(L.current)
+                                                                              : std::string("an operation");
   std::string absent, seen;
   if (L.sized && signaturesOn(c)) {
     for (int j = 0; j < c->nranks; ++j) {
@@ -404,12 +409,13 @@ std::string describeState(const ridgeComm* c) {
   s.dtype = static_cast<uint8_t>(L.curDtype.load(std::memory_order_relaxed));
   const uint64_t started = L.started.load(std::memory_order_relaxed);
   const uint64_t finished = L.finished.load(std::memory_order_relaxed);
-  std::string out = format("ridge comm %p rank %d of %d: %llu operation(s) started, %llu finished, async error %d",
-                           static_cast<const void*>(c), c->rank, c->nranks,
-                           static_cast<unsigned long long>(started), static_cast<unsigned long long>(finished),
-                           c->asyncError.load(std::memory_order_relaxed));
+  std::string out =
+      format("ridge comm %p rank %d of %d: %llu operation(s) started, %llu finished, async error %d",
+             static_cast<const void*>(c), c->rank, c->nranks, static_cast<unsigned long long>(started),
+             static_cast<unsigned long long>(finished), c->asyncError.load(std::memory_order_relaxed));
   if (started > 0)
-    out += format("; %s %s", L.running.load(std::memory_order_relaxed) ? "in" : "last", describeCall(s).c_str());
+    out +=
+        format("; %s %s", L.running.load(std::memory_order_relaxed) ? "in" : "last", describeCall(s).c_str());
   out += "\n";
   if (L.peerSeen) {
     out += "  latest collective seen from each peer:";
@@ -417,7 +423,8 @@ std::string describeState(const ridgeComm* c) {
       if (j == c->rank)
         out += format(" %d:#%llu(self)", j, static_cast<unsigned long long>(L.collSeq));
       else
-        out += format(" %d:#%llu", j, static_cast<unsigned long long>(L.peerSeen[static_cast<size_t>(j)].load()));
+        out += format(" %d:#%llu", j,
+                      static_cast<unsigned long long>(L.peerSeen[static_cast<size_t>(j)].load()));
     }
     out += "\n";
   }

@@ -64,10 +64,10 @@ struct Call {
 };
 
 struct Case {
-  std::string name;     // test name suffix and table row
-  std::string tried;    // the table's "tried" text
+  std::string name;   // test name suffix and table row
+  std::string tried;  // the table's "tried" text
   int nranks = 2;
-  std::vector<Call> first;   // per rank
+  std::vector<Call> first;     // per rank
   bool thenAllReduce = false;  // the mismatch shows in the following allreduce
   // Substrings the error of each rank must contain (both sides' calls).
   std::vector<std::vector<std::string>> expect;
@@ -116,7 +116,8 @@ int rankBody(const Case& k, const ridgeUniqueId& first, const ridgeUniqueId& sec
   rep.line("ASYNC " + std::to_string(async));
   // A broken communicator refuses further calls instead of running them on stray data.
   if (r != ridgeSuccess) {
-    const ridgeResult_t again = ridgeAllReduce(send.data(), recv.data(), 16, ridgeFloat32, ridgeSum, comm, nullptr);
+    const ridgeResult_t again =
+        ridgeAllReduce(send.data(), recv.data(), 16, ridgeFloat32, ridgeSum, comm, nullptr);
     rep.line("AGAIN " + std::to_string(again));
   }
   waitForEveryRank(k.nranks);
@@ -163,8 +164,9 @@ std::vector<Case> buildCases() {
            {"broadcast #1(root 0, 1024 x float", "broadcast #1(root 1, 1024 x float"});
   Call bcBig0 = bc0, bcBig1 = bc1;
   bcBig0.count = bcBig1.count = 1u << 22;
-  twoRanks("RootLarge", "broadcast with root 0 on rank 0, root 1 on rank 1 (16 MiB: both ranks fill their FIFOs)",
-           bcBig0, bcBig1, {"root 0, 4194304 x float", "root 1, 4194304 x float"});
+  twoRanks("RootLarge",
+           "broadcast with root 0 on rank 0, root 1 on rank 1 (16 MiB: both ranks fill their FIFOs)", bcBig0,
+           bcBig1, {"root 0, 4194304 x float", "root 1, 4194304 x float"});
   Call ar{Call::AllReduce};
   Call arCount = ar;
   arCount.count = 2048;
@@ -189,8 +191,9 @@ std::vector<Case> buildCases() {
     Call send{Call::Send};
     send.root = 1;
     Call none{Call::None};
-    Case* k = twoRanks("SendWithoutRecv", "rank 0 sends 4 KiB to rank 1, which never receives; then both allreduce",
-                       send, none, {"allreduce #1(1024 x float, sum)", "send"});
+    Case* k =
+        twoRanks("SendWithoutRecv", "rank 0 sends 4 KiB to rank 1, which never receives; then both allreduce",
+                 send, none, {"allreduce #1(1024 x float, sum)", "send"});
     k->thenAllReduce = true;
   }
   {
@@ -226,8 +229,8 @@ void runCase(const Case& k, Wire w) {
   void* page = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(page, MAP_FAILED);
   gReported = new (page) std::atomic<int>(0);
-  LaunchResult res =
-      launchRanks(k.nranks, kHarness, [&](int me, Reporter& rep) { return rankBody(k, first, second, me, rep); });
+  LaunchResult res = launchRanks(k.nranks, kHarness,
+                                 [&](int me, Reporter& rep) { return rankBody(k, first, second, me, rep); });
   reportChildFailures(res, k.name, true);
   EXPECT_FALSE(res.timedOut) << "hung";
   long lost = 0;
@@ -242,15 +245,18 @@ void runCase(const Case& k, Wire w) {
     EXPECT_EQ(code, k.codes[static_cast<size_t>(r)]) << "rank " << r << ": " << msg;
     clean = clean && code == k.codes[static_cast<size_t>(r)];
     for (const std::string& want : k.expect[static_cast<size_t>(r)]) {
-      EXPECT_NE(msg.find(want), std::string::npos) << "rank " << r << " message lacks \"" << want << "\": " << msg;
+      EXPECT_NE(msg.find(want), std::string::npos)
+          << "rank " << r << " message lacks \"" << want << "\": " << msg;
       clean = clean && msg.find(want) != std::string::npos;
     }
     auto async = linesWith(rr, "ASYNC ");
     ASSERT_EQ(async.size(), 1u);
-    EXPECT_NE(std::atoi(async[0].c_str()), ridgeSuccess) << "rank " << r << ": communicator not marked broken";
+    EXPECT_NE(std::atoi(async[0].c_str()), ridgeSuccess)
+        << "rank " << r << ": communicator not marked broken";
     auto again = linesWith(rr, "AGAIN ");
     ASSERT_EQ(again.size(), 1u);
-    EXPECT_NE(std::atoi(again[0].c_str()), ridgeSuccess) << "rank " << r << ": a broken communicator ran a call";
+    EXPECT_NE(std::atoi(again[0].c_str()), ridgeSuccess)
+        << "rank " << r << ": a broken communicator ran a call";
     auto wrong = linesWith(rr, "WRONG ");
     ASSERT_EQ(wrong.size(), 1u);
     lost += std::atol(wrong[0].c_str());
@@ -258,7 +264,8 @@ void runCase(const Case& k, Wire w) {
   EXPECT_EQ(lost, 0);
   munmap(page, 4096);
   ridge::chaos::record(std::string("mismatch/") + wireName(w), k.tried,
-                       clean ? ridge::chaos::Outcome::kCleanError : ridge::chaos::Outcome::kRanCorrectly, lost, 0);
+                       clean ? ridge::chaos::Outcome::kCleanError : ridge::chaos::Outcome::kRanCorrectly,
+                       lost, 0);
 }
 
 class ChaosMismatch : public ::testing::TestWithParam<std::tuple<int, Wire>> {};

@@ -38,35 +38,39 @@ TEST(CollSignature, TimeoutNamesTheRankThatDidNotArrive) {
   ridgeUniqueId id;
   if (!makeUniqueId(&id)) return;
   constexpr int n = 3;
-  LaunchResult res = launchRanks(n, 40.0, [&](int me, Reporter& rep) {
-    ridgeComm_t comm = initRank(n, id, me, rep);
-    if (!comm) return 2;
-    std::vector<float> buf(4096, 1.0f);
-    for (int iter = 0; iter < 3; ++iter) {
-      if (me == 2 && iter == 2) raise(SIGSTOP);  // the parent's harness kills it at the end
-      std::fill(buf.begin(), buf.end(), 1.0f);
-      const ridgeResult_t r = ridgeAllReduce(buf.data(), buf.data(), buf.size(), ridgeFloat32, ridgeSum, comm, nullptr);
-      if (r != ridgeSuccess) {
-        rep.line("ERR " + std::to_string(r) + " " + ridgeGetLastError(comm));
-        int p[2];
-        if (pipe(p) == 0) {
-          ridgeCommDumpState(comm, p[1]);
-          close(p[1]);
-          rep.line("DUMP " + drain(p[0]));
-          close(p[0]);
+  LaunchResult res = launchRanks(
+      n, 40.0,
+      [&](int me, Reporter& rep) {
+        ridgeComm_t comm = initRank(n, id, me, rep);
+        if (!comm) return 2;
+        std::vector<float> buf(4096, 1.0f);
+        for (int iter = 0; iter < 3; ++iter) {
+          if (me == 2 && iter == 2) raise(SIGSTOP);  // the parent's harness kills it at the end
+          std::fill(buf.begin(), buf.end(), 1.0f);
+          const ridgeResult_t r =
+              ridgeAllReduce(buf.data(), buf.data(), buf.size(), ridgeFloat32, ridgeSum, comm, nullptr);
+          if (r != ridgeSuccess) {
+            rep.line("ERR " + std::to_string(r) + " " + ridgeGetLastError(comm));
+            int p[2];
+            if (pipe(p) == 0) {
+              ridgeCommDumpState(comm, p[1]);
+              close(p[1]);
+              rep.line("DUMP " + drain(p[0]));
+              close(p[0]);
+            }
+            ridgeCommAbort(comm);
+            return 0;
+          }
+          if (buf[0] != 3.0f) rep.fail("allreduce " + std::to_string(iter), "wrong sum");
         }
-        ridgeCommAbort(comm);
+        ridgeCommDestroy(comm);
         return 0;
-      }
-      if (buf[0] != 3.0f) rep.fail("allreduce " + std::to_string(iter), "wrong sum");
-    }
-    ridgeCommDestroy(comm);
-    return 0;
-  }, [](int rank, const std::string& line, double, LaunchControl& ctl) {
-    // Both survivors reported: the stopped rank can go.
-    static int reported = 0;
-    if (line.rfind("ERR ", 0) == 0 && rank != 2 && ++reported == 2) ctl.killRank(2, SIGKILL);
-  });
+      },
+      [](int rank, const std::string& line, double, LaunchControl& ctl) {
+        // Both survivors reported: the stopped rank can go.
+        static int reported = 0;
+        if (line.rfind("ERR ", 0) == 0 && rank != 2 && ++reported == 2) ctl.killRank(2, SIGKILL);
+      });
   for (int r = 0; r < 2; ++r) {
     auto errs = linesWith(res.ranks[static_cast<size_t>(r)], "ERR ");
     ASSERT_EQ(errs.size(), 1u) << "rank " << r << " did not time out";
@@ -92,51 +96,55 @@ TEST(CollSignature, SignalPrintsStateWhileWaiting) {
   ridgeUniqueId id;
   if (!makeUniqueId(&id)) return;
   unsetenv("RIDGE_DEBUG_DUMP");
-  LaunchResult res = launchRanks(2, 40.0, [&](int me, Reporter& rep) {
-    setenv("RIDGE_DEBUG_DUMP", "SIGUSR1", 1);
-    // stderr into a pipe this rank reads after the dump.
-    int p[2];
-    if (pipe(p) != 0) return 2;
-    dup2(p[1], 2);
-    close(p[1]);
-    ridgeComm_t comm = initRank(2, id, me, rep);
-    if (!comm) return 2;
-    std::vector<float> buf(256, 1.0f);
-    if (me == 1) {
-      // Rank 1 joins only when the parent's hook sends SIGUSR2, after rank 0 dumped.
-      signal(SIGUSR2, [](int) {});
-      sigset_t block, old;
-      sigemptyset(&block);
-      sigaddset(&block, SIGUSR2);
-      sigprocmask(SIG_BLOCK, &block, &old);
-      rep.line("WAITING");
-      sigset_t wait = old;
-      sigdelset(&wait, SIGUSR2);
-      sigsuspend(&wait);
-      sigprocmask(SIG_SETMASK, &old, nullptr);
-    } else {
-      rep.line("WAITING");
-    }
-    const ridgeResult_t r = ridgeAllReduce(buf.data(), buf.data(), buf.size(), ridgeFloat32, ridgeSum, comm, nullptr);
-    rep.line("RESULT " + std::to_string(r));
-    if (me == 0) {
-      fcntl(p[0], F_SETFL, O_NONBLOCK);
-      const std::string err = drain(p[0]);
-      const size_t at = err.find("ridge state dump");
-      rep.line("DUMP " + (at == std::string::npos ? std::string("none") : err.substr(at)));
-    }
-    ridgeCommDestroy(comm);
-    return 0;
-  }, [](int, const std::string& line, double, LaunchControl& ctl) {
-    static int waiting = 0;
-    if (line == "WAITING" && ++waiting == 2) {
-      // Rank 0 is (about to be) blocked in the allreduce: ask it for its state, then let rank 1 go.
-      usleep(300000);
-      ctl.killRank(0, SIGUSR1);
-      usleep(300000);
-      ctl.killRank(1, SIGUSR2);
-    }
-  });
+  LaunchResult res = launchRanks(
+      2, 40.0,
+      [&](int me, Reporter& rep) {
+        setenv("RIDGE_DEBUG_DUMP", "SIGUSR1", 1);
+        // stderr into a pipe this rank reads after the dump.
+        int p[2];
+        if (pipe(p) != 0) return 2;
+        dup2(p[1], 2);
+        close(p[1]);
+        ridgeComm_t comm = initRank(2, id, me, rep);
+        if (!comm) return 2;
+        std::vector<float> buf(256, 1.0f);
+        if (me == 1) {
+          // Rank 1 joins only when the parent's hook sends SIGUSR2, after rank 0 dumped.
+          signal(SIGUSR2, [](int) {});
+          sigset_t block, old;
+          sigemptyset(&block);
+          sigaddset(&block, SIGUSR2);
+          sigprocmask(SIG_BLOCK, &block, &old);
+          rep.line("WAITING");
+          sigset_t wait = old;
+          sigdelset(&wait, SIGUSR2);
+          sigsuspend(&wait);
+          sigprocmask(SIG_SETMASK, &old, nullptr);
+        } else {
+          rep.line("WAITING");
+        }
+        const ridgeResult_t r =
+            ridgeAllReduce(buf.data(), buf.data(), buf.size(), ridgeFloat32, ridgeSum, comm, nullptr);
+        rep.line("RESULT " + std::to_string(r));
+        if (me == 0) {
+          fcntl(p[0], F_SETFL, O_NONBLOCK);
+          const std::string err = drain(p[0]);
+          const size_t at = err.find("ridge state dump");
+          rep.line("DUMP " + (at == std::string::npos ? std::string("none") : err.substr(at)));
+        }
+        ridgeCommDestroy(comm);
+        return 0;
+      },
+      [](int, const std::string& line, double, LaunchControl& ctl) {
+        static int waiting = 0;
+        if (line == "WAITING" && ++waiting == 2) {
+          // Rank 0 is (about to be) blocked in the allreduce: ask it for its state, then let rank 1 go.
+          usleep(300000);
+          ctl.killRank(0, SIGUSR1);
+          usleep(300000);
+          ctl.killRank(1, SIGUSR2);
+        }
+      });
   unsetenv("RIDGE_DEBUG_DUMP");
   auto dump = linesWith(res.ranks[0], "DUMP ");
   ASSERT_EQ(dump.size(), 1u);
@@ -155,7 +163,8 @@ TEST(CollSignature, OverlappingBuffersAreRefused) {
     ridgeComm_t comm = initRank(2, id, me, rep);
     if (!comm) return 2;
     std::vector<float> buf(2048, 1.0f);
-    ridgeResult_t r = ridgeAllReduce(buf.data(), buf.data() + 16, 1024, ridgeFloat32, ridgeSum, comm, nullptr);
+    ridgeResult_t r =
+        ridgeAllReduce(buf.data(), buf.data() + 16, 1024, ridgeFloat32, ridgeSum, comm, nullptr);
     rep.line("OVERLAP " + std::to_string(r) + " " + ridgeGetLastError(comm));
     ridgeCommDestroy(comm);
     return 0;
@@ -192,16 +201,20 @@ TEST(CollSignature, MatchingMixedSeriesRuns) {
         rep.fail("exchange", describeResult(r, comm));
         break;
       }
-      if (b[0] != static_cast<float>(from * 1000 + iter) || b[count - 1] != b[0]) rep.fail("exchange", "wrong data");
+      if (b[0] != static_cast<float>(from * 1000 + iter) || b[count - 1] != b[0])
+        rep.fail("exchange", "wrong data");
       // In-place allgather: sendbuff == recvbuff + rank * count.
-      for (size_t i = 0; i < count; ++i) a[static_cast<size_t>(me) * count + i] = static_cast<float>(me + iter);
-      r = ridgeAllGather(a.data() + static_cast<size_t>(me) * count, a.data(), count, ridgeFloat32, comm, nullptr);
+      for (size_t i = 0; i < count; ++i)
+        a[static_cast<size_t>(me) * count + i] = static_cast<float>(me + iter);
+      r = ridgeAllGather(a.data() + static_cast<size_t>(me) * count, a.data(), count, ridgeFloat32, comm,
+                         nullptr);
       if (r != ridgeSuccess) {
         rep.fail("allgather", describeResult(r, comm));
         break;
       }
       for (int q = 0; q < n; ++q)
-        if (a[static_cast<size_t>(q) * count] != static_cast<float>(q + iter)) rep.fail("allgather", "wrong block");
+        if (a[static_cast<size_t>(q) * count] != static_cast<float>(q + iter))
+          rep.fail("allgather", "wrong block");
       if (me == 0) r = ridgeSend(a.data(), 10, ridgeInt32, 2, comm, nullptr);
       if (me == 2) r = ridgeRecv(b.data(), 40, ridgeInt8, 0, comm, nullptr);  // same bytes
       if (r != ridgeSuccess) {
@@ -242,12 +255,14 @@ TEST(CollSignature, HeaderTakenByIdlePollWhileAwaited) {
     for (int iter = 0; iter < 300; ++iter) {
       std::fill(big.begin(), big.end(), static_cast<float>(me + iter));
       ridgeResult_t r = ridgeAllReduce(big.data(), big.data(), n, ridgeFloat32, ridgeSum, comm, nullptr);
-      if (r == ridgeSuccess) r = ridgeAllReduce(one.data(), one.data(), 1, ridgeFloat32, ridgeSum, comm, nullptr);
+      if (r == ridgeSuccess)
+        r = ridgeAllReduce(one.data(), one.data(), 1, ridgeFloat32, ridgeSum, comm, nullptr);
       if (r != ridgeSuccess) {
         rep.fail("iteration " + std::to_string(iter), describeResult(r, comm));
         break;
       }
-      if (big[0] != static_cast<float>(1 + 2 * iter) || big[n - 1] != big[0]) rep.fail("allreduce", "wrong sum");
+      if (big[0] != static_cast<float>(1 + 2 * iter) || big[n - 1] != big[0])
+        rep.fail("allreduce", "wrong sum");
     }
     ridgeCommDestroy(comm);
     return 0;

@@ -234,7 +234,8 @@ TEST(GdrTransport, PeerGoneWhileASlotIsPeekedAndACreditIsAwaited) {
     rep.line("RESULT " + std::to_string(r) + " " + std::to_string(waited));
     // Since operations carry signatures (issue 19) rank 0 may first see that rank 1 called a
     // send, not the allreduce: a mismatch, reported at once. Either way it must not wait.
-    const bool mismatch = r == ridgeInvalidUsage && std::string(ridgeGetLastError(comm)).find("send #1") != std::string::npos;
+    const bool mismatch =
+        r == ridgeInvalidUsage && std::string(ridgeGetLastError(comm)).find("send #1") != std::string::npos;
     if (r != ridgeRemoteError && !mismatch)
       rep.fail("rank 0", "expected ridgeRemoteError, got " + describeResult(r, comm));
     if (waited > 4.0)
