@@ -262,6 +262,15 @@ RIDGE_API ridgeResult_t ridgeCommUserRank(const ridgeComm_t comm, int* rank);
  */
 RIDGE_API ridgeResult_t ridgeCommCuDevice(const ridgeComm_t comm, int* device);
 
+/**
+ * Writes the state of `comm` (NULL: of every communicator of this process) to file
+ * descriptor `fd` (2 for stderr), as RIDGE_DEBUG_DUMP does on its signal: operations started
+ * and finished, the one running (kind, arguments, sequence number) and, per peer, the latest
+ * collective seen from it, so that the rank a hung job waits for can be found. Safe to call
+ * from another thread while a collective is blocked; not collective.
+ */
+RIDGE_API ridgeResult_t ridgeCommDumpState(const ridgeComm_t comm, int fd);
+
 /** A fixed English string for a result code; never NULL. */
 RIDGE_API const char* ridgeGetErrorString(ridgeResult_t result);
 
@@ -372,9 +381,16 @@ RIDGE_API ridgeResult_t ridgeCommRegister(const ridgeComm_t comm, void* buff, si
 RIDGE_API ridgeResult_t ridgeCommDeregister(const ridgeComm_t comm, void* handle);
 
 /**
- * Sends `count` elements to rank `peer`, which must post a matching ridgeRecv. Outside
- * a group this blocks until the peer has the data; put a rank's sends and receives in
- * one group to exchange data without ordering them.
+ * Sends `count` elements to rank `peer`, which must post a matching ridgeRecv (same count
+ * times datatype size, in the same order). As in NCCL, the call completes when the data has
+ * been handed to the transport, not when the peer has it: a short message may be queued
+ * before the peer posts its receive, a long one waits for the peer to drain it (so a send
+ * without its receive may return, or fail with ridgeTimeout after RIDGE_TIMEOUT). The
+ * buffer may be reused once the call (or the group) returns. A send nobody receives never
+ * lands in a later call: every operation carries a signature (kind, count, datatype, op,
+ * root or peer, sequence number), and the next collective between the two ranks fails on
+ * both with ridgeInvalidUsage naming the unmatched send; the communicator is then broken.
+ * Put a rank's sends and receives in one group to exchange data without ordering them.
  *
  * `peer` may be the calling rank, inside a group only: the group's k-th send to self is
  * matched with its k-th receive from self (issue order), which must have the same count and

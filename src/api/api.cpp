@@ -958,6 +958,19 @@ RIDGE_API ridgeResult_t ridgeCommUserRank(const ridgeComm_t comm, int* rank) {
   return ridgeSuccess;
 }
 
+RIDGE_API ridgeResult_t ridgeCommDumpState(const ridgeComm_t comm, int fd) {
+  if (fd < 0) return fail(comm, badArg("ridgeCommDumpState", "fd is negative"));
+  if (!comm) {
+    dumpAllComms(fd);
+    return ridgeSuccess;
+  }
+  RIDGE_CHECK(comm, checkComm("ridgeCommDumpState", comm, true));
+  const std::string text = describeState(comm);
+  if (::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size()))
+    return fail(comm, systemError("ridgeCommDumpState: write"));
+  return ridgeSuccess;
+}
+
 RIDGE_API ridgeResult_t ridgeCommCuDevice(const ridgeComm_t comm, int* device) {
   RIDGE_CHECK(comm, checkComm("ridgeCommCuDevice", comm, true));
   if (!device) return fail(comm, badArg("ridgeCommCuDevice", "device is NULL"));

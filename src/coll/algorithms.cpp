@@ -14,6 +14,7 @@
 #include "coll/comm.h"
 #include "coll/device/data_ops.h"
 #include "coll/p2p_copy.h"
+#include "coll/signature.h"
 #include "core/log.h"
 #include "plan/host_cost.h"
 #include "reduce/reduce.h"
@@ -31,6 +32,14 @@ inline const char* cbytes(const void* p) {
 inline char* mbytes(void* p) {
   return static_cast<char*>(p);
 }
+
+// Before the first chunk from `peer` in an operation: its header (coll/signature.h), read
+// and checked against this rank's call. One predictable branch per peek otherwise.
+#define RIDGE_CO_TAKE_HEADER(c, peer)                                                 \
+  do {                                                                                \
+    if ((c)->ledger.sized && (c)->ledger.due[static_cast<size_t>(peer)]) [[unlikely]] \
+      RIDGE_CO_TRY(co_await takeHeader((c), (peer)));                                 \
+  } while (0)
 
 // Balanced block boundary without overflowing count*b.
 inline size_t blockStart(size_t count, int b, int P) {
@@ -89,9 +98,14 @@ struct ExpectAhead {
   char* dst = nullptr;
   size_t bytes = 0;
 
-  ExpectAhead(RecvConnector* r, Next n) : rx(offersDirect(r) ? r : nullptr), next(std::move(n)) {
+  // The peer's operation header, while due, is the first declared chunk (as a slot, see
+  // coll/signature.cpp): it is none of the operation's receives.
+  ExpectAhead(const ridgeComm* c, RecvConnector* r, Next n)
+      : rx(offersDirect(r) ? r : nullptr), next(std::move(n)) {
     if (!rx) return;
-    for (uint32_t ahead = rx->declaredAhead(); ahead && next(&dst, &bytes); --ahead) {
+    uint32_t ahead = rx->declaredAhead();
+    if (ahead && c->ledger.sized && c->ledger.due[static_cast<size_t>(rx->peer())]) --ahead;
+    for (; ahead && next(&dst, &bytes); --ahead) {
     }
     declare();
   }
@@ -181,7 +195,7 @@ Task recvMessage(ridgeComm* c, int peer, char* dst, size_t bytes) {
   const size_t chunk = rx->slotBytes();
   size_t planOff = 0;
   bool planDone = false;
-  ExpectAhead expect(direct ? rx : nullptr, [&](char** to, size_t* n) {
+  ExpectAhead expect(c, direct ? rx : nullptr, [&](char** to, size_t* n) {
     if (planDone) return false;
     *to = dst + planOff;
     *n = std::min(chunk, bytes - planOff);
@@ -191,6 +205,7 @@ Task recvMessage(ridgeComm* c, int peer, char* dst, size_t bytes) {
   });
   size_t off = 0;
   do {
+    RIDGE_CO_TAKE_HEADER(c, rx->peer());
     PeekSlot pk(rx);
     const void* slot = co_await pk;
     size_t n = pk.info.bytes;
@@ -212,30 +227,50 @@ Task recvMessage(ridgeComm* c, int peer, char* dst, size_t bytes) {
 
 // AllReduce (blockStride 0) and ReduceScatter (blockStride = recv count): in each round
 // a rank sends the chunk every peer needs, then reduces the P contributions to its own.
-Task allPairsReduce(ridgeComm* c, CollArgs a, bool scatter) {
+Task allPairsReduce(ridgeComm* c, CollArgs a, bool scatter, bool inlineHeader = false) {
   const int P = c->nranks, r = c->rank;
   const size_t es = dataTypeSize(a.dtype);
   const size_t chunkElems = P == 1 ? std::max<size_t>(a.count, 1) : c->sendTo[(r + 1) % P]->slotBytes() / es;
   const int divisor = a.op == ridgeAvg ? P : 0;
   const void** srcs = c->scratchPtrs.data();
+  // A message that fits one slot beside its header carries the header in that slot
+  // (runCollective decides, coll/signature.h): one slot per peer, as without signatures.
+  const size_t hdr = inlineHeader ? kInlineHeaderBytes : 0;
   for (size_t off = 0; off < a.count; off += chunkElems) {
     const size_t n = std::min(chunkElems, a.count - off);
     for (int k = 1; k < P; ++k) {
       int j = (r + k) % P;
       size_t src = scatter ? (size_t(j) * a.count + off) : off;
-      void* slot = co_await AcquireSlot(c->sendTo[j]);
-      std::memcpy(slot, cbytes(a.send) + src * es, n * es);
-      c->sendTo[j]->post(static_cast<uint32_t>(n * es), false);
+      char* slot = static_cast<char*>(co_await AcquireSlot(c->sendTo[j]));
+      if (inlineHeader) writeInlineHeader(c, j, slot);
+      std::memcpy(slot + hdr, cbytes(a.send) + src * es, n * es);
+      c->sendTo[j]->post(static_cast<uint32_t>(hdr + n * es), false);
     }
     srcs[r] = cbytes(a.send) + (scatter ? size_t(r) * a.count + off : off) * es;
+    bool copied = false;  // inline headers copied out, checked after the reduction
     for (int k = 1; k < P; ++k) {
       int j = (r + P - k) % P;
+      if (!inlineHeader) RIDGE_CO_TAKE_HEADER(c, j);
       PeekSlot pk(c->recvFrom[j]);
-      srcs[j] = co_await pk;
-      if (pk.info.bytes != n * es)
-        co_return mismatch(c, scatter ? CollType::ReduceScatter : CollType::AllReduce, j, n * es, pk.info);
+      const char* got = static_cast<const char*>(co_await pk);
+      const bool due = inlineHeader && c->ledger.due[static_cast<size_t>(j)];
+      srcs[j] = got + hdr;
+      if (pk.info.bytes != hdr + n * es) {
+        if (due) RIDGE_CO_TRY(checkInlineHeader(c, j, got, pk.info));  // names the peer's call
+        co_return mismatch(c, scatter ? CollType::ReduceScatter : CollType::AllReduce, j, hdr + n * es,
+                           pk.info);
+      }
+      if (due) {
+        copyInlineHeader(c->ledger, j, got);
+        copied = true;
+      }
     }
     reduceMany(mbytes(a.recv) + off * es, srcs, P, n, a.dtype, a.op, divisor);
+    if (copied)
+      for (int k = 1; k < P; ++k) {
+        const int j = (r + P - k) % P;
+        if (c->ledger.due[static_cast<size_t>(j)]) RIDGE_CO_TRY(checkCopiedHeader(c, j));
+      }
     for (int k = 1; k < P; ++k) c->recvFrom[(r + P - k) % P]->release();
   }
   co_return Status::ok();
@@ -258,7 +293,7 @@ Task allPairsExchange(ridgeComm* c, CollArgs a, bool gather) {
   RecvConnector* rxDirect = direct && offersDirect(c->recvFrom[peer]) ? c->recvFrom[peer] : nullptr;
   DirectWithdrawal withdrawal{txDirect, rxDirect};
   size_t planOff = 0;
-  ExpectAhead expect(rxDirect, [&](char** dst, size_t* bytes) {
+  ExpectAhead expect(c, rxDirect, [&](char** dst, size_t* bytes) {
     if (planOff >= a.count) return false;
     *dst = mbytes(a.recv) + (size_t(peer) * a.count + planOff) * es;
     *bytes = std::min(chunkElems, a.count - planOff) * es;
@@ -279,6 +314,7 @@ Task allPairsExchange(ridgeComm* c, CollArgs a, bool gather) {
     if (own != ownSrc) RIDGE_CO_TRY(dataCopy(c, own, ownSrc, n * es));
     for (int k = 1; k < P; ++k) {
       int j = (r + P - k) % P;
+      RIDGE_CO_TAKE_HEADER(c, j);
       PeekSlot pk(c->recvFrom[j]);
       const void* slot = co_await pk;
       if (pk.info.bytes != n * es)
@@ -327,6 +363,7 @@ Task allPairsReduceToRoot(ridgeComm* c, CollArgs a) {
     srcs[r] = cbytes(a.send) + off * es;
     for (int j = 0; j < P; ++j) {
       if (j == r) continue;
+      RIDGE_CO_TAKE_HEADER(c, j);
       PeekSlot pk(c->recvFrom[j]);
       srcs[j] = co_await pk;
       if (pk.info.bytes != n * es || pk.info.lastOfMessage != (off + n == a.count))
@@ -455,7 +492,7 @@ Task ringReduce(ridgeComm* c, CollArgs a, bool withAllGather) {
   // input), all-gather chunks straight into the output.
   size_t planIter = 0;
   int planStep = 0;
-  ExpectAhead expect(rx, [&, steps = withAllGather ? 2 * (P - 1) : P - 1](char** dst, size_t* bytes) {
+  ExpectAhead expect(c, rx, [&, steps = withAllGather ? 2 * (P - 1) : P - 1](char** dst, size_t* bytes) {
     for (; planIter < L.iterations(); ++planIter, planStep = 0) {
       while (planStep < steps) {
         const int s = planStep++;
@@ -482,6 +519,7 @@ Task ringReduce(ridgeComm* c, CollArgs a, bool withAllGather) {
     for (int k = 1; k < P && t < rounds; ++k) {
       n = L.chunk(L.recvBlock(true, k), t * L.chunkElems, &off);
       if (!n) continue;
+      RIDGE_CO_TAKE_HEADER(c, rx->peer());
       PeekSlot pk(rx);
       const void* recvd = co_await pk;
       if (pk.info.bytes != n * es) co_return mismatch(c, type, prev, n * es, pk.info);
@@ -514,6 +552,7 @@ Task ringReduce(ridgeComm* c, CollArgs a, bool withAllGather) {
       n = L.chunk(L.recvBlock(false, k), base, &off);
       if (!n) continue;
       char* dst = out + off * es;
+      RIDGE_CO_TAKE_HEADER(c, rx->peer());
       PeekSlot pk(rx);
       const void* recvd = co_await pk;
       if (pk.info.bytes != n * es) co_return mismatch(c, type, prev, n * es, pk.info);
@@ -553,7 +592,7 @@ Task ringAllGather(ridgeComm* c, CollArgs a) {
   DirectWithdrawal withdrawal{txDirect ? tx : nullptr, offersDirect(rx) ? rx : nullptr};
   size_t planOff = 0;
   int planStep = 1;
-  ExpectAhead expect(rx, [&](char** dst, size_t* bytes) {
+  ExpectAhead expect(c, rx, [&](char** dst, size_t* bytes) {
     if (planStep == P) {
       planStep = 1;
       planOff += chunkElems;
@@ -573,6 +612,7 @@ Task ringAllGather(ridgeComm* c, CollArgs a) {
     for (int k = 1; k < P; ++k) {
       int b = order[mod(p - k, P)];
       char* dst = out + (size_t(b) * a.count + off) * es;
+      RIDGE_CO_TAKE_HEADER(c, rx->peer());
       PeekSlot pk(rx);
       const void* recvd = co_await pk;
       if (pk.info.bytes != n * es) co_return mismatch(c, CollType::AllGather, prev, n * es, pk.info);
@@ -609,6 +649,7 @@ Task chainReduce(ridgeComm* c, CollArgs a) {
       tx->post(static_cast<uint32_t>(n * es), false);
       continue;
     }
+    RIDGE_CO_TAKE_HEADER(c, rx->peer());
     PeekSlot pk(rx);
     const void* recvd = co_await pk;
     if (pk.info.bytes != n * es) co_return mismatch(c, CollType::Reduce, prev, n * es, pk.info);
@@ -654,6 +695,7 @@ Task directBegin(ridgeComm* c, const CollArgs& a) {
   }
   for (int k = 1; k < P; ++k) {
     int j = (r + P - k) % P;
+    RIDGE_CO_TAKE_HEADER(c, j);
     PeekSlot pk(c->recvFrom[j]);
     const void* slot = co_await pk;
     if (pk.info.bytes != sizeof mine) co_return mismatch(c, a.type, j, sizeof mine, pk.info);
@@ -679,6 +721,7 @@ Task directEnd(ridgeComm* c, CollType type) {
   }
   for (int k = 1; k < P; ++k) {
     int j = (r + P - k) % P;
+    RIDGE_CO_TAKE_HEADER(c, j);
     PeekSlot pk(c->recvFrom[j]);
     (void)co_await pk;
     if (pk.info.bytes != 0) co_return mismatch(c, type, j, 0, pk.info);
@@ -849,6 +892,7 @@ Task treeReduce(ridgeComm* c, CollArgs a) {
     const size_t n = std::min(chunkElems, a.count - off);
     srcs[0] = cbytes(a.send) + off * es;
     for (int i = 0; i < t.childCount; ++i) {
+      RIDGE_CO_TAKE_HEADER(c, t.children[i]);
       PeekSlot pk(c->recvFrom[t.children[i]]);
       srcs[i + 1] = co_await pk;
       if (pk.info.bytes != n * es) co_return mismatch(c, CollType::Reduce, t.children[i], n * es, pk.info);
@@ -884,7 +928,7 @@ Task treeBroadcast(ridgeComm* c, CollArgs a, TreeRanks t) {
   DirectWithdrawal withdrawal0{direct[0] ? tx[0] : nullptr, offersDirect(rx) ? rx : nullptr};
   DirectWithdrawal withdrawal1{direct[1] ? tx[1] : nullptr, nullptr};
   size_t planOff = 0;
-  ExpectAhead expect(rx, [&](char** dst, size_t* n) {
+  ExpectAhead expect(c, rx, [&](char** dst, size_t* n) {
     if (planOff >= bytes) return false;
     *dst = mbytes(a.recv) + planOff;
     *n = std::min(chunk, bytes - planOff);
@@ -896,6 +940,7 @@ Task treeBroadcast(ridgeComm* c, CollArgs a, TreeRanks t) {
     const char* src = cbytes(a.send) + off;
     char* dst = mbytes(a.recv) + off;
     if (rx) {
+      RIDGE_CO_TAKE_HEADER(c, rx->peer());
       PeekSlot pk(rx);
       src = static_cast<const char*>(co_await pk);
       if (pk.info.bytes != n) co_return mismatch(c, CollType::Broadcast, t.parent, n, pk.info);
@@ -948,27 +993,51 @@ Task treeAllReduce(ridgeComm* c, CollArgs a) {
   co_return co_await treeBroadcast(c, down, treeRanks(c, down.root));
 }
 
-}  // namespace
+// On the device network (coll/data_ops.h) only the ring and chain algorithms (and alltoall's
+// all-pairs exchange, its only one) move payload through the data ops.
+Algo chooseAlgo(ridgeComm* c, const CollArgs& a) {
+  return c->nranks == 1  ? Algo::AllPairs
+         : c->device->data ? Algo::Ring
+                         : c->algos.choose(a.type, a.count * dataTypeSize(a.dtype));
+}
 
-Task runCollective(ridgeComm* c, CollArgs a) {
+// A receive that may be single-copy: the sender decides (by size, and whether it could), so
+// the first slot says which; a staged message is then received the usual way.
+Task recvSingleCopyOrStaged(ridgeComm* c, int peer, char* dst, size_t bytes) {
+  bool received = false;
+  RIDGE_CO_TRY(co_await recvSingleCopy(c, peer, dst, bytes, &received));
+  if (received) co_return Status::ok();
+  co_return co_await recvMessage(c, peer, dst, bytes);
+}
+
+// Whether the all-pairs reduction carries the collective's header in its one slot per peer.
+bool inlineHeaderFits(const ridgeComm* c, const CollArgs& a, Algo algo) {
+  return algo == Algo::AllPairs && (a.type == CollType::AllReduce || a.type == CollType::ReduceScatter) &&
+         a.count > 0 &&
+         a.count * dataTypeSize(a.dtype) + kInlineHeaderBytes <=
+             c->sendTo[(c->rank + 1) % c->nranks]->slotBytes();
+}
+
+Task finished(Status s) {
+  co_return s;
+}
+
+// The operation itself, without its signature (inlineHeader: see allPairsReduce): not a
+// coroutine, it returns the algorithm's task (not started yet), so that a call costs no
+// coroutine frame more than before signatures.
+Task dispatchAlgorithm(ridgeComm* c, const CollArgs& a, Algo algo, bool inlineHeader) {
   const size_t es = dataTypeSize(a.dtype);
   const size_t bytes = a.count * es;
   // Large host messages within a host: one copy between the user buffers (coll/p2p_copy.h).
-  if (a.type == CollType::Send && p2pSendsSingleCopy(c, a.root, bytes))
-    co_return co_await sendSingleCopy(c, a.root, cbytes(a.send), bytes);
-  if (a.type == CollType::Recv && p2pMayReceiveSingleCopy(c, a.root, bytes)) {
-    bool received = false;
-    RIDGE_CO_TRY(co_await recvSingleCopy(c, a.root, mbytes(a.recv), bytes, &received));
-    if (received) co_return Status::ok();
+  if (a.type == CollType::Send) {
+    if (p2pSendsSingleCopy(c, a.root, bytes)) return sendSingleCopy(c, a.root, cbytes(a.send), bytes);
+    return sendMessage(c, a.root, cbytes(a.send), bytes);
   }
-  if (a.type == CollType::Send) co_return co_await sendMessage(c, a.root, cbytes(a.send), bytes);
-  if (a.type == CollType::Recv) co_return co_await recvMessage(c, a.root, mbytes(a.recv), bytes);
-  if (a.count == 0) co_return Status::ok();
-  // On the device network (coll/device/data_ops.h) only the ring and chain algorithms (and alltoall's
-  // all-pairs exchange, its only one) move payload through the data ops.
-  const Algo algo = c->nranks == 1    ? Algo::AllPairs
-                    : c->device->data ? Algo::Ring
-                                      : c->algos.choose(a.type, bytes);
+  if (a.type == CollType::Recv) {
+    if (p2pMayReceiveSingleCopy(c, a.root, bytes)) return recvSingleCopyOrStaged(c, a.root, mbytes(a.recv), bytes);
+    return recvMessage(c, a.root, mbytes(a.recv), bytes);
+  }
+  if (a.count == 0) return finished(Status::ok());
   RIDGE_TRACE("rank %d: %s of %zu bytes with %s", c->rank, collTypeName(a.type), bytes, algoName(algo));
   ++c->algoRuns[static_cast<int>(algo)];
   c->lastAlgo = static_cast<int>(algo);
@@ -977,9 +1046,9 @@ Task runCollective(ridgeComm* c, CollArgs a) {
   const bool ring = algo == Algo::Ring || algo == Algo::Tree;
   if (algo == Algo::Tree) {
     switch (a.type) {
-      case CollType::AllReduce: co_return co_await treeAllReduce(c, a);
-      case CollType::Reduce: co_return co_await treeReduce(c, a);
-      case CollType::Broadcast: co_return co_await treeBroadcast(c, a, treeRanks(c, a.root));
+      case CollType::AllReduce: return treeAllReduce(c, a);
+      case CollType::Reduce: return treeReduce(c, a);
+      case CollType::Broadcast: return treeBroadcast(c, a, treeRanks(c, a.root));
       default: break;  // the others have no tree form here: the ring
     }
   }
@@ -987,33 +1056,78 @@ Task runCollective(ridgeComm* c, CollArgs a) {
     switch (a.type) {
       case CollType::AllReduce:
       case CollType::ReduceScatter:
-      case CollType::Reduce: co_return co_await directReduce(c, a);
+      case CollType::Reduce: return directReduce(c, a);
       case CollType::AllGather:
-      case CollType::Broadcast: co_return co_await directCopy(c, a);
-      case CollType::AlltoAll: co_return co_await directAlltoAll(c, a);
+      case CollType::Broadcast: return directCopy(c, a);
+      case CollType::AlltoAll: return directAlltoAll(c, a);
       default: break;
     }
   }
   switch (a.type) {
     case CollType::AllReduce:
-      if (ring) co_return co_await ringReduce(c, a, true);
-      co_return co_await allPairsReduce(c, a, false);
+      if (ring) return ringReduce(c, a, true);
+      return allPairsReduce(c, a, false, inlineHeader);
     case CollType::ReduceScatter:
-      if (ring) co_return co_await ringReduce(c, a, false);
-      co_return co_await allPairsReduce(c, a, true);
+      if (ring) return ringReduce(c, a, false);
+      return allPairsReduce(c, a, true, inlineHeader);
     case CollType::AllGather:
-      if (ring) co_return co_await ringAllGather(c, a);
-      co_return co_await allPairsExchange(c, a, true);
-    case CollType::AlltoAll: co_return co_await allPairsExchange(c, a, false);
+      if (ring) return ringAllGather(c, a);
+      return allPairsExchange(c, a, true);
+    case CollType::AlltoAll: return allPairsExchange(c, a, false);
     case CollType::Broadcast:
-      if (ring) co_return co_await chainBroadcast(c, a);
-      co_return co_await allPairsBroadcast(c, a);
+      if (ring) return chainBroadcast(c, a);
+      return allPairsBroadcast(c, a);
     case CollType::Reduce:
-      if (ring) co_return co_await chainReduce(c, a);
-      co_return co_await allPairsReduceToRoot(c, a);
+      if (ring) return chainReduce(c, a);
+      return allPairsReduceToRoot(c, a);
     default: break;
   }
-  co_return makeError(ridgeInternalError, "unknown collective type %d", static_cast<int>(a.type));
+  return finished(makeError(ridgeInternalError, "unknown collective type %d", static_cast<int>(a.type)));
+}
+
+// Where non-in-place buffers overlap, a rank would read what it already overwrote (or a peer
+// what this rank overwrote): the result depends on the algorithm. One comparison per call.
+Status checkOverlap(const ridgeComm* c, const CollArgs& a) {
+  if (a.send == a.recv || a.count == 0) return Status::ok();
+  const BufferUse u = bufferUse(a, c->rank, c->nranks);
+  if (!u.readsSend || !u.writesRecv) return Status::ok();
+  const size_t es = dataTypeSize(a.dtype);
+  const uintptr_t s0 = reinterpret_cast<uintptr_t>(a.send), r0 = reinterpret_cast<uintptr_t>(a.recv);
+  const uintptr_t s1 = s0 + u.sendCount * es, r1 = r0 + u.recvCount * es;
+  if (s0 >= r1 || r0 >= s1) return Status::ok();
+  // The in-place forms the API documents (AllGather: sendbuff == recvbuff + rank*count;
+  // ReduceScatter: recvbuff == sendbuff + rank*count) are not overlaps.
+  if (a.type == CollType::AllGather && s0 == r0 + size_t(c->rank) * a.count * es) return Status::ok();
+  if (a.type == CollType::ReduceScatter && r0 == s0 + size_t(c->rank) * a.count * es) return Status::ok();
+  return makeError(ridgeInvalidUsage,
+                   "rank %d: %s: sendbuff [%p, +%zu) and recvbuff [%p, +%zu) overlap without being the "
+                   "in-place form; use the same buffer (in place) or separate ones",
+                   c->rank, collTypeName(a.type), a.send, u.sendCount * es, a.recv, u.recvCount * es);
+}
+
+}  // namespace
+
+// Every operation carries its signature (coll/signature.h): collectives exchange headers
+// with every peer, a send sends one ahead of its message, a receive checks it.
+Task runCollective(ridgeComm* c, CollArgs a) {
+  const bool exchange = isExchange(a.type);
+  const Algo algo = exchange ? Algo::AllPairs : chooseAlgo(c, a);
+  if (!exchange) RIDGE_CO_TRY(checkOverlap(c, a));
+  if (!signaturesOn(c)) co_return co_await dispatchAlgorithm(c, a, algo, false);
+  const bool inlineHeader = !exchange && inlineHeaderFits(c, a, algo);
+  if (a.type == CollType::Send) {
+    RIDGE_CO_TRY(co_await beginSend(c, a.root, a.count, a.dtype));
+  } else if (a.type == CollType::Recv) {
+    beginRecv(c, a.root, a.count, a.dtype);
+  } else if (inlineHeader) {
+    beginInlineCollective(c, a);
+  } else {
+    RIDGE_CO_TRY(co_await beginCollective(c, a));
+  }
+  RIDGE_CO_TRY(co_await dispatchAlgorithm(c, a, algo, inlineHeader));
+  if (!exchange && headersDue(c)) co_return co_await endCollective(c);
+  endOperation(c);
+  co_return Status::ok();
 }
 
 }  // namespace ridge

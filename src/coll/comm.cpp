@@ -39,6 +39,7 @@ Status initComm(ridgeComm* c, const ridgeUniqueId& id) {
   static std::once_flag settingsLogged;
   std::call_once(settingsLogged, logSettings);
   setLogRank(c->rank);
+  registerComm(c);  // for the state dump (RIDGE_DEBUG_DUMP, ridgeCommDumpState)
 
   RIDGE_TRY(Bootstrap::connect(id, c->rank, c->nranks, c->timeoutSec, &c->aborted, &c->bootstrap));
 
@@ -202,6 +203,7 @@ bool bufferRegistered(const ridgeComm* c, const void* p, size_t bytes) {
 
 void freeComm(ridgeComm* c) {
   if (c->initThread.joinable()) c->initThread.join();
+  unregisterComm(c);
   // Before the connectors go (coll/device/device_collectives.h says why and in which order).
   releaseDeviceCollectives(c);
   c->sendTo.clear();

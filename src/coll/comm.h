@@ -12,6 +12,7 @@
 
 #include "coll/algo_select.h"
 #include "coll/p2p_copy.h"
+#include "coll/signature.h"
 #include "core/status.h"
 #include "ridge/ridge.h"
 #include "transports/transport.h"
@@ -143,6 +144,9 @@ struct ridgeComm {
   // How many ridgeCommShrink calls this rank made on the communicator: the tag of the next
   // one's id message, so that two shrinks never read each other's id.
   uint32_t shrinkCount = 0;
+
+  // Signatures and operation counters of the host operations (coll/signature.h).
+  ridge::OpLedger ledger;
 };
 
 namespace ridge {

@@ -3,10 +3,12 @@
 #include <sched.h>
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "coll/comm.h"
 #include "coll/device/device_collectives.h"
+#include "coll/signature.h"
 #include "core/log.h"
 #include "core/settings.h"
 
@@ -129,12 +131,22 @@ Status Executor::checkIdle(int64_t idleNs) {
     timeoutNs = std::min<int64_t>(timeoutNs, int64_t{c->timeoutSec} * 1000000000);
   }
   if (idleNs < spinNs) return Status::ok();
+  // A peer's operation header may sit behind a FIFO this rank is not reading now (a rank
+  // blocked on a full FIFO to a peer that called something else): check what has arrived.
+  for (ridgeComm* c : comms_) RIDGE_TRY(pollHeaders(c));
   if (idleNs > timeoutNs) {
     ridgeComm* c = comms_.front();
+    std::vector<int> waitingOn;
+    for (size_t i = 0; i < used_; ++i) {
+      const Strand& s = entries_[i]->strand;
+      if (s.done || !s.blocked || s.blocked->peer < 0 || entries_[i]->comm != c) continue;
+      if (std::find(waitingOn.begin(), waitingOn.end(), s.blocked->peer) == waitingOn.end())
+        waitingOn.push_back(s.blocked->peer);
+    }
     return makeError(ridgeTimeout,
-                     "rank %d: no progress from any peer for %d s (RIDGE_TIMEOUT); a peer is stuck, "
-                     "dead, or called a different collective",
-                     c->rank, static_cast<int>(timeoutNs / 1000000000));
+                     "rank %d: no progress from any peer for %d s (RIDGE_TIMEOUT) in %s; a peer is "
+                     "stuck, dead, or called a different operation",
+                     c->rank, static_cast<int>(timeoutNs / 1000000000), describeStall(c, waitingOn).c_str());
   }
   // Yield first (a peer on the same core gets to run), then sleep until a peer posts.
   // Sleeping is only possible when one transport's futex covers every strand.
@@ -174,10 +186,17 @@ Status Executor::checkIdle(int64_t idleNs) {
   for (size_t i = 0; i < used_; ++i) {
     const Strand& s = entries_[i]->strand;
     if (s.done || !s.blocked || s.blocked->peer < 0) continue;
-    if (onDeviceNetwork)
+    if (onDeviceNetwork) {
       RIDGE_TRY(comm->device->net->checkPeer(s.blocked->peer));
-    else
-      for (auto& transport : comm->transports) RIDGE_TRY(transport->checkPeer(s.blocked->peer));
+      continue;
+    }
+    for (auto& transport : comm->transports) {
+      Status st = transport->checkPeer(s.blocked->peer);
+      if (st.isOk()) continue;
+      // A peer that left after finding a mismatch: report the mismatch where its header is here.
+      RIDGE_TRY(pollHeaders(comm));
+      return st;
+    }
   }
   return Status::ok();
 }

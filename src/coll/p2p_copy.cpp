@@ -76,6 +76,9 @@ bool p2pMayReceiveSingleCopy(ridgeComm* c, int peer, size_t bytes) {
 Task recvSingleCopy(ridgeComm* c, int peer, char* dst, size_t bytes, bool* done) {
   *done = false;
   RecvConnector* rx = c->recvFrom[peer];
+  // The sender's signature comes first (coll/signature.h): read and check it before the slot
+  // that says whether this message is single-copy.
+  if (c->ledger.sized && c->ledger.due[static_cast<size_t>(peer)]) RIDGE_CO_TRY(co_await takeHeader(c, peer));
   PeekSlot pk(rx);
   const void* slot = co_await pk;
   Descriptor d{};

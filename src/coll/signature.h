@@ -1,0 +1,127 @@
+// Operation signatures (issue 19): every rank agrees on each call, or every rank fails.
+//
+// Each host collective and point-to-point operation starts with a header slot on the
+// connectors it checks: a collective posts its signature (kind, root, count, datatype, op,
+// sequence number, and how many messages this rank has sent to and received from that
+// peer) to every peer, a send posts its signature (sequence number of the pair, count,
+// datatype) to its receiver. The receiving side reads a peer's header before any data
+// from that peer (the algorithms call takeHeader before their first peek on a connector),
+// at the end of the operation for peers it took no data from, and while it idles (the
+// executor polls due headers), so a rank blocked on a full FIFO still sees the mismatch.
+// Every pair compares both ways, so a mismatch fails the operation on every rank involved
+// with ridgeInvalidUsage and a message naming both calls; the executor then marks the
+// communicator broken (async error). A send nobody received shows up in the next
+// collective's header (sent and received counts differ), on both ranks.
+//
+// The ledger also keeps per-rank operation counters for timeouts ("rank 2 did not arrive at
+// allreduce #17") and for the state dump of RIDGE_DEBUG_DUMP / ridgeCommDumpState.
+//
+// Not signed: batches of the GPU proxy on the device network (its slots are device memory,
+// and every rank voted the batch onto it), the P2P and LL paths (no connectors), and
+// communicators of one rank. Staged device batches run the host algorithms over the host
+// connectors and are signed like host calls.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coll/algorithms.h"
+
+struct ridgeComm;
+
+namespace ridge {
+
+// One header slot. Fixed layout: it crosses the wire between builds of the same version.
+struct OpSignature {
+  uint64_t magic = 0;  // kSignatureMagic
+  uint64_t seq = 0;    // collectives: the communicator's collective count; p2p: the pair's
+  uint64_t count = 0;  // elements (per block where the API says so)
+  int32_t rank = -1;   // the rank that posted it
+  int32_t root = -1;   // Broadcast/Reduce: root; Send/Recv: peer; else -1
+  int32_t op = -1;     // reductions only, else -1
+  uint8_t kind = 0;    // CollType
+  uint8_t dtype = 0;
+  uint8_t reserved[2] = {};
+  uint64_t p2pSent = 0;   // collectives: messages this rank started sending to the receiver
+  uint64_t p2pRecvd = 0;  // and receiving from it
+};
+static_assert(sizeof(OpSignature) == 56, "OpSignature is a wire format");
+constexpr uint64_t kSignatureMagic = 0x5249444745534947ull;  // "RIDGESIG"
+
+// Per communicator. Only the thread running the communicator's operations writes it; the
+// atomics are also read by the dump (another thread) and are relaxed (plain stores on x86).
+struct OpLedger {
+  bool sized = false;
+  uint64_t collSeq = 0;
+  std::vector<uint64_t> sendSeq, recvSeq;  // per peer
+  std::vector<uint8_t> due;                // per peer: its header is the next slot to read
+  std::vector<OpSignature> expect;         // per peer: this rank's call its header must match
+  std::vector<OpSignature> inbox;          // per peer: an inline header copied out, to check
+  OpSignature current;                     // this rank's latest operation
+  bool inlineHeaders = false;              // the running collective's headers ride in its data slots
+  // For dumps and timeout messages.
+  std::atomic<uint64_t> started{0}, finished{0};
+  std::atomic<uint64_t> curSeq{0}, curCount{0};
+  std::atomic<int32_t> curKind{-1}, curRoot{-1}, curOp{-1}, curDtype{-1};
+  std::atomic<bool> running{false};
+  std::unique_ptr<std::atomic<uint64_t>[]> peerSeen;  // latest collective seq seen from each peer
+};
+
+// Whether operations of `c` in its present mode carry signatures.
+bool signaturesOn(const ridgeComm* c);
+
+// Collective: posts this rank's signature to every peer and marks every peer's header due.
+Task beginCollective(ridgeComm* c, const CollArgs& a);
+// The same without posting (not a coroutine): the algorithm (the all-pairs reduction of a
+// message that fits one slot beside its header) writes the header at the start of its one
+// slot per peer (writeInlineHeader) and checks the peer's there (checkInlineHeader, no
+// release), so small allreduces move as many slots as without signatures.
+void beginInlineCollective(ridgeComm* c, const CollArgs& a);
+// Whether a peer's header is still to be read (endCollective then waits for it).
+bool headersDue(const ridgeComm* c);
+constexpr size_t kInlineHeaderBytes = 64;  // header room at the start of such a slot
+void writeInlineHeader(ridgeComm* c, int peer, void* slot);
+Status checkInlineHeader(ridgeComm* c, int peer, const void* slot, const SlotInfo& info);
+// The same in two steps, so that the header's cache line is fetched beside the payload's
+// instead of before it: copy it out of the slot (ledger inbox) before the reduction, check it
+// after (and before the slot is released). A mismatch then fails the call with the output
+// already written, as any failed call may leave it.
+inline void copyInlineHeader(OpLedger& L, int peer, const void* slot);
+Status checkCopiedHeader(ridgeComm* c, int peer);
+// Waits for the headers still due (peers this rank took no data from) and checks them.
+Task endCollective(ridgeComm* c);
+// Send: posts the pair's header to the receiver. Recv: marks the sender's header due.
+// Called by sendMessage / recvMessage for messages of the API (host21: call these around a
+// single-copy send/recv so both paths keep the same pair sequence).
+Task beginSend(ridgeComm* c, int peer, size_t count, ridgeDataType_t dtype);
+void beginRecv(ridgeComm* c, int peer, size_t count, ridgeDataType_t dtype);
+void endOperation(ridgeComm* c);
+
+// Reads and checks peer's header if it is due (the algorithms call it before peeking).
+Task takeHeader(ridgeComm* c, int peer);
+// Non-blocking: checks every due header that has arrived (executor, while idle).
+Status pollHeaders(ridgeComm* c);
+
+// What a timed-out rank says: its operation, sequence number, the ranks whose header has not
+// arrived, and `waitingOn` (the peers blocked strands wait for).
+std::string describeStall(ridgeComm* c, const std::vector<int>& waitingOn);
+// One paragraph per communicator state; dumpAllComms writes every live communicator's to fd.
+std::string describeState(const ridgeComm* c);
+void dumpAllComms(int fd);
+void registerComm(ridgeComm* c);
+void unregisterComm(ridgeComm* c);
+// RIDGE_DEBUG_DUMP: installs the signal handler and the thread that prints (once).
+void installDumpSignal();
+
+inline void copyInlineHeader(OpLedger& L, int peer, const void* slot) {
+  __builtin_memcpy(&L.inbox[static_cast<size_t>(peer)], slot, sizeof(OpSignature));
+}
+
+// "allreduce(1024 x float32, sum)" etc.
+std::string describeCall(const OpSignature& s);
+
+}  // namespace ridge
