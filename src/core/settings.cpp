@@ -196,6 +196,7 @@ const std::vector<SettingRule>& rules() {
       oneOf(Setting::PLAN_HOST_ORDER, "placement|rank"),
       intRange(Setting::GDR_PACE_SCALE, 1, 1000),
       oneOf(Setting::DEVICE, "auto|emulated", true),
+      oneOf(Setting::DEBUG_DUMP, "SIGUSR1|SIGUSR2|USR1|USR2", true),
       freeText(Setting::TOPO_FILE, "the topology loader at init of a communicator whose ranks all serve a "
                                    "GPU: a file that cannot be loaded fails init on every rank"),
       freeText(Setting::JOB_KEY, "the rendezvous: every rank must have the same key (a rank with another "
