@@ -193,6 +193,10 @@ Status Executor::checkIdle(int64_t idleNs) {
     for (auto& transport : comm->transports) {
       Status st = transport->checkPeer(s.blocked->peer);
       if (st.isOk()) continue;
+      // What the peer sent before it left may have arrived (and our last chunk to it may have
+      // been handed back) after anyReady() above looked: a transport reports a peer failed
+      // only after publishing everything that came before, so look again before failing.
+      if (anyReady()) return Status::ok();
       // A peer that left after finding a mismatch: report the mismatch where its header is here.
       RIDGE_TRY(pollHeaders(comm));
       return st;

@@ -85,6 +85,9 @@ void declareHeaderSlot(RecvConnector* rx) {
 // operation withdraws its queued chunks, which fails the connection, and a header still queued
 // behind nothing would then never reach the peer, which would wait for RIDGE_TIMEOUT instead
 // of seeing the mismatch. Costs a wake-up of the transport's thread on large messages only.
+// Below a slot the ring and all-pairs algorithms still queue caller memory at once: there the
+// TCP transport's withdrawal first lets the slots ahead of the caller's chunks leave
+// (transports/socket/socket_transport.cpp, withdrawDirect).
 struct HeaderSent : SendsComplete {
   HeaderSent(SendConnector* tx, size_t bytes) : SendsComplete(tx) {
     skip = tx->directVersion() < kDirectTransferVersion || bytes < tx->slotBytes();

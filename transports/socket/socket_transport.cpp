@@ -61,6 +61,7 @@
 #include "core/cpus.h"
 #include "core/log.h"
 #include "core/settings.h"
+#include "transports/socket/socket_hooks.h"
 #include "transports/socket/socket_pieces.h"
 #include "transports/transport.h"
 
@@ -188,6 +189,13 @@ class SockSend final : public SendConnector {
     return cachedTail_ == head_;
   }
   void withdrawDirect() override;
+  // The first queued position (posted, not yet handed back) that holds caller memory, or
+  // the FIFO's head when none does: the slots before it are the transport's own memory.
+  uint32_t firstQueuedDirect() const {
+    uint32_t pos = fifo_->tail.load(std::memory_order_acquire);
+    while (pos != head_ && !fifo_->src[pos % nslots_]) ++pos;
+    return pos;
+  }
 
  private:
   bool hasRoom() {
@@ -302,6 +310,10 @@ struct PeerState {
   int eofStreams = 0;  // receive lane only
   std::string failure;
   std::atomic<int> failed{0};
+  // Each lane's pass counter when the failure was published (before `failed`): the failure is
+  // final once both lanes finished that pass, since a pass in flight may still hand back a
+  // slot it wrote or complete a chunk it read (checkPeer).
+  uint64_t failedAtPass[2] = {};
   std::string name;  // "rank 3 at 10.0.0.2:41234" for messages
 };
 
@@ -356,7 +368,23 @@ class SocketTransport final : public Transport {
     if (peer < 0 || peer >= static_cast<int>(peers_.size()) || !peers_[peer] || !peers_[peer]->connected)
       return Status::ok();
     PeerState& p = *peers_[peer];
-    if (p.failed.load(std::memory_order_acquire)) return Status(ridgeRemoteError, p.failure);
+    if (p.failed.load(std::memory_order_acquire)) {
+      // Not yet final while a lane is still in the pass during which the peer failed: the
+      // send lane may have written a chunk and not yet handed its slot back (a peer that got
+      // our last chunk, finished and closed its connections, all before that), and the receive
+      // lane may complete one more chunk. Passes are short (a lane never blocks inside one):
+      // wait a little here, else the caller checks again at its next idle round.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+      for (Lane& lane : lanes_) {
+        while (lane.thread.joinable() && !lane.exited.load(std::memory_order_acquire) &&
+               lane.passes.load(std::memory_order_seq_cst) == p.failedAtPass[lane.sends ? 0 : 1]) {
+          if (std::chrono::steady_clock::now() >= until) return Status::ok();
+          lane.wake();
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+      }
+      return Status(ridgeRemoteError, p.failure);
+    }
     if (progressFailed_.load(std::memory_order_acquire)) return Status(ridgeSystemError, progressFailure_);
     return Status::ok();
   }
@@ -518,6 +546,10 @@ void SocketTransport::failPeer(PeerState& p, std::string failure) {
   int expected = 0;
   if (!p.failClaimed.compare_exchange_strong(expected, 1)) return;
   p.failure = std::move(failure);
+  // Pairs with the fence at the start of each pass (as in withdrawDirect): a pass that starts
+  // after the recorded count sees the streams dead, so only the one in flight can still move.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (int l = 0; l < 2; ++l) p.failedAtPass[l] = lanes_[l].passes.load(std::memory_order_seq_cst);
   p.failed.store(1, std::memory_order_release);
   // Logged at INFO only: a peer that finished and left is no error unless someone waits on it.
   RIDGE_INFO("%s", p.failure.c_str());
@@ -526,6 +558,22 @@ void SocketTransport::failPeer(PeerState& p, std::string failure) {
 
 void SocketTransport::withdrawDirect(int peer, bool sendSide) {
   PeerState& p = *peers_[peer];
+  // Failing the peer stops both directions, also for what was posted from slots ahead of the
+  // first chunk of caller memory: the operation's header, typically, which the peer needs to
+  // report the mismatch instead of waiting for RIDGE_TIMEOUT (the header of an operation
+  // whose message is below a slot is not awaited before its direct chunks are queued,
+  // coll/signature.cpp HeaderSent). Those slots are our memory: let the send lane hand them
+  // to the kernel first (it may go on with the caller's chunks meanwhile; the caller waits
+  // here). Bounded: a peer that reads nothing may never take them.
+  const uint32_t upTo = send_[peer]->firstQueuedDirect();
+  const auto flushUntil = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (static_cast<int32_t>(p.send.tail.load(std::memory_order_acquire) - upTo) < 0 &&
+         !p.failed.load(std::memory_order_acquire) && !lanes_[0].exited.load(std::memory_order_acquire) &&
+         lanes_[0].thread.joinable() && !(abortFlag_ && abortFlag_->load(std::memory_order_relaxed)) &&
+         std::chrono::steady_clock::now() < flushUntil) {
+    lanes_[0].wake();
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
   failPeer(p, format("socket: rank %d: connections to %s closed: a collective failed while its buffers were "
                      "queued for this peer",
                      rank_, p.name.c_str()));
@@ -606,6 +654,7 @@ bool SocketTransport::pumpSend(Stream& s, PeerState& p) {
     s.sendDone += static_cast<uint32_t>(w);
     if (s.sendDone < sizeof(PieceHeader) + s.sendLen) continue;
     // Piece written: hand back the slots every stream is done with.
+    sendLaneStage(SendLaneStage::AfterPiece, s.peer);
     s.sending = false;
     ++s.sendSeq;
     retireSentSlots(p);
@@ -806,6 +855,7 @@ void SocketTransport::progressPasses(Lane& lane) {
     // (x86's locked add is a full barrier already; weaker memory models need the fence).
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (stop_.load(std::memory_order_relaxed)) return;
+    if (lane.sends) sendLaneStage(SendLaneStage::BeforePass, -1);
     bool progressed = false;
     for (Stream& s : streams_) {
       if (s.dead.load(std::memory_order_relaxed)) continue;
