@@ -75,8 +75,11 @@ struct ridgeComm {
   ridge::Transport* waitTransport = nullptr;  // the transport whose futex a waiting rank sleeps on
   std::vector<ridge::PeerInfo> peers;
   ridge::AlgoSelector algos;
-  // The host plan (src/coll/comm_plan.cpp): ring position -> rank and rank -> position,
-  // sized at init. The ring algorithms follow this order instead of rank order.
+  // The plan's ring (src/coll/comm_plan.cpp): ring position -> rank and rank -> position,
+  // sized at init. The device plan's ring channel 0 when every rank serves a GPU placed in
+  // the topology, else the host plan's. The ring, chain and tree algorithms follow this
+  // order instead of rank order (also on the staged and device-network device paths; P2P
+  // and LL are all-pairs).
   std::vector<int> ringOrder, ringPos;
   // How many collectives ran with each algorithm, and the last one (debug queries: tests
   // check that RIDGE_ALGO changes what runs).
@@ -155,12 +158,6 @@ namespace ridge {
 // and the algorithm selector (RIDGE_ALGO, with the plan file's rules first). Called by
 // initComm once peers and transports are known.
 Status setupHostPlan(ridgeComm* comm, bool directAvailable);
-
-// The ring the ring, chain and tree algorithms follow (position -> rank): the device plan's
-// first ring channel when every rank serves a GPU placed in the topology, else the host
-// plan's. What device engines that run rings follow (the staged and device-network paths run
-// algorithms.cpp over it; P2P and LL are all-pairs and need no ring).
-const std::vector<int>& planRingOrder(const ridgeComm* comm);
 
 // Connects a communicator whose rank/nranks/timeout are set. Sets asyncError.
 Status initComm(ridgeComm* comm, const ridgeUniqueId& id);

@@ -197,10 +197,6 @@ Status planDevices(ridgeComm* c, std::shared_ptr<const plan::Plan>* out, std::st
 
 }  // namespace
 
-const std::vector<int>& planRingOrder(const ridgeComm* c) {
-  return c->ringOrder;
-}
-
 Status setupHostPlan(ridgeComm* c, bool directAvailable) {
   const int P = c->nranks;
   std::vector<plan::HostPlacement> places(static_cast<size_t>(P));
