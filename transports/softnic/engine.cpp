@@ -299,12 +299,23 @@ bool Nic::flushQp(SoftQp* qp) {
     ++qp->inflightHead_;
     did = true;
   }
-  // The WQE being cut into packets and the ones not yet taken.
+  // The WQE being cut into packets and the ones not yet taken. A flushed WQE is consumed
+  // too (its error CQE says so), so the trace gets its line like a taken one; the one being
+  // cut was traced when it was taken.
+  bool tracedCurrent = qp->haveCur_;
   while (qp->sqPosted(true) != 0) {
     if (!qp->scq_->hasRoom()) return did;
     mlx5::WqeFields f{};
     mlx5::decodeCtrl(qp->sq_ + static_cast<size_t>(qp->sqCi_ & (qp->sqSize_ - 1)) * mlx5::kWqeBbBytes, &f);
     const uint32_t bbs = std::max<uint32_t>(1, mlx5::wqeBbs(f.ds));
+    if (!tracedCurrent && Trace::get().on() && bbs <= mlx5::kMaxWqeBbs) {
+      for (uint32_t b = 0; b < bbs; ++b)
+        std::memcpy(qp->curWqe_.bytes + b * mlx5::kWqeBbBytes,
+                    qp->sq_ + static_cast<size_t>((qp->sqCi_ + b) & (qp->sqSize_ - 1)) * mlx5::kWqeBbBytes,
+                    mlx5::kWqeBbBytes);
+      Trace::get().wqe(qp->qpn_, qp->sqCi_, qp->curWqe_.bytes, bbs * mlx5::kWqeBbBytes);
+    }
+    tracedCurrent = false;
     qp->scq_->push(mlx5::kCqeReqErr, f.opcode, qp->sqCi_, qp->qpn_, 0, 0, syndromeOf(nextStatus()),
                    qp->sqWrId_[qp->sqCi_ & (qp->sqSize_ - 1)]);
     qp->sqCi_ += bbs;
