@@ -217,6 +217,46 @@ TEST(GpuRingMapping, WidensToPagesReusesSharedPagesAndUnmapsAll) {
   EXPECT_EQ(rt.mappedHostRanges(), 0u);
 }
 
+// Two mappings (two ranks' links in one process) whose doorbell records share a page: the
+// second reuses the first's registration instead of registering the page again (CUDA and the
+// emulator refuse that), and the page stays mapped until both are gone. Before the registry
+// was process-wide the second map failed and its rank fell to host-staged: issue 23's
+// GdrWriteDoorbellRungsRunOnTheDirectRings failure under load, when both rank threads took
+// their records from one malloc arena.
+TEST(GpuRingMapping, MappingsOfTwoLinksShareAPageAndTheLastOneUnmapsIt) {
+  device::EmulatedRuntime rt(1);
+  PageBuffer buf(2);
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  uint64_t a = 0, b = 0, c = 0;
+  auto first = std::make_unique<GpuRingMapping>(&rt);
+  auto second = std::make_unique<GpuRingMapping>(&rt);
+  ASSERT_TRUE(first->map(buf.p + 16, 8, Kind::Memory, &a).isOk());
+  const Status st = second->map(buf.p + 128, 8, Kind::Memory, &b);
+  ASSERT_TRUE(st.isOk()) << st.message();
+  EXPECT_EQ(b - a, 112u);
+  EXPECT_EQ(rt.mappedHostRanges(), 1u);
+  EXPECT_EQ(second->rangesMapped(), 1u);
+  // Mapping the same page again through the same object does not take it twice.
+  ASSERT_TRUE(second->map(buf.p + 256, 8, Kind::Memory, &c).isOk());
+  EXPECT_EQ(second->rangesMapped(), 1u);
+  // The same page as I/O memory from another mapping: refused, as within one.
+  GpuRingMapping third(&rt);
+  EXPECT_FALSE(third.map(buf.p + 32, 8, Kind::IoMemory, &c).isOk());
+  // Another runtime (another GPU) keeps its own registrations.
+  device::EmulatedRuntime other(1);
+  {
+    GpuRingMapping elsewhere(&other);
+    ASSERT_TRUE(elsewhere.map(buf.p + page, 8, Kind::Memory, &c).isOk());
+    EXPECT_EQ(other.mappedHostRanges(), 1u);
+    EXPECT_EQ(rt.mappedHostRanges(), 1u);
+  }
+  EXPECT_EQ(other.mappedHostRanges(), 0u);
+  first.reset();
+  EXPECT_EQ(rt.mappedHostRanges(), 1u) << "the page went while the second link still uses it";
+  second.reset();
+  EXPECT_EQ(rt.mappedHostRanges(), 0u);
+}
+
 TEST(GpuRingMapping, ReportsTheRuntimeRefusal) {
   device::EmulatedRuntime rt(1);
   rt.failHostRangeMaps(Kind::IoMemory, "not permitted for this test");

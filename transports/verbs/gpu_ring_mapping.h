@@ -4,7 +4,10 @@
 // on-NIC memory). Ranges are widened to whole pages, as the registration works on pages, and a
 // range whose pages this mapping already holds (the QP's and CQ's doorbell records usually share
 // one page) reuses that mapping instead of registering the page twice, which CUDA refuses.
-// Everything mapped is unmapped when the object goes, before the NIC objects themselves.
+// The reuse is process-wide: another GpuRingMapping over the same runtime (another link, or
+// another rank's communicator in this process) that needs a page already mapped shares that
+// registration; a page is unmapped when the last mapping holding it goes, before the NIC objects
+// themselves.
 #pragma once
 
 #include <cstddef>
@@ -28,17 +31,12 @@ class GpuRingMapping {
   // pages mapped before without lying inside one mapping is refused (ridgeInternalError).
   Status map(const void* addr, size_t bytes, device::DeviceRuntime::HostRangeKind kind,
              uint64_t* deviceAddress);
-  size_t rangesMapped() const { return ranges_.size(); }
+  // How many registrations this mapping holds (shared ones included).
+  size_t rangesMapped() const { return held_.size(); }
 
  private:
-  struct Range {
-    uintptr_t start;
-    size_t bytes;
-    uint64_t deviceStart;
-    device::DeviceRuntime::HostRangeKind kind;
-  };
   device::DeviceRuntime* runtime_;
-  std::vector<Range> ranges_;
+  std::vector<uintptr_t> held_;  // start of each process-wide range this mapping holds once
 };
 
 }  // namespace verbs
