@@ -278,16 +278,20 @@ Task allPairsReduce(ridgeComm* c, CollArgs a, bool scatter, bool inlineHeader = 
 
 // Chunk rounds by which an all-gather or all-to-all of two ranks posts its sends ahead of
 // its receives. Each rank sends only its own input then, so no send depends on a receive;
-// sending round t + 1 only once round t has arrived would leave the connection idle in
-// both directions for two wake-ups per round, at every round (measured over TCP between
-// two network namespaces against Gloo, docs/performance.md, issue 21). A rank waiting for
-// round t has posted at most lead + 1 chunks the peer has not released (rounds t to
-// t + lead), so the lead stays within what the connector holds without kernel buffering
-// (chunksInFlight; 0 = no lead): every rank can always progress. With more ranks the
-// ring forwards what it receives and all-pairs sends to every peer; neither is changed.
+// sending round t + 1 only once round t has arrived leaves the connection idle in both
+// directions for two wake-ups per round, at every round (issue 21, over TCP against Gloo).
+// Before its first receive a rank has posted its operation header and rounds 0 to lead,
+// and the peer may not have opened its receive window yet (an operation that receives
+// through slots declares its positions only at its first receive), so those lead + 2
+// chunks must fit in this rank's own send queue: half of chunksInFlight, the other half
+// being the peer's window (0 = not stated: no lead). Then no rank ever blocks posting
+// before it receives, and every rank can always progress; with the whole of chunksInFlight
+// an in-place all-to-all through slots deadlocked once the kernel buffers were full
+// (SocketOneHost.ExchangeLeadWithinFifos*). With more ranks the ring forwards what it
+// receives and all-pairs sends to every peer; neither is changed.
 inline size_t exchangeAhead(int P, const SendConnector* tx) {
-  const uint32_t inFlight = tx->chunksInFlight();
-  return P == 2 && inFlight >= 2 ? size_t{inFlight} - 1 : 0;
+  const uint32_t ownQueue = tx->chunksInFlight() / 2;
+  return P == 2 && ownQueue >= 3 ? size_t{ownQueue} - 2 : 0;
 }
 
 // AllGather (gather = true: every rank's block goes to everyone) and AlltoAll (block j
