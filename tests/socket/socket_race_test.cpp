@@ -74,6 +74,18 @@ void waitForEveryRank(Shared* s, int nranks) {
   while (s->reported.load() < nranks && nowSec() < until) usleep(1000);
 }
 
+// Both ranks reported "ERR 0" (success) and "WRONG 0".
+void expectSuccessAndNoWrongValue(const LaunchResult& res) {
+  for (int r = 0; r < 2; ++r) {
+    auto lines = linesWith(res.ranks[static_cast<size_t>(r)], "ERR ");
+    ASSERT_EQ(lines.size(), 1u) << "rank " << r << " reported no result";
+    EXPECT_EQ(std::atoi(lines[0].c_str()), ridgeSuccess) << "rank " << r << ": " << lines[0];
+    auto wrong = linesWith(res.ranks[static_cast<size_t>(r)], "WRONG ");
+    ASSERT_EQ(wrong.size(), 1u);
+    EXPECT_EQ(std::atol(wrong[0].c_str()), 0) << "rank " << r;
+  }
+}
+
 TEST(SocketRace, HeaderLeavesBeforeAWithdrawalFailsTheConnection) {
   tcpEnv();
   ridgeUniqueId id;
@@ -144,14 +156,7 @@ TEST(SocketRace, LastChunkHandedBackAfterThePeerLeft) {
   });
   reportChildFailures(res, "allgather with a delayed hand-back");
   ASSERT_FALSE(res.timedOut);
-  for (int r = 0; r < 2; ++r) {
-    auto lines = linesWith(res.ranks[static_cast<size_t>(r)], "ERR ");
-    ASSERT_EQ(lines.size(), 1u) << "rank " << r << " reported no result";
-    EXPECT_EQ(std::atoi(lines[0].c_str()), ridgeSuccess) << "rank " << r << ": " << lines[0];
-    auto wrong = linesWith(res.ranks[static_cast<size_t>(r)], "WRONG ");
-    ASSERT_EQ(wrong.size(), 1u);
-    EXPECT_EQ(std::atol(wrong[0].c_str()), 0) << "rank " << r;
-  }
+  expectSuccessAndNoWrongValue(res);
 }
 
 // ---- a two-rank exchange sends ahead of its receives -----------------------------------
@@ -232,14 +237,7 @@ TEST(SocketRace, TwoRankExchangeSendsAheadOfItsReceives) {
     });
     reportChildFailures(res, alltoall ? "alltoall sending ahead" : "allgather sending ahead");
     ASSERT_FALSE(res.timedOut);
-    for (int r = 0; r < 2; ++r) {
-      auto lines = linesWith(res.ranks[static_cast<size_t>(r)], "ERR ");
-      ASSERT_EQ(lines.size(), 1u) << "rank " << r << " reported no result";
-      EXPECT_EQ(std::atoi(lines[0].c_str()), ridgeSuccess) << "rank " << r << ": " << lines[0];
-      auto wrong = linesWith(res.ranks[static_cast<size_t>(r)], "WRONG ");
-      ASSERT_EQ(wrong.size(), 1u);
-      EXPECT_EQ(std::atol(wrong[0].c_str()), 0) << "rank " << r;
-    }
+    expectSuccessAndNoWrongValue(res);
     auto ahead = linesWith(res.ranks[1], "AHEAD ");
     ASSERT_EQ(ahead.size(), 1u);
     EXPECT_GE(std::atoi(ahead[0].c_str()), kAheadPieces)
