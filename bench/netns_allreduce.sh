@@ -214,7 +214,7 @@ for c in colls:
         print(f"| {c} | - | - | - | - | - | - | - | - | no result |")
         behind.append(f"{c} (no result)")
         continue
-    if not any(num(r, "gloo_time_us") is not None for rs in rows.values() for r in rs):
+    if not any(num(r, k) is not None for rs in rows.values() for r in rs for k in ("gloo_time_us", "gloo_ip_time_us")):
         print(f"| {c} | - | - | - | - | - | - | - | - | Gloo has no counterpart |")
         continue
     several = len({(k[1], k[2]) for k in rows}) > 1
@@ -246,7 +246,8 @@ for c in colls:
             why = ", ".join(f"{w} {x:.2f}x" for w, x in (("out of place", ratio), ("in place", ipratio)) if x is not None)
             behind.append(f"{name} {human(key[0])} ({why}" + (", wrong values" if wr + wg else "") + ")")
         us = lambda v: f"{med(v):.0f}" if v else "n/a"
-        print(f"| {name} | {human(key[0])} | {us(t)} | {us(g)} | {fmt(ratio)} | {per} | {fmt(ipratio)} | {fast} | "
+        times = f"{us(t)} | {us(g)}" if ratio is not None else f"{us(ti)} (in place) | {us(gi)} (in place)"
+        print(f"| {name} | {human(key[0])} | {times} | {fmt(ratio)} | {per} | {fmt(ipratio)} | {fast} | "
               f"{wr:.0f}, {wg:.0f} | {'ok' if ok else 'BEHIND'} |")
 print()
 print(f"# rows: {total}; Ridge at most Gloo's time: {total - len(behind)}; #wrong in all: {wrong_total:.0f}")
