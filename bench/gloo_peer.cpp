@@ -8,9 +8,16 @@
 //   allgather   gloo::allgather   in place: output only (own block already in place)
 //   alltoall    gloo::alltoall    in place: n/a (Gloo needs distinct buffers)
 //   sendrecv    unbound buffers: send to rank+1, receive from rank-1
-// reducescatter has no counterpart in Gloo's collective API (n/a). Gloo has no average:
-// avg runs sum and divides locally inside the timing, as for MPI; half and bfloat16 are
-// n/a.
+//   reducescatter  gloo::ReduceScatterHalvingDoubling (the one reduce-scatter Gloo has, an
+//               algorithm object of its older API): in place only (it reduces in the N*n
+//               input and leaves this rank's n results at its start, MPI's layout); out of
+//               place n/a (it would need a copy of the input that Ridge does not make).
+//               The object registers its buffers with the pairs when it is built, so one is
+//               built per buffer, count, type and operation, outside the timing's steady
+//               state (the warm-up's first call), and reused, as Gloo's users do.
+// Gloo has no average: avg runs sum and divides locally inside the timing, as for MPI;
+// half and bfloat16 are n/a.
+#include <climits>
 #include <string>
 
 #include "bench.h"
@@ -23,13 +30,17 @@
 #include <gloo/broadcast.h>
 #include <gloo/math.h>
 #include <gloo/reduce.h>
+#include <gloo/reduce_scatter.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/transport/tcp/device.h>
 
 #include <chrono>
 #include <exception>
+#include <map>
 #include <memory>
+#include <tuple>
+#include <vector>
 #endif
 
 namespace rbench {
@@ -53,6 +64,30 @@ ReduceFn<T> reduceFn(ridgeRedOp_t op) {
     case ridgeMin: return &gloo::min<T>;
     default: return &gloo::sum<T>;  // sum, and avg (divided afterwards)
   }
+}
+
+template <typename T>
+const gloo::ReductionFunction<T>* reductionFunction(ridgeRedOp_t op) {
+  switch (op) {
+    case ridgeProd: return gloo::ReductionFunction<T>::product;
+    case ridgeMax: return gloo::ReductionFunction<T>::max;
+    case ridgeMin: return gloo::ReductionFunction<T>::min;
+    default: return gloo::ReductionFunction<T>::sum;  // sum, and avg (divided afterwards)
+  }
+}
+
+// Built reduce-scatter objects: (buffer, count, type, op) -> object. Every rank builds them
+// in the same order (the same calls), as their context slots require.
+std::map<std::tuple<void*, size_t, int, int>, std::shared_ptr<gloo::Algorithm>> gReduceScatters;
+
+template <typename T>
+void reduceScatterInPlace(T* buf, size_t n, ridgeRedOp_t op, int nranks) {
+  auto& algo = gReduceScatters[{buf, n, static_cast<int>(sizeof(T)), static_cast<int>(op)}];
+  if (!algo)
+    algo = std::make_shared<gloo::ReduceScatterHalvingDoubling<T>>(
+        gContext, std::vector<T*>{buf}, static_cast<int>(n * size_t(nranks)),
+        std::vector<int>(size_t(nranks), static_cast<int>(n)), reductionFunction<T>(op));
+  algo->run();
 }
 
 template <typename T>
@@ -120,7 +155,7 @@ void run(Coll c, bool inPlace, const void* sendv, void* recvv, size_t n, ridgeRe
       out->waitSend(kTimeout);
       break;
     }
-    case Coll::ReduceScatter: break;  // refused by glooUnsupported
+    case Coll::ReduceScatter: reduceScatterInPlace(recv, n, op, nranks); break;  // in place only
   }
 }
 
@@ -154,7 +189,10 @@ std::string glooUnsupported(Coll c, bool inPlace, ridgeDataType_t t, ridgeRedOp_
   (void)n;
   if (!gContext) return "Gloo is not connected";
   if (t == ridgeFloat16 || t == ridgeBfloat16) return "Gloo peer has no " + std::string(typeInfo(t).name);
-  if (c == Coll::ReduceScatter) return "Gloo has no reduce-scatter collective";
+  if (c == Coll::ReduceScatter && !inPlace)
+    return "Gloo's reduce-scatter (ReduceScatterHalvingDoubling) works in place only";
+  if (c == Coll::ReduceScatter && n > size_t(INT_MAX) / size_t(gContext->size))
+    return "Gloo's reduce-scatter counts elements in an int";
   if (c == Coll::AlltoAll && inPlace) return "Gloo alltoall needs distinct buffers";
   if (c == Coll::SendRecv && inPlace) return "send/recv has no in-place form";
   return {};
@@ -179,7 +217,7 @@ int glooCollective(Coll c, bool inPlace, const void* send, void* recv, size_t n,
     return 1;
   }
   size_t avgElems = 0;
-  if (c == Coll::AllReduce) avgElems = n;
+  if (c == Coll::AllReduce || c == Coll::ReduceScatter) avgElems = n;
   if (c == Coll::Reduce && rank == root) avgElems = n;
   if (op == ridgeAvg && collHasOp(c) && avgElems) divideBy(t, recv, avgElems, nranks);
   return 0;
@@ -193,6 +231,7 @@ void glooBarrier() {
 }
 
 void glooShutdown() {
+  gReduceScatters.clear();
   gContext.reset();
 }
 

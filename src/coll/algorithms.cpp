@@ -276,6 +276,24 @@ Task allPairsReduce(ridgeComm* c, CollArgs a, bool scatter, bool inlineHeader = 
   co_return Status::ok();
 }
 
+// Chunk rounds by which an all-gather or all-to-all of two ranks posts its sends ahead of
+// its receives. Each rank sends only its own input then, so no send depends on a receive;
+// sending round t + 1 only once round t has arrived leaves the connection idle in both
+// directions for two wake-ups per round, at every round (issue 21, over TCP against Gloo).
+// Before its first receive a rank has posted its operation header and rounds 0 to lead,
+// and the peer may not have opened its receive window yet (an operation that receives
+// through slots declares its positions only at its first receive), so those lead + 2
+// chunks must fit in this rank's own send queue: half of chunksInFlight, the other half
+// being the peer's window (0 = not stated: no lead). Then no rank ever blocks posting
+// before it receives, and every rank can always progress; with the whole of chunksInFlight
+// an in-place all-to-all through slots deadlocked once the kernel buffers were full
+// (SocketOneHost.ExchangeLeadWithinFifos*). With more ranks the ring forwards what it
+// receives and all-pairs sends to every peer; neither is changed.
+inline size_t exchangeAhead(int P, const SendConnector* tx) {
+  const uint32_t ownQueue = tx->chunksInFlight() / 2;
+  return P == 2 && ownQueue >= 3 ? size_t{ownQueue} - 2 : 0;
+}
+
 // AllGather (gather = true: every rank's block goes to everyone) and AlltoAll (block j
 // of the input goes to rank j). Each round sends one chunk to every peer before it
 // receives any, which also makes the in-place forms safe: a block is copied into a slot
@@ -300,9 +318,20 @@ Task allPairsExchange(ridgeComm* c, CollArgs a, bool gather) {
     planOff += chunkElems;
     return true;
   });
+  const size_t lead = exchangeAhead(P, c->sendTo[peer]);
+  size_t sentOff = 0;  // with a lead: the per-peer elements sent so far
   for (size_t off = 0; off < a.count; off += chunkElems) {
     const size_t n = std::min(chunkElems, a.count - off);
-    for (int k = 1; k < P; ++k) {
+    // Two ranks: the rounds up to `lead` ahead of this one (their chunks are copied into
+    // slots, in place too, before the receives of the same offsets overwrite them).
+    for (const size_t until = std::min(a.count, off + (lead + 1) * chunkElems); lead && sentOff < until;
+         sentOff += chunkElems) {
+      const size_t m = std::min(chunkElems, a.count - sentOff);
+      const size_t src = gather ? sentOff : size_t(peer) * a.count + sentOff;
+      RIDGE_CO_TRY(co_await sendChunk(c, c->sendTo[peer], txDirect != nullptr, cbytes(a.send) + src * es,
+                                      m * es, false));
+    }
+    for (int k = 1; k < P && !lead; ++k) {
       int j = (r + k) % P;
       size_t src = gather ? off : size_t(j) * a.count + off;
       RIDGE_CO_TRY(
@@ -603,11 +632,18 @@ Task ringAllGather(ridgeComm* c, CollArgs a) {
     *bytes = std::min(chunkElems, a.count - planOff) * es;
     return true;
   });
+  const size_t lead = exchangeAhead(P, tx);
+  size_t sentOff = 0;  // with a lead (two ranks): the elements of the own block sent so far
   for (size_t off = 0; off < a.count; off += chunkElems) {
     const size_t n = std::min(chunkElems, a.count - off);
     char* own = out + (size_t(r) * a.count + off) * es;
     const char* src = cbytes(a.send) + off * es;
-    RIDGE_CO_TRY(co_await sendChunk(c, tx, txDirect, src, n * es, false));
+    if (!lead) RIDGE_CO_TRY(co_await sendChunk(c, tx, txDirect, src, n * es, false));
+    for (const size_t until = std::min(a.count, off + (lead + 1) * chunkElems); lead && sentOff < until;
+         sentOff += chunkElems) {
+      const size_t m = std::min(chunkElems, a.count - sentOff);
+      RIDGE_CO_TRY(co_await sendChunk(c, tx, txDirect, cbytes(a.send) + sentOff * es, m * es, false));
+    }
     if (own != src) RIDGE_CO_TRY(dataCopy(c, own, src, n * es));
     for (int k = 1; k < P; ++k) {
       int b = order[mod(p - k, P)];

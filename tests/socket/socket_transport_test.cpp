@@ -241,6 +241,27 @@ TEST(SocketOneHost, RingLeadWithinFifosFourSlots) {
   runDirectMatrix(2, kRingReduce, 0, {"1M", "4", "32K", true}, ringReduceCase);
 }
 
+// An allgather or alltoall of two ranks sends its own chunks of later rounds ahead of its
+// receives (exchangeAhead in src/coll/algorithms.cpp, issue 21), as far as the two FIFOs
+// hold without kernel buffering. As above, the kernel buffers of a direction hold a quarter
+// of one 1 MiB chunk, so a lead beyond what the FIFOs hold deadlocks (RIDGE_TIMEOUT)
+// instead of hiding in the socket buffers: 4 slots (lead 2) and 8 (lead 6), the ring
+// allgather and the all-pairs forms, both ranks direct and one slots only, 64 MiB in
+// float32, in place and out of place. (SocketRace.TwoRankExchangeSendsAheadOfItsReceives
+// shows that the sends do go ahead.)
+bool exchangeLargeCase(const Case& c) {
+  return exchangeCase(c) && c.dt == ridgeFloat32;
+}
+constexpr const char* kRingGatherPairsAlltoall = "allgather:0-:ring;alltoall:0-:allpairs";
+TEST(SocketOneHost, ExchangeLeadWithinFifosFourSlots) {
+  runDirectMatrix(2, kRingGatherPairsAlltoall, -1, {"1M", "4", "32K", true}, exchangeLargeCase);
+  runDirectMatrix(2, kAllPairsExchange, 1, {"1M", "4", "32K", true}, exchangeLargeCase);
+}
+TEST(SocketOneHost, ExchangeLeadWithinFifosEightSlots) {
+  runDirectMatrix(2, kAllPairsExchange, -1, {"1M", "8", "32K", true}, exchangeLargeCase);
+  runDirectMatrix(2, kRingGatherPairsAlltoall, 0, {"1M", "8", "32K", true}, exchangeLargeCase);
+}
+
 // A receive whose sender sends one byte more or one byte less fails with
 // ridgeInvalidUsage naming the sizes, and nothing is written past the receive buffer
 // (the oversized last chunk must not land in it).
