@@ -110,6 +110,13 @@ Status launchOnDataOps(void* ops, DeviceProducer::Fn fn, void* arg, const void* 
   return static_cast<DeviceDataOps*>(ops)->launch(fn, arg, src, bytes);
 }
 
+// Binds (launch set) or unbinds (null) the device-side producers of the host connectors.
+void bindHostProducers(ridgeComm* c, DeviceProducer::Launch launch, void* ops) {
+  for (int j = 0; j < c->nranks; ++j)
+    if (DeviceProducer* dp = j != c->rank && c->sendTo[j] ? c->sendTo[j]->deviceProducer() : nullptr)
+      dp->bindDeviceQueue(launch, ops);
+}
+
 // While a batch runs on the device network: the algorithms see its connectors, wait on its
 // completion queue and move payload with the device data ops; everything back afterwards
 // (host collectives never run meanwhile: they drain the proxy first). Without a device
@@ -141,11 +148,7 @@ class DeviceNetworkScope {
   DeviceNetworkScope& operator=(const DeviceNetworkScope&) = delete;
 
  private:
-  void bindProducers(DeviceProducer::Launch launch, void* ops) {
-    for (int j = 0; j < c_->nranks; ++j)
-      if (DeviceProducer* dp = j != c_->rank && c_->sendTo[j] ? c_->sendTo[j]->deviceProducer() : nullptr)
-        dp->bindDeviceQueue(launch, ops);
-  }
+  void bindProducers(DeviceProducer::Launch launch, void* ops) { bindHostProducers(c_, launch, ops); }
   ridgeComm* c_;
   Transport* hostWait_;
 };
@@ -720,9 +723,16 @@ Status GpuProxy::runExchanges(size_t n) {
   // drain the proxy first), so the device data ops are seen by these sends and receives
   // alone.
   comm_->device->data = deviceOps_.get();
+  // A runtime that cannot run a whole message's device-side send (a GPU runs only kernel twins,
+  // and a kernel that waited for credits would hold up the copies of this rank's receives
+  // behind it on the one stream): the host takes each slot's credits and the device posts the
+  // chunk the copy filled, as in collectives.
+  const bool perSlot = !rt_->runsDeviceFunctions();
+  if (perSlot) bindHostProducers(comm_, &launchOnDataOps, deviceOps_.get());
   Executor& ex = Executor::forThisThread();
   spawnBatch(ex, comm_, exchanges_, m);
   Status s = ex.run();
+  if (perSlot) bindHostProducers(comm_, nullptr, nullptr);
   comm_->device->data = nullptr;
   const Status synced = deviceOps_->synchronize();
   return s.isOk() ? synced : s;
