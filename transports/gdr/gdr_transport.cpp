@@ -341,6 +341,9 @@ class GdrTransport final : public Transport {
   // cpu-doorbell with a GPU producer: the thread that rings the UAR for it.
   std::thread doorbellThread_;
   std::atomic<bool> stopDoorbell_{false};
+  // A GPU posting to the software NIC: the thread that sees its doorbells (snoopLoop).
+  std::thread snoopThread_;
+  void snoopLoop();
 };
 
 class GdrSend final : public SendConnector, public DeviceProducer {
@@ -456,9 +459,10 @@ bool GdrTransport::landedPending(const Link* l) {
 
 GdrTransport::~GdrTransport() {
   drainPostedWrites();
-  if (doorbellThread_.joinable()) {
+  if (doorbellThread_.joinable() || snoopThread_.joinable()) {
     stopDoorbell_.store(true);
-    doorbellThread_.join();
+    if (doorbellThread_.joinable()) doorbellThread_.join();
+    if (snoopThread_.joinable()) snoopThread_.join();
   }
   if (pacerThread_.joinable()) {
     stopPacer_.store(true);
@@ -792,6 +796,29 @@ void GdrTransport::doorbellLoop() {
       timespec nap{0, 20000};
       nanosleep(&nap, nullptr);
     }
+  }
+}
+
+// A GPU's UAR write into the software NIC's host memory wakes no engine; a NIC would see it at
+// once. The host tells the engine when it polls (progress), but a batch may end with its last
+// post still on the stream and nobody polling: this thread watches the posts run and tells the
+// engine (emulation of the NIC's doorbell, not a step of the device-side code). Polls every
+// 10 us for a millisecond after a post ran, every 500 us otherwise.
+void GdrTransport::snoopLoop() {
+  uint64_t seen = 0;
+  int64_t lastChange = 0;
+  while (!stopDoorbell_.load(std::memory_order_relaxed)) {
+    uint64_t run = 0;
+    for (const Link* l : active_)
+      if (l->gpuPosts) run += l->postsRun();
+    const int64_t now = nowNs();
+    if (run != seen) {
+      seen = run;
+      lastChange = now;
+      noticeDoorbell();
+    }
+    timespec nap{0, now - lastChange < 1000000 ? 10000 : 500000};
+    nanosleep(&nap, nullptr);
   }
 }
 
@@ -1455,6 +1482,9 @@ void GdrTransport::goLive(const SetupPlan& p) {
   bool cpuRings = false;
   for (Link* l : active_) cpuRings = cpuRings || l->cpuRings;
   if (cpuRings) doorbellThread_ = std::thread([this] { doorbellLoop(); });
+  bool gpuPosts = false;
+  for (Link* l : active_) gpuPosts = gpuPosts || (gpuQueues_ && l->gpuPosts);
+  if (gpuPosts) snoopThread_ = std::thread([this] { snoopLoop(); });
   RIDGE_INFO("gdr: rank %d: %zu peers, mode %s (%s), %lld staging slots of %u bytes, %lld landing slots",
              rank_, p.peers.size(), modeName(mode), p.modeWhy.c_str(), static_cast<long long>(p.slots),
              p.capacity, static_cast<long long>(p.landingSlots));
