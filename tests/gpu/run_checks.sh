@@ -444,7 +444,7 @@ all_steps() {
   step_post=figures_gdr_write
   step "GDR-write: device producer rings the software NIC's doorbell" 30 bench ridge-gdr-write-check
   step_post=figures_gdr_device step_dry=gdr_device_load
-  step "GDR-write: device buffers post through the transport's GPU kernel" 60 func gdr_device_producer
+  step "GDR-write: device buffers post through the transport's GPU kernel" 40 func gdr_device_producer
   step_post=figures_coll_lat
   step "small allreduce: LL path vs proxy path" 20 bench ridge-gpu-coll-lat 2 300 5
   rm -f "$work"/*.csv
