@@ -166,8 +166,8 @@ TEST(GdrDeviceBuffers, CollectivesOnDeviceBuffersRunTheDeviceSideProducerThreeRa
 // the copies of its own receives), then an allreduce on the gdr connectors; every byte exact,
 // every payload slot posted by device code, nothing read from NIC-side memory, every mapping
 // undone at destroy.
-TEST(GdrDeviceBuffers, GpuStandInPostsEverySlotThroughTheKernelTwin) {
-  GdrWriteEnv env("4");
+void runKernelTwinStandIn(const char* slots, const char* faults) {
+  GdrWriteEnv env(slots, faults);
   EmulatedRuntime rt(2);
   rt.setKernelTwinsOnly(true);
   ScopedRuntimeForTesting scope(&rt);
@@ -198,17 +198,27 @@ TEST(GdrDeviceBuffers, GpuStandInPostsEverySlotThroughTheKernelTwin) {
   const ridge::gdr::SetupReport report = ridge::gdr::lastSetupReport();
   EXPECT_EQ(report.stagingTier, "host") << report.stagingReason;
   const uint64_t devicePosts = after.devicePosts - before.devicePosts;
-  const uint64_t slots = after.slotsWritten - before.slotsWritten;
+  const uint64_t written = after.slotsWritten - before.slotsWritten;
   // Two ranks, each: kSlots payload slots of the sendrecv, at least one slot of its allreduce.
   EXPECT_GE(devicePosts, 2 * kSlots + 2) << "the kernel twin posted every payload slot";
-  EXPECT_LE(slots - devicePosts, 2u * 2) << "the host posted more than the votes and descriptors";
+  EXPECT_LE(written - devicePosts, 2u * 2) << "the host posted more than the votes and descriptors";
   EXPECT_EQ(after.remoteReads - before.remoteReads, 0u) << "the producer read NIC-side memory";
   EXPECT_EQ(after.stagedLost - before.stagedLost, 0u);
   EXPECT_GT(mappedWhileUp.load(), 0u) << "the queues were mapped into the device";
   EXPECT_EQ(rt.mappedHostRanges(), 0u) << "a mapping outlived its communicator";
-  std::printf("kernel-twin stand-in: %llu slots posted by device code, %llu by the host\n",
-              static_cast<unsigned long long>(devicePosts),
-              static_cast<unsigned long long>(slots - devicePosts));
+  std::printf(
+      "kernel-twin stand-in (%s staging slots%s%s): %llu slots posted by device code, %llu by the host\n",
+      slots, *faults ? ", faults " : "", faults, static_cast<unsigned long long>(devicePosts),
+      static_cast<unsigned long long>(written - devicePosts));
+}
+
+TEST(GdrDeviceBuffers, GpuStandInPostsEverySlotThroughTheKernelTwin) {
+  runKernelTwinStandIn("4", "");
+}
+
+// One staging slot (every post waits for the previous one's CQE) and a lossy wire.
+TEST(GdrDeviceBuffers, GpuStandInPostsEverySlotThroughTheKernelTwinOneSlotLossyWire) {
+  runKernelTwinStandIn("1", "drop=0.02,dup=0.02,reorder=0.02,delay=0.02:200us,seed=5");
 }
 
 // "Device memory" for gdr read's slots: one memfd per allocation, which the software NIC maps
