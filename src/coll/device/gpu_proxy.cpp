@@ -723,16 +723,14 @@ Status GpuProxy::runExchanges(size_t n) {
   // drain the proxy first), so the device data ops are seen by these sends and receives
   // alone.
   comm_->device->data = deviceOps_.get();
-  // A runtime that cannot run a whole message's device-side send (a GPU runs only kernel twins,
-  // and a kernel that waited for credits would hold up the copies of this rank's receives
-  // behind it on the one stream): the host takes each slot's credits and the device posts the
-  // chunk the copy filled, as in collectives.
-  const bool perSlot = !rt_->runsDeviceFunctions();
-  if (perSlot) bindHostProducers(comm_, &launchOnDataOps, deviceOps_.get());
+  // Connectors with a device-side producer post the chunks the copies filled as device code,
+  // the host taking each slot's credits, as in collectives (sendMessage: a whole message as
+  // device code only where it cannot wait for the peer).
+  bindHostProducers(comm_, &launchOnDataOps, deviceOps_.get());
   Executor& ex = Executor::forThisThread();
   spawnBatch(ex, comm_, exchanges_, m);
   Status s = ex.run();
-  if (perSlot) bindHostProducers(comm_, nullptr, nullptr);
+  bindHostProducers(comm_, nullptr, nullptr);
   comm_->device->data = nullptr;
   const Status synced = deviceOps_->synchronize();
   return s.isOk() ? synced : s;
