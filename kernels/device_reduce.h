@@ -56,9 +56,9 @@ Status launchCopyChannels(void* dst, const void* src, size_t bytes, ridgeStream_
 
 /// Kernel instantiations preloadKernels loads: the reduce kernel for every type and op, the
 /// copy kernel and the LL kernels (kLLPreloadedKernels, ll_protocol.h). That is every kernel
-/// Ridge's library code launches (the GDR-write check kernels, transports/gdr/gdr_kernels.cu,
-/// are not in the library: only the check binary launches them, never beside a spinning
-/// launch of Ridge's). Derived from the type and op
+/// Ridge's library code launches here (the gdr kernels, transports/gdr/gdr_kernels.cu, are a
+/// module of their own that the gdr transport preloads itself, preloadGdrKernels; its post
+/// kernel never waits). Derived from the type and op
 /// counts, so a new type or op cannot leave it stale; a new kernel must be added to the
 /// preload and here, and the GPU test that enumerates the modules' functions
 /// (preloadedModuleAnchors) fails until it is.

@@ -159,8 +159,12 @@ Task sendMessage(ridgeComm* c, int peer, const char* src, size_t bytes) {
   SendConnector* tx = c->sendTo[peer];
   // A device buffer over a connector the device can drive itself (gdr write): the device-side
   // producer sends the whole message from device memory, queued on the data ops' stream; no
-  // copy into a slot by the copy engine. Where the runtime cannot run it, the copy path below.
-  if (c->device->data) {
+  // copy into a slot by the copy engine. Only a message the transport takes without the peer
+  // releasing anything (chunksInFlight): a longer one would wait on the stream for the peer's
+  // credits while this rank's own receives queue behind it, and two ranks exchanging such
+  // messages would wait for each other. Otherwise, and where the runtime cannot run it, the
+  // chunk path below (the device posting each slot where the producer is bound to the stream).
+  if (c->device->data && bytes <= static_cast<size_t>(tx->chunksInFlight()) * tx->slotBytes()) {
     if (DeviceProducer* dp = tx->deviceProducer()) {
       void* arg = nullptr;
       const DeviceProducer::Fn fn = dp->deviceFunction(&arg);
@@ -1032,9 +1036,9 @@ Task treeAllReduce(ridgeComm* c, CollArgs a) {
 // On the device network (coll/data_ops.h) only the ring and chain algorithms (and alltoall's
 // all-pairs exchange, its only one) move payload through the data ops.
 Algo chooseAlgo(ridgeComm* c, const CollArgs& a) {
-  return c->nranks == 1  ? Algo::AllPairs
+  return c->nranks == 1    ? Algo::AllPairs
          : c->device->data ? Algo::Ring
-                         : c->algos.choose(a.type, a.count * dataTypeSize(a.dtype));
+                           : c->algos.choose(a.type, a.count * dataTypeSize(a.dtype));
 }
 
 // A receive that may be single-copy: the sender decides (by size, and whether it could), so
@@ -1070,7 +1074,8 @@ Task dispatchAlgorithm(ridgeComm* c, const CollArgs& a, Algo algo, bool inlineHe
     return sendMessage(c, a.root, cbytes(a.send), bytes);
   }
   if (a.type == CollType::Recv) {
-    if (p2pMayReceiveSingleCopy(c, a.root, bytes)) return recvSingleCopyOrStaged(c, a.root, mbytes(a.recv), bytes);
+    if (p2pMayReceiveSingleCopy(c, a.root, bytes))
+      return recvSingleCopyOrStaged(c, a.root, mbytes(a.recv), bytes);
     return recvMessage(c, a.root, mbytes(a.recv), bytes);
   }
   if (a.count == 0) return finished(Status::ok());

@@ -352,6 +352,18 @@ class CudaRuntime final : public DeviceRuntime {
     // consumer here); ALL_DEVICES orders them for every device.
     return scope >= CU_GPU_DIRECT_RDMA_WRITES_ORDERING_OWNER;
   }
+  // Transport device code runs as its kernel twin (the gdr transport's device-side post,
+  // transports/gdr/gdr_kernels.cu); host-compiled functions without one are refused.
+  bool runsDeviceFunction(DeviceFunction fn) const override {
+    return devices_ > 0 && kernelTwin(fn) != nullptr;
+  }
+  Status launchDeviceFunction(DeviceFunction fn, void* arg, const void* src, size_t bytes,
+                              ridgeStream_t stream) override {
+    const KernelTwin twin = devices_ > 0 ? kernelTwin(fn) : nullptr;
+    if (!twin)
+      return Status(ridgeInvalidUsage, "the CUDA runtime runs transport device code only as a kernel twin");
+    return twin(arg, src, bytes, stream);
+  }
   Status mapHostRange(void* addr, size_t bytes, HostRangeKind kind, uint64_t* deviceAddress) override {
     if (devices_ == 0)
       return makeError(ridgeInvalidUsage, "mapping host memory into a device needs a CUDA device");

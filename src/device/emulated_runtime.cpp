@@ -657,6 +657,9 @@ size_t EmulatedRuntime::pinnedBytesNow() {
 
 Status EmulatedRuntime::launchDeviceFunction(DeviceFunction fn, void* arg, const void* src, size_t bytes,
                                              ridgeStream_t stream) {
+  if (!runsDeviceFunction(fn))
+    return Status(ridgeInvalidUsage,
+                  "emulated runtime (kernel twins only): this device function has no twin");
   Status s;
   const char* from = translate(src, bytes, &s);
   if (!from) return s;

@@ -71,9 +71,16 @@ class EmulatedRuntime final : public DeviceRuntime {
   // arithmetic as launchReduce here). Refused, as by CUDA, on a stream of a device that is
   // not the calling thread's current one.
   Status launchLLCollective(const ll::Launch& d, ridgeStream_t stream) override;
-  bool runsDeviceFunctions() const override { return true; }
+  bool runsDeviceFunctions() const override { return !kernelTwinsOnly_.load(); }
+  bool runsDeviceFunction(DeviceFunction fn) const override {
+    return !kernelTwinsOnly_.load() || kernelTwin(fn) != nullptr;
+  }
   Status launchDeviceFunction(DeviceFunction fn, void* arg, const void* src, size_t bytes,
                               ridgeStream_t stream) override;
+  // Stands for a GPU that runs only kernel twins (DeviceRuntime::registerKernelTwin): device
+  // functions without one are refused, those with one run (their host code standing for the
+  // kernel), so that a transport takes its GPU path (tests of the gdr transport's GPU post).
+  void setKernelTwinsOnly(bool on) { kernelTwinsOnly_.store(on); }
 
   // Marks the current device's kernels loaded (see launchesBeforePreloadWhileStreamsWait).
   Status preloadKernels() override;
@@ -328,6 +335,7 @@ class EmulatedRuntime final : public DeviceRuntime {
   std::atomic<bool> peerAccess_{true};
   std::atomic<int> peerKind_{static_cast<int>(PeerLinkKind::Unknown)};
   std::atomic<bool> ipcWithinProcess_{true};
+  std::atomic<bool> kernelTwinsOnly_{false};
   std::atomic<bool> ipcAcrossProcesses_{false};
   std::atomic<bool> rdmaWritesOrdered_{false};
   std::atomic<uint64_t> ipcOpenCount_{0};

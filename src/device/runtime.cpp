@@ -42,6 +42,37 @@ Status DeviceRuntime::unmapHostRange(void* addr) {
   return makeError(ridgeInvalidUsage, "the %s device runtime maps no host ranges", name());
 }
 
+namespace {
+// Kernel twins: a handful at most (one per transport device function); written once at set-up.
+constexpr int kMaxKernelTwins = 8;
+std::atomic<DeviceRuntime::DeviceFunction> gTwinFns[kMaxKernelTwins];
+std::atomic<DeviceRuntime::KernelTwin> gTwins[kMaxKernelTwins];
+std::mutex gTwinMutex;
+}  // namespace
+
+void DeviceRuntime::registerKernelTwin(DeviceFunction fn, KernelTwin twin) {
+  std::lock_guard<std::mutex> lock(gTwinMutex);
+  for (int i = 0; i < kMaxKernelTwins; ++i) {
+    const DeviceFunction have = gTwinFns[i].load(std::memory_order_relaxed);
+    if (have == fn) return;
+    if (have == nullptr) {
+      gTwins[i].store(twin, std::memory_order_relaxed);
+      gTwinFns[i].store(fn, std::memory_order_release);  // published after its twin
+      return;
+    }
+  }
+  RIDGE_WARN("device runtime: more than %d kernel twins; this one is not registered", kMaxKernelTwins);
+}
+
+DeviceRuntime::KernelTwin DeviceRuntime::kernelTwin(DeviceFunction fn) {
+  for (int i = 0; i < kMaxKernelTwins; ++i) {
+    const DeviceFunction have = gTwinFns[i].load(std::memory_order_acquire);
+    if (have == nullptr) return nullptr;
+    if (have == fn) return gTwins[i].load(std::memory_order_relaxed);
+  }
+  return nullptr;
+}
+
 Status DeviceRuntime::takeReleaseWord(ReleaseWord* out) {
   std::lock_guard<std::mutex> lock(wordMutex_);
   if (freeWords_.empty()) {

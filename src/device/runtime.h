@@ -143,6 +143,17 @@ class DeviceRuntime {
   // Whether launchDeviceFunction runs (asked at set-up: a transport offers its device-side
   // producer only then, so that nothing routes device buffers to it that would be refused).
   virtual bool runsDeviceFunctions() const { return false; }
+  // A GPU cannot run host-compiled code: a transport that has the same device code as a real
+  // kernel registers its launcher as the function's kernel twin (once, at set-up), and the
+  // CUDA runtime's launchDeviceFunction runs twin(arg, src, bytes, stream) for that function,
+  // which queues the kernel on `stream`. Lookups are lock-free (one per launch).
+  using KernelTwin = Status (*)(void* arg, const void* src, size_t bytes, ridgeStream_t stream);
+  static void registerKernelTwin(DeviceFunction fn, KernelTwin twin);
+  static KernelTwin kernelTwin(DeviceFunction fn);
+  // Whether launchDeviceFunction runs `fn` here: every function where runsDeviceFunctions()
+  // (the emulator), a function with a kernel twin on a runtime that launches twins (CUDA with
+  // a device).
+  virtual bool runsDeviceFunction(DeviceFunction /*fn*/) const { return runsDeviceFunctions(); }
 
   // Loads every kernel launchReduce may run into the calling thread's current device, once
   // per device (later calls for that device return at once). The proxy calls it in its setup,

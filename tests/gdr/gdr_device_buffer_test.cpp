@@ -94,8 +94,11 @@ TEST(GdrDeviceBuffers, DeviceSendRunsTheDeviceSideProducerHostSendTheStandIn) {
     if (t.rank == 1) EXPECT_TRUE(host == pattern(kBytes, 2)) << "host-to-host message";
   });
   const ridge::gdr::Counters after = ridge::gdr::processCounters();
-  EXPECT_EQ(afterDevice.devicePosts - before.devicePosts, kSlots)
-      << "every slot of the device buffer's message filled by the device-side producer";
+  // Every slot of the device buffer's message posted by device code, slot by slot (the host
+  // taking the credits), and the operation's header slot (coll/signature.h) with them.
+  EXPECT_GE(afterDevice.devicePosts - before.devicePosts, kSlots)
+      << "every slot of the device buffer's message posted by the device-side producer";
+  EXPECT_LE(afterDevice.devicePosts - before.devicePosts, kSlots + 1);
   EXPECT_GE(afterDevice.slotsWritten - before.slotsWritten, kSlots);
   EXPECT_EQ(after.devicePosts, afterDevice.devicePosts) << "host buffers go through the host stand-in";
   EXPECT_GE(after.slotsWritten - afterDevice.slotsWritten, kSlots);
@@ -129,7 +132,8 @@ void runDeviceCollectives(int nranks) {
     for (size_t i = 0; i < calls.size(); ++i) runCall(rt, t, calls[i], 100 + static_cast<uint32_t>(i));
     ridgeComm* c = t.comm;
     EXPECT_EQ(c->device->netBatches, calls.size()) << "rank " << t.rank << ": batches on the gdr connectors";
-    EXPECT_EQ(c->device->stagedBatches, 0u) << "rank " << t.rank << ": a batch was staged through host memory";
+    EXPECT_EQ(c->device->stagedBatches, 0u)
+        << "rank " << t.rank << ": a batch was staged through host memory";
     EXPECT_EQ(c->device->netDeclined, 0u) << "rank " << t.rank;
   });
   const ridge::gdr::Counters after = ridge::gdr::processCounters();
@@ -152,6 +156,80 @@ TEST(GdrDeviceBuffers, CollectivesOnDeviceBuffersRunTheDeviceSideProducerTwoRank
 
 TEST(GdrDeviceBuffers, CollectivesOnDeviceBuffersRunTheDeviceSideProducerThreeRanks) {
   runDeviceCollectives(3);
+}
+
+// A GPU runs only the transport's kernel twin (the device-side post, gdrPostKernel on CUDA),
+// never a whole message that waits for credits. The emulated runtime standing for such a GPU
+// (kernel twins only) takes the same path as the CUDA runtime: the software NIC's queues,
+// staging (host memory: the NIC's own is not page-granular), landing slots and the shared
+// producer state are mapped into the "GPU" (page-granular: an overlap is refused as
+// cudaHostRegister refuses it), the host takes each slot's credits, the device posts it and the
+// host tells the engine about the doorbell. A sendrecv in both directions far larger than the
+// landing rings (a device-side sender that waited for credits on the one stream would hold up
+// the copies of its own receives), then an allreduce on the gdr connectors; every byte exact,
+// every payload slot posted by device code, nothing read from NIC-side memory, every mapping
+// undone at destroy.
+void runKernelTwinStandIn(const char* slots, const char* faults, bool twinsOnly = true) {
+  GdrWriteEnv env(slots, faults);
+  EmulatedRuntime rt(2);
+  rt.setKernelTwinsOnly(twinsOnly);
+  ScopedRuntimeForTesting scope(&rt);
+  constexpr size_t kBytes = 300000;  // 74 slots of 4 KiB each way; 8 landing slots per peer
+  constexpr uint64_t kSlots = (kBytes + 4095) / 4096;
+  constexpr size_t kCount = 20000;  // allreduce, float32: 80000 bytes
+  const ridge::gdr::Counters before = ridge::gdr::processCounters();
+  std::atomic<size_t> mappedWhileUp{0};
+  withRanks(rt, 2, 1, [&](TestRank& t) {
+    DevMem out(rt, kBytes), in(rt, kBytes);
+    out.put(pattern(kBytes, 10 + t.rank));
+    in.put(std::vector<unsigned char>(kBytes, kPoison));
+    const int peer = 1 - t.rank;
+    ASSERT_EQ(ridgeGroupStart(), ridgeSuccess);
+    ASSERT_EQ(ridgeSend(out.p, kBytes, ridgeUint8, peer, t.comm, t.stream), ridgeSuccess) << errorText();
+    ASSERT_EQ(ridgeRecv(in.p, kBytes, ridgeUint8, peer, t.comm, t.stream), ridgeSuccess) << errorText();
+    ASSERT_EQ(ridgeGroupEnd(), ridgeSuccess) << errorText();
+    expectStreamDone(rt, t);
+    EXPECT_TRUE(in.get(0, kBytes) == pattern(kBytes, 10 + peer)) << "rank " << t.rank << ": sendrecv";
+    ridgeComm* c = t.comm;
+    const uint64_t staged = c->device->stagedBatches;  // (a batch of exchanges counts as one)
+    runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, kCount}, 77);
+    EXPECT_EQ(c->device->netBatches, 1u) << "rank " << t.rank << ": the allreduce ran on the gdr connectors";
+    EXPECT_EQ(c->device->stagedBatches, staged) << "rank " << t.rank;
+    mappedWhileUp.fetch_add(rt.mappedHostRanges());
+  });
+  const ridge::gdr::Counters after = ridge::gdr::processCounters();
+  const ridge::gdr::SetupReport report = ridge::gdr::lastSetupReport();
+  if (twinsOnly) EXPECT_EQ(report.stagingTier, "host") << report.stagingReason;
+  const uint64_t devicePosts = after.devicePosts - before.devicePosts;
+  const uint64_t written = after.slotsWritten - before.slotsWritten;
+  // Two ranks, each: kSlots payload slots of the sendrecv, at least one slot of its allreduce.
+  EXPECT_GE(devicePosts, 2 * kSlots + 2) << "the kernel twin posted every payload slot";
+  EXPECT_LE(written - devicePosts, 2u * 2) << "the host posted more than the votes and descriptors";
+  EXPECT_EQ(after.remoteReads - before.remoteReads, 0u) << "the producer read NIC-side memory";
+  EXPECT_EQ(after.stagedLost - before.stagedLost, 0u);
+  if (twinsOnly) EXPECT_GT(mappedWhileUp.load(), 0u) << "the queues were mapped into the device";
+  EXPECT_EQ(rt.mappedHostRanges(), 0u) << "a mapping outlived its communicator";
+  std::printf("%s (%s staging slots%s%s): %llu slots posted by device code, %llu by the host\n",
+              twinsOnly ? "kernel-twin stand-in" : "emulated device producer", slots,
+              *faults ? ", faults " : "", faults, static_cast<unsigned long long>(devicePosts),
+              static_cast<unsigned long long>(written - devicePosts));
+}
+
+TEST(GdrDeviceBuffers, GpuStandInPostsEverySlotThroughTheKernelTwin) {
+  runKernelTwinStandIn("4", "");
+}
+
+// The emulated runtime's own device-side producer (host-compiled code on its device threads),
+// the same exchange: a send far beyond the landing ring in both directions at once goes slot by
+// slot too (a whole-message send waiting for credits on the stream stalled both ranks until
+// RIDGE_TIMEOUT: each one's receive copies queued behind its own send).
+TEST(GdrDeviceBuffers, DeviceSendRecvBothWaysBeyondTheLandingRing) {
+  runKernelTwinStandIn("4", "", /*twinsOnly=*/false);
+}
+
+// One staging slot (every post waits for the previous one's CQE) and a lossy wire.
+TEST(GdrDeviceBuffers, GpuStandInPostsEverySlotThroughTheKernelTwinOneSlotLossyWire) {
+  runKernelTwinStandIn("1", "drop=0.02,dup=0.02,reorder=0.02,delay=0.02:200us,seed=5");
 }
 
 // "Device memory" for gdr read's slots: one memfd per allocation, which the software NIC maps

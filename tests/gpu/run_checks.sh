@@ -267,6 +267,63 @@ figures_bench() {
 }
 
 # ---- Steps that are not one binary ---------------------------------------------------------
+# GDR-write on device buffers (issue 17): two ranks (processes, one GPU) over the software NIC,
+# sendrecv and allreduce, -np 2 --ridge-buffers device --gdr-mode write. Passes when every rank's
+# transport says the GPU kernel posts ("device-side post by the GPU kernel"), the closing
+# counters show device posts, no producer read of NIC-side memory, nothing staged lost, and
+# #wrong is 0. One "gdr-device-summary:" line per collective. P2P (CUDA IPC) and the LL path
+# are off: on one GPU they would take the device collectives before the network connectors.
+gdr_device_runs=(sendrecv allreduce)
+gdr_device_producer() {
+  local limit=$1 bench coll out csv brc rc=0 each
+  bench=$(find_bin ridge-bench)
+  [ -n "$bench" ] || {
+    echo "ridge-bench not found under $bin_dir"
+    return 1
+  }
+  each=$((limit / ${#gdr_device_runs[@]}))
+  for coll in "${gdr_device_runs[@]}"; do
+    out="$work/gdr_device_$coll.out"
+    csv="$work/gdr_device_$coll.csv"
+    rm -f "$csv"
+    with_libs env RIDGE_DEBUG=INFO RIDGE_P2P=off RIDGE_LL=off timeout -k 3 "$each" "$bench" "$coll" -np 2 \
+      --ridge-buffers device --gdr-mode write -b 4K -e 16M -f 4 -n 5 -w 2 --csv "$csv" >"$out" 2>&1
+    brc=$?
+    grep -v ' INFO setting ' "$out" | tail -n 80
+    awk -v coll="$coll" -v brc="$brc" -v csv="$csv" '
+      / gdr: rank [0-9]+: device buffers: device-side post by the GPU kernel/ { kernel++ }
+      / gdr: rank [0-9]+: closing: / {
+        closing++
+        for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[2] != "") sum[kv[1]] += kv[2] } }
+      END {
+        wrong = "?"; bw = "?"
+        while ((getline line < csv) > 0) {
+          n = split(line, f, ",")
+          if (!hdr) { for (i = 1; i <= n; i++) col[f[i]] = i; hdr = 1; wrong = 0; continue }
+          wrong += f[col["wrong"]] + f[col["ip_wrong"]]; bw = f[col["busbw"]]; size = f[col["size"]] }
+        ok = brc == 0 && kernel >= 2 && closing >= 2 && sum["devicePosts"] > 0 && sum["remoteReads"] == 0 &&
+             sum["stagedLost"] == 0 && wrong == "0"
+        printf "gdr-device-summary: %s, 2 ranks, device buffers: exit %d, ranks on the GPU kernel %d of 2, " \
+               "devicePosts %d of slotsWritten %d, remoteReads %d, stagedLost %d, #wrong %s, busbw %s GB/s at %s B: %s\n",
+               coll, brc, kernel, sum["devicePosts"], sum["slotsWritten"], sum["remoteReads"], sum["stagedLost"],
+               wrong, bw, size, ok ? "ok" : "FAILED"
+        exit ok ? 0 : 1 }' "$out" || rc=1
+    grep -m3 ' RIDGE WARN ' "$out"
+  done
+  return $rc
+}
+gdr_device_load() {
+  local how
+  how=$(load_check "$(find_bin ridge-bench)" bench) || {
+    echo "ridge-bench $how"
+    return 1
+  }
+  echo "ridge-bench $how"
+}
+figures_gdr_device() {
+  sed -n 's/^gdr-device-summary: /GDR-write, device-side post by the GPU kernel over the software NIC: /p' "$1"
+}
+
 # The NCCL a device offers (the pip wheel's on these machines), or nothing.
 find_nccl() {
   local n=${GPU_CHECKS_NCCL_LIB:-}
@@ -386,6 +443,8 @@ all_steps() {
   step "dma-buf export" 15 gtest test_gpu_dmabuf --gtest_brief=1
   step_post=figures_gdr_write
   step "GDR-write: device producer rings the software NIC's doorbell" 30 bench ridge-gdr-write-check
+  step_post=figures_gdr_device step_dry=gdr_device_load
+  step "GDR-write: device buffers post through the transport's GPU kernel" 40 func gdr_device_producer
   step_post=figures_coll_lat
   step "small allreduce: LL path vs proxy path" 20 bench ridge-gpu-coll-lat 2 300 5
   rm -f "$work"/*.csv

@@ -57,6 +57,13 @@ case $me in
   ridge-gpu-pcie-premise) echo "figure: PCIe write/read stub 2.00" ;;
   ridge-gdr-write-check) echo "doorbell-to-completion: 12.5 us per slot (stub)" ;;
   ridge-bench)
+    case " $* " in
+      *" --gdr-mode write "*)
+        for r in 0 1; do
+          echo "stub:1:r$r RIDGE INFO gdr: rank $r: device buffers: device-side post by the GPU kernel (gdrPostKernel)"
+          echo "stub:1:r$r RIDGE INFO gdr: rank $r: closing: slotsWritten=130 doorbells=130 stagedLost=0 remoteReads=0 devicePosts=128"
+        done ;;
+    esac
     while [ $# -gt 0 ]; do
       if [ "$1" = --csv ]; then
         printf 'collective,nranks,size,busbw,wrong,ip_wrong,nccl_busbw,nccl_wrong,nccl_ip_wrong,ratio\n' >"$2"
@@ -106,6 +113,10 @@ case $case_name in
     grep -q '^figure: PCIe write/read stub 2.00$' "$r" || fail "the binary's own figure line is missing"
     grep -q '^figure: reduce kernel .*worst 0.922, target >= 0.90: met' "$r" || fail "no kernel-bandwidth figure"
     grep -q '^figure: GDR-write, .*doorbell-to-completion: 12.5 us per slot' "$r" || fail "no GDR-write figure"
+    grep -q '^figure: GDR-write, device-side post by the GPU kernel .*: allreduce, .*ranks on the GPU kernel 2 of 2, devicePosts 256 of slotsWritten 260, remoteReads 0, stagedLost 0, #wrong 0, .*: ok$' \
+      "$r" || fail "no GDR-write device-buffer figure"
+    grep -q "^GDR-write: device buffers post through the transport's GPU kernel: passed" "$r" ||
+      fail "the GDR-write device-buffer step did not pass on the stub's counters"
     grep -q '^figure: Ridge beside NCCL, .*67108864 B: Ridge busbw 150 GB/s, NCCL 140 GB/s, Ridge/NCCL 1.07; #wrong Ridge 0, NCCL 0' \
       "$r" || fail "no NCCL figure"
     grep -q 'failing as told' "$tmp/out/details.txt" || fail "the step's output is not in details.txt"

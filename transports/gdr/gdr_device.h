@@ -150,6 +150,15 @@ struct SendState {
   uint32_t stalledRemote;   // in a receiver-ring stall episode
 };
 
+// What the host and a device-side producer both touch, on a page of its own so that it can be
+// mapped into a GPU (the host takes credits, the device posts; one writer at a time: the host
+// acquires the next slot only once postsRun says the device ran the last post it queued).
+struct ProducerShared {
+  SendState st;
+  Counters ctr;       // the device-side producer's counters
+  uint64_t postsRun;  // device posts run so far; the device's last store of a post
+};
+
 // Producer-side accounting of where a load goes: staging and the UAR are across PCIe for a
 // GPU (non-posted reads the design exists to avoid); everything else is local.
 RIDGE_HOST_DEVICE inline bool isRemote(const SendChannel& ch, const void* p) {

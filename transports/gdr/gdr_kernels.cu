@@ -53,6 +53,24 @@ __global__ void gdrSendKernel(SendChannel ch, SendState* st, Counters* ctr, cons
   }
 }
 
+__global__ void gdrPostKernel(SendChannel ch, ProducerShared* shared, uint32_t bytes, int last) {
+  // Local copies: the state is read once (mapped host memory) and written back once.
+  SendState st = shared->st;
+  Counters ctr{};
+  postSlot(ch, &st, bytes, last != 0, &ctr);
+  flushDoorbell(ch, &st, &ctr);
+  ctr.devicePosts = 1;
+  shared->st = st;
+  shared->ctr.slotsWritten += ctr.slotsWritten;
+  shared->ctr.creditsConsumed += ctr.creditsConsumed;
+  shared->ctr.doorbells += ctr.doorbells;
+  shared->ctr.remoteReads += ctr.remoteReads;
+  shared->ctr.devicePosts += ctr.devicePosts;
+  __threadfence_system();  // the state before the word the host waits on
+  storeVolatile64(&shared->postsRun, shared->postsRun + 1);
+  __threadfence_system();
+}
+
 __global__ void postedWriteKernel(char* dst, const char* src, size_t bytes, int reps) {
   const unsigned lanes = gridDim.x * blockDim.x;
   const unsigned lane = blockIdx.x * blockDim.x + threadIdx.x;
@@ -67,6 +85,19 @@ cudaError_t launchGdrSend(const SendChannel& ch, SendState* st, Counters* ctr, c
                           cudaStream_t stream) {
   gdrSendKernel<<<1, 256, 0, stream>>>(ch, st, ctr, src, bytes, spinLimit, status, cycles);
   return cudaGetLastError();
+}
+
+cudaError_t launchGdrPost(const SendChannel& ch, ProducerShared* shared, uint32_t bytes, bool last,
+                          cudaStream_t stream) {
+  gdrPostKernel<<<1, 1, 0, stream>>>(ch, shared, bytes, last ? 1 : 0);
+  return cudaGetLastError();
+}
+
+cudaError_t preloadGdrKernels() {
+  cudaFuncAttributes a;
+  cudaError_t e = cudaFuncGetAttributes(&a, gdrPostKernel);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, gdrSendKernel);
+  return e;
 }
 
 cudaError_t launchPostedWrites(char* dst, const char* src, size_t bytes, int reps, int blocks, int threads,

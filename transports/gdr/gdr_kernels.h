@@ -25,6 +25,17 @@ cudaError_t launchGdrSend(const SendChannel& ch, SendState* st, Counters* ctr, c
                           unsigned long long spinLimit, int* status, unsigned long long* cycles,
                           cudaStream_t stream);
 
+// The device-side post of one slot whose payload is already in staging (the transport's
+// kernel twin of GdrTransport::runDevicePost): seal (header, trailer), mlx5 WQE, doorbell
+// record, UAR, on `stream`; one thread, no waiting (the host took the slot's credits). `shared`
+// (mapped host memory) holds the send state, loaded at the start and stored back at the end,
+// and postsRun, stored last after a system fence. `ch` holds the device's addresses.
+cudaError_t launchGdrPost(const SendChannel& ch, ProducerShared* shared, uint32_t bytes, bool last,
+                          cudaStream_t stream);
+// Loads the gdr kernels into the current device (lazy module loading would load them at their
+// first launch, which may wait for the device while a stream is parked: docs/gpu.md).
+cudaError_t preloadGdrKernels();
+
 // Posted-write bandwidth probe: `blocks` x `threads` copy `bytes` from device memory into
 // mapped host memory `dst` `reps` times.
 cudaError_t launchPostedWrites(char* dst, const char* src, size_t bytes, int reps, int blocks, int threads,

@@ -38,6 +38,9 @@
 #include "transports/softnic/softnic.h"
 #include "transports/verbs/gpu_ring_mapping.h"
 #include "transports/verbs/verbs.h"
+#ifdef RIDGE_HAVE_CUDA
+#include "transports/gdr/gdr_kernels.h"
+#endif
 
 namespace ridge::gdr {
 
@@ -120,23 +123,40 @@ struct Endpoint {
 
 class GdrTransport;
 
+// The page the host and a device-side producer share (ProducerShared), alone on it so that it
+// can be mapped into a GPU without taking other memory along.
+struct SharedPage {
+  static constexpr size_t kBytes = 4096;
+  static_assert(sizeof(ProducerShared) <= kBytes, "the shared producer state fits a page");
+  ProducerShared* p;
+  SharedPage() : p(new (::operator new (kBytes, std::align_val_t{kBytes})) ProducerShared{}) {}
+  ~SharedPage() {
+    p->~ProducerShared();
+    ::operator delete (p, std::align_val_t{kBytes});
+  }
+  SharedPage(const SharedPage&) = delete;
+  SharedPage& operator=(const SharedPage&) = delete;
+};
+
 struct Link {
+  SharedPage shared;  // first: the references below point into it
   int peer = -1;
   Mode mode = Mode::Write;
   uint32_t payloadCapacity = 0;
   uint32_t stride = 0;
   Counters ctr{};
-  Counters deviceCtr{};  // the device-side producer's (another thread: not shared with ctr)
+  Counters& deviceCtr = shared.p->ctr;  // the device-side producer's (not shared with ctr)
   Status error;
   GdrTransport* transport = nullptr;
   Status deviceSendStatus;  // the last device-side send's; read once the device ran it
   // Collectives on device buffers (DeviceProducer::bindDeviceQueue): post() queues the slot's
   // post as device code; at most one is outstanding (tryAcquire waits for it), so its size
-  // and last flag travel here. devicePostsRun is the device's, the rest the host's.
+  // and last flag travel here. shared.p->postsRun is the device's, the rest the host's.
   DeviceProducer::Launch deviceLaunch = nullptr;
   void* deviceQueue = nullptr;
   uint64_t devicePostsQueued = 0;
-  std::atomic<uint64_t> devicePostsRun{0};
+  uint64_t devicePostsNoticed = 0;  // GPU producer: posts the host told the software NIC about
+  uint64_t postsRun() const { return __atomic_load_n(&shared.p->postsRun, __ATOMIC_ACQUIRE); }
   bool devicePostLast = false;
 
   // Out: data QP and what it sends from.
@@ -153,7 +173,7 @@ struct Link {
   Buffer creditIn;
   std::unique_ptr<verbs::MemoryRegion> creditInMr;
   SendChannel ch{};
-  SendState st{};
+  SendState& st = shared.p->st;  // one writer at a time: the host, or the device's post
   Pacer pacer;
   struct PendingRing {
     uint32_t pi;     // producer index to ring with
@@ -201,6 +221,8 @@ struct Link {
   mlx5::CqView devCq{};
   char* devStaging = nullptr;
   const CreditRecord* devCredit = nullptr;
+  ProducerShared* devShared = nullptr;  // with gpuPosts: the device's address of `shared`
+  bool gpuPosts = false;                // a GPU posts through the kernel twin: shared page and landing mapped
   bool cpuRings = false;
   uint64_t* cpuUar = nullptr;                     // cpuRings: the UAR doorbell the CPU thread stores to
   uint32_t cpuRungPi = 0;                         // cpuRings: the doorbell record value last rung (16 bits)
@@ -231,6 +253,8 @@ class GdrTransport final : public Transport {
   void release(Link* l);
   static void runDeviceSend(void* link, const void* src, size_t bytes);
   static void runDevicePost(void* link, const void* slot, size_t bytes);
+  // runDevicePost's kernel twin (CUDA): the same post as a kernel on the stream.
+  static Status launchDevicePostOnGpu(void* link, const void* slot, size_t bytes, ridgeStream_t stream);
 
  private:
   // What set-up decides before it creates anything, and carries from phase to phase.
@@ -263,13 +287,29 @@ class GdrTransport final : public Transport {
   void pollCreditCq(Link* l);
   void noticeDoorbell() { softnic::notifyDoorbell(device_.get()); }
   // The device-side producer runs where the device reaches the queues: the software NIC's (host
-  // memory), or an rdma-core NIC's direct rings mapped into the GPU (doorbell rungs).
-  // Only with a runtime that runs it (the emulated one; the CUDA runtime refuses transport
-  // device code until the transport's kernel is wired, and device collectives routed here would
-  // then have the GPU read landing slots in unregistered host memory).
+  // memory), or an rdma-core NIC's direct rings mapped into the GPU (doorbell rungs). The
+  // emulated runtime runs its host-compiled code; a GPU runs its kernel twin (runDevicePost as
+  // gdrPostKernel), once queues, staging, landing slots (the device data ops read them) and the
+  // shared producer state are mapped into it (gpuPosts).
   bool deviceProducerUsable(const Link* l) const {
     const device::DeviceRuntime* rt = device::activeRuntime();
-    return l->mode == Mode::Write && !paced_ && (wakingNic_ || l->gpuMap) && rt && rt->runsDeviceFunctions();
+    if (l->mode != Mode::Write || paced_ || !rt) return false;
+    if (rt->runsDeviceFunctions()) return wakingNic_ || l->gpuMap;
+    return l->gpuPosts && rt->runsDeviceFunction(&GdrTransport::runDevicePost);
+  }
+  // Whether a GPU of this process will post (CUDA with a device and the kernel twin): the
+  // software NIC's queues are then mapped into it (mapSoftnicForGpu).
+  bool gpuProducerPlanned(Mode mode) const {
+    const device::DeviceRuntime* rt = device::activeRuntime();
+    return mode == Mode::Write && !paced_ && rt && !rt->runsDeviceFunctions() &&
+           rt->runsDeviceFunction(&GdrTransport::runDevicePost);
+  }
+  Status mapSoftnicForGpu(Link* l);
+  void mapProducerStateForGpu(Link* l);
+  bool devicePostsPending() const {
+    for (const Link* l : active_)
+      if (l->gpuPosts && l->postsRun() != l->devicePostsQueued) return true;
+    return false;
   }
   Status useDirectRings(Link* l, const verbs::GdrLadderFacts& facts, verbs::GdrRung rung);
   void doorbellLoop();
@@ -278,6 +318,7 @@ class GdrTransport final : public Transport {
 
   int rank_ = 0;
   bool wakingNic_ = false;  // the software NIC: idle ranks sleep until its engine does something
+  bool gpuQueues_ = false;  // gpuProducerPlanned over the software NIC: its queues mapped for the GPU
   static constexpr int64_t kNicWaitCapNs = 1000000;
   const std::atomic<bool>* abortFlag_ = nullptr;
   int timeoutSeconds_ = 10;
@@ -300,6 +341,9 @@ class GdrTransport final : public Transport {
   // cpu-doorbell with a GPU producer: the thread that rings the UAR for it.
   std::thread doorbellThread_;
   std::atomic<bool> stopDoorbell_{false};
+  // A GPU posting to the software NIC: the thread that sees its doorbells (snoopLoop).
+  std::thread snoopThread_;
+  void snoopLoop();
 };
 
 class GdrSend final : public SendConnector, public DeviceProducer {
@@ -415,9 +459,10 @@ bool GdrTransport::landedPending(const Link* l) {
 
 GdrTransport::~GdrTransport() {
   drainPostedWrites();
-  if (doorbellThread_.joinable()) {
+  if (doorbellThread_.joinable() || snoopThread_.joinable()) {
     stopDoorbell_.store(true);
-    doorbellThread_.join();
+    if (doorbellThread_.joinable()) doorbellThread_.join();
+    if (snoopThread_.joinable()) snoopThread_.join();
   }
   if (pacerThread_.joinable()) {
     stopPacer_.store(true);
@@ -487,7 +532,11 @@ void GdrTransport::waitForActivity(int64_t maxWaitNs, bool (*stillIdle)(void*), 
       if (l->pendingHead < l->pendingRings.size())
         waitNs = std::min<int64_t>(waitNs, std::max<int64_t>(0, l->pendingRings[l->pendingHead].due - now));
   }
-  if (waitNs > 0 && wakingNic_) {
+  // A GPU post queued and not yet seen run: the engine cannot wake us for it (it has not been
+  // told of the doorbell), so look again shortly.
+  const bool devicePending = gpuQueues_ && devicePostsPending();
+  if (devicePending) waitNs = std::min<int64_t>(waitNs, 20000);
+  if (waitNs > 0 && wakingNic_ && !devicePending) {
     // Bounded anyway (kNicWaitCapNs): a wake-up lost to a race costs a millisecond, not a hang.
     softnic::waitForNicActivity(device_.get(), waitNs, stillIdle, arg);
   } else {
@@ -550,8 +599,29 @@ void GdrTransport::runDevicePost(void* link, const void* /*slot*/, size_t bytes)
   postSlot(l->devCh, &l->st, static_cast<uint32_t>(bytes), l->devicePostLast, &l->deviceCtr);
   flushDoorbell(l->devCh, &l->st, &l->deviceCtr);
   l->deviceCtr.devicePosts += 1;
-  l->devicePostsRun.fetch_add(1, std::memory_order_release);
-  l->transport->noticeDoorbell();
+  __atomic_fetch_add(&l->shared.p->postsRun, 1, __ATOMIC_RELEASE);
+  // (Standing for a GPU's kernel: the host tells the engine, as it does for the kernel's.)
+  if (!l->transport->gpuQueues_) l->transport->noticeDoorbell();
+}
+
+// On a GPU: runDevicePost as gdrPostKernel on the data ops' stream, on the device's addresses
+// of the queues and of the shared state. The software NIC learns of its doorbell from the host
+// (progress: a UAR write in host memory wakes no engine), as a NIC would see it at once.
+Status GdrTransport::launchDevicePostOnGpu(void* link, const void* /*slot*/, size_t bytes,
+                                           ridgeStream_t stream) {
+#ifdef RIDGE_HAVE_CUDA
+  Link* l = static_cast<Link*>(link);
+  const cudaError_t e = launchGdrPost(l->devCh, l->devShared, static_cast<uint32_t>(bytes), l->devicePostLast,
+                                      reinterpret_cast<cudaStream_t>(stream));
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return makeError(ridgeUnhandledCudaError, "gdr: rank %d: device-side post to rank %d: %s",
+                     l->transport->rank_, l->peer, cudaGetErrorString(e));
+  }
+  return Status::ok();
+#else
+  return Status(ridgeInvalidUsage, "gdr: no GPU kernels in this build");
+#endif
 }
 
 namespace {
@@ -616,6 +686,90 @@ Status GdrTransport::useDirectRings(Link* l, const verbs::GdrLadderFacts& facts,
   return Status::ok();
 }
 
+// The software NIC's queues for a GPU producer (CUDA): its data send queue, the queue pair's
+// doorbell record and UAR (members of the queue object, which has its pages to itself), the data
+// CQ and its record, the credit record and the staging slots, mapped into the GPU as host memory
+// (the software NIC is host memory throughout); then the shared state and landing slots.
+// A mapping that fails is logged and leaves the host posting (device buffers: the copy path).
+Status GdrTransport::mapSoftnicForGpu(Link* l) {
+  using Kind = device::DeviceRuntime::HostRangeKind;
+  auto map = std::make_unique<verbs::GpuRingMapping>(device::activeRuntime());
+  verbs::GpuRingMapping* m = map.get();
+  const mlx5::SqView& sq = l->ch.sq;
+  const mlx5::CqView& cq = l->ch.cq;
+  l->devSq = sq;
+  l->devCq = cq;
+  const size_t stagingBytes = static_cast<size_t>(l->ch.slotCount) * l->ch.slotStrideBytes;
+  // One span for the record and the UAR (BlueFlame included): they share the queue's pages.
+  const uintptr_t dbrec = reinterpret_cast<uintptr_t>(sq.dbrec);
+  const uintptr_t uar = reinterpret_cast<uintptr_t>(sq.uarDoorbell);
+  const uintptr_t bf = reinterpret_cast<uintptr_t>(sq.blueFlame);
+  uintptr_t lo = dbrec, hi = dbrec + sizeof(uint32_t);
+  if (uar) lo = std::min(lo, uar), hi = std::max<uintptr_t>(hi, uar + sizeof(uint64_t));
+  if (bf) lo = std::min(lo, bf), hi = std::max<uintptr_t>(hi, bf + 2 * size_t(sq.bfBytes));
+  uint64_t span = 0;
+  Status s = mapForDevice(m, sq.ring, size_t(mlx5::kWqeBbBytes) << sq.log2Bbs, Kind::Memory, &l->devSq.ring);
+  if (s.isOk()) s = m->map(reinterpret_cast<void*>(lo), hi - lo, Kind::Memory, &span);
+  if (s.isOk()) {
+    l->devSq.dbrec = reinterpret_cast<uint32_t*>(span + (dbrec - lo));
+    if (uar) l->devSq.uarDoorbell = reinterpret_cast<uint64_t*>(span + (uar - lo));
+    if (bf) l->devSq.blueFlame = reinterpret_cast<uint8_t*>(span + (bf - lo));
+  }
+  if (s.isOk())
+    s = mapForDevice(m, cq.cqes, sizeof(mlx5::Cqe64) << cq.log2Size, Kind::Memory, &l->devCq.cqes);
+  if (s.isOk()) s = mapForDevice(m, cq.dbrec, sizeof(uint32_t), Kind::Memory, &l->devCq.dbrec);
+  if (s.isOk()) s = mapForDevice(m, l->ch.remoteConsumed, sizeof(CreditRecord), Kind::Memory, &l->devCredit);
+  if (s.isOk()) s = mapForDevice(m, l->ch.staging, stagingBytes, Kind::Memory, &l->devStaging);
+  // The device data ops (copies and reductions) write staging slots and read landing slots
+  // at the addresses the connectors hand out, the host's: the device must see them there.
+  if (s.isOk() && l->devStaging != l->ch.staging)
+    s = makeError(ridgeInvalidUsage, "the device sees the staging slots at %p, not at their host address %p",
+                  static_cast<void*>(l->devStaging), static_cast<void*>(l->ch.staging));
+  if (!s.isOk()) {
+    RIDGE_WARN(
+        "gdr: rank %d, peer %d: the software NIC's queues could not be mapped into the GPU (%s); the "
+        "CPU posts",
+        rank_, l->peer, s.message().c_str());
+    return Status::ok();
+  }
+  l->gpuMap = std::move(map);
+  mapProducerStateForGpu(l);
+  return Status::ok();
+}
+
+// With the queues mapped (gpuMap): the shared producer state and the landing slots too, so
+// that the kernel twin can post and the device data ops read landed slots in place. Sets
+// gpuPosts when everything is; otherwise device buffers take the copy path.
+void GdrTransport::mapProducerStateForGpu(Link* l) {
+  device::DeviceRuntime* rt = device::activeRuntime();
+  if (!l->gpuMap || !rt || rt->runsDeviceFunctions() || !rt->runsDeviceFunction(&runDevicePost)) return;
+  using Kind = device::DeviceRuntime::HostRangeKind;
+  char* landing = nullptr;
+  Status s = mapForDevice(l->gpuMap.get(), l->shared.p, SharedPage::kBytes, Kind::Memory, &l->devShared);
+  if (s.isOk()) s = mapForDevice(l->gpuMap.get(), l->landing.p, l->landing.bytes, Kind::Memory, &landing);
+  if (s.isOk() && landing != l->landing.p)
+    s = makeError(ridgeInvalidUsage, "the device sees the landing slots at %p, not at their host address %p",
+                  static_cast<void*>(landing), static_cast<void*>(l->landing.p));
+#ifdef RIDGE_HAVE_CUDA
+  // Loaded now, not at the first post: a lazily loaded kernel's first launch may wait for the
+  // device while a user's stream is parked behind the batch (docs/gpu.md).
+  if (s.isOk() && rt == device::cudaRuntime()) {
+    const cudaError_t e = preloadGdrKernels();
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      s = makeError(ridgeUnhandledCudaError, "loading the gdr kernels: %s", cudaGetErrorString(e));
+    }
+  }
+#endif
+  if (!s.isOk()) {
+    RIDGE_WARN(
+        "gdr: rank %d, peer %d: the device-side post is not offered (%s); device buffers take the copy path",
+        rank_, l->peer, s.message().c_str());
+    return;
+  }
+  l->gpuPosts = true;
+}
+
 // cpu-doorbell: rings the UAR for a producer that cannot: when a send queue's doorbell record
 // moved, stores the doorbell word of the WQE below it (its control segment's first 8 bytes; the
 // data queue's WQEs are one block each) after a release fence. Polls; naps 20 us when idle.
@@ -642,6 +796,29 @@ void GdrTransport::doorbellLoop() {
       timespec nap{0, 20000};
       nanosleep(&nap, nullptr);
     }
+  }
+}
+
+// A GPU's UAR write into the software NIC's host memory wakes no engine; a NIC would see it at
+// once. The host tells the engine when it polls (progress), but a batch may end with its last
+// post still on the stream and nobody polling: this thread watches the posts run and tells the
+// engine (emulation of the NIC's doorbell, not a step of the device-side code). Polls every
+// 10 us for a millisecond after a post ran, every 500 us otherwise.
+void GdrTransport::snoopLoop() {
+  uint64_t seen = 0;
+  int64_t lastChange = 0;
+  while (!stopDoorbell_.load(std::memory_order_relaxed)) {
+    uint64_t run = 0;
+    for (const Link* l : active_)
+      if (l->gpuPosts) run += l->postsRun();
+    const int64_t now = nowNs();
+    if (run != seen) {
+      seen = run;
+      lastChange = now;
+      noticeDoorbell();
+    }
+    timespec nap{0, now - lastChange < 1000000 ? 10000 : 500000};
+    nanosleep(&nap, nullptr);
   }
 }
 
@@ -677,8 +854,17 @@ void GdrTransport::progress() {
     }
     anyPending_ = still;
   }
-  for (Link* l : active_)
+  for (Link* l : active_) {
     if (l->creditDirty) returnCredit(l);
+    // A GPU's UAR write into the software NIC's host memory wakes no engine: tell it.
+    if (gpuQueues_ && l->gpuPosts) {
+      const uint64_t run = l->postsRun();
+      if (run != l->devicePostsNoticed) {
+        l->devicePostsNoticed = run;
+        noticeDoorbell();
+      }
+    }
+  }
 }
 
 // The proxy of host-staged mode posts through the provider, in the order the slots were
@@ -725,8 +911,7 @@ void* GdrTransport::tryAcquire(Link* l) {
   if (!l->error.isOk()) return nullptr;
   // The device still has to post the last slot (collectives on device buffers): the send
   // state is its until then.
-  if (l->deviceLaunch && l->devicePostsRun.load(std::memory_order_acquire) != l->devicePostsQueued)
-    return nullptr;
+  if (l->deviceLaunch && l->postsRun() != l->devicePostsQueued) return nullptr;
   if (l->mode == Mode::Staged) pollDataCompletions(l);
   char* payload = tryAcquireSlot(l->ch, &l->st, &l->ctr);
   if (!payload) {
@@ -974,6 +1159,12 @@ Status GdrTransport::setUpStaging(Link* l, const verbs::GdrLadderDecision* ladde
   } else if (isAuto && ladder && ladder->staging == verbs::GdrStagingPlace::NicMemory) {
     notes += "; the ladder places staging in on-NIC memory (" + ladder->stagingReason + ")";
   }
+  if (isAuto && !hostPreferred && gpuQueues_) {
+    // The software NIC's memory is carved from its packet staging, so two links' slots may
+    // share a page, and a page can be mapped into the GPU only once.
+    hostPreferred = true;
+    notes += "; nic skipped: a GPU posts, and the software NIC's memory is not page-granular for its mapping";
+  }
   if (isAuto && !hostPreferred && paced_ &&
       model_.advice.estimate(topo::GdrOption::GdrWrite).staging == topo::StagingTier::HostMemory) {
     hostPreferred = true;
@@ -1199,6 +1390,10 @@ Status GdrTransport::setUpLink(int peer, SetupPlan* p, Endpoint* e) {
   RIDGE_TRY(l->creditOut.allocate(sizeof(CreditRecord)));
   RIDGE_TRY(
       pd_->registerMemory(l->creditOut.p, l->creditOut.bytes, verbs::kAccessLocalWrite, &l->creditOutMr));
+  if (gpuQueues_)
+    RIDGE_TRY(mapSoftnicForGpu(l.get()));
+  else if (p->directRings)
+    mapProducerStateForGpu(l.get());
   for (int64_t i = 0; i < p->landingSlots; ++i) {
     verbs::RecvWqe r{};
     r.wrId = static_cast<uint64_t>(i);
@@ -1287,12 +1482,23 @@ void GdrTransport::goLive(const SetupPlan& p) {
   bool cpuRings = false;
   for (Link* l : active_) cpuRings = cpuRings || l->cpuRings;
   if (cpuRings) doorbellThread_ = std::thread([this] { doorbellLoop(); });
+  bool gpuPosts = false;
+  for (Link* l : active_) gpuPosts = gpuPosts || (gpuQueues_ && l->gpuPosts);
+  if (gpuPosts) snoopThread_ = std::thread([this] { snoopLoop(); });
   RIDGE_INFO("gdr: rank %d: %zu peers, mode %s (%s), %lld staging slots of %u bytes, %lld landing slots",
              rank_, p.peers.size(), modeName(mode), p.modeWhy.c_str(), static_cast<long long>(p.slots),
              p.capacity, static_cast<long long>(p.landingSlots));
   if (mode == Mode::Write)
     RIDGE_INFO("gdr: rank %d: staging tier %s: %s", rank_, p.tierName.c_str(), p.tierWhy.c_str());
   if (mode == Mode::Read) RIDGE_INFO("gdr: rank %d: read slots in %s", rank_, p.readSlots.c_str());
+  if (mode == Mode::Write && !active_.empty()) {
+    const Link* l = active_.front();
+    const device::DeviceRuntime* rt = device::activeRuntime();
+    RIDGE_INFO("gdr: rank %d: device buffers: %s", rank_,
+               !deviceProducerUsable(l)          ? "the copy path (no device-side producer offered)"
+               : rt && rt->runsDeviceFunctions() ? "device-side producer on the emulated device's threads"
+                                                 : "device-side post by the GPU kernel (gdrPostKernel)");
+  }
   if (paced_) {
     const ModeTiming& t = model_.timing[static_cast<int>(mode)];
     RIDGE_INFO("gdr: rank %d: paced by the PCIe model (modeled: %.2f us latency, %.1f GB/s): %s", rank_,
@@ -1303,7 +1509,11 @@ void GdrTransport::goLive(const SetupPlan& p) {
 Status GdrTransport::connect(const TransportSetup& setup) {
   SetupPlan p;
   RIDGE_TRY(plan(setup, &p));
+  // (In every build: the emulated runtime standing for a GPU runs functions that have a twin.)
+  device::DeviceRuntime::registerKernelTwin(&GdrTransport::runDevicePost,
+                                            &GdrTransport::launchDevicePostOnGpu);
   RIDGE_TRY(openNic(p));
+  gpuQueues_ = wakingNic_ && gpuProducerPlanned(p.mode);
   consultLadder(&p);
   std::vector<Endpoint> mine(setup.nranks);
   for (int peer : p.peers) RIDGE_TRY(setUpLink(peer, &p, &mine[peer]));

@@ -21,7 +21,7 @@ SoftQp::SoftQp(std::shared_ptr<Nic> nic, SoftCq* scq, SoftCq* rcq, const QpCaps&
   qpn_ = nic_->newQpn();
   sqSize_ = roundUpPow2(std::max<uint32_t>(caps.maxSendWr, 1), &sqLog_);
   rqSize_ = roundUpPow2(std::max<uint32_t>(caps.maxRecvWr, 1), &rqLog_);
-  sq_ = static_cast<uint8_t*>(std::aligned_alloc(64, size_t{mlx5::kWqeBbBytes} * sqSize_));
+  sq_ = static_cast<uint8_t*>(allocQueuePages(size_t{mlx5::kWqeBbBytes} * sqSize_));
   rq_ = static_cast<mlx5::DataSeg*>(
       std::aligned_alloc(64, sizeof(mlx5::DataSeg) * std::max<uint32_t>(rqSize_, 4)));
   std::memset(sq_, 0, size_t{mlx5::kWqeBbBytes} * sqSize_);

@@ -23,11 +23,20 @@ namespace softnic {
 
 using namespace verbs;
 
-class SoftCq final : public CompletionQueue {
+// Whole pages, alone: a GPU producer's transport maps a queue's rings, doorbell record and UAR
+// into the GPU (cudaHostRegister works on pages, and refuses a page registered before), so no
+// two queues, and nothing else, may share a page with them. Hence page-aligned rings and
+// page-aligned queue objects (their doorbell records and UAR are members).
+constexpr size_t kQueuePageBytes = 4096;
+inline void* allocQueuePages(size_t bytes) {
+  return std::aligned_alloc(kQueuePageBytes, (bytes + kQueuePageBytes - 1) & ~(kQueuePageBytes - 1));
+}
+
+class alignas(kQueuePageBytes) SoftCq final : public CompletionQueue {
  public:
   SoftCq(std::shared_ptr<Nic> nic, uint32_t entries) : nic_(std::move(nic)) {
     size_ = roundUpPow2(std::max<uint32_t>(entries, 2), &log2_);
-    cqes_ = static_cast<mlx5::Cqe64*>(std::aligned_alloc(64, sizeof(mlx5::Cqe64) * size_));
+    cqes_ = static_cast<mlx5::Cqe64*>(allocQueuePages(sizeof(mlx5::Cqe64) * size_));
     wrIds_.assign(size_, 0);
     std::memset(cqes_, 0, sizeof(mlx5::Cqe64) * size_);
     // Opcode INVALID: nothing is a completion until the NIC writes it.
@@ -86,7 +95,7 @@ class SoftCq final : public CompletionQueue {
   std::atomic<uint32_t> sleeping_{0};
 };
 
-struct SoftQp final : public QueuePair {
+struct alignas(kQueuePageBytes) SoftQp final : public QueuePair {
   SoftQp(std::shared_ptr<Nic> nic, SoftCq* scq, SoftCq* rcq, const QpCaps& caps);
   ~SoftQp() override;
   uint32_t qpn() const override { return qpn_; }

@@ -110,6 +110,13 @@ Status launchOnDataOps(void* ops, DeviceProducer::Fn fn, void* arg, const void* 
   return static_cast<DeviceDataOps*>(ops)->launch(fn, arg, src, bytes);
 }
 
+// Binds (launch set) or unbinds (null) the device-side producers of the host connectors.
+void bindHostProducers(ridgeComm* c, DeviceProducer::Launch launch, void* ops) {
+  for (int j = 0; j < c->nranks; ++j)
+    if (DeviceProducer* dp = j != c->rank && c->sendTo[j] ? c->sendTo[j]->deviceProducer() : nullptr)
+      dp->bindDeviceQueue(launch, ops);
+}
+
 // While a batch runs on the device network: the algorithms see its connectors, wait on its
 // completion queue and move payload with the device data ops; everything back afterwards
 // (host collectives never run meanwhile: they drain the proxy first). Without a device
@@ -141,11 +148,7 @@ class DeviceNetworkScope {
   DeviceNetworkScope& operator=(const DeviceNetworkScope&) = delete;
 
  private:
-  void bindProducers(DeviceProducer::Launch launch, void* ops) {
-    for (int j = 0; j < c_->nranks; ++j)
-      if (DeviceProducer* dp = j != c_->rank && c_->sendTo[j] ? c_->sendTo[j]->deviceProducer() : nullptr)
-        dp->bindDeviceQueue(launch, ops);
-  }
+  void bindProducers(DeviceProducer::Launch launch, void* ops) { bindHostProducers(c_, launch, ops); }
   ridgeComm* c_;
   Transport* hostWait_;
 };
@@ -720,9 +723,14 @@ Status GpuProxy::runExchanges(size_t n) {
   // drain the proxy first), so the device data ops are seen by these sends and receives
   // alone.
   comm_->device->data = deviceOps_.get();
+  // Connectors with a device-side producer post the chunks the copies filled as device code,
+  // the host taking each slot's credits, as in collectives (sendMessage: a whole message as
+  // device code only where it cannot wait for the peer).
+  bindHostProducers(comm_, &launchOnDataOps, deviceOps_.get());
   Executor& ex = Executor::forThisThread();
   spawnBatch(ex, comm_, exchanges_, m);
   Status s = ex.run();
+  bindHostProducers(comm_, nullptr, nullptr);
   comm_->device->data = nullptr;
   const Status synced = deviceOps_->synchronize();
   return s.isOk() ? synced : s;
