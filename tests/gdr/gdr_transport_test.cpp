@@ -297,5 +297,62 @@ TEST(GdrTransport, PeerLeavingAfterAMismatchFailsASendAwaitingItsCredit) {
   runPeerGone(true);
 }
 
+// Rank 0 sends a small message to rank 1 and leaves (its send is complete: the message fits
+// in rank 1's receive ring) without receiving anything; rank 1 sends a message larger than
+// rank 0's ring, so it waits for credits rank 0 will never return, while rank 0's message lies
+// landed and unconsumed in rank 1's ring (rank 1 receives nothing). The landed message must
+// not hide rank 0's departure from the waiting sender: a remote error at once, naming rank 0.
+// `gdrMode` "off": the same over the net transport (both carry RIDGE_NET=softnic).
+void runUnmatchedSendsThenLeave(const char* gdrMode) {
+  Env e;
+  e.mode = gdrMode;
+  e.slots = "2";
+  e.slotBytes = "4K";
+  applyEnv(e);
+  setenv("RIDGE_TIMEOUT", "8", 1);
+  setenv("RIDGE_GDR_RECV_SLOTS", "2", 1);
+  setenv("RIDGE_RDMA_SLOTS", "2", 1);
+  setenv("RIDGE_RDMA_SLOT_BYTES", "4K", 1);
+  ridgeUniqueId id;
+  ASSERT_TRUE(makeUniqueId(&id));
+  LaunchResult res = launchRanks(2, kLimitSec, [&](int me, Reporter& rep) {
+    ridgeComm_t comm = initRank(2, id, me, rep);
+    if (!comm) return 2;
+    const std::string want = std::string(gdrMode) == "off" ? "net" : "gdr";
+    std::vector<int32_t> buf(16384, me);
+    if (me == 0) {
+      const ridgeResult_t r = ridgeSend(buf.data(), 1, ridgeInt32, 1, comm, nullptr);
+      if (r != ridgeSuccess) rep.fail("rank 0", "its send: " + describeResult(r, comm));
+      ridgeCommDestroy(comm);
+      return 0;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const ridgeResult_t r = ridgeSend(buf.data(), buf.size(), ridgeInt32, 0, comm, nullptr);
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    rep.line("SEND " + std::to_string(r) + " " + std::to_string(waited) + " " + describeResult(r, comm));
+    if (r != ridgeRemoteError)
+      rep.fail("rank 1", "expected ridgeRemoteError, got " + describeResult(r, comm));
+    if (std::string(ridgeGetLastError(comm)).find(want) == std::string::npos)
+      rep.fail("rank 1", "not the " + want + " transport's error: " + describeResult(r, comm));
+    expectPromptFailure(rep, "rank 1's send", r, comm, waited, 0);
+    ridgeCommAbort(comm);
+    return 0;
+  });
+  unsetenv("RIDGE_GDR_RECV_SLOTS");
+  unsetenv("RIDGE_RDMA_SLOTS");
+  unsetenv("RIDGE_RDMA_SLOT_BYTES");
+  reportChildFailures(res, std::string("unmatched sends, gdr mode ") + gdrMode);
+  ASSERT_EQ(res.ranks.size(), 2u);
+  EXPECT_FALSE(linesWith(res.ranks[1], "SEND ").empty()) << "rank 1 did not finish its send";
+}
+
+TEST(GdrTransport, SendAwaitingCreditsFailsWhenThePeerLeftAfterItsOwnSend) {
+  runUnmatchedSendsThenLeave("write");
+}
+
+TEST(GdrTransport, NetSendAwaitingCreditsFailsWhenThePeerLeftAfterItsOwnSend) {
+  runUnmatchedSendsThenLeave("off");
+}
+
 }  // namespace
 }  // namespace ridgetest
