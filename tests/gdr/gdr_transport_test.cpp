@@ -200,6 +200,27 @@ TEST(GdrTransport, RankLeavingAfterItsLastSend) {
   runLeaveEarly(e);
 }
 
+// Tiny rings for the departure tests: `slots` gdr staging and receive slots of `slotBytes`, the
+// net transport's smallest ring (2 slots) of `slotBytes`, RIDGE_TIMEOUT 8 s so that a wait for
+// it shows.
+void applyTinyRings(const char* mode, const char* slots, const char* slotBytes) {
+  Env e;
+  e.mode = mode;
+  e.slots = slots;
+  e.slotBytes = slotBytes;
+  applyEnv(e);
+  setenv("RIDGE_TIMEOUT", "8", 1);
+  setenv("RIDGE_GDR_RECV_SLOTS", slots, 1);
+  setenv("RIDGE_RDMA_SLOTS", "2", 1);
+  setenv("RIDGE_RDMA_SLOT_BYTES", slotBytes, 1);
+}
+
+void unsetTinyRings() {
+  unsetenv("RIDGE_GDR_RECV_SLOTS");
+  unsetenv("RIDGE_RDMA_SLOTS");
+  unsetenv("RIDGE_RDMA_SLOT_BYTES");
+}
+
 // A failure that comes at once, not at RIDGE_TIMEOUT: ridgeRemoteError or ridgeInvalidUsage
 // (issue 19: a mismatch fails the operation on every rank involved), naming the other rank.
 void expectPromptFailure(Reporter& rep, const std::string& who, ridgeResult_t r, ridgeComm_t comm,
@@ -223,13 +244,8 @@ void expectPromptFailure(Reporter& rep, const std::string& who, ridgeResult_t r,
 // `withholdCredits`: rank 0 never returns its credit, so rank 1 is still waiting for it when
 // rank 0 leaves (the ordering a loaded machine produced; a gate, not timing, decides it).
 void runPeerGone(bool withholdCredits) {
-  Env e;
-  e.slots = "1";
-  e.slotBytes = "16K";
-  applyEnv(e);
-  setenv("RIDGE_TIMEOUT", "8", 1);
+  applyTinyRings("write", "1", "16K");
   setenv("RIDGE_ALGO", "allreduce:0-:ring", 1);
-  setenv("RIDGE_GDR_RECV_SLOTS", "1", 1);
   ridgeUniqueId id;
   const bool haveId = makeUniqueId(&id);
   unsetenv("RIDGE_ALGO");
@@ -267,7 +283,7 @@ void runPeerGone(bool withholdCredits) {
     ridgeCommAbort(comm);
     return 0;
   });
-  unsetenv("RIDGE_GDR_RECV_SLOTS");
+  unsetTinyRings();
   reportChildFailures(
       res, withholdCredits ? "peer gone while a credit is awaited" : "peer gone while a slot is peeked",
       /*expectCleanExit=*/false);
@@ -304,15 +320,7 @@ TEST(GdrTransport, PeerLeavingAfterAMismatchFailsASendAwaitingItsCredit) {
 // not hide rank 0's departure from the waiting sender: a remote error at once, naming rank 0.
 // `gdrMode` "off": the same over the net transport (both carry RIDGE_NET=softnic).
 void runUnmatchedSendsThenLeave(const char* gdrMode) {
-  Env e;
-  e.mode = gdrMode;
-  e.slots = "2";
-  e.slotBytes = "4K";
-  applyEnv(e);
-  setenv("RIDGE_TIMEOUT", "8", 1);
-  setenv("RIDGE_GDR_RECV_SLOTS", "2", 1);
-  setenv("RIDGE_RDMA_SLOTS", "2", 1);
-  setenv("RIDGE_RDMA_SLOT_BYTES", "4K", 1);
+  applyTinyRings(gdrMode, "2", "4K");
   ridgeUniqueId id;
   ASSERT_TRUE(makeUniqueId(&id));
   LaunchResult res = launchRanks(2, kLimitSec, [&](int me, Reporter& rep) {
@@ -338,9 +346,7 @@ void runUnmatchedSendsThenLeave(const char* gdrMode) {
     ridgeCommAbort(comm);
     return 0;
   });
-  unsetenv("RIDGE_GDR_RECV_SLOTS");
-  unsetenv("RIDGE_RDMA_SLOTS");
-  unsetenv("RIDGE_RDMA_SLOT_BYTES");
+  unsetTinyRings();
   reportChildFailures(res, std::string("unmatched sends, gdr mode ") + gdrMode);
   ASSERT_EQ(res.ranks.size(), 2u);
   EXPECT_FALSE(linesWith(res.ranks[1], "SEND ").empty()) << "rank 1 did not finish its send";
