@@ -78,6 +78,8 @@ std::mutex gCountersMutex;
 std::vector<const Counters*> gLiveCounters;
 Counters gRetiredCounters{};
 SetupReport gLastReport;
+// withholdCreditsForTesting: release() updates the credit record but never writes it to the peer.
+std::atomic<bool> gWithholdCreditsForTesting{false};
 
 // Page-aligned zeroed memory standing in for GPU memory or pinned host memory.
 struct Buffer {
@@ -510,8 +512,10 @@ Status GdrTransport::checkPeer(int peer) {
   progress();
   if (!l->error.isOk()) return l->error;
   // Slots that landed before the peer left can still be consumed: a finished peer closes once
-  // its last write was acknowledged.
-  if (landedPending(l)) return Status::ok();
+  // its last write was acknowledged. Not while this rank waits for a send credit from it: a
+  // peer that left (or broke the communicator on a mismatch and went) returns none, whatever
+  // landed here, and a finished peer returned every credit before it closed (issue 23).
+  if (landedPending(l) && !l->st.stalledRemote) return Status::ok();
   if (!l->creditError.isOk()) return l->creditError;
   if (l->dataQp->state() == QpState::Error || l->landQp->state() == QpState::Error)
     return makeError(ridgeRemoteError, "gdr: rank %d: the queue pair to rank %d failed (peer NIC gone?)",
@@ -1051,6 +1055,7 @@ void GdrTransport::release(Link* l) {
   // fails the check, and the write posted below carries the consistent one.
   storeVolatile64(&rec->count, l->recvSeq);
   storeVolatile64(&rec->check, l->recvSeq ^ kCreditCheck);
+  if (gWithholdCreditsForTesting.load(std::memory_order_relaxed)) return;
   l->creditDirty = true;
   returnCredit(l);
 }
@@ -1555,6 +1560,10 @@ std::string countersToString(const Counters& c) {
       (unsigned long long)c.slotsLanded, (unsigned long long)c.creditWrites,
       (unsigned long long)c.completionErrors, (unsigned long long)c.remoteReads,
       (unsigned long long)c.devicePosts);
+}
+
+void withholdCreditsForTesting(bool withhold) {
+  gWithholdCreditsForTesting.store(withhold);
 }
 
 uint64_t cpuDoorbellsRung() {

@@ -49,5 +49,9 @@ struct SetupReport {
 SetupReport lastSetupReport();
 // UAR doorbells a CPU thread rang for a producer on the cpu-doorbell rung (process-wide).
 uint64_t cpuDoorbellsRung();
+// Tests only (process-wide): released slots are never credited back to their sender, as if this
+// rank left before its credit writes went out. Lets a test order a peer's credit wait before
+// this rank's exit without timing.
+void withholdCreditsForTesting(bool withhold);
 
 }  // namespace ridge::gdr

@@ -274,8 +274,13 @@ class NetTransport final : public Transport {
     if (!p) return Status::ok();
     // Data that already landed can still be consumed: the peer may have closed after its
     // last write was acknowledged, which is how a finished peer leaves. A chunk whose flush
-    // has not completed is not consumable yet: a failed flush is the peer's failure.
-    if (p->ready != p->consumed) return Status::ok();
+    // has not completed is not consumable yet: a failed flush is the peer's failure. Not
+    // while a send to the peer waits for its credits (our chunks fill its ring): a peer that
+    // left returns none, whatever it sent before, and a finished peer returned every credit
+    // before it closed (issue 23). progress(): credits that came are counted first.
+    progress();
+    const bool awaitingCredits = p->posted - p->creditsIn >= p->nslots;
+    if (p->ready != p->consumed && !awaitingCredits) return Status::ok();
     // Chunks whose flush READ is still on its way will be ready soon, even when the peer has
     // already left (closing the connection) after its last write was acknowledged (review
     // M1). Bounded by the waiter's RIDGE_TIMEOUT should the flush never complete.
