@@ -996,9 +996,9 @@ Task treeAllReduce(ridgeComm* c, CollArgs a) {
 // On the device network (coll/data_ops.h) only the ring and chain algorithms (and alltoall's
 // all-pairs exchange, its only one) move payload through the data ops.
 Algo chooseAlgo(ridgeComm* c, const CollArgs& a) {
-  return c->nranks == 1  ? Algo::AllPairs
+  return c->nranks == 1    ? Algo::AllPairs
          : c->device->data ? Algo::Ring
-                         : c->algos.choose(a.type, a.count * dataTypeSize(a.dtype));
+                           : c->algos.choose(a.type, a.count * dataTypeSize(a.dtype));
 }
 
 // A receive that may be single-copy: the sender decides (by size, and whether it could), so
@@ -1030,11 +1030,13 @@ Task dispatchAlgorithm(ridgeComm* c, const CollArgs& a, Algo algo, bool inlineHe
   const size_t bytes = a.count * es;
   // Large host messages within a host: one copy between the user buffers (coll/p2p_copy.h).
   if (a.type == CollType::Send) {
-    if (p2pSendsSingleCopy(c, a.root, bytes)) return sendSingleCopy(c, a.root, cbytes(a.send), bytes);
+    if (p2pSendsSingleCopy(c, a.root, bytes))
+      return sendSingleCopy(c, a.root, cbytes(a.send), bytes, nullptr);
     return sendMessage(c, a.root, cbytes(a.send), bytes);
   }
   if (a.type == CollType::Recv) {
-    if (p2pMayReceiveSingleCopy(c, a.root, bytes)) return recvSingleCopyOrStaged(c, a.root, mbytes(a.recv), bytes);
+    if (p2pMayReceiveSingleCopy(c, a.root, bytes))
+      return recvSingleCopyOrStaged(c, a.root, mbytes(a.recv), bytes);
     return recvMessage(c, a.root, mbytes(a.recv), bytes);
   }
   if (a.count == 0) return finished(Status::ok());
@@ -1116,7 +1118,17 @@ Task runCollective(ridgeComm* c, CollArgs a) {
   if (!signaturesOn(c)) co_return co_await dispatchAlgorithm(c, a, algo, false);
   const bool inlineHeader = !exchange && inlineHeaderFits(c, a, algo);
   if (a.type == CollType::Send) {
+    // A single-copy send carries its signature in its descriptor's slot (coll/p2p_copy.h):
+    // one slot and one hand-off per message, as without signatures.
+    const size_t bytes = a.count * dataTypeSize(a.dtype);
+    if (p2pSendsSingleCopy(c, a.root, bytes)) {
+      const SendSignature sign{a.count, a.dtype};
+      co_return co_await sendSingleCopy(c, a.root, cbytes(a.send), bytes, &sign);
+    }
     RIDGE_CO_TRY(co_await beginSend(c, a.root, a.count, a.dtype));
+    RIDGE_CO_TRY(co_await sendMessage(c, a.root, cbytes(a.send), bytes));
+    endOperation(c);
+    co_return Status::ok();
   } else if (a.type == CollType::Recv) {
     beginRecv(c, a.root, a.count, a.dtype);
   } else if (inlineHeader) {
