@@ -337,6 +337,31 @@ TEST(P2pSingleCopy, SignatureRidesInTheDescriptorSlot) {
   });
 }
 
+// A sender that stages a message the receiver could take single copy (as the GPU proxy's
+// sends from device memory do): the receiver finds the send's signature in a slot of its own,
+// checks it, sees no descriptor behind it and receives the slots (the branch of
+// recvSingleCopy for a header that did not come with a descriptor). Rank 0 is made to stage
+// by raising its own threshold, before and after a single-copy message.
+TEST(P2pSingleCopy, StagedSenderMeetsASingleCopyReceiver) {
+  onRanksWithSingleCopy(2, 60, "staged sender", [](ridgeComm_t comm, int me, Reporter& rep) {
+    const size_t t = comm->p2pCopy.minBytes;
+    const size_t sizes[] = {2 * t + 3, t, 3 * t + 1};
+    const bool staged[] = {true, false, true};
+    for (uint32_t k = 0; k < 3; ++k) {
+      if (me == 0) comm->p2pCopy.minBytes = staged[k] ? SIZE_MAX : t;
+      const Counters before = counters(comm);
+      std::string bad = exchange(comm, me, {{me == 0, 1 - me, sizes[k], k}});
+      if (!bad.empty()) rep.fail("message " + std::to_string(k), bad);
+      const uint64_t single = staged[k] ? 0 : 1;
+      bad = me == 0 ? counted(before, counters(comm), single, 0, 1 - single, 0)
+                    : counted(before, counters(comm), 0, single, 0, 1 - single);
+      if (!bad.empty()) rep.fail("message " + std::to_string(k) + " paths", bad);
+    }
+    if (me == 0) comm->p2pCopy.minBytes = t;
+    return true;
+  });
+}
+
 // 3 ranks, every rank sends to and receives from both others in one group, each ordered pair
 // with its own size: some pairs single copy, some staged, at the same time.
 TEST(P2pSingleCopy, MixedPairsOnThreeRanks) {
