@@ -31,6 +31,8 @@ for c in "${colls[@]}"; do
   # shellcheck disable=SC2086
   "$build/bench/ridge-bench" "$c" -np 2 $sizes $iters -N "$rounds" --peer mpi --csv "$dir/$c.csv" >"$dir/$c.out" 2>&1 ||
     { echo "ridge-bench $c failed:"; tail -5 "$dir/$c.out"; }
+  # The load each collective ran under: on a shared machine a row is only as quiet as this.
+  echo "# $c done $(date -u +%TZ), load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 done
 echo "# $(date -u +%FT%TZ) load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$dir" "${colls[@]}" <<'PY'

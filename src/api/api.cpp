@@ -574,7 +574,7 @@ ridgeResult_t collective(const char* fn, CollType type, const void* send, void* 
   // stream-ordered no-op instead of a synchronization of the caller's stream.
   RIDGE_CHECK(comm, classifyBuffers(fn, comm, send, use.readsSend, recv, use.writesRecv, &onDevice,
                                     &call.sendKind, &call.recvKind));
-  if (!onDevice && !device::activeRuntime() && stream)
+  if (!onDevice && stream && !device::activeRuntime())
     return fail(comm, makeError(ridgeInvalidArgument, "%s: stream must be NULL in a build without CUDA", fn));
   if (!onDevice && tGroup.depth == 0) RIDGE_CHECK(comm, syncStreamForHostCall(fn, stream));
   if (onDevice && tGroup.depth == 0)

@@ -714,7 +714,9 @@ Task chainReduce(ridgeComm* c, CollArgs a) {
 // exchange an empty "done" slot so that nobody returns, and reuses its buffers, while
 // a peer may still be reading or writing them.
 
-Task directBegin(ridgeComm* c, const CollArgs& a) {
+// With `inlineHeader` (runCollective decides, coll/signature.h) the collective's header rides
+// at the start of the descriptor's slot: one slot per peer and direction, not two.
+Task directBegin(ridgeComm* c, const CollArgs& a, bool inlineHeader) {
   const int P = c->nranks, r = c->rank;
   ridgeComm::DirectDescriptor mine{reinterpret_cast<uint64_t>(a.send), reinterpret_cast<uint64_t>(a.recv),
                                    a.count, static_cast<uint32_t>(a.type), static_cast<uint32_t>(a.root)};
@@ -727,19 +729,30 @@ Task directBegin(ridgeComm* c, const CollArgs& a) {
         (!use.writesRecv || bufferRegistered(c, a.recv, use.recvCount * es)))
       c->registeredDirectCalls.fetch_add(1, std::memory_order_relaxed);
   }
+  const size_t hdr = inlineHeader ? kInlineHeaderBytes : 0;
   for (int k = 1; k < P; ++k) {
     int j = (r + k) % P;
-    void* slot = co_await AcquireSlot(c->sendTo[j]);
-    std::memcpy(slot, &mine, sizeof mine);
-    c->sendTo[j]->post(sizeof mine, true);
+    char* slot = static_cast<char*>(co_await AcquireSlot(c->sendTo[j]));
+    if (inlineHeader) writeInlineHeader(c, j, slot);
+    std::memcpy(slot + hdr, &mine, sizeof mine);
+    c->sendTo[j]->post(static_cast<uint32_t>(hdr + sizeof mine), true);
   }
   for (int k = 1; k < P; ++k) {
     int j = (r + P - k) % P;
-    RIDGE_CO_TAKE_HEADER(c, j);
+    if (!inlineHeader) RIDGE_CO_TAKE_HEADER(c, j);
     PeekSlot pk(c->recvFrom[j]);
-    const void* slot = co_await pk;
-    if (pk.info.bytes != sizeof mine) co_return mismatch(c, a.type, j, sizeof mine, pk.info);
-    std::memcpy(&c->peerDesc[j], slot, sizeof mine);
+    const char* slot = static_cast<const char*>(co_await pk);
+    // Still due: this strand checks it (else the executor's idle poll did, in place).
+    const bool due = inlineHeader && c->ledger.due[static_cast<size_t>(j)];
+    if (pk.info.bytes != hdr + sizeof mine) {
+      if (due) RIDGE_CO_TRY(checkInlineHeader(c, j, slot, pk.info));  // names the peer's call
+      co_return mismatch(c, a.type, j, hdr + sizeof mine, pk.info);
+    }
+    if (due) {
+      copyInlineHeader(c->ledger, j, slot);
+      RIDGE_CO_TRY(checkCopiedHeader(c, j));
+    }
+    std::memcpy(&c->peerDesc[j], slot + hdr, sizeof mine);
     c->recvFrom[j]->release();
     const auto& d = c->peerDesc[j];
     if (d.count != mine.count || d.type != mine.type || d.root != mine.root)
@@ -792,8 +805,8 @@ Status directReduceChunk(ridgeComm* c, const CollArgs& a, size_t srcElem, size_t
 // AllReduce: rank r reduces its 1/P slice reading every peer's input once, then writes
 // the result into every peer's output. ReduceScatter: the same on block r, result kept.
 // Reduce: the root reduces everything.
-Task directReduce(ridgeComm* c, CollArgs a) {
-  RIDGE_CO_TRY(co_await directBegin(c, a));
+Task directReduce(ridgeComm* c, CollArgs a, bool inlineHeader) {
+  RIDGE_CO_TRY(co_await directBegin(c, a, inlineHeader));
   const int P = c->nranks, r = c->rank;
   const size_t es = dataTypeSize(a.dtype);
   const size_t chunkElems = c->bounceChunk / es;
@@ -832,8 +845,8 @@ Task directReduce(ridgeComm* c, CollArgs a) {
 
 // AllGather: read every peer's block straight into the output. Broadcast: non-roots read
 // the root's buffer. One kernel copy per byte, no staging.
-Task directCopy(ridgeComm* c, CollArgs a) {
-  RIDGE_CO_TRY(co_await directBegin(c, a));
+Task directCopy(ridgeComm* c, CollArgs a, bool inlineHeader) {
+  RIDGE_CO_TRY(co_await directBegin(c, a, inlineHeader));
   const int P = c->nranks, r = c->rank;
   const size_t bytes = a.count * dataTypeSize(a.dtype);
   // The local copy runs while peers read this rank's memory: above RIDGE_STREAM_MIN its
@@ -861,8 +874,8 @@ Task directCopy(ridgeComm* c, CollArgs a) {
 // entirely by one of the two (even chunks the lower rank, odd the higher: the split is the
 // same on both sides and the chunks are disjoint): read the peer's chunk into the bounce
 // buffer, write the own chunk into the peer's output, copy the bounce into the own output.
-Task directAlltoAll(ridgeComm* c, CollArgs a) {
-  RIDGE_CO_TRY(co_await directBegin(c, a));
+Task directAlltoAll(ridgeComm* c, CollArgs a, bool inlineHeader) {
+  RIDGE_CO_TRY(co_await directBegin(c, a, inlineHeader));
   const int P = c->nranks, r = c->rank;
   const size_t bytes = a.count * dataTypeSize(a.dtype);
   const char* in = cbytes(a.send);
@@ -1050,8 +1063,13 @@ Task recvSingleCopyOrStaged(ridgeComm* c, int peer, char* dst, size_t bytes) {
   co_return co_await recvMessage(c, peer, dst, bytes);
 }
 
-// Whether the all-pairs reduction carries the collective's header in its one slot per peer.
+// Whether the all-pairs reduction carries the collective's header in its one slot per peer,
+// or a direct algorithm in its descriptor's slot (every peer's, as every peer's is read).
 bool inlineHeaderFits(const ridgeComm* c, const CollArgs& a, Algo algo) {
+  if (algo == Algo::Direct)
+    return a.count > 0 && c->nranks > 1 &&
+           kInlineHeaderBytes + sizeof(ridgeComm::DirectDescriptor) <=
+               c->sendTo[(c->rank + 1) % c->nranks]->slotBytes();
   return algo == Algo::AllPairs && (a.type == CollType::AllReduce || a.type == CollType::ReduceScatter) &&
          a.count > 0 &&
          a.count * dataTypeSize(a.dtype) + kInlineHeaderBytes <=
@@ -1070,7 +1088,8 @@ Task dispatchAlgorithm(ridgeComm* c, const CollArgs& a, Algo algo, bool inlineHe
   const size_t bytes = a.count * es;
   // Large host messages within a host: one copy between the user buffers (coll/p2p_copy.h).
   if (a.type == CollType::Send) {
-    if (p2pSendsSingleCopy(c, a.root, bytes)) return sendSingleCopy(c, a.root, cbytes(a.send), bytes);
+    if (p2pSendsSingleCopy(c, a.root, bytes))
+      return sendSingleCopy(c, a.root, cbytes(a.send), bytes, nullptr);
     return sendMessage(c, a.root, cbytes(a.send), bytes);
   }
   if (a.type == CollType::Recv) {
@@ -1097,10 +1116,10 @@ Task dispatchAlgorithm(ridgeComm* c, const CollArgs& a, Algo algo, bool inlineHe
     switch (a.type) {
       case CollType::AllReduce:
       case CollType::ReduceScatter:
-      case CollType::Reduce: return directReduce(c, a);
+      case CollType::Reduce: return directReduce(c, a, inlineHeader);
       case CollType::AllGather:
-      case CollType::Broadcast: return directCopy(c, a);
-      case CollType::AlltoAll: return directAlltoAll(c, a);
+      case CollType::Broadcast: return directCopy(c, a, inlineHeader);
+      case CollType::AlltoAll: return directAlltoAll(c, a, inlineHeader);
       default: break;
     }
   }
@@ -1157,7 +1176,17 @@ Task runCollective(ridgeComm* c, CollArgs a) {
   if (!signaturesOn(c)) co_return co_await dispatchAlgorithm(c, a, algo, false);
   const bool inlineHeader = !exchange && inlineHeaderFits(c, a, algo);
   if (a.type == CollType::Send) {
+    // A single-copy send carries its signature in its descriptor's slot (coll/p2p_copy.h):
+    // one slot and one hand-off per message, as without signatures.
+    const size_t bytes = a.count * dataTypeSize(a.dtype);
+    if (p2pSendsSingleCopy(c, a.root, bytes)) {
+      const SendSignature sign{a.count, a.dtype};
+      co_return co_await sendSingleCopy(c, a.root, cbytes(a.send), bytes, &sign);
+    }
     RIDGE_CO_TRY(co_await beginSend(c, a.root, a.count, a.dtype));
+    RIDGE_CO_TRY(co_await sendMessage(c, a.root, cbytes(a.send), bytes));
+    endOperation(c);
+    co_return Status::ok();
   } else if (a.type == CollType::Recv) {
     beginRecv(c, a.root, a.count, a.dtype);
   } else if (inlineHeader) {

@@ -6,6 +6,7 @@
 
 #include "coll/comm.h"
 #include "coll/device/data_ops.h"
+#include "coll/signature.h"
 #include "core/log.h"
 
 namespace ridge {
@@ -13,12 +14,52 @@ namespace {
 
 constexpr uint64_t kDescriptorMagic = 0x5249444745503250ull;  // "RIDGEP2P"
 
-// What the sender posts in place of the payload: one slot of exactly this size, marked last.
+// What the sender posts in place of the payload: one slot, marked last, of exactly this size
+// (unsigned communicators, and a sender whose ledger is not set up yet: its header went ahead
+// in a slot of its own), or of kSignedDescriptorBytes: the send's signature (coll/signature.h)
+// in the first kInlineHeaderBytes, this descriptor after it, so that a signed send/receive is
+// one slot and one release, as before signatures.
 struct Descriptor {
   uint64_t magic;
   uint64_t src;    // the sender's buffer, in its address space
   uint64_t bytes;  // the message size the sender was called with
 };
+constexpr size_t kSignedDescriptorBytes = kInlineHeaderBytes + sizeof(Descriptor);
+static_assert(sizeof(OpSignature) <= kInlineHeaderBytes, "the signature fits ahead of the descriptor");
+
+// The send's signature, counted in the ledger as coll/signature.cpp's beginSend counts it
+// (the pair's next sequence number, the operation published for dumps and timeouts), without
+// posting it: it rides in the descriptor's slot. Kept here so that signature.* stays with
+// its owner; needs the ledger set up (any earlier signed operation did that).
+OpSignature signSend(ridgeComm* c, int peer, size_t count, ridgeDataType_t dtype) {
+  OpLedger& L = c->ledger;
+  OpSignature s;
+  s.magic = kSignatureMagic;
+  s.seq = ++L.sendSeq[static_cast<size_t>(peer)];
+  s.count = count;
+  s.rank = c->rank;
+  s.root = peer;
+  s.op = -1;
+  s.kind = static_cast<uint8_t>(CollType::Send);
+  s.dtype = static_cast<uint8_t>(dtype);
+  L.current = s;
+  L.curSeq.store(s.seq, std::memory_order_relaxed);
+  L.curCount.store(s.count, std::memory_order_relaxed);
+  L.curKind.store(s.kind, std::memory_order_relaxed);
+  L.curRoot.store(s.root, std::memory_order_relaxed);
+  L.curOp.store(s.op, std::memory_order_relaxed);
+  L.curDtype.store(s.dtype, std::memory_order_relaxed);
+  L.started.store(L.started.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  L.running.store(true, std::memory_order_relaxed);
+  return s;
+}
+
+// The descriptor in a slot of `bytes` marked `last`, or nullptr if it holds none.
+const Descriptor* descriptorIn(const void* slot, const SlotInfo& info, size_t at) {
+  if (!info.lastOfMessage || info.bytes != at + sizeof(Descriptor)) return nullptr;
+  const auto* d = reinterpret_cast<const Descriptor*>(static_cast<const char*>(slot) + at);
+  return d->magic == kDescriptorMagic ? d : nullptr;
+}
 
 // co_await PeerReleased: the peer has released every chunk posted to it, so it has read the
 // buffer the descriptor named (it releases the descriptor's slot after the read, and the
@@ -54,16 +95,28 @@ bool p2pSendsSingleCopy(ridgeComm* c, int peer, size_t bytes) {
   return single;
 }
 
-Task sendSingleCopy(ridgeComm* c, int peer, const char* src, size_t bytes) {
+Task sendSingleCopy(ridgeComm* c, int peer, const char* src, size_t bytes, const SendSignature* sign) {
   SendConnector* tx = c->sendTo[peer];
   const Descriptor d{kDescriptorMagic, reinterpret_cast<uint64_t>(src), bytes};
-  void* slot = co_await AcquireSlot(tx);
-  std::memcpy(slot, &d, sizeof d);
-  tx->post(sizeof d, true);
+  // Signed: the header in the descriptor's slot; before the ledger is set up (the first
+  // signed operation of the communicator) beginSend sets it up and posts the header alone.
+  const bool inlineSignature = sign && c->ledger.sized;
+  if (sign && !inlineSignature) RIDGE_CO_TRY(co_await beginSend(c, peer, sign->count, sign->dtype));
+  const OpSignature s = inlineSignature ? signSend(c, peer, sign->count, sign->dtype) : OpSignature{};
+  char* slot = static_cast<char*>(co_await AcquireSlot(tx));
+  if (inlineSignature) {
+    std::memcpy(slot, &s, sizeof s);
+    std::memcpy(slot + kInlineHeaderBytes, &d, sizeof d);
+    tx->post(kSignedDescriptorBytes, true);
+  } else {
+    std::memcpy(slot, &d, sizeof d);
+    tx->post(sizeof d, true);
+  }
   // The caller may reuse its buffer only once the peer has read it. Nothing else is posted
   // to `peer` until this send returns (its chain is sequential, and a batch's collectives
   // finish before its chains start), so every chunk released is the descriptor released.
   co_await PeerReleased(tx);
+  if (sign) endOperation(c);
   co_return Status::ok();
 }
 
@@ -76,18 +129,34 @@ bool p2pMayReceiveSingleCopy(ridgeComm* c, int peer, size_t bytes) {
 Task recvSingleCopy(ridgeComm* c, int peer, char* dst, size_t bytes, bool* done) {
   *done = false;
   RecvConnector* rx = c->recvFrom[peer];
-  // The sender's signature comes first (coll/signature.h): read and check it before the slot
-  // that says whether this message is single-copy.
-  if (c->ledger.sized && c->ledger.due[static_cast<size_t>(peer)]) RIDGE_CO_TRY(co_await takeHeader(c, peer));
-  PeekSlot pk(rx);
-  const void* slot = co_await pk;
-  Descriptor d{};
+  OpLedger& L = c->ledger;
+  // The sender's signature comes first (coll/signature.h): in the descriptor's slot when the
+  // sender went single copy with its ledger set up, else in a slot of its own. This strand
+  // checks it itself: while it waits, the header is not marked due, or the executor's idle
+  // poll would take the descriptor's slot for a header alone (and release it unread).
+  const bool headerDue = L.sized && L.due[static_cast<size_t>(peer)];
+  if (headerDue) L.due[static_cast<size_t>(peer)] = 0;
+  PeekSlot first(rx);
+  const void* slot = co_await first;
   // A staged message of at least minBytes never starts with a last chunk this short.
-  if (pk.info.bytes == sizeof d && pk.info.lastOfMessage) std::memcpy(&d, slot, sizeof d);
-  if (d.magic != kDescriptorMagic) {
+  const Descriptor* found = descriptorIn(slot, first.info, headerDue ? kInlineHeaderBytes : 0);
+  if (headerDue && found) {
+    copyInlineHeader(L, peer, slot);
+    RIDGE_CO_TRY(checkCopiedHeader(c, peer));
+  } else if (headerDue) {
+    // A header alone (a descriptor or the staged message follows), or not a header at all:
+    // takeHeader checks it, releases it and names a mismatch.
+    L.due[static_cast<size_t>(peer)] = 1;
+    RIDGE_CO_TRY(co_await takeHeader(c, peer));
+    PeekSlot pk(rx);
+    slot = co_await pk;
+    found = descriptorIn(slot, pk.info, 0);
+  }
+  if (!found) {
     ++c->p2pCopy.stagedRecvs;  // the sender staged it (device memory): the slots as usual
     co_return Status::ok();
   }
+  const Descriptor d = *found;
   if (d.bytes != bytes)
     co_return makeError(ridgeInvalidUsage,
                         "rank %d: recv of %zu bytes from rank %d does not match the size of the "

@@ -1,7 +1,8 @@
 // Single-copy send and receive between ranks of one host (docs/algorithms.md, "Send and
 // receive"). A message of at least P2pCopy::minBytes between two host buffers is not
 // copied through the slot FIFO (the sender into slots, the receiver out of them: 4 bytes of
-// memory traffic per byte): the sender posts one small descriptor slot naming its buffer,
+// memory traffic per byte): the sender posts one small descriptor slot naming its buffer
+// (with the send's signature ahead of it),
 // the receiver reads the buffer straight into its own with one peer-memory (CMA) call and
 // then releases the slot, which wakes the sender; the sender returns once it sees the slot
 // released (SendConnector::unreleasedChunks: no acknowledgement message, no system call).
@@ -45,7 +46,15 @@ void setupP2pCopy(ridgeComm* c, size_t minBytes);
 // Whether a send of `bytes` from `c` to `peer` takes the single copy (host buffer, peer
 // memory available, at least minBytes, the connector tracks releases), counted either way.
 bool p2pSendsSingleCopy(ridgeComm* c, int peer, size_t bytes);
-Task sendSingleCopy(ridgeComm* c, int peer, const char* src, size_t bytes);
+// The send's call, for its signature (coll/signature.h), which then rides in the
+// descriptor's slot: one slot per message, signed or not. nullptr: unsigned.
+struct SendSignature {
+  size_t count;
+  ridgeDataType_t dtype;
+};
+// Signed (`sign` not null): counts and ends the operation in the ledger itself (the caller
+// calls neither beginSend nor endOperation).
+Task sendSingleCopy(ridgeComm* c, int peer, const char* src, size_t bytes, const SendSignature* sign);
 
 // Receives a message of `bytes` from `peer` into `dst` if the sender sent it single copy
 // (sets *done); otherwise leaves the slots to the staged receive (*done false, nothing

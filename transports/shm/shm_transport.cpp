@@ -27,6 +27,7 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -64,11 +65,18 @@ struct alignas(kLine) RankCtl {
 static_assert(sizeof(RankCtl) == kLine);
 
 constexpr uint32_t kMaxSlots = 64;
+// `head` and the slots' metadata share a line (the first 15 slots' metadata: the default 4
+// slots' all): a receiver's peek fetches one line that the sender wrote, not two, and a post
+// writes one. Every hand-off of a collective waits for that fetch (issue 21: the small
+// collectives' fixed cost against Open MPI's shared-memory transport).
 struct FifoCtl {
   alignas(kLine) std::atomic<uint32_t> head;  // sender-written
+  uint32_t meta[kMaxSlots];                   // sender-written: bytes | kLastFlag
   alignas(kLine) std::atomic<uint32_t> tail;  // receiver-written
-  alignas(kLine) uint32_t meta[kMaxSlots];    // sender-written: bytes | kLastFlag
 };
+static_assert(offsetof(FifoCtl, meta) + 4 * sizeof(uint32_t) <= kLine,
+              "the default slots' metadata share head's line");
+static_assert(offsetof(FifoCtl, tail) % kLine == 0, "tail has a line of its own");
 
 long futexCall(std::atomic<uint32_t>* word, int op, uint32_t val, const timespec* ts) {
   return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, val, ts, nullptr, 0);
@@ -387,7 +395,8 @@ Status ShmTransport::mapSegment(const TransportSetup& setup, bool leader, uint32
     int fd = forced ? -1 : ::open(path, O_RDWR | O_CLOEXEC);
     struct stat st {};
     if (fd < 0) {
-      why = format("open %s: %s", path, forced ? "not tried (a test forces the fallback)" : std::strerror(errno));
+      why = format("open %s: %s", path,
+                   forced ? "not tried (a test forces the fallback)" : std::strerror(errno));
     } else if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_ino) != ref.ino ||
                static_cast<uint64_t>(st.st_dev) != ref.dev || ref.bytes != bytes_) {
       why = format("%s is not rank %d's segment (another pid namespace?)", path, localRanks_[0]);
