@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -816,9 +817,9 @@ std::string rankSet(const std::vector<uint8_t>& excluded) {
 // only. Every survivor tells the new rank 0 (the lowest survivor) which ranks it excludes; once
 // all have arrived and agree, the new rank 0 creates the new communicator's id and hands it to
 // each. Arrival first, then the id: survivors notice a failure up to one timeout apart (one
-// gets a remote error at once, another waits out RIDGE_TIMEOUT), so the waits here take twice
-// the parent's timeout, and the new communicator's rendezvous starts on every survivor within
-// moments of the others. Survivors that disagree on the list fail alike with a message instead
+// gets a remote error at once, another waits out RIDGE_TIMEOUT), so the waits here are longer
+// than the parent's timeout, and the new communicator's rendezvous starts on every survivor
+// within moments of the others. Survivors that disagree on the list fail alike with a message instead
 // of building communicators that never meet.
 Status meetSurvivors(ridgeComm* comm, const std::vector<uint8_t>& excluded, const std::vector<int>& survivors,
                      ridgeUniqueId* id) {
@@ -826,25 +827,33 @@ Status meetSurvivors(ridgeComm* comm, const std::vector<uint8_t>& excluded, cons
   const uint32_t number = comm->shrinkCount++ & 0xffffu;
   const uint32_t arrivalTag = 0x53410000u | number;  // "SA": a survivor arrived, with its list
   const uint32_t idTag = 0x53490000u | number;       // "SI": the id (or why there is none)
-  const int waitSec = 2 * std::max(1, comm->timeoutSec);
+  // The new rank 0 waits for all arrivals until twice the timeout after its own; the others wait
+  // for its answer three times the timeout, so that one that came up to a timeout before it
+  // still hears why it gave up.
+  const int timeout = std::max(1, comm->timeoutSec);
+  const int arrivalWaitSec = 2 * timeout, answerWaitSec = 3 * timeout;
   const size_t n = excluded.size();
-  // The answer: agreed (1) or not (0), the first survivor whose list differs (or that did not
-  // arrive), its list, then the id.
+  // The answer: ridgeSuccess or the new rank 0's error, the survivor that error is about (-1:
+  // none), the new rank 0's set, then the id.
   struct Answer {
-    int32_t agreed;
+    int32_t code;
     int32_t otherRank;
     ridgeUniqueId id;
   };
   std::vector<uint8_t> answer(sizeof(Answer) + n);
   Answer head{};
   if (survivors.front() != comm->rank) {
-    RIDGE_TRY(comm->bootstrap->send(survivors.front(), arrivalTag, excluded.data(), n));
-    Status got = comm->bootstrap->recv(survivors.front(), idTag, answer.data(), answer.size(), waitSec);
+    if (Status sent = comm->bootstrap->send(survivors.front(), arrivalTag, excluded.data(), n); !sent.isOk())
+      return Status(sent.code(),
+                    format("%s: rank %d: could not reach rank %d, the lowest survivor (which creates "
+                           "the new communicator): %s",
+                           fn, comm->rank, survivors.front(), sent.message().c_str()));
+    Status got = comm->bootstrap->recv(survivors.front(), idTag, answer.data(), answer.size(), answerWaitSec);
     if (!got.isOk())
       return Status(got.code(),
                     format("%s: rank %d: no answer from rank %d, the lowest survivor (which creates "
                            "the new communicator) within %d s: %s",
-                           fn, comm->rank, survivors.front(), waitSec, got.message().c_str()));
+                           fn, comm->rank, survivors.front(), answerWaitSec, got.message().c_str()));
     std::memcpy(&head, answer.data(), sizeof head);
     const std::vector<uint8_t> theirs(answer.begin() + sizeof head, answer.end());
     if (theirs != excluded)
@@ -852,47 +861,52 @@ Status meetSurvivors(ridgeComm* comm, const std::vector<uint8_t>& excluded, cons
                        "%s: rank %d excludes %s but rank %d excludes %s: every survivor must "
                        "pass the same excludeRanks",
                        fn, comm->rank, rankSet(excluded).c_str(), survivors.front(), rankSet(theirs).c_str());
-    if (!head.agreed && head.otherRank < 0)
-      return makeError(ridgeRemoteError,
-                       "%s: rank %d: rank %d, the lowest survivor, could not create the new "
-                       "communicator's id (its own error says why)",
-                       fn, comm->rank, survivors.front());
-    if (!head.agreed)
-      return makeError(
-          ridgeInvalidUsage,
-          "%s: rank %d: rank %d, the lowest survivor, gave up: rank %d did not arrive within %d s or "
-          "excludes other ranks (its own error says which); no new communicator",
-          fn, comm->rank, survivors.front(), head.otherRank, waitSec);
+    if (head.code != ridgeSuccess) {
+      const ridgeResult_t code = static_cast<ridgeResult_t>(head.code);
+      if (head.otherRank < 0)
+        return makeError(code,
+                         "%s: rank %d: rank %d, the lowest survivor, could not create the new "
+                         "communicator's id (its own error says why)",
+                         fn, comm->rank, survivors.front());
+      return makeError(code,
+                       "%s: rank %d: rank %d, the lowest survivor, gave up: rank %d %s; no new communicator",
+                       fn, comm->rank, survivors.front(), head.otherRank,
+                       code == ridgeInvalidUsage ? "passed another excludeRanks"
+                                                 : "did not arrive in time (it died, hangs, or sees another "
+                                                   "lowest survivor)");
+    }
     *id = head.id;
     return Status::ok();
   }
-  // The new rank 0: every other survivor's list, then the answer to all.
+  // The new rank 0: every other survivor's set, then the answer to all.
   Status failure;
   std::vector<uint8_t> theirs(n);
-  head.agreed = 1;
   head.otherRank = -1;
+  const auto arrivalsBy = std::chrono::steady_clock::now() + std::chrono::seconds(arrivalWaitSec);
   for (size_t i = 1; i < survivors.size() && failure.isOk(); ++i) {
-    Status got = comm->bootstrap->recv(survivors[i], arrivalTag, theirs.data(), n, waitSec);
+    const auto left = std::chrono::duration<double>(arrivalsBy - std::chrono::steady_clock::now()).count();
+    Status got = comm->bootstrap->recv(survivors[i], arrivalTag, theirs.data(), n,
+                                       std::max(1, static_cast<int>(std::ceil(left))));
     if (!got.isOk()) {
-      failure = Status(got.code(), format("%s: rank %d: rank %d did not arrive at the shrink within %d s: %s",
-                                          fn, comm->rank, survivors[i], waitSec, got.message().c_str()));
+      failure =
+          Status(got.code(), format("%s: rank %d: rank %d did not arrive at the shrink within %d s: %s", fn,
+                                    comm->rank, survivors[i], arrivalWaitSec, got.message().c_str()));
     } else if (theirs != excluded) {
       failure = makeError(ridgeInvalidUsage,
                           "%s: rank %d excludes %s but rank %d excludes %s: every survivor "
                           "must pass the same excludeRanks",
                           fn, comm->rank, rankSet(excluded).c_str(), survivors[i], rankSet(theirs).c_str());
     }
-    if (!failure.isOk()) {
-      head.agreed = 0;
-      head.otherRank = survivors[i];
-    }
+    if (!failure.isOk()) head.otherRank = survivors[i];
   }
   if (failure.isOk()) failure = createUniqueId(&head.id);
-  if (!failure.isOk()) head.agreed = 0;
+  head.code = failure.isOk() ? ridgeSuccess : failure.code();
   std::memcpy(answer.data(), &head, sizeof head);
   std::memcpy(answer.data() + sizeof head, excluded.data(), n);
-  // Also after a failure: the survivors that arrived learn it now instead of timing out.
+  // Also after a failure: the survivors that arrived learn it now, with the same code, instead
+  // of timing out.
   for (size_t i = 1; i < survivors.size(); ++i) {
+    if (survivors[i] == head.otherRank && head.code != ridgeInvalidUsage) continue;  // it never came
     Status sent = comm->bootstrap->send(survivors[i], idTag, answer.data(), answer.size());
     if (failure.isOk() && !sent.isOk()) failure = sent;
   }

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -56,6 +57,7 @@ struct Case {
   Net net;
   Fault fault;
   int victim;
+  int diesInShrink = -1;  // a survivor that dies as the shrink starts (the others shrink again)
 };
 
 const char* netName(Net n) {
@@ -72,7 +74,8 @@ const char* faultName(Fault f) {
 }
 
 std::string caseName(const Case& c) {
-  return std::string(netName(c.net)) + "_" + faultName(c.fault) + "_rank" + std::to_string(c.victim);
+  return std::string(netName(c.net)) + "_" + faultName(c.fault) + "_rank" + std::to_string(c.victim) +
+         (c.diesInShrink >= 0 ? "_then_rank" + std::to_string(c.diesInShrink) + "_in_shrink" : "");
 }
 
 // RIDGE_TIMEOUT of the survivors in the watchdog cases: the watchdog, not the timeout, must act.
@@ -225,6 +228,7 @@ int survivorBody(const Case& c, const ridgeUniqueId& id, int r, ridgetest::Repor
   ridgeResult_t shrinkCode = ridgeInternalError;
   const int flags = c.fault == Fault::Kill ? RIDGE_SHRINK_DEFAULT : RIDGE_SHRINK_ABORT;
   const int excluded[1] = {c.victim};
+  std::vector<int> gone = {c.victim};
   ridgeConfig_t cfg = RIDGE_CONFIG_INITIALIZER;
   cfg.timeoutSeconds = ridgetest::scaledSeconds(30);  // the new communicator must not time out
   cfg.commName = "survivors";
@@ -234,7 +238,28 @@ int survivorBody(const Case& c, const ridgeUniqueId& id, int r, ridgetest::Repor
     failCode = allreduceLoop(comm, r, false, rep, &progress, nullptr, &wrong);
     if (failCode == ridgeSuccess)
       problem = "no call failed although rank " + std::to_string(c.victim) + " is gone";
+    if (r == c.diesInShrink) {
+      rep.line("DYING");
+      raise(SIGKILL);
+    }
+    const double t0 = ridgetest::nowSec();
     shrinkCode = ridgeCommShrink(comm, excluded, 1, &small, &cfg, flags);
+    if (c.diesInShrink >= 0) {
+      // A survivor never came: a clean error within twice the timeout (plus the detection
+      // skew), then a second shrink without it too.
+      const double took = ridgetest::nowSec() - t0;
+      rep.info("rank " + std::to_string(r) + ", shrink without rank " + std::to_string(c.diesInShrink) +
+               ": " + ridgetest::describeResult(shrinkCode, comm) + " after " + std::to_string(took) + " s");
+      if (shrinkCode == ridgeSuccess) {
+        problem = "the shrink succeeded although rank " + std::to_string(c.diesInShrink) + " died in it";
+        ridgeCommDestroy(small);
+        small = nullptr;
+      } else if (took > ridgetest::scaledSeconds(3.0 * kDetectTimeoutSec + 2.0)) {
+        problem = "the failed shrink took " + std::to_string(took) + " s";
+      }
+      gone.push_back(c.diesInShrink);
+      shrinkCode = ridgeCommShrink(comm, gone.data(), static_cast<int>(gone.size()), &small, &cfg, flags);
+    }
   } else {
     // The worker runs the collectives; this thread is the framework's watchdog: no progress
     // for a second (the peers' allreduces take milliseconds) means a hung rank.
@@ -274,16 +299,17 @@ int survivorBody(const Case& c, const ridgeUniqueId& id, int r, ridgetest::Repor
   if (shrinkCode != ridgeSuccess || !small) {
     if (problem.empty()) problem = "shrink: " + ridgetest::describeResult(shrinkCode, comm);
   } else {
-    const int newRank = r - (c.victim < r ? 1 : 0);
+    std::vector<int> members;
+    for (int m = 0; m < kRanks; ++m)
+      if (std::find(gone.begin(), gone.end(), m) == gone.end()) members.push_back(m);
+    const int newRank = static_cast<int>(std::find(members.begin(), members.end(), r) - members.begin());
+    const int newSize = static_cast<int>(members.size());
     int n = -1, me = -1;
     ridgeCommCount(small, &n);
     ridgeCommUserRank(small, &me);
-    if ((n != kRanks - 1 || me != newRank) && problem.empty())
+    if ((n != newSize || me != newRank) && problem.empty())
       problem = "new communicator: rank " + std::to_string(me) + " of " + std::to_string(n) + ", expected " +
-                std::to_string(newRank) + " of " + std::to_string(kRanks - 1);
-    std::vector<int> members;
-    for (int m = 0; m < kRanks; ++m)
-      if (m != c.victim) members.push_back(m);
+                std::to_string(newRank) + " of " + std::to_string(newSize);
     std::string checkProblem;
     checkCollectives(small, r, members, &wrong, &checkProblem);
     if (problem.empty()) problem = checkProblem;
@@ -355,6 +381,10 @@ TEST_P(Shrink, SurvivorsGoOnAndNothingLeaks) {
   long wrong = 0, leaks = 0;
   for (int r = 0; r < kRanks; ++r) {
     if (r == c.victim) continue;
+    if (r == c.diesInShrink) {
+      EXPECT_EQ(res.ranks[r].termSignal, SIGKILL) << "rank " << r << " was to die in the shrink";
+      continue;
+    }
     const Report rep = parseReport(res.ranks[r]);
     ASSERT_TRUE(rep.parsed) << "survivor " << r << " reported no result";
     EXPECT_TRUE(res.ranks[r].exited && res.ranks[r].exitCode == 0) << "survivor " << r;
@@ -407,6 +437,11 @@ TEST_P(Shrink, SurvivorsGoOnAndNothingLeaks) {
   }
   tried += ", then allreduce, broadcast and allgather checked";
   if (c.fault != Fault::Kill) tried += "; the stopped rank resumed";
+  if (c.diesInShrink >= 0)
+    tried = "kill -9 rank " + std::to_string(c.victim) + " of 4 mid-allreduce, then rank " +
+            std::to_string(c.diesInShrink) + (c.diesInShrink == 0 ? " (the new rank 0)" : "") +
+            " as the shrink starts; the others' shrink fails (timeout), they shrink again without both, "
+            "then allreduce, broadcast and allgather checked";
   ridge::chaos::record(std::string("shrink/") + netName(c.net), tried, Outcome::kRecovered, wrong, leaks);
 }
 
@@ -418,6 +453,10 @@ std::vector<Case> allCases() {
       out.push_back({net, Fault::StopTimeout, victim});
       out.push_back({net, Fault::StopWatchdog, victim});
     }
+    // A second rank dies as the shrink starts: a survivor that is not the new rank 0 (shm), and
+    // the new rank 0 itself (TCP).
+    if (net == Net::Shm) out.push_back({net, Fault::Kill, 3, 2});
+    if (net == Net::Tcp) out.push_back({net, Fault::Kill, 1, 0});
   }
   return out;
 }
