@@ -957,43 +957,46 @@ RIDGE_API ridgeResult_t ridgeCommShrink(ridgeComm_t comm, const int* excludeRank
                                 fn, comm->rank));
   if (tGroup.depth > 0)
     return fail(comm, makeError(ridgeInvalidUsage, "%s: called inside a group (ridgeGroupStart)", fn));
-  if (shrinkFlags == RIDGE_SHRINK_ABORT) {
-    // Calls blocked on the parent (waiting for a dead or stopped rank) leave with ridgeAborted,
-    // and its proxy drops the device operations it still holds. The parent stays aborted (its
-    // teardown then skips flushing to peers that may never read); only its bootstrap is given
-    // back, for the survivors' meeting.
-    comm->aborted.store(true);
-    comm->bootstrapAborted.store(true);
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (comm->callsInFlight.load() > 0 && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    if (comm->callsInFlight.load() > 0)
-      return fail(comm, makeError(ridgeInternalError, "%s: a call on comm did not leave within 10 s", fn));
-    int expected = ridgeSuccess;
-    comm->asyncError.compare_exchange_strong(expected, ridgeAborted);
-    comm->bootstrapAborted.store(false);
-  } else if (comm->callsInFlight.load() > 0) {
-    // The meeting uses the parent's bootstrap, which one thread at a time may use.
-    return fail(comm,
-                makeError(ridgeInvalidUsage,
-                          "%s: a call on comm is in flight on another thread; RIDGE_SHRINK_DEFAULT needs "
-                          "none (RIDGE_SHRINK_ABORT aborts it first)",
-                          fn));
-  }
   std::vector<int> survivors;
   for (int r = 0; r < comm->nranks; ++r)
     if (!excluded[r]) survivors.push_back(r);
   const int newRank =
       static_cast<int>(std::find(survivors.begin(), survivors.end(), comm->rank) - survivors.begin());
+  const int parentTimeout = comm->timeoutSec;
   ridgeUniqueId id;
   {
+    // Held throughout, so that ridgeCommAbort on another thread waits for this call to leave
+    // instead of freeing comm under it; other calls are those beyond this one.
     InFlight guard(comm);
-    // Device operations queued earlier use the connections; a healthy parent finishes them.
-    if (shrinkFlags == RIDGE_SHRINK_DEFAULT && comm->asyncError.load() == ridgeSuccess)
+    if (shrinkFlags == RIDGE_SHRINK_ABORT) {
+      // Calls blocked on the parent (waiting for a dead or stopped rank) leave with
+      // ridgeAborted, and its proxy drops the device operations it still holds. The parent
+      // stays aborted (its teardown then skips flushing to peers that may never read); only its
+      // bootstrap is given back, for the survivors' meeting.
+      comm->aborted.store(true);
+      comm->bootstrapAborted.store(true);
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (comm->callsInFlight.load() > 1 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (comm->callsInFlight.load() > 1)
+        return fail(comm, makeError(ridgeInternalError, "%s: a call on comm did not leave within 10 s", fn));
+      int expected = ridgeSuccess;
+      comm->asyncError.compare_exchange_strong(expected, ridgeAborted);
+      comm->bootstrapAborted.store(false);
+    } else if (comm->callsInFlight.load() > 1) {
+      // The meeting uses the parent's bootstrap, which one thread at a time may use.
+      return fail(comm, makeError(ridgeInvalidUsage,
+                                  "%s: a call on comm is in flight on another thread; RIDGE_SHRINK_DEFAULT "
+                                  "needs none (RIDGE_SHRINK_ABORT aborts it first)",
+                                  fn));
+    } else if (comm->asyncError.load() == ridgeSuccess) {
+      // Device operations queued earlier use the connections; a healthy parent finishes them.
       RIDGE_CHECK(comm, drainDeviceOps(comm));
+    }
     RIDGE_CHECK(comm, meetSurvivors(comm, excluded, survivors, &id));
   }
-  return initRank(fn, newcomm, static_cast<int>(survivors.size()), id, newRank, config, comm->timeoutSec);
+  // Not comm->timeoutSec: once the guard is gone, ridgeCommAbort on another thread may free comm.
+  return initRank(fn, newcomm, static_cast<int>(survivors.size()), id, newRank, config, parentTimeout);
 }
 
 RIDGE_API ridgeResult_t ridgeCommInitFromEnv(ridgeComm_t* comm) {

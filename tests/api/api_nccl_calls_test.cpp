@@ -353,6 +353,46 @@ TEST(CommShrink, DefaultModeRefusesACallInFlight) {
   reportChildFailures(res, "default shrink with a call in flight");
 }
 
+// ridgeCommAbort on the parent from another thread while a shrink waits for a survivor that
+// never comes (rank 1 does not call it): the shrink returns at once with ridgeAborted (or, had
+// the abort come first, is refused as a call on a destroyed handle), the abort frees the parent
+// after the shrink has left it, and nothing waits out the timeout.
+TEST(CommShrink, AbortOfTheParentEndsAWaitingShrink) {
+  constexpr int n = 3;
+  LaunchResult res = launchWithComms(n, 90, [&](ridgeComm_t comm, int me, Reporter& rep) {
+    if (me != 0) {
+      // Ranks 1 and 2 stay out of it; rank 0's abort closes its connections to them.
+      ridgeCommAbort(comm);
+      return 0;
+    }
+    ridgeResult_t shrunk = ridgeInternalError;
+    std::string text;
+    double took = 0;
+    std::thread shrinker([&] {
+      const int ex[1] = {2};
+      ridgeComm_t small = nullptr;
+      const double t0 = nowSec();
+      shrunk = ridgeCommShrink(comm, ex, 1, &small, nullptr, RIDGE_SHRINK_DEFAULT);
+      took = nowSec() - t0;
+      text = ridgeGetLastError(nullptr);
+      if (small) ridgeCommDestroy(small);
+    });
+    usleep(200 * 1000);  // most likely inside the wait for rank 1; either order must be safe
+    const double t0 = nowSec();
+    ridgeResult_t aborted = ridgeCommAbort(comm);
+    const double abortTook = nowSec() - t0;
+    shrinker.join();
+    if (aborted != ridgeSuccess) rep.fail("abort", describeResult(aborted));
+    if (shrunk != ridgeAborted && shrunk != ridgeInvalidArgument)
+      rep.fail("shrink", "expected ridgeAborted, got " + describeResult(shrunk) + ": " + text);
+    if (took > scaledSeconds(5.0) || abortTook > scaledSeconds(5.0))
+      rep.fail("timing",
+               "shrink took " + std::to_string(took) + " s, abort " + std::to_string(abortTook) + " s");
+    return 0;
+  });
+  reportChildFailures(res, "abort during a shrink");
+}
+
 // ---- broadcast in place, gather, scatter -------------------------------------------------------
 
 TEST(RootedCollectives, BcastGatherScatterEveryRoot) {
