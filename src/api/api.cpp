@@ -819,8 +819,8 @@ std::string rankSet(const std::vector<uint8_t>& excluded) {
 // each. Arrival first, then the id: survivors notice a failure up to one timeout apart (one
 // gets a remote error at once, another waits out RIDGE_TIMEOUT), so the waits here are longer
 // than the parent's timeout, and the new communicator's rendezvous starts on every survivor
-// within moments of the others. Survivors that disagree on the list fail alike with a message instead
-// of building communicators that never meet.
+// within moments of the others. Survivors that disagree on the list fail alike with a message
+// instead of building communicators that never meet.
 Status meetSurvivors(ridgeComm* comm, const std::vector<uint8_t>& excluded, const std::vector<int>& survivors,
                      ridgeUniqueId* id) {
   const char* fn = "ridgeCommShrink";
