@@ -1,6 +1,7 @@
 // Chaos: ridgeCommShrink lets the survivors go on (issue 19, item 7). Four forked ranks run
 // checked allreduces; one of them is killed (kill -9) or stopped (SIGSTOP) in the middle, at
-// every position including rank 0, on shared memory and on TCP (RIDGE_SHM=0 RIDGE_NET=socket).
+// every position including rank 0, on shared memory and on TCP (RIDGE_SHM=0 RIDGE_NET=socket),
+// and twice on the software NIC (RIDGE_SHM=0 RIDGE_NET=softnic).
 // The survivors notice it in one of three ways and shrink it away:
 //   - kill -9: their call fails (a remote error, or RIDGE_TIMEOUT); they shrink with
 //     RIDGE_SHRINK_DEFAULT, nothing being in flight any more;
@@ -50,7 +51,7 @@ using ridge::chaos::shmSegmentsOf;
 constexpr int kRanks = 4;
 constexpr int kDetectTimeoutSec = 2;  // RIDGE_TIMEOUT when the timeout is how the fault shows
 
-enum class Net { Shm, Tcp };
+enum class Net { Shm, Tcp, Softnic };
 enum class Fault { Kill, StopTimeout, StopWatchdog };
 
 struct Case {
@@ -61,7 +62,12 @@ struct Case {
 };
 
 const char* netName(Net n) {
-  return n == Net::Shm ? "shm" : "tcp";
+  switch (n) {
+    case Net::Shm: return "shm";
+    case Net::Tcp: return "tcp";
+    case Net::Softnic: return "softnic";
+  }
+  return "?";
 }
 
 const char* faultName(Fault f) {
@@ -88,7 +94,7 @@ void setCaseEnv(const Case& c, bool victim) {
   const int timeout = c.fault == Fault::StopWatchdog && !victim ? watchdogTimeoutSec() : kDetectTimeoutSec;
   setenv("RIDGE_TIMEOUT", std::to_string(timeout).c_str(), 1);
   setenv("RIDGE_SHM", c.net == Net::Shm ? "1" : "0", 1);
-  setenv("RIDGE_NET", "socket", 1);
+  setenv("RIDGE_NET", c.net == Net::Softnic ? "softnic" : "socket", 1);
 }
 
 // Random values in [-1, 1) that every rank can recompute for any (rank, purpose, size).
@@ -458,6 +464,9 @@ std::vector<Case> allCases() {
     if (net == Net::Shm) out.push_back({net, Fault::Kill, 3, 2});
     if (net == Net::Tcp) out.push_back({net, Fault::Kill, 1, 0});
   }
+  // The software NIC (RIDGE_SHM=0 RIDGE_NET=softnic): the new communicator brings up NICs of its own.
+  out.push_back({Net::Softnic, Fault::Kill, 0});
+  out.push_back({Net::Softnic, Fault::StopWatchdog, 2});
   return out;
 }
 
