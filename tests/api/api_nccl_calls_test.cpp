@@ -221,6 +221,41 @@ TEST(CommShrink, ExcludedLiveRanksAndOrder) {
   reportChildFailures(res, "shrink of live ranks");
 }
 
+// A non-blocking config: the survivors' meeting happens in the call, the new communicator
+// connects in the background (ridgeInProgress, then ridgeCommGetAsyncError until ridgeSuccess).
+TEST(CommShrink, NonBlockingConfigReachesSuccess) {
+  constexpr int n = 3;
+  LaunchResult res = launchWithComms(n, 90, [&](ridgeComm_t comm, int me, Reporter& rep) {
+    if (me != 2) {
+      const int ex[1] = {2};
+      ridgeConfig_t cfg = RIDGE_CONFIG_INITIALIZER;
+      cfg.blocking = 0;
+      cfg.commName = "shrink-nonblocking";
+      ridgeComm_t small = nullptr;
+      ridgeResult_t r = ridgeCommShrink(comm, ex, 1, &small, &cfg, RIDGE_SHRINK_DEFAULT);
+      if ((r != ridgeSuccess && r != ridgeInProgress) || !small) {
+        rep.fail("shrink", describeResult(r));
+        return 1;
+      }
+      ridgeResult_t state = ridgeInProgress;
+      const double t0 = nowSec();
+      while (state == ridgeInProgress && nowSec() - t0 < scaledSeconds(20.0)) {
+        if (ridgeCommGetAsyncError(small, &state) != ridgeSuccess) break;
+        if (state == ridgeInProgress) usleep(1000);
+      }
+      if (state != ridgeSuccess) rep.fail("async", describeResult(state));
+      std::string e = queries(small, me, 2);
+      if (!e.empty()) rep.fail("queries", e);
+      e = checkSumOfMembers(small, me, {0, 1});
+      if (!e.empty()) rep.fail("allreduce", e);
+      ridgeCommDestroy(small);
+    }
+    ridgeCommDestroy(comm);
+    return 0;
+  });
+  reportChildFailures(res, "non-blocking shrink");
+}
+
 // Survivors reach the shrink up to one timeout apart (one gets a remote error at once, another
 // waits out its timeout): they must still meet. The parent's timeout is T; one survivor arrives
 // 1.5 T after the other, first the new rank 0 (which creates the new id), then a later rank.
