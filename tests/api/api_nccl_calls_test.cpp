@@ -51,6 +51,27 @@ std::string queries(ridgeComm_t comm, int wantRank, int wantSize) {
   return "";
 }
 
+// Polls a non-blocking communicator (bounded) until it has finished connecting; its state.
+ridgeResult_t waitReady(ridgeComm_t comm) {
+  ridgeResult_t state = ridgeInProgress;
+  const double t0 = nowSec();
+  while (state == ridgeInProgress && nowSec() - t0 < scaledSeconds(20.0)) {
+    if (ridgeCommGetAsyncError(comm, &state) != ridgeSuccess) break;
+    if (state == ridgeInProgress) usleep(1000);
+  }
+  return state;
+}
+
+// A shrunk communicator of old ranks 0 and 1: its rank, its size and an allreduce checked, then
+// destroyed.
+void checkPairAndDestroy(ridgeComm_t small, int me, Reporter& rep) {
+  std::string e = queries(small, me, 2);
+  if (!e.empty()) rep.fail("queries", e);
+  e = checkSumOfMembers(small, me, {0, 1});
+  if (!e.empty()) rep.fail("allreduce", e);
+  ridgeCommDestroy(small);
+}
+
 // Forks n ranks, each with a communicator of the n, and runs body(comm, rank, reporter) on
 // each (which destroys the communicator); the ranks fail when the id or the init fails.
 LaunchResult launchWithComms(int n, double timeoutSec,
@@ -110,12 +131,7 @@ TEST(CommSplit, NonBlockingConfigReachesSuccess) {
       rep.fail("split", describeResult(r));
       return 1;
     }
-    ridgeResult_t state = ridgeInProgress;
-    const double t0 = nowSec();
-    while (state == ridgeInProgress && nowSec() - t0 < 20) {
-      if (ridgeCommGetAsyncError(sub, &state) != ridgeSuccess) break;
-      if (state == ridgeInProgress) usleep(1000);
-    }
+    const ridgeResult_t state = waitReady(sub);
     if (state != ridgeSuccess) rep.fail("async", describeResult(state));
     std::string e = checkSumOfMembers(sub, me, {0, 1});
     if (!e.empty()) rep.fail("allreduce", e);
@@ -237,18 +253,9 @@ TEST(CommShrink, NonBlockingConfigReachesSuccess) {
         rep.fail("shrink", describeResult(r));
         return 1;
       }
-      ridgeResult_t state = ridgeInProgress;
-      const double t0 = nowSec();
-      while (state == ridgeInProgress && nowSec() - t0 < scaledSeconds(20.0)) {
-        if (ridgeCommGetAsyncError(small, &state) != ridgeSuccess) break;
-        if (state == ridgeInProgress) usleep(1000);
-      }
+      const ridgeResult_t state = waitReady(small);
       if (state != ridgeSuccess) rep.fail("async", describeResult(state));
-      std::string e = queries(small, me, 2);
-      if (!e.empty()) rep.fail("queries", e);
-      e = checkSumOfMembers(small, me, {0, 1});
-      if (!e.empty()) rep.fail("allreduce", e);
-      ridgeCommDestroy(small);
+      checkPairAndDestroy(small, me, rep);
     }
     ridgeCommDestroy(comm);
     return 0;
@@ -285,11 +292,7 @@ void shrinkWithOneLateSurvivor(int lateRank) {
       if (r != ridgeSuccess || !small) {
         rep.fail("shrink after " + std::to_string(nowSec() - t0) + " s", describeResult(r));
       } else {
-        std::string e = queries(small, me, 2);
-        if (!e.empty()) rep.fail("queries", e);
-        e = checkSumOfMembers(small, me, {0, 1});
-        if (!e.empty()) rep.fail("allreduce", e);
-        ridgeCommDestroy(small);
+        checkPairAndDestroy(small, me, rep);
       }
     }
     ridgeCommDestroy(comm);
