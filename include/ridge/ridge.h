@@ -216,14 +216,22 @@ RIDGE_API ridgeResult_t ridgeCommSplit(ridgeComm_t comm, int color, int key, rid
                                        ridgeConfig_t* config);
 
 /**
- * Creates a communicator of the ranks of `comm` that are not in excludeRanks (which may
- * name ranks that died): they keep their order, so new rank = old rank minus the excluded
- * ranks below it. Collective over the surviving ranks only (each passes the same list);
- * an excluded rank must not call it. With RIDGE_SHRINK_ABORT the parent's operations in
- * flight on other threads are aborted first and the parent is unusable afterwards (only
- * ridgeCommDestroy or ridgeCommAbort); with RIDGE_SHRINK_DEFAULT nothing may be in flight.
- * The new rank 0 sends a fresh unique id to the others through the parent's bootstrap
- * connections, which never touch the excluded ranks.
+ * Creates a communicator of the ranks of `comm` that are not in excludeRanks (ranks that died,
+ * hang or are simply left out): they keep their order, so new rank = old rank minus the
+ * excluded ranks below it. Collective over the surviving ranks only: each passes the same set
+ * (in any order), and they call it within comm's timeout of one another; an excluded rank must
+ * not call it, and nothing waits on one. Works on a communicator broken by an error.
+ * RIDGE_SHRINK_DEFAULT: nothing may be in flight on comm (a call blocked on another thread is
+ * ridgeInvalidUsage); a healthy comm's queued device operations finish first. RIDGE_SHRINK_ABORT:
+ * comm's operations in flight are aborted first (a call blocked on another thread returns
+ * ridgeAborted, queued device operations are dropped) and comm stays aborted: only
+ * ridgeCommDestroy or ridgeCommAbort, which then wait on no peer. The survivors meet through
+ * comm's bootstrap connections between themselves: each tells the lowest survivor its set; once
+ * all have come (it waits twice comm's timeout) and agree, that survivor creates the new
+ * communicator's unique id and hands it out. Survivors that disagree all fail with
+ * ridgeInvalidUsage naming both sets; one that never comes makes the others fail with
+ * ridgeTimeout (then shrink again without it). The new communicator's transports are built
+ * between the survivors only. config as for ridgeCommSplit (NULL: blocking, comm's timeout).
  */
 RIDGE_API ridgeResult_t ridgeCommShrink(ridgeComm_t comm, const int* excludeRanks, int excludeCount,
                                         ridgeComm_t* newcomm, ridgeConfig_t* config, int shrinkFlags);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -802,6 +803,120 @@ RIDGE_API ridgeResult_t ridgeCommSplit(ridgeComm_t comm, int color, int key, rid
   return initRank(fn, newcomm, newSize, ids[leader], newRank, config, timeout);
 }
 
+namespace {
+
+// "{0, 3}": the ranks a survivor excludes, for messages.
+std::string rankSet(const std::vector<uint8_t>& excluded) {
+  std::string out = "{";
+  for (size_t r = 0; r < excluded.size(); ++r)
+    if (excluded[r]) out += (out.size() > 1 ? ", " : "") + std::to_string(r);
+  return out + "}";
+}
+
+// The survivors' meeting of ridgeCommShrink, through the parent's bootstrap between survivors
+// only. Every survivor tells the new rank 0 (the lowest survivor) which ranks it excludes; once
+// all have arrived and agree, the new rank 0 creates the new communicator's id and hands it to
+// each. Arrival first, then the id: survivors notice a failure up to one timeout apart (one
+// gets a remote error at once, another waits out RIDGE_TIMEOUT), so the waits here are longer
+// than the parent's timeout, and the new communicator's rendezvous starts on every survivor
+// within moments of the others. Survivors that disagree on the list fail alike with a message
+// instead of building communicators that never meet.
+Status meetSurvivors(ridgeComm* comm, const std::vector<uint8_t>& excluded, const std::vector<int>& survivors,
+                     ridgeUniqueId* id) {
+  const char* fn = "ridgeCommShrink";
+  const uint32_t number = comm->shrinkCount++ & 0xffffu;
+  const uint32_t arrivalTag = 0x53410000u | number;  // "SA": a survivor arrived, with its list
+  const uint32_t idTag = 0x53490000u | number;       // "SI": the id (or why there is none)
+  // The new rank 0 waits for all arrivals until twice the timeout after its own; the others wait
+  // for its answer three times the timeout, so that one that came up to a timeout before it
+  // still hears why it gave up.
+  const int timeout = std::max(1, comm->timeoutSec);
+  const int arrivalWaitSec = 2 * timeout, answerWaitSec = 3 * timeout;
+  const size_t n = excluded.size();
+  // The answer: ridgeSuccess or the new rank 0's error, the survivor that error is about (-1:
+  // none), the new rank 0's set, then the id.
+  struct Answer {
+    int32_t code;
+    int32_t otherRank;
+    ridgeUniqueId id;
+  };
+  std::vector<uint8_t> answer(sizeof(Answer) + n);
+  Answer head{};
+  if (survivors.front() != comm->rank) {
+    if (Status sent = comm->bootstrap->send(survivors.front(), arrivalTag, excluded.data(), n); !sent.isOk())
+      return Status(sent.code(),
+                    format("%s: rank %d: could not reach rank %d, the lowest survivor (which creates "
+                           "the new communicator): %s",
+                           fn, comm->rank, survivors.front(), sent.message().c_str()));
+    Status got = comm->bootstrap->recv(survivors.front(), idTag, answer.data(), answer.size(), answerWaitSec);
+    if (!got.isOk())
+      return Status(got.code(),
+                    format("%s: rank %d: no answer from rank %d, the lowest survivor (which creates "
+                           "the new communicator) within %d s: %s",
+                           fn, comm->rank, survivors.front(), answerWaitSec, got.message().c_str()));
+    std::memcpy(&head, answer.data(), sizeof head);
+    const std::vector<uint8_t> theirs(answer.begin() + sizeof head, answer.end());
+    if (theirs != excluded)
+      return makeError(ridgeInvalidUsage,
+                       "%s: rank %d excludes %s but rank %d excludes %s: every survivor must "
+                       "pass the same excludeRanks",
+                       fn, comm->rank, rankSet(excluded).c_str(), survivors.front(), rankSet(theirs).c_str());
+    if (head.code != ridgeSuccess) {
+      const ridgeResult_t code = static_cast<ridgeResult_t>(head.code);
+      if (head.otherRank < 0)
+        return makeError(code,
+                         "%s: rank %d: rank %d, the lowest survivor, could not create the new "
+                         "communicator's id (its own error says why)",
+                         fn, comm->rank, survivors.front());
+      return makeError(code,
+                       "%s: rank %d: rank %d, the lowest survivor, gave up: rank %d %s; no new communicator",
+                       fn, comm->rank, survivors.front(), head.otherRank,
+                       code == ridgeInvalidUsage ? "passed another excludeRanks"
+                                                 : "did not arrive in time (it died, hangs, or sees another "
+                                                   "lowest survivor)");
+    }
+    *id = head.id;
+    return Status::ok();
+  }
+  // The new rank 0: every other survivor's set, then the answer to all.
+  Status failure;
+  std::vector<uint8_t> theirs(n);
+  head.otherRank = -1;
+  const auto arrivalsBy = std::chrono::steady_clock::now() + std::chrono::seconds(arrivalWaitSec);
+  for (size_t i = 1; i < survivors.size() && failure.isOk(); ++i) {
+    const auto left = std::chrono::duration<double>(arrivalsBy - std::chrono::steady_clock::now()).count();
+    Status got = comm->bootstrap->recv(survivors[i], arrivalTag, theirs.data(), n,
+                                       std::max(1, static_cast<int>(std::ceil(left))));
+    if (!got.isOk()) {
+      failure =
+          Status(got.code(), format("%s: rank %d: rank %d did not arrive at the shrink within %d s: %s", fn,
+                                    comm->rank, survivors[i], arrivalWaitSec, got.message().c_str()));
+    } else if (theirs != excluded) {
+      failure = makeError(ridgeInvalidUsage,
+                          "%s: rank %d excludes %s but rank %d excludes %s: every survivor "
+                          "must pass the same excludeRanks",
+                          fn, comm->rank, rankSet(excluded).c_str(), survivors[i], rankSet(theirs).c_str());
+    }
+    if (!failure.isOk()) head.otherRank = survivors[i];
+  }
+  if (failure.isOk()) failure = createUniqueId(&head.id);
+  head.code = failure.isOk() ? ridgeSuccess : failure.code();
+  std::memcpy(answer.data(), &head, sizeof head);
+  std::memcpy(answer.data() + sizeof head, excluded.data(), n);
+  // Also after a failure: the survivors that arrived learn it now, with the same code, instead
+  // of timing out.
+  for (size_t i = 1; i < survivors.size(); ++i) {
+    if (survivors[i] == head.otherRank && head.code != ridgeInvalidUsage) continue;  // it never came
+    Status sent = comm->bootstrap->send(survivors[i], idTag, answer.data(), answer.size());
+    if (failure.isOk() && !sent.isOk()) failure = sent;
+  }
+  RIDGE_TRY(failure);
+  *id = head.id;
+  return Status::ok();
+}
+
+}  // namespace
+
 RIDGE_API ridgeResult_t ridgeCommShrink(ridgeComm_t comm, const int* excludeRanks, int excludeCount,
                                         ridgeComm_t* newcomm, ridgeConfig_t* config, int shrinkFlags) {
   const char* fn = "ridgeCommShrink";
@@ -809,9 +924,8 @@ RIDGE_API ridgeResult_t ridgeCommShrink(ridgeComm_t comm, const int* excludeRank
   RIDGE_CHECK(comm, checkComm(fn, comm, /*allowBroken=*/true));
   if (!newcomm) return fail(comm, badArg(fn, "newcomm is NULL"));
   *newcomm = nullptr;
-  if (excludeCount < 0 || excludeCount >= comm->nranks)
-    return fail(comm, makeError(ridgeInvalidArgument, "%s: excludeCount %d is not in [0, %d) (nranks %d)", fn,
-                                excludeCount, comm->nranks, comm->nranks));
+  if (excludeCount < 0)
+    return fail(comm, makeError(ridgeInvalidArgument, "%s: excludeCount %d < 0", fn, excludeCount));
   if (excludeCount > 0 && !excludeRanks)
     return fail(comm, makeError(ridgeInvalidArgument, "%s: excludeRanks is NULL with excludeCount %d", fn,
                                 excludeCount));
@@ -820,57 +934,69 @@ RIDGE_API ridgeResult_t ridgeCommShrink(ridgeComm_t comm, const int* excludeRank
                                 "%s: shrinkFlags %d is neither RIDGE_SHRINK_DEFAULT nor RIDGE_SHRINK_ABORT",
                                 fn, shrinkFlags));
   RIDGE_CHECK(comm, checkConfig(fn, config));
-  std::vector<bool> excluded(comm->nranks, false);
+  // The list is read only up to the first bad entry, so a count larger than the array it
+  // came with is caught by a range or duplicate check rather than read far past its end.
+  std::vector<uint8_t> excluded(comm->nranks, 0);
   for (int i = 0; i < excludeCount; ++i) {
     const int r = excludeRanks[i];
     if (r < 0 || r >= comm->nranks)
       return fail(comm, makeError(ridgeInvalidArgument, "%s: excludeRanks[%d] = %d is out of range [0, %d)",
                                   fn, i, r, comm->nranks));
     if (excluded[r])
-      return fail(comm, makeError(ridgeInvalidArgument, "%s: excludeRanks names rank %d twice", fn, r));
-    excluded[r] = true;
+      return fail(comm, makeError(ridgeInvalidArgument,
+                                  "%s: excludeRanks names rank %d twice (excludeRanks[%d])", fn, r, i));
+    excluded[r] = 1;
   }
+  if (excludeCount == comm->nranks)
+    return fail(comm, makeError(ridgeInvalidArgument,
+                                "%s: excludeRanks names all %d ranks (excludeCount %d); nobody would be left",
+                                fn, comm->nranks, excludeCount));
   if (excluded[comm->rank])
     return fail(comm, makeError(ridgeInvalidArgument,
                                 "%s: excludeRanks names this rank (%d); an excluded rank must not call it",
                                 fn, comm->rank));
   if (tGroup.depth > 0)
     return fail(comm, makeError(ridgeInvalidUsage, "%s: called inside a group (ridgeGroupStart)", fn));
-  if (shrinkFlags == RIDGE_SHRINK_ABORT) {
-    // Calls blocked on the parent (waiting for a dead rank) leave with ridgeAborted; then the
-    // bootstrap connections are usable again for the id, and the parent stays marked broken.
-    comm->aborted.store(true);
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (comm->callsInFlight.load() > 0 && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    if (comm->callsInFlight.load() > 0) {
-      comm->aborted.store(false);
-      return fail(comm, makeError(ridgeInternalError, "%s: a call on comm did not leave within 10 s", fn));
-    }
-    int expected = ridgeSuccess;
-    comm->asyncError.compare_exchange_strong(expected, ridgeAborted);
-    comm->aborted.store(false);
-  }
   std::vector<int> survivors;
   for (int r = 0; r < comm->nranks; ++r)
     if (!excluded[r]) survivors.push_back(r);
   const int newRank =
       static_cast<int>(std::find(survivors.begin(), survivors.end(), comm->rank) - survivors.begin());
-  const uint32_t tag = 0x53480000u | (comm->shrinkCount++ & 0xffffu);  // "SH" and the shrink's number
+  const int parentTimeout = comm->timeoutSec;
   ridgeUniqueId id;
   {
+    // Held throughout, so that ridgeCommAbort on another thread waits for this call to leave
+    // instead of freeing comm under it; other calls are those beyond this one.
     InFlight guard(comm);
-    // Point-to-point bootstrap messages between survivors only: an excluded (maybe dead) rank
-    // is never contacted.
-    if (newRank == 0) {
-      RIDGE_CHECK(comm, createUniqueId(&id));
-      for (size_t i = 1; i < survivors.size(); ++i)
-        RIDGE_CHECK(comm, comm->bootstrap->send(survivors[i], tag, &id, sizeof id));
-    } else {
-      RIDGE_CHECK(comm, comm->bootstrap->recv(survivors[0], tag, &id, sizeof id));
+    if (shrinkFlags == RIDGE_SHRINK_ABORT) {
+      // Calls blocked on the parent (waiting for a dead or stopped rank) leave with
+      // ridgeAborted, and its proxy drops the device operations it still holds. The parent
+      // stays aborted (its teardown then skips flushing to peers that may never read); only its
+      // bootstrap is given back, for the survivors' meeting.
+      comm->aborted.store(true);
+      comm->bootstrapAborted.store(true);
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (comm->callsInFlight.load() > 1 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (comm->callsInFlight.load() > 1)
+        return fail(comm, makeError(ridgeInternalError, "%s: a call on comm did not leave within 10 s", fn));
+      int expected = ridgeSuccess;
+      comm->asyncError.compare_exchange_strong(expected, ridgeAborted);
+      comm->bootstrapAborted.store(false);
+    } else if (comm->callsInFlight.load() > 1) {
+      // The meeting uses the parent's bootstrap, which one thread at a time may use.
+      return fail(comm, makeError(ridgeInvalidUsage,
+                                  "%s: a call on comm is in flight on another thread; RIDGE_SHRINK_DEFAULT "
+                                  "needs none (RIDGE_SHRINK_ABORT aborts it first)",
+                                  fn));
+    } else if (comm->asyncError.load() == ridgeSuccess) {
+      // Device operations queued earlier use the connections; a healthy parent finishes them.
+      RIDGE_CHECK(comm, drainDeviceOps(comm));
     }
+    RIDGE_CHECK(comm, meetSurvivors(comm, excluded, survivors, &id));
   }
-  return initRank(fn, newcomm, static_cast<int>(survivors.size()), id, newRank, config, comm->timeoutSec);
+  // Not comm->timeoutSec: once the guard is gone, ridgeCommAbort on another thread may free comm.
+  return initRank(fn, newcomm, static_cast<int>(survivors.size()), id, newRank, config, parentTimeout);
 }
 
 RIDGE_API ridgeResult_t ridgeCommInitFromEnv(ridgeComm_t* comm) {
@@ -915,6 +1041,7 @@ RIDGE_API ridgeResult_t ridgeCommAbort(ridgeComm_t comm) {
   if (!comm) return fail(nullptr, badArg("ridgeCommAbort", "comm is NULL"));
   RIDGE_CHECK(nullptr, HandleRegistry::get().check("ridgeCommAbort", comm));
   comm->aborted.store(true);
+  comm->bootstrapAborted.store(true);
   // A thread blocked in a collective notices the flag within a poll slice (<= 100 ms)
   // and leaves; wait for it before freeing, bounded so that abort itself never hangs.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);

@@ -1100,7 +1100,7 @@ Status Bootstrap::send(int peer, uint32_t tag, const void* data, size_t bytes) {
   return st;
 }
 
-Status Bootstrap::recv(int peer, uint32_t tag, void* data, size_t bytes) {
+Status Bootstrap::recv(int peer, uint32_t tag, void* data, size_t bytes, int waitSec) {
   RIDGE_TRY(checkOpen("recv"));
   if (peer < 0 || peer >= nranks_)
     return makeError(ridgeInvalidArgument, "bootstrap: rank %d: recv from peer %d, out of range 0..%d", rank_,
@@ -1125,7 +1125,7 @@ Status Bootstrap::recv(int peer, uint32_t tag, void* data, size_t bytes) {
                      "bootstrap: rank %d: recv from itself with tag %u but no such message was sent", rank_,
                      tag);
 
-  Deadline d = deadline();
+  Deadline d = waitSec > 0 ? Deadline::after(waitSec, abortFlag_) : deadline();
   std::string who = peerName(peer);
   if (!recvConn_[peer].valid()) {
     Socket* slot = &recvConn_[peer];

@@ -114,9 +114,11 @@ class Bootstrap {
   Status broadcast(void* data, size_t bytes, int root);
   // Tagged point-to-point over a direct connection per direction (opened on first use).
   // Messages arrive in order per (peer, direction); a recv for one tag buffers messages
-  // of other tags that come first. The size must match what the sender sent.
+  // of other tags that come first. The size must match what the sender sent. waitSec > 0
+  // bounds this receive instead of the bootstrap's timeout (ridgeCommShrink: survivors that
+  // noticed a failure up to one timeout apart still meet).
   Status send(int peer, uint32_t tag, const void* data, size_t bytes);
-  Status recv(int peer, uint32_t tag, void* data, size_t bytes);
+  Status recv(int peer, uint32_t tag, void* data, size_t bytes, int waitSec = 0);
   // Closes every socket. Safe to call twice; later operations fail with ridgeInvalidUsage.
   void close();
 

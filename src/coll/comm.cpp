@@ -41,7 +41,7 @@ Status initComm(ridgeComm* c, const ridgeUniqueId& id) {
   setLogRank(c->rank);
   registerComm(c);  // for the state dump (RIDGE_DEBUG_DUMP, ridgeCommDumpState)
 
-  RIDGE_TRY(Bootstrap::connect(id, c->rank, c->nranks, c->timeoutSec, &c->aborted, &c->bootstrap));
+  RIDGE_TRY(Bootstrap::connect(id, c->rank, c->nranks, c->timeoutSec, &c->bootstrapAborted, &c->bootstrap));
 
   PeerInfo me{};
   me.hostHash = hostHash();

@@ -109,6 +109,11 @@ struct ridgeComm {
   int64_t yieldNs = 1000000;    // then yield this long before sleeping on the transport
 
   std::atomic<bool> aborted{false};
+  // Cancels the bootstrap's waits (its abort flag). ridgeCommAbort sets it with `aborted`;
+  // ridgeCommShrink with RIDGE_SHRINK_ABORT sets it only until the calls of other threads have
+  // left, so that the survivors still meet through the parent's bootstrap while its transports
+  // and device operations stay aborted.
+  std::atomic<bool> bootstrapAborted{false};
   // ridgeSuccess, ridgeInProgress (non-blocking init running) or the error that broke it.
   std::atomic<int> asyncError{ridgeInProgress};
   std::atomic<int> callsInFlight{0};
@@ -144,8 +149,8 @@ struct ridgeComm {
   std::vector<std::unique_ptr<Registration>> registrations;
   // Direct (single-copy) collectives whose own buffers were all registered (debug counter).
   std::atomic<uint64_t> registeredDirectCalls{0};
-  // How many ridgeCommShrink calls this rank made on the communicator: the tag of the next
-  // one's id message, so that two shrinks never read each other's id.
+  // How many ridgeCommShrink calls this rank made on the communicator: part of the tags of the
+  // next one's messages, so that two shrinks never read each other's.
   uint32_t shrinkCount = 0;
 
   // Signatures and operation counters of the host operations (coll/signature.h).

@@ -521,6 +521,36 @@ std::vector<BadCall> buildTable() {
     return ridgeCommShrink(c.comm, nullptr, 0, &x, nullptr, 7);
   });
   add(
+      "Duplicate_CommShrink", IA, {"twice"},
+      [](const Ctx& c) {
+        ridgeComm_t x;
+        const int other = 1 - c.me;
+        const int ex[2] = {other, other};
+        return ridgeCommShrink(c.comm, ex, 2, &x, nullptr, RIDGE_SHRINK_DEFAULT);
+      },
+      2);
+  add(
+      "EveryRank_CommShrink", IA, {"all 2 ranks"},
+      [](const Ctx& c) {
+        ridgeComm_t x;
+        const int ex[2] = {1, 0};
+        return ridgeCommShrink(c.comm, ex, 2, &x, nullptr, RIDGE_SHRINK_ABORT);
+      },
+      2);
+  add("BadConfig_CommShrink", IA, {"config"}, [](const Ctx& c) {
+    ridgeConfig_t cfg = RIDGE_CONFIG_INITIALIZER;
+    cfg.timeoutSeconds = -4;
+    ridgeComm_t x;
+    return ridgeCommShrink(c.comm, nullptr, 0, &x, &cfg, RIDGE_SHRINK_DEFAULT);
+  });
+  add("InGroup_CommShrink", IU, {"group"}, [](const Ctx& c) {
+    ridgeComm_t x;
+    ridgeGroupStart();
+    ridgeResult_t r = ridgeCommShrink(c.comm, nullptr, 0, &x, nullptr, RIDGE_SHRINK_DEFAULT);
+    ridgeGroupEnd();
+    return r;
+  });
+  add(
       "NullComm_Bcast", IA, kComm,
       [](const Ctx& c) { return ridgeBcast(c.rb, 8, kF32, 0, nullptr, nullptr); }, 1, false);
   add("NullBuff_Bcast", IA, {"recvbuff", "sendbuff"},

@@ -5,8 +5,10 @@
 // against values computed here; outputs are poisoned first.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cmath>
@@ -47,6 +49,27 @@ std::string queries(ridgeComm_t comm, int wantRank, int wantSize) {
     return "rank " + std::to_string(me) + " of " + std::to_string(n) + ", expected " +
            std::to_string(wantRank) + " of " + std::to_string(wantSize);
   return "";
+}
+
+// Polls a non-blocking communicator (bounded) until it has finished connecting; its state.
+ridgeResult_t waitReady(ridgeComm_t comm) {
+  ridgeResult_t state = ridgeInProgress;
+  const double t0 = nowSec();
+  while (state == ridgeInProgress && nowSec() - t0 < scaledSeconds(20.0)) {
+    if (ridgeCommGetAsyncError(comm, &state) != ridgeSuccess) break;
+    if (state == ridgeInProgress) usleep(1000);
+  }
+  return state;
+}
+
+// A shrunk communicator of old ranks 0 and 1: its rank, its size and an allreduce checked, then
+// destroyed.
+void checkPairAndDestroy(ridgeComm_t small, int me, Reporter& rep) {
+  std::string e = queries(small, me, 2);
+  if (!e.empty()) rep.fail("queries", e);
+  e = checkSumOfMembers(small, me, {0, 1});
+  if (!e.empty()) rep.fail("allreduce", e);
+  ridgeCommDestroy(small);
 }
 
 // Forks n ranks, each with a communicator of the n, and runs body(comm, rank, reporter) on
@@ -108,12 +131,7 @@ TEST(CommSplit, NonBlockingConfigReachesSuccess) {
       rep.fail("split", describeResult(r));
       return 1;
     }
-    ridgeResult_t state = ridgeInProgress;
-    const double t0 = nowSec();
-    while (state == ridgeInProgress && nowSec() - t0 < 20) {
-      if (ridgeCommGetAsyncError(sub, &state) != ridgeSuccess) break;
-      if (state == ridgeInProgress) usleep(1000);
-    }
+    const ridgeResult_t state = waitReady(sub);
     if (state != ridgeSuccess) rep.fail("async", describeResult(state));
     std::string e = checkSumOfMembers(sub, me, {0, 1});
     if (!e.empty()) rep.fail("allreduce", e);
@@ -217,6 +235,200 @@ TEST(CommShrink, ExcludedLiveRanksAndOrder) {
     return 0;
   });
   reportChildFailures(res, "shrink of live ranks");
+}
+
+// A non-blocking config: the survivors' meeting happens in the call, the new communicator
+// connects in the background (ridgeInProgress, then ridgeCommGetAsyncError until ridgeSuccess).
+TEST(CommShrink, NonBlockingConfigReachesSuccess) {
+  constexpr int n = 3;
+  LaunchResult res = launchWithComms(n, 90, [&](ridgeComm_t comm, int me, Reporter& rep) {
+    if (me != 2) {
+      const int ex[1] = {2};
+      ridgeConfig_t cfg = RIDGE_CONFIG_INITIALIZER;
+      cfg.blocking = 0;
+      cfg.commName = "shrink-nonblocking";
+      ridgeComm_t small = nullptr;
+      ridgeResult_t r = ridgeCommShrink(comm, ex, 1, &small, &cfg, RIDGE_SHRINK_DEFAULT);
+      if ((r != ridgeSuccess && r != ridgeInProgress) || !small) {
+        rep.fail("shrink", describeResult(r));
+        return 1;
+      }
+      const ridgeResult_t state = waitReady(small);
+      if (state != ridgeSuccess) rep.fail("async", describeResult(state));
+      checkPairAndDestroy(small, me, rep);
+    }
+    ridgeCommDestroy(comm);
+    return 0;
+  });
+  reportChildFailures(res, "non-blocking shrink");
+}
+
+// Survivors reach the shrink up to one timeout apart (one gets a remote error at once, another
+// waits out its timeout): they must still meet. The parent's timeout is T; one survivor arrives
+// 1.5 T after the other, first the new rank 0 (which creates the new id), then a later rank.
+// Rank 2 is excluded and only destroys the parent.
+void shrinkWithOneLateSurvivor(int lateRank) {
+  constexpr int n = 3;
+  const int parentTimeout = scaledSeconds(2);
+  ridgeUniqueId id;
+  ASSERT_TRUE(makeUniqueId(&id));
+  LaunchResult res = launchRanks(n, 90, [&](int me, Reporter& rep) {
+    ridgeConfig_t parentCfg = RIDGE_CONFIG_INITIALIZER;
+    parentCfg.timeoutSeconds = parentTimeout;
+    ridgeComm_t comm = nullptr;
+    ridgeResult_t r = ridgeCommInitRankConfig(&comm, n, id, me, &parentCfg);
+    if (r != ridgeSuccess) {
+      rep.fail("init", describeResult(r));
+      return 1;
+    }
+    if (me != 2) {
+      if (me == lateRank) usleep(static_cast<useconds_t>(parentTimeout * 1500000.0));
+      const int ex[1] = {2};
+      ridgeConfig_t cfg = RIDGE_CONFIG_INITIALIZER;
+      cfg.timeoutSeconds = scaledSeconds(30);
+      ridgeComm_t small = nullptr;
+      const double t0 = nowSec();
+      r = ridgeCommShrink(comm, ex, 1, &small, &cfg, RIDGE_SHRINK_DEFAULT);
+      if (r != ridgeSuccess || !small) {
+        rep.fail("shrink after " + std::to_string(nowSec() - t0) + " s", describeResult(r));
+      } else {
+        checkPairAndDestroy(small, me, rep);
+      }
+    }
+    ridgeCommDestroy(comm);
+    return 0;
+  });
+  reportChildFailures(res, "shrink with survivor " + std::to_string(lateRank) + " late");
+}
+
+TEST(CommShrink, NewRankZeroArrivingATimeoutAndAHalfLateStillMeets) {
+  shrinkWithOneLateSurvivor(0);
+}
+
+TEST(CommShrink, OtherSurvivorArrivingATimeoutAndAHalfLateStillMeets) {
+  shrinkWithOneLateSurvivor(1);
+}
+
+// Survivors that pass different lists (rank 0 drops {2, 3}, rank 1 drops {3}) both fail at once
+// with ridgeInvalidUsage naming both lists, instead of waiting for each other's communicators;
+// the parent still works afterwards.
+TEST(CommShrink, DisagreeingListsFailAlikeWithBothLists) {
+  constexpr int n = 4;
+  const int timeout = scaledSeconds(10);
+  LaunchResult res = launchWithComms(n, 90, [&](ridgeComm_t comm, int me, Reporter& rep) {
+    if (me < 2) {
+      const int ex0[2] = {2, 3}, ex1[1] = {3};
+      ridgeComm_t small = reinterpret_cast<ridgeComm_t>(0x1);
+      const double t0 = nowSec();
+      ridgeResult_t r = me == 0 ? ridgeCommShrink(comm, ex0, 2, &small, nullptr, RIDGE_SHRINK_DEFAULT)
+                                : ridgeCommShrink(comm, ex1, 1, &small, nullptr, RIDGE_SHRINK_DEFAULT);
+      const double took = nowSec() - t0;
+      const std::string text = ridgeGetLastError(comm);
+      if (r != ridgeInvalidUsage) rep.fail("shrink", "expected ridgeInvalidUsage, got " + describeResult(r));
+      if (small != nullptr) rep.fail("shrink", "*newcomm is not NULL after a failure");
+      if (text.find("{2, 3}") == std::string::npos || text.find("{3}") == std::string::npos)
+        rep.fail("shrink", "the message does not name both lists: " + text);
+      if (took > timeout / 2.0) rep.fail("shrink", "took " + std::to_string(took) + " s: it waited");
+    }
+    std::string e = checkSumOfMembers(comm, me, {0, 1, 2, 3});
+    if (!e.empty()) rep.fail("parent afterwards", e);
+    ridgeCommDestroy(comm);
+    return 0;
+  });
+  reportChildFailures(res, "disagreeing shrink lists");
+}
+
+// RIDGE_SHRINK_DEFAULT while another thread's allreduce is blocked on the parent: refused with
+// ridgeInvalidUsage (the meeting would share the parent's bootstrap with that call); the call
+// then completes normally once the peer joins it, and the parent goes on.
+TEST(CommShrink, DefaultModeRefusesACallInFlight) {
+  constexpr int n = 2;
+  int go[2];
+  ASSERT_EQ(pipe(go), 0);
+  LaunchResult res = launchWithComms(n, 90, [&](ridgeComm_t comm, int me, Reporter& rep) {
+    if (me == 1) {
+      pollfd p{go[0], POLLIN, 0};
+      char byte = 0;
+      if (poll(&p, 1, static_cast<int>(scaledSeconds(20.0) * 1000)) != 1 || read(go[0], &byte, 1) != 1)
+        rep.fail("rank 1", "no word from rank 0");
+      std::string e = checkSumOfMembers(comm, me, {0, 1});
+      if (!e.empty()) rep.fail("joined allreduce", e);
+    } else {
+      std::string blocked;
+      std::thread worker([&] { blocked = checkSumOfMembers(comm, me, {0, 1}); });
+      // Wait (on the state dump, bounded) until the worker is inside its allreduce.
+      int dump[2];
+      bool inside = false;
+      if (pipe(dump) == 0) {
+        for (int i = 0; i < 2000 && !inside; ++i) {
+          ridgeCommDumpState(comm, dump[1]);
+          char buf[4096];
+          const ssize_t got = read(dump[0], buf, sizeof buf - 1);
+          inside = got > 0 && std::string(buf, static_cast<size_t>(got)).find("; in ") != std::string::npos;
+          if (!inside) usleep(5000);
+        }
+        close(dump[0]);
+        close(dump[1]);
+      }
+      if (!inside) rep.fail("rank 0", "the worker's allreduce never showed as running");
+      ridgeComm_t small = reinterpret_cast<ridgeComm_t>(0x1);
+      ridgeResult_t r = ridgeCommShrink(comm, nullptr, 0, &small, nullptr, RIDGE_SHRINK_DEFAULT);
+      const std::string text = ridgeGetLastError(comm);
+      if (r != ridgeInvalidUsage) rep.fail("shrink", "expected ridgeInvalidUsage, got " + describeResult(r));
+      if (small != nullptr) rep.fail("shrink", "*newcomm is not NULL after a failure");
+      if (text.find("in flight") == std::string::npos) rep.fail("shrink", "message: " + text);
+      if (write(go[1], "g", 1) != 1) rep.fail("rank 0", "pipe write");
+      worker.join();
+      if (!blocked.empty()) rep.fail("the blocked allreduce", blocked);
+    }
+    std::string e = checkSumOfMembers(comm, me, {0, 1});
+    if (!e.empty()) rep.fail("parent afterwards", e);
+    ridgeCommDestroy(comm);
+    return 0;
+  });
+  close(go[0]);
+  close(go[1]);
+  reportChildFailures(res, "default shrink with a call in flight");
+}
+
+// ridgeCommAbort on the parent from another thread while a shrink waits for a survivor that
+// never comes (rank 1 does not call it): the shrink returns at once with ridgeAborted (or, had
+// the abort come first, is refused as a call on a destroyed handle), the abort frees the parent
+// after the shrink has left it, and nothing waits out the timeout.
+TEST(CommShrink, AbortOfTheParentEndsAWaitingShrink) {
+  constexpr int n = 3;
+  LaunchResult res = launchWithComms(n, 90, [&](ridgeComm_t comm, int me, Reporter& rep) {
+    if (me != 0) {
+      // Ranks 1 and 2 stay out of it; rank 0's abort closes its connections to them.
+      ridgeCommAbort(comm);
+      return 0;
+    }
+    ridgeResult_t shrunk = ridgeInternalError;
+    std::string text;
+    double took = 0;
+    std::thread shrinker([&] {
+      const int ex[1] = {2};
+      ridgeComm_t small = nullptr;
+      const double t0 = nowSec();
+      shrunk = ridgeCommShrink(comm, ex, 1, &small, nullptr, RIDGE_SHRINK_DEFAULT);
+      took = nowSec() - t0;
+      text = ridgeGetLastError(nullptr);
+      if (small) ridgeCommDestroy(small);
+    });
+    usleep(200 * 1000);  // most likely inside the wait for rank 1; either order must be safe
+    const double t0 = nowSec();
+    ridgeResult_t aborted = ridgeCommAbort(comm);
+    const double abortTook = nowSec() - t0;
+    shrinker.join();
+    if (aborted != ridgeSuccess) rep.fail("abort", describeResult(aborted));
+    if (shrunk != ridgeAborted && shrunk != ridgeInvalidArgument)
+      rep.fail("shrink", "expected ridgeAborted, got " + describeResult(shrunk) + ": " + text);
+    if (took > scaledSeconds(5.0) || abortTook > scaledSeconds(5.0))
+      rep.fail("timing",
+               "shrink took " + std::to_string(took) + " s, abort " + std::to_string(abortTook) + " s");
+    return 0;
+  });
+  reportChildFailures(res, "abort during a shrink");
 }
 
 // ---- broadcast in place, gather, scatter -------------------------------------------------------

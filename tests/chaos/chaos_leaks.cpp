@@ -25,6 +25,7 @@
 
 #include "bootstrap/init_stage.h"
 #include "chaos_record.h"
+#include "chaos_resources.h"
 #include "rank_launcher.h"
 #include "ridge/ridge.h"
 
@@ -35,7 +36,9 @@ extern std::atomic<bool> gShmForceNamedSegmentForTesting;  // transports/shm/shm
 namespace {
 
 using ridge::InitStage;
+using ridge::chaos::countOpenFds;
 using ridge::chaos::Outcome;
+using ridge::chaos::shmSegmentsOf;
 
 constexpr int kRanks = 3;
 constexpr int kTimeoutSec = 2;  // RIDGE_TIMEOUT of every process in these cases
@@ -71,30 +74,6 @@ std::string caseName(const Case& c) {
   for (char& ch : s)
     if (ch == '-') ch = '_';
   return s;
-}
-
-int countOpenFds() {
-  int n = 0;
-  if (DIR* d = opendir("/proc/self/fd")) {
-    while (dirent* e = readdir(d))
-      if (e->d_name[0] != '.') ++n;
-    closedir(d);
-  }
-  return n - 1;  // the directory stream's own descriptor
-}
-
-// /dev/shm entries that name one of `pids` (Ridge's fallback segments are /ridge-<pid>-<hex>).
-std::set<std::string> shmSegmentsOf(const std::vector<pid_t>& pids) {
-  std::set<std::string> out;
-  if (DIR* d = opendir("/dev/shm")) {
-    while (dirent* e = readdir(d)) {
-      const std::string name = e->d_name;
-      for (pid_t p : pids)
-        if (name.rfind("ridge-" + std::to_string(p) + "-", 0) == 0) out.insert(name);
-    }
-    closedir(d);
-  }
-  return out;
 }
 
 // A survivor's line "RESULT <code> <seconds> <wrong elements> <fds before> <fds after> | <message>".

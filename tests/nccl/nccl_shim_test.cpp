@@ -148,6 +148,45 @@ TEST(NcclShim, InitAllRanksInThreads) {
   for (int r = 0; r < n; ++r) EXPECT_EQ(ncclCommDestroy(comms[r]), ncclSuccess);
 }
 
+// ncclCommShrink under NCCL's names: three ranks in threads, rank 1 left out (it does not call);
+// ranks 0 and 2 become ranks 0 and 1 of the new communicator and allreduce on it. A bad list
+// is ncclInvalidArgument naming the problem.
+TEST(NcclShim, ShrinkLeavesARankOut) {
+  constexpr int n = 3;
+  ncclComm_t comms[n] = {};
+  ASSERT_EQ(ncclCommInitAll(comms, n, nullptr), ncclSuccess) << ncclGetLastError(nullptr);
+  int twice[2] = {1, 1};
+  ncclComm_t bad = nullptr;
+  EXPECT_EQ(ncclCommShrink(comms[0], twice, 2, &bad, nullptr, NCCL_SHRINK_DEFAULT), ncclInvalidArgument);
+  EXPECT_TRUE(lastErrorNames("twice", comms[0])) << ncclGetLastError(comms[0]);
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int r : {0, 2}) {
+    threads.emplace_back([&, r] {
+      int left[1] = {1};
+      ncclComm_t small = nullptr;
+      if (ncclCommShrink(comms[r], left, 1, &small, nullptr, NCCL_SHRINK_DEFAULT) != ncclSuccess) {
+        errors[r] = std::string("shrink: ") + ncclGetLastError(comms[r]);
+        return;
+      }
+      int me = -1, count = 0;
+      std::vector<double> x(100, r + 1.0), y(100, -1);
+      if (ncclCommUserRank(small, &me) != ncclSuccess || ncclCommCount(small, &count) != ncclSuccess ||
+          me != r / 2 || count != 2)
+        errors[r] = "queries: rank " + std::to_string(me) + " of " + std::to_string(count);
+      else if (ncclAllReduce(x.data(), y.data(), x.size(), ncclDouble, ncclSum, small, nullptr) !=
+               ncclSuccess)
+        errors[r] = ncclGetLastError(small);
+      else if (y[99] != 4.0)
+        errors[r] = "allreduce gave " + std::to_string(y[99]);
+      ncclCommDestroy(small);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r : {0, 2}) EXPECT_EQ(errors[r], "") << "rank " << r;
+  for (int r = 0; r < n; ++r) EXPECT_EQ(ncclCommDestroy(comms[r]), ncclSuccess);
+}
+
 TEST(NcclShim, ConfigIsCheckedAndNonBlockingInitWorks) {
   ncclUniqueId id;
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
