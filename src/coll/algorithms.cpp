@@ -293,9 +293,11 @@ Task allPairsReduce(ridgeComm* c, CollArgs a, bool scatter, bool inlineHeader = 
 // an in-place all-to-all through slots deadlocked once the kernel buffers were full
 // (SocketOneHost.ExchangeLeadWithinFifos*). With more ranks the ring forwards what it
 // receives and all-pairs sends to every peer; neither is changed.
+// One rank has no connector to itself (sendTo[rank] is null): no lead, and nothing to ask.
 inline size_t exchangeAhead(int P, const SendConnector* tx) {
+  if (P != 2 || tx == nullptr) return 0;
   const uint32_t ownQueue = tx->chunksInFlight() / 2;
-  return P == 2 && ownQueue >= 3 ? size_t{ownQueue} - 2 : 0;
+  return ownQueue >= 3 ? size_t{ownQueue} - 2 : 0;
 }
 
 // AllGather (gather = true: every rank's block goes to everyone) and AlltoAll (block j
