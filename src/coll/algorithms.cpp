@@ -242,7 +242,7 @@ Task allPairsReduce(ridgeComm* c, CollArgs a, bool scatter, bool inlineHeader = 
       int j = (r + k) % P;
       size_t src = scatter ? (size_t(j) * a.count + off) : off;
       char* slot = static_cast<char*>(co_await AcquireSlot(c->sendTo[j]));
-      if (inlineHeader) writeInlineHeader(c, j, slot);
+      if (inlineHeader) writeInlineHeader(c->ledger, j, slot);
       std::memcpy(slot + hdr, cbytes(a.send) + src * es, n * es);
       c->sendTo[j]->post(static_cast<uint32_t>(hdr + n * es), false);
     }
@@ -269,7 +269,16 @@ Task allPairsReduce(ridgeComm* c, CollArgs a, bool scatter, bool inlineHeader = 
     if (copied)
       for (int k = 1; k < P; ++k) {
         const int j = (r + P - k) % P;
-        if (c->ledger.due[static_cast<size_t>(j)]) RIDGE_CO_TRY(checkCopiedHeader(c, j));
+        if (!c->ledger.due[static_cast<size_t>(j)]) continue;
+        if (copiedHeaderMatches(c->ledger, j)) [[likely]] {
+          headerMatched(c->ledger, j);
+          continue;
+        }
+        // The slot is still held (its size checked above): the full header there names the
+        // peer's call.
+        SlotInfo info;
+        info.bytes = static_cast<uint32_t>(hdr + n * es);
+        RIDGE_CO_TRY(checkInlineHeader(c, j, cbytes(srcs[j]) - hdr, info));
       }
     for (int k = 1; k < P; ++k) c->recvFrom[(r + P - k) % P]->release();
   }

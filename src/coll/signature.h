@@ -1,13 +1,15 @@
 // Operation signatures (issue 19): every rank agrees on each call, or every rank fails.
 //
-// Each host collective and point-to-point operation starts with a header slot on the
-// connectors it checks: a collective posts its signature (kind, root, count, datatype, op,
+// Each host collective and point-to-point operation starts with a header (HeaderWire: a
+// 64-bit digest, then the full signature) on the connectors it checks: a collective posts its signature (kind, root, count, datatype, op,
 // sequence number, and how many messages this rank has sent to and received from that
 // peer) to every peer, a send posts its signature (sequence number of the pair, count,
 // datatype) to its receiver. The receiving side reads a peer's header before any data
 // from that peer (the algorithms call takeHeader before their first peek on a connector),
 // at the end of the operation for peers it took no data from, and while it idles (the
 // executor polls due headers), so a rank blocked on a full FIFO still sees the mismatch.
+// A header is compared by its digest (one load and compare per peer); the full signatures are
+// read and compared only when the digests differ, to say what differs and name both calls.
 // Every pair compares both ways, so a mismatch fails the operation on every rank involved
 // with ridgeInvalidUsage and a message naming both calls; the executor then marks the
 // communicator broken (async error). A send nobody received shows up in the next
@@ -35,7 +37,8 @@ struct ridgeComm;
 
 namespace ridge {
 
-// One header slot. Fixed layout: it crosses the wire between builds of the same version.
+// The full description of one call. Fixed layout: it crosses the wire between builds of the
+// same version.
 struct OpSignature {
   uint64_t magic = 0;  // kSignatureMagic
   uint64_t seq = 0;    // collectives: the communicator's collective count; p2p: the pair's
@@ -52,17 +55,35 @@ struct OpSignature {
 static_assert(sizeof(OpSignature) == 56, "OpSignature is a wire format");
 constexpr uint64_t kSignatureMagic = 0x5249444745534947ull;  // "RIDGESIG"
 
+// One header as it travels (alone in a slot, or at the start of a slot with data): a 64-bit
+// digest of everything the receiver compares (kind, root, count, datatype, op, sequence
+// number, the pair's send/receive counts, the sender's rank; for a send its bytes and
+// receiver), then the full signature. A receiver compares the digest with the one it expects
+// (one load, one compare) and reads the signature only when they differ, to name both calls.
+// Both live in one cache line, so the cold part costs no transfer of its own.
+struct HeaderWire {
+  uint64_t digest = 0;
+  OpSignature sig;
+};
+static_assert(sizeof(HeaderWire) == 64, "HeaderWire is one cache line");
+
 // Per communicator. Only the thread running the communicator's operations writes it; the
 // atomics are also read by the dump (another thread) and are relaxed (plain stores on x86).
 struct OpLedger {
   bool sized = false;
   uint64_t collSeq = 0;
   std::vector<uint64_t> sendSeq, recvSeq;  // per peer
-  std::vector<uint8_t> due;                // per peer: its header is the next slot to read
-  std::vector<OpSignature> expect;         // per peer: this rank's call its header must match
-  std::vector<OpSignature> inbox;          // per peer: an inline header copied out, to check
-  OpSignature current;                     // this rank's latest operation
-  bool inlineHeaders = false;              // the running collective's headers ride in its data slots
+  // Per peer: 0, or what its next slot is: kDueCollective (the running collective's header,
+  // expected to match `current`) or kDueRecv (a send's header, to match expect[peer]).
+  std::vector<uint8_t> due;
+  std::vector<uint64_t> expectDigest;  // per peer: the digest its due header must carry
+  std::vector<uint64_t> pairOut;       // per peer: the digest's part for the pair's counts, sending
+  std::vector<uint64_t> pairIn;        // and receiving (the peer's view of the same counts)
+  std::vector<uint64_t> inbox;         // per peer: an inline header's digest copied out, to check
+  std::vector<OpSignature> expect;     // per peer: a receive's signature (kDueRecv)
+  OpSignature current;                 // this rank's latest operation
+  uint64_t currentDigest = 0;          // digest of `current` without the pair's part
+  bool inlineHeaders = false;          // the running collective's headers ride in its data slots
   // For dumps and timeout messages.
   std::atomic<uint64_t> started{0}, finished{0};
   std::atomic<uint64_t> curSeq{0}, curCount{0};
@@ -70,6 +91,7 @@ struct OpLedger {
   std::atomic<bool> running{false};
   std::unique_ptr<std::atomic<uint64_t>[]> peerSeen;  // latest collective seq seen from each peer
 };
+constexpr uint8_t kDueCollective = 1, kDueRecv = 2;
 
 // Whether operations of `c` in its present mode carry signatures.
 bool signaturesOn(const ridgeComm* c);
@@ -83,15 +105,18 @@ Task beginCollective(ridgeComm* c, const CollArgs& a);
 void beginInlineCollective(ridgeComm* c, const CollArgs& a);
 // Whether a peer's header is still to be read (endCollective then waits for it).
 bool headersDue(const ridgeComm* c);
-constexpr size_t kInlineHeaderBytes = 64;  // header room at the start of such a slot
-void writeInlineHeader(ridgeComm* c, int peer, void* slot);
+constexpr size_t kInlineHeaderBytes = sizeof(HeaderWire);  // header room at the start of such a slot
+inline void writeInlineHeader(OpLedger& L, int peer, void* slot);
 Status checkInlineHeader(ridgeComm* c, int peer, const void* slot, const SlotInfo& info);
 // The same in two steps, so that the header's cache line is fetched beside the payload's
-// instead of before it: copy it out of the slot (ledger inbox) before the reduction, check it
-// after (and before the slot is released). A mismatch then fails the call with the output
-// already written, as any failed call may leave it.
+// instead of before it: copy its digest out of the slot (ledger inbox) before the reduction,
+// compare it after (and before the slot is released: a digest that differs is then checked in
+// full from the slot, which names the peer's call). A mismatch then fails the call with the
+// output already written, as any failed call may leave it.
 inline void copyInlineHeader(OpLedger& L, int peer, const void* slot);
-Status checkCopiedHeader(ridgeComm* c, int peer);
+inline bool copiedHeaderMatches(const OpLedger& L, int peer);
+// A due collective header whose digest matched: no longer due, and seen (for dumps).
+inline void headerMatched(OpLedger& L, int peer);
 // Waits for the headers still due (peers this rank took no data from) and checks them.
 Task endCollective(ridgeComm* c);
 // Send: posts the pair's header to the receiver. Recv: marks the sender's header due.
@@ -117,8 +142,28 @@ void unregisterComm(ridgeComm* c);
 // RIDGE_DEBUG_DUMP: installs the signal handler and the thread that prints (once).
 void installDumpSignal();
 
+// The sender's header for `peer`: `current` with the pair's counts, and its digest.
+inline void writeInlineHeader(OpLedger& L, int peer, void* slot) {
+  const size_t j = static_cast<size_t>(peer);
+  HeaderWire w;
+  w.digest = L.currentDigest ^ L.pairOut[j];
+  w.sig = L.current;
+  w.sig.p2pSent = L.sendSeq[j];
+  w.sig.p2pRecvd = L.recvSeq[j];
+  __builtin_memcpy(slot, &w, sizeof w);
+}
+
 inline void copyInlineHeader(OpLedger& L, int peer, const void* slot) {
-  __builtin_memcpy(&L.inbox[static_cast<size_t>(peer)], slot, sizeof(OpSignature));
+  __builtin_memcpy(&L.inbox[static_cast<size_t>(peer)], slot, sizeof(uint64_t));
+}
+inline bool copiedHeaderMatches(const OpLedger& L, int peer) {
+  return L.inbox[static_cast<size_t>(peer)] == L.expectDigest[static_cast<size_t>(peer)];
+}
+
+inline void headerMatched(OpLedger& L, int peer) {
+  const size_t j = static_cast<size_t>(peer);
+  L.due[j] = 0;
+  L.peerSeen[j].store(L.current.seq, std::memory_order_relaxed);
 }
 
 // "allreduce(1024 x float32, sum)" etc.
