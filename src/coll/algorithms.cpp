@@ -234,17 +234,29 @@ Task allPairsReduce(ridgeComm* c, CollArgs a, bool scatter, bool inlineHeader = 
   const int divisor = a.op == ridgeAvg ? P : 0;
   const void** srcs = c->scratchPtrs.data();
   // A message that fits one slot beside its header carries the header in that slot
-  // (runCollective decides, coll/signature.h): one slot per peer, as without signatures.
-  const size_t hdr = inlineHeader ? kInlineHeaderBytes : 0;
+  // (runCollective decides, coll/signature.h): one slot per peer, as without signatures. On
+  // a connector with tags the header's digest is the post's tag and the header itself sits
+  // in the slot's last line (hdr 0 there); elsewhere the header leads the data.
+  auto headerRoom = [inlineHeader](const auto* conn) {
+    return inlineHeader && !conn->carriesTags() ? kInlineHeaderBytes : 0;
+  };
   for (size_t off = 0; off < a.count; off += chunkElems) {
     const size_t n = std::min(chunkElems, a.count - off);
     for (int k = 1; k < P; ++k) {
       int j = (r + k) % P;
       size_t src = scatter ? (size_t(j) * a.count + off) : off;
-      char* slot = static_cast<char*>(co_await AcquireSlot(c->sendTo[j]));
+      SendConnector* tx = c->sendTo[j];
+      char* slot = static_cast<char*>(co_await AcquireSlot(tx));
+      const size_t hdr = headerRoom(tx);
+      if (inlineHeader && hdr == 0) {
+        const uint64_t tag = writeInlineHeader(c->ledger, j, coldHeader(slot, tx->slotBytes()));
+        std::memcpy(slot, cbytes(a.send) + src * es, n * es);
+        tx->postTagged(static_cast<uint32_t>(n * es), false, tag);
+        continue;
+      }
       if (inlineHeader) writeInlineHeader(c->ledger, j, slot);
       std::memcpy(slot + hdr, cbytes(a.send) + src * es, n * es);
-      c->sendTo[j]->post(static_cast<uint32_t>(hdr + n * es), false);
+      tx->post(static_cast<uint32_t>(hdr + n * es), false);
     }
     srcs[r] = cbytes(a.send) + (scatter ? size_t(r) * a.count + off : off) * es;
     bool copied = false;  // inline headers copied out, checked after the reduction
@@ -254,6 +266,7 @@ Task allPairsReduce(ridgeComm* c, CollArgs a, bool scatter, bool inlineHeader = 
       PeekSlot pk(c->recvFrom[j]);
       const char* got = static_cast<const char*>(co_await pk);
       const bool due = inlineHeader && c->ledger.due[static_cast<size_t>(j)];
+      const size_t hdr = headerRoom(c->recvFrom[j]);
       srcs[j] = got + hdr;
       if (pk.info.bytes != hdr + n * es) {
         if (due) RIDGE_CO_TRY(checkInlineHeader(c, j, got, pk.info));  // names the peer's call
@@ -261,7 +274,10 @@ Task allPairsReduce(ridgeComm* c, CollArgs a, bool scatter, bool inlineHeader = 
                            pk.info);
       }
       if (due) {
-        copyInlineHeader(c->ledger, j, got);
+        if (inlineHeader && hdr == 0)
+          c->ledger.inbox[static_cast<size_t>(j)] = pk.info.tag;
+        else
+          copyInlineHeader(c->ledger, j, got);
         copied = true;
       }
     }
@@ -276,8 +292,10 @@ Task allPairsReduce(ridgeComm* c, CollArgs a, bool scatter, bool inlineHeader = 
         }
         // The slot is still held (its size checked above): the full header there names the
         // peer's call.
+        const size_t hdr = headerRoom(c->recvFrom[j]);
         SlotInfo info;
         info.bytes = static_cast<uint32_t>(hdr + n * es);
+        info.tag = hdr == 0 ? c->ledger.inbox[static_cast<size_t>(j)] : 0;
         RIDGE_CO_TRY(checkInlineHeader(c, j, cbytes(srcs[j]) - hdr, info));
       }
     for (int k = 1; k < P; ++k) c->recvFrom[(r + P - k) % P]->release();

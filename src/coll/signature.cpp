@@ -78,7 +78,7 @@ uint64_t pairDigest(int sender, uint64_t sent, uint64_t received) {
 uint64_t recvDigest(const OpSignature& mine, int self, int peer) {
   OpSignature as = mine;
   as.root = self;  // the send names its receiver
-  return callDigest(as) ^ pairDigest(peer, 0, 0);
+  return headerDigest(callDigest(as), pairDigest(peer, 0, 0));
 }
 
 void updatePair(ridgeComm* c, int peer) {
@@ -223,22 +223,34 @@ Status notAHeader(const ridgeComm* c, int peer, const SlotInfo& info, uint8_t du
 // Checks the header slot `slot` of `peer` and releases it.
 // A slot that starts with a header but carries data (the peer's call put its header inline)
 // is compared all the same, so that the error names the peer's call.
+// Copies the header of the slot `slot` out: at its start, or in its last line when the post
+// was tagged (the tag is then the digest). False when an untagged slot is too short for one.
+bool readHeader(const RecvConnector* rx, const void* slot, const SlotInfo& info, HeaderWire* h) {
+  if (info.tag) {
+    std::memcpy(h, coldHeader(const_cast<void*>(slot), rx->slotBytes()), sizeof *h);
+    h->digest = info.tag;
+    return true;
+  }
+  if (info.bytes < sizeof(HeaderWire)) return false;
+  std::memcpy(h, slot, sizeof *h);
+  return true;
+}
+
 Status checkHeader(ridgeComm* c, int peer, const void* slot, const SlotInfo& info) {
   RecvConnector* rx = c->recvFrom[peer];
   OpLedger& L = c->ledger;
   const size_t j = static_cast<size_t>(peer);
   const uint8_t due = L.due[j];
-  if (info.bytes < sizeof(HeaderWire)) {
+  HeaderWire h;
+  if (!readHeader(rx, slot, info, &h)) {
     rx->release();
     return notAHeader(c, peer, info, due);
   }
-  HeaderWire h;
-  std::memcpy(&h, slot, sizeof h);
   rx->release();
   L.due[j] = 0;
   if (h.digest != L.expectDigest[j]) RIDGE_TRY(compareHeader(c, peer, h.sig, due));
   if (due == kDueCollective) L.peerSeen[j].store(L.current.seq, std::memory_order_relaxed);
-  if (info.bytes != sizeof(HeaderWire))
+  if (info.tag || info.bytes != sizeof(HeaderWire))
     return makeError(ridgeInternalError,
                      "rank %d: rank %d sent %s's header with data where this rank expects "
                      "it alone",
@@ -252,14 +264,13 @@ Status checkInlineHeader(ridgeComm* c, int peer, const void* slot, const SlotInf
   OpLedger& L = c->ledger;
   const size_t j = static_cast<size_t>(peer);
   const uint8_t due = L.due[j];
-  if (info.bytes < sizeof(HeaderWire)) return notAHeader(c, peer, info, due);
   HeaderWire h;
-  std::memcpy(&h, slot, sizeof h);
+  if (!readHeader(c->recvFrom[peer], slot, info, &h)) return notAHeader(c, peer, info, due);
   L.due[j] = 0;
   if (h.digest != L.expectDigest[j]) RIDGE_TRY(compareHeader(c, peer, h.sig, due));
   L.peerSeen[j].store(L.current.seq, std::memory_order_relaxed);
   // The same call on both ranks makes the same choice; a lone header here means they did not.
-  if (info.bytes == sizeof(HeaderWire))
+  if (!info.tag && info.bytes == sizeof(HeaderWire))
     return makeError(ridgeInternalError,
                      "rank %d: rank %d sent %s's header alone where this rank carries it "
                      "with the data",
@@ -300,7 +311,7 @@ OpSignature startCollective(ridgeComm* c, const CollArgs& a, bool inlineHeaders)
   for (int j = 0; j < c->nranks; ++j) {
     if (j == c->rank) continue;
     L.due[static_cast<size_t>(j)] = kDueCollective;
-    L.expectDigest[static_cast<size_t>(j)] = L.currentDigest ^ L.pairIn[static_cast<size_t>(j)];
+    L.expectDigest[static_cast<size_t>(j)] = headerDigest(L.currentDigest, L.pairIn[static_cast<size_t>(j)]);
   }
   return s;
 }
@@ -360,7 +371,7 @@ OpSignature startExchange(ridgeComm* c, CollType kind, int peer, size_t count, r
 Task beginSend(ridgeComm* c, int peer, size_t count, ridgeDataType_t dtype) {
   const OpSignature s = startExchange(c, CollType::Send, peer, count, dtype);
   HeaderWire w;
-  w.digest = callDigest(s) ^ pairDigest(c->rank, 0, 0);
+  w.digest = headerDigest(callDigest(s), pairDigest(c->rank, 0, 0));
   w.sig = s;
   void* slot = co_await AcquireSlot(c->sendTo[peer]);
   std::memcpy(slot, &w, sizeof w);

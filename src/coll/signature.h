@@ -92,6 +92,11 @@ struct OpLedger {
   std::unique_ptr<std::atomic<uint64_t>[]> peerSeen;  // latest collective seq seen from each peer
 };
 constexpr uint8_t kDueCollective = 1, kDueRecv = 2;
+// A header's digest from its parts: never 0, which marks an untagged post (SlotInfo::tag).
+inline uint64_t headerDigest(uint64_t callPart, uint64_t pairPart) {
+  const uint64_t d = callPart ^ pairPart;
+  return d ? d : 1;
+}
 
 // Whether operations of `c` in its present mode carry signatures.
 bool signaturesOn(const ridgeComm* c);
@@ -106,7 +111,15 @@ void beginInlineCollective(ridgeComm* c, const CollArgs& a);
 // Whether a peer's header is still to be read (endCollective then waits for it).
 bool headersDue(const ridgeComm* c);
 constexpr size_t kInlineHeaderBytes = sizeof(HeaderWire);  // header room at the start of such a slot
-inline void writeInlineHeader(OpLedger& L, int peer, void* slot);
+// On a connector with the tag extension (transports/transport.h: shared-memory slots) the
+// header goes to the slot's last line instead (coldHeader) and its digest into the post's tag
+// (postTagged): the receiver compares the tag it reads with the slot's size, so a matching
+// call costs it no cache line more than the data; the slot's last line, never read then,
+// stays in the sender's cache. The data then starts at the slot's start.
+inline uint64_t writeInlineHeader(OpLedger& L, int peer, void* at);
+inline void* coldHeader(void* slot, size_t slotBytes) {
+  return static_cast<char*>(slot) + slotBytes - sizeof(HeaderWire);
+}
 Status checkInlineHeader(ridgeComm* c, int peer, const void* slot, const SlotInfo& info);
 // The same in two steps, so that the header's cache line is fetched beside the payload's
 // instead of before it: copy its digest out of the slot (ledger inbox) before the reduction,
@@ -142,15 +155,17 @@ void unregisterComm(ridgeComm* c);
 // RIDGE_DEBUG_DUMP: installs the signal handler and the thread that prints (once).
 void installDumpSignal();
 
-// The sender's header for `peer`: `current` with the pair's counts, and its digest.
-inline void writeInlineHeader(OpLedger& L, int peer, void* slot) {
+// Writes the sender's header for `peer` at `at` (`current` with the pair's counts, and its
+// digest); returns the digest (the tag of a tagged post).
+inline uint64_t writeInlineHeader(OpLedger& L, int peer, void* at) {
   const size_t j = static_cast<size_t>(peer);
   HeaderWire w;
-  w.digest = L.currentDigest ^ L.pairOut[j];
+  w.digest = headerDigest(L.currentDigest, L.pairOut[j]);
   w.sig = L.current;
   w.sig.p2pSent = L.sendSeq[j];
   w.sig.p2pRecvd = L.recvSeq[j];
-  __builtin_memcpy(slot, &w, sizeof w);
+  __builtin_memcpy(at, &w, sizeof w);
+  return w.digest;
 }
 
 inline void copyInlineHeader(OpLedger& L, int peer, const void* slot) {

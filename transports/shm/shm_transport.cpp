@@ -64,10 +64,17 @@ struct alignas(kLine) RankCtl {
 static_assert(sizeof(RankCtl) == kLine);
 
 constexpr uint32_t kMaxSlots = 64;
+// A slot's metadata: its size and flag, and the tag of a tagged post (0 otherwise) in the
+// same 16 bytes, so the receiver's one read of the entry brings both.
+struct SlotMeta {
+  uint32_t word;  // bytes | kLastFlag
+  uint32_t reserved;
+  uint64_t tag;
+};
 struct FifoCtl {
   alignas(kLine) std::atomic<uint32_t> head;  // sender-written
   alignas(kLine) std::atomic<uint32_t> tail;  // receiver-written
-  alignas(kLine) uint32_t meta[kMaxSlots];    // sender-written: bytes | kLastFlag
+  alignas(kLine) SlotMeta meta[kMaxSlots];    // sender-written
 };
 
 long futexCall(std::atomic<uint32_t>* word, int op, uint32_t val, const timespec* ts) {
@@ -96,8 +103,13 @@ class ShmSend final : public SendConnector {
     }
     return data_ + static_cast<size_t>(head_ % nslots_) * slotBytes();
   }
-  void post(uint32_t bytes, bool last) override {
-    ctl_->meta[head_ % nslots_] = bytes | (last ? kLastFlag : 0);
+  void post(uint32_t bytes, bool last) override { postTagged(bytes, last, 0); }
+  // Slots are the segment's memory, mapped by both ranks: the tag extension holds.
+  bool carriesTags() const override { return true; }
+  void postTagged(uint32_t bytes, bool last, uint64_t tag) override {
+    SlotMeta& m = ctl_->meta[head_ % nslots_];
+    m.word = bytes | (last ? kLastFlag : 0);
+    m.tag = tag;
     ++head_;
     ctl_->head.store(head_, std::memory_order_release);
     wakeIfSleeping(receiver_);
@@ -125,11 +137,14 @@ class ShmRecv final : public RecvConnector {
       cachedHead_ = ctl_->head.load(std::memory_order_acquire);
       if (tail_ == cachedHead_) return nullptr;
     }
-    uint32_t meta = ctl_->meta[tail_ % nslots_];
+    const SlotMeta& m = ctl_->meta[tail_ % nslots_];
+    const uint32_t meta = m.word;
     info->bytes = meta & ~kLastFlag;
     info->lastOfMessage = (meta & kLastFlag) != 0;
+    info->tag = m.tag;
     return data_ + static_cast<size_t>(tail_ % nslots_) * slotBytes();
   }
+  bool carriesTags() const override { return true; }
   void release() override {
     ++tail_;
     ctl_->tail.store(tail_, std::memory_order_release);
