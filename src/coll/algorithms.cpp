@@ -237,8 +237,9 @@ Task allPairsReduce(ridgeComm* c, CollArgs a, bool scatter, bool inlineHeader = 
   // (runCollective decides, coll/signature.h): one slot per peer, as without signatures. On
   // a connector with tags the header's digest is the post's tag and the header itself sits
   // in the slot's last line (hdr 0 there); elsewhere the header leads the data.
-  auto headerRoom = [inlineHeader](const auto* conn) {
-    return inlineHeader && !conn->carriesTags() ? kInlineHeaderBytes : 0;
+  const OpLedger& L = c->ledger;
+  auto headerRoom = [inlineHeader](const std::vector<uint8_t>& tags, int peer) {
+    return inlineHeader && !tags[static_cast<size_t>(peer)] ? kInlineHeaderBytes : 0;
   };
   for (size_t off = 0; off < a.count; off += chunkElems) {
     const size_t n = std::min(chunkElems, a.count - off);
@@ -247,7 +248,7 @@ Task allPairsReduce(ridgeComm* c, CollArgs a, bool scatter, bool inlineHeader = 
       size_t src = scatter ? (size_t(j) * a.count + off) : off;
       SendConnector* tx = c->sendTo[j];
       char* slot = static_cast<char*>(co_await AcquireSlot(tx));
-      const size_t hdr = headerRoom(tx);
+      const size_t hdr = headerRoom(L.tagsTo, j);
       if (inlineHeader && hdr == 0) {
         const uint64_t tag = writeInlineHeader(c->ledger, j, coldHeader(slot, tx->slotBytes()));
         std::memcpy(slot, cbytes(a.send) + src * es, n * es);
@@ -266,7 +267,7 @@ Task allPairsReduce(ridgeComm* c, CollArgs a, bool scatter, bool inlineHeader = 
       PeekSlot pk(c->recvFrom[j]);
       const char* got = static_cast<const char*>(co_await pk);
       const bool due = inlineHeader && c->ledger.due[static_cast<size_t>(j)];
-      const size_t hdr = headerRoom(c->recvFrom[j]);
+      const size_t hdr = headerRoom(L.tagsFrom, j);
       srcs[j] = got + hdr;
       if (pk.info.bytes != hdr + n * es) {
         if (due) RIDGE_CO_TRY(checkInlineHeader(c, j, got, pk.info));  // names the peer's call
@@ -292,7 +293,7 @@ Task allPairsReduce(ridgeComm* c, CollArgs a, bool scatter, bool inlineHeader = 
         }
         // The slot is still held (its size checked above): the full header there names the
         // peer's call.
-        const size_t hdr = headerRoom(c->recvFrom[j]);
+        const size_t hdr = headerRoom(L.tagsFrom, j);
         SlotInfo info;
         info.bytes = static_cast<uint32_t>(hdr + n * es);
         info.tag = hdr == 0 ? c->ledger.inbox[static_cast<size_t>(j)] : 0;

@@ -100,6 +100,13 @@ void ensureSized(ridgeComm* c) {
   L.pairOut.assign(P, 0);
   L.pairIn.assign(P, 0);
   L.inbox.assign(P, 0);
+  L.tagsTo.assign(P, 0);
+  L.tagsFrom.assign(P, 0);
+  for (int j = 0; j < c->nranks; ++j) {
+    if (j == c->rank) continue;
+    L.tagsTo[static_cast<size_t>(j)] = c->sendTo[j]->carriesTags();
+    L.tagsFrom[static_cast<size_t>(j)] = c->recvFrom[j]->carriesTags();
+  }
   L.peerSeen.reset(new std::atomic<uint64_t>[P]);
   for (size_t j = 0; j < P; ++j) L.peerSeen[j].store(0, std::memory_order_relaxed);
   for (int j = 0; j < c->nranks; ++j) updatePair(c, j);

@@ -80,6 +80,8 @@ struct OpLedger {
   std::vector<uint64_t> pairOut;       // per peer: the digest's part for the pair's counts, sending
   std::vector<uint64_t> pairIn;        // and receiving (the peer's view of the same counts)
   std::vector<uint64_t> inbox;         // per peer: an inline header's digest copied out, to check
+  // Per peer: the connectors to and from it carry tags (transports/transport.h), read once.
+  std::vector<uint8_t> tagsTo, tagsFrom;
   std::vector<OpSignature> expect;     // per peer: a receive's signature (kDueRecv)
   OpSignature current;                 // this rank's latest operation
   uint64_t currentDigest = 0;          // digest of `current` without the pair's part
@@ -159,13 +161,13 @@ void installDumpSignal();
 // digest); returns the digest (the tag of a tagged post).
 inline uint64_t writeInlineHeader(OpLedger& L, int peer, void* at) {
   const size_t j = static_cast<size_t>(peer);
-  HeaderWire w;
-  w.digest = headerDigest(L.currentDigest, L.pairOut[j]);
-  w.sig = L.current;
-  w.sig.p2pSent = L.sendSeq[j];
-  w.sig.p2pRecvd = L.recvSeq[j];
-  __builtin_memcpy(at, &w, sizeof w);
-  return w.digest;
+  const uint64_t digest = headerDigest(L.currentDigest, L.pairOut[j]);
+  char* out = static_cast<char*>(at);
+  __builtin_memcpy(out + offsetof(HeaderWire, digest), &digest, sizeof digest);
+  __builtin_memcpy(out + offsetof(HeaderWire, sig), &L.current, offsetof(OpSignature, p2pSent));
+  __builtin_memcpy(out + offsetof(HeaderWire, sig) + offsetof(OpSignature, p2pSent), &L.sendSeq[j], 8);
+  __builtin_memcpy(out + offsetof(HeaderWire, sig) + offsetof(OpSignature, p2pRecvd), &L.recvSeq[j], 8);
+  return digest;
 }
 
 inline void copyInlineHeader(OpLedger& L, int peer, const void* slot) {
