@@ -292,12 +292,38 @@ std::string describeCall(const OpSignature& s) {
   const unsigned long long seq = static_cast<unsigned long long>(s.seq);
   if (s.kind > static_cast<uint8_t>(CollType::Recv)) return format("an unknown call (kind %u)", s.kind);
   std::string args;
-  if (t == CollType::Send) return format("send #%llu(%llu x %s to rank %d)", seq, n, type, s.root);
-  if (t == CollType::Recv) return format("recv #%llu(%llu x %s from rank %d)", seq, n, type, s.root);
+  // Sequence number 0: a device path's call, which counts none (deviceCallSignature).
+  const std::string number = seq ? format(" #%llu", seq) : std::string();
+  if (t == CollType::Send) return format("send%s(%llu x %s to rank %d)", number.c_str(), n, type, s.root);
+  if (t == CollType::Recv) return format("recv%s(%llu x %s from rank %d)", number.c_str(), n, type, s.root);
   if (hasRoot(t)) args = format("root %d, ", s.root);
   args += format("%llu x %s", n, type);
   if (hasOp(t)) args += ", " + opName(s.op);
-  return format("%s #%llu(%s)", collTypeName(t), seq, args.c_str());
+  return format("%s%s(%s)", collTypeName(t), number.c_str(), args.c_str());
+}
+
+OpSignature deviceCallSignature(int rank, CollType kind, uint64_t count, ridgeDataType_t dtype, int op, int root) {
+  OpSignature s;
+  s.magic = kSignatureMagic;
+  s.count = count;
+  s.rank = rank;
+  s.root = hasRoot(kind) ? root : -1;
+  s.op = hasOp(kind) ? op : -1;
+  s.kind = static_cast<uint8_t>(kind);
+  s.dtype = static_cast<uint8_t>(dtype);
+  return s;
+}
+
+bool sameDeviceCall(const OpSignature& a, const OpSignature& b) {
+  return sameCall(a, b);
+}
+
+Status deviceCallMismatch(int rank, const char* path, const OpSignature& mine, int peer,
+                          const OpSignature& theirs) {
+  return makeError(ridgeInvalidUsage,
+                   "rank %d: mismatched calls (%s path): rank %d called %s where rank %d called %s; the "
+                   "communicator is now broken (ridgeCommGetAsyncError), create a new one",
+                   rank, path, rank, describeCall(mine).c_str(), peer, describeCall(theirs).c_str());
 }
 
 // On the device network the connectors' slots are device memory (and every rank voted the

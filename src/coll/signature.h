@@ -183,7 +183,17 @@ inline void headerMatched(OpLedger& L, int peer) {
   L.peerSeen[j].store(L.current.seq, std::memory_order_relaxed);
 }
 
-// "allreduce(1024 x float32, sum)" etc.
+// "allreduce #3(1024 x float32, sum)" etc. (no "#n" for sequence number 0).
 std::string describeCall(const OpSignature& s);
+
+// The device paths that exchange per-operation descriptors of their own (the P2P engine's
+// descriptor, coll/device/p2p.h) sign with them: a signature without sequence number (those
+// paths run in lockstep by their own exchanges; describeCall then prints none), the fields a
+// call's other ranks must agree on (the root and op only where the kind has them).
+OpSignature deviceCallSignature(int rank, CollType kind, uint64_t count, ridgeDataType_t dtype, int op, int root);
+bool sameDeviceCall(const OpSignature& a, const OpSignature& b);
+// ridgeInvalidUsage naming both calls (`path`: "P2P"), as the host signatures do.
+Status deviceCallMismatch(int rank, const char* path, const OpSignature& mine, int peer,
+                          const OpSignature& theirs);
 
 }  // namespace ridge
