@@ -314,6 +314,11 @@ OpSignature deviceCallSignature(int rank, CollType kind, uint64_t count, ridgeDa
   return s;
 }
 
+uint64_t packedCall(const OpSignature& s) {
+  return uint64_t{s.kind} | uint64_t{s.dtype} << 8 | uint64_t{static_cast<uint8_t>(s.op)} << 16 |
+         uint64_t{static_cast<uint8_t>(s.root)} << 24 | (s.count & 0xffffffffull) << 32;
+}
+
 bool sameDeviceCall(const OpSignature& a, const OpSignature& b) {
   return sameCall(a, b);
 }

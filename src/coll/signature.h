@@ -192,6 +192,9 @@ std::string describeCall(const OpSignature& s);
 // call's other ranks must agree on (the root and op only where the kind has them).
 OpSignature deviceCallSignature(int rank, CollType kind, uint64_t count, ridgeDataType_t dtype, int op, int root);
 bool sameDeviceCall(const OpSignature& a, const OpSignature& b);
+// The LL path's signature: such a call (count <= 2^32 - 1, root and op below 256) packed into the
+// 8-byte payload of one LL line: kind, datatype, op, root, count; equal for calls that match.
+uint64_t packedCall(const OpSignature& s);
 // ridgeInvalidUsage naming both calls (`path`: "P2P"), as the host signatures do.
 Status deviceCallMismatch(int rank, const char* path, const OpSignature& mine, int peer,
                           const OpSignature& theirs);
