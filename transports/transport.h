@@ -118,7 +118,9 @@ class SendConnector {
   // tag and its full description in the slot's last line, read only when the digests differ.
   virtual bool carriesTags() const { return false; }
   // post() with a tag (untagged where carriesTags() is false).
-  virtual void postTagged(uint32_t bytes, bool lastOfMessage, uint64_t /*tag*/) { post(bytes, lastOfMessage); }
+  virtual void postTagged(uint32_t bytes, bool lastOfMessage, uint64_t /*tag*/) {
+    post(bytes, lastOfMessage);
+  }
 
   size_t slotBytes() const { return slotBytes_; }
   // The rank at the other end.

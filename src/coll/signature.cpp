@@ -64,7 +64,8 @@ uint64_t callDigest(const OpSignature& s) {
     const uint64_t bytes = s.count * dataTypeSize(static_cast<ridgeDataType_t>(s.dtype));
     return mix64(mix64(mix64(0x53454e44ull ^ s.seq) ^ bytes) ^ static_cast<uint32_t>(s.root));
   }
-  const uint64_t shape = uint64_t{s.kind} | uint64_t{s.dtype} << 8 | uint64_t{static_cast<uint32_t>(s.op)} << 16;
+  const uint64_t shape =
+      uint64_t{s.kind} | uint64_t{s.dtype} << 8 | uint64_t{static_cast<uint32_t>(s.op)} << 16;
   return mix64(mix64(mix64(shape ^ uint64_t{static_cast<uint32_t>(s.root)} << 48) ^ s.count) ^ s.seq);
 }
 
@@ -302,7 +303,8 @@ std::string describeCall(const OpSignature& s) {
   return format("%s%s(%s)", collTypeName(t), number.c_str(), args.c_str());
 }
 
-OpSignature deviceCallSignature(int rank, CollType kind, uint64_t count, ridgeDataType_t dtype, int op, int root) {
+OpSignature deviceCallSignature(int rank, CollType kind, uint64_t count, ridgeDataType_t dtype, int op,
+                                int root) {
   OpSignature s;
   s.magic = kSignatureMagic;
   s.count = count;

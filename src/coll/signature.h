@@ -1,19 +1,17 @@
 // Operation signatures (issue 19): every rank agrees on each call, or every rank fails.
 //
 // Each host collective and point-to-point operation starts with a header (HeaderWire: a
-// 64-bit digest, then the full signature) on the connectors it checks: a collective posts its signature (kind, root, count, datatype, op,
-// sequence number, and how many messages this rank has sent to and received from that
-// peer) to every peer, a send posts its signature (sequence number of the pair, count,
-// datatype) to its receiver. The receiving side reads a peer's header before any data
-// from that peer (the algorithms call takeHeader before their first peek on a connector),
-// at the end of the operation for peers it took no data from, and while it idles (the
-// executor polls due headers), so a rank blocked on a full FIFO still sees the mismatch.
-// A header is compared by its digest (one load and compare per peer); the full signatures are
-// read and compared only when the digests differ, to say what differs and name both calls.
-// Every pair compares both ways, so a mismatch fails the operation on every rank involved
-// with ridgeInvalidUsage and a message naming both calls; the executor then marks the
-// communicator broken (async error). A send nobody received shows up in the next
-// collective's header (sent and received counts differ), on both ranks.
+// 64-bit digest, then the full signature) on the connectors it checks: a collective posts its signature
+// (kind, root, count, datatype, op, sequence number, and how many messages this rank has sent to and received
+// from that peer) to every peer, a send posts its signature (sequence number of the pair, count, datatype) to
+// its receiver. The receiving side reads a peer's header before any data from that peer (the algorithms call
+// takeHeader before their first peek on a connector), at the end of the operation for peers it took no data
+// from, and while it idles (the executor polls due headers), so a rank blocked on a full FIFO still sees the
+// mismatch. A header is compared by its digest (one load and compare per peer); the full signatures are read
+// and compared only when the digests differ, to say what differs and name both calls. Every pair compares
+// both ways, so a mismatch fails the operation on every rank involved with ridgeInvalidUsage and a message
+// naming both calls; the executor then marks the communicator broken (async error). A send nobody received
+// shows up in the next collective's header (sent and received counts differ), on both ranks.
 //
 // The ledger also keeps per-rank operation counters for timeouts ("rank 2 did not arrive at
 // allreduce #17") and for the state dump of RIDGE_DEBUG_DUMP / ridgeCommDumpState.
@@ -82,10 +80,10 @@ struct OpLedger {
   std::vector<uint64_t> inbox;         // per peer: an inline header's digest copied out, to check
   // Per peer: the connectors to and from it carry tags (transports/transport.h), read once.
   std::vector<uint8_t> tagsTo, tagsFrom;
-  std::vector<OpSignature> expect;     // per peer: a receive's signature (kDueRecv)
-  OpSignature current;                 // this rank's latest operation
-  uint64_t currentDigest = 0;          // digest of `current` without the pair's part
-  bool inlineHeaders = false;          // the running collective's headers ride in its data slots
+  std::vector<OpSignature> expect;  // per peer: a receive's signature (kDueRecv)
+  OpSignature current;              // this rank's latest operation
+  uint64_t currentDigest = 0;       // digest of `current` without the pair's part
+  bool inlineHeaders = false;       // the running collective's headers ride in its data slots
   // For dumps and timeout messages.
   std::atomic<uint64_t> started{0}, finished{0};
   std::atomic<uint64_t> curSeq{0}, curCount{0};
@@ -190,7 +188,8 @@ std::string describeCall(const OpSignature& s);
 // descriptor, coll/device/p2p.h) sign with them: a signature without sequence number (those
 // paths run in lockstep by their own exchanges; describeCall then prints none), the fields a
 // call's other ranks must agree on (the root and op only where the kind has them).
-OpSignature deviceCallSignature(int rank, CollType kind, uint64_t count, ridgeDataType_t dtype, int op, int root);
+OpSignature deviceCallSignature(int rank, CollType kind, uint64_t count, ridgeDataType_t dtype, int op,
+                                int root);
 bool sameDeviceCall(const OpSignature& a, const OpSignature& b);
 // The LL path's signature: such a call (count <= 2^32 - 1, root and op below 256) packed into the
 // 8-byte payload of one LL line: kind, datatype, op, root, count; equal for calls that match.

@@ -976,7 +976,8 @@ struct EmulatedLLEnv {
   // Stops the launch with statusBase + `code` (unless the word already left statusBase).
   void fail(uint32_t code) const {
     uint32_t expected = statusBase;
-    __atomic_compare_exchange_n(status, &expected, statusBase + code, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    __atomic_compare_exchange_n(status, &expected, statusBase + code, false, __ATOMIC_ACQ_REL,
+                                __ATOMIC_ACQUIRE);
   }
 
   uint64_t reduce(const uint64_t* srcs, int n, int elems, int divisor) const {

@@ -365,8 +365,8 @@ bool overlaps(const void* a, size_t an, const void* b, size_t bn) {
 
 // A descriptor's call as a signature (the fields every rank must agree on).
 OpSignature signatureOf(const OpDesc& d, int rank) {
-  return deviceCallSignature(rank, static_cast<CollType>(d.type), d.count, static_cast<ridgeDataType_t>(d.dtype),
-                             static_cast<int>(d.op), d.root);
+  return deviceCallSignature(rank, static_cast<CollType>(d.type), d.count,
+                             static_cast<ridgeDataType_t>(d.dtype), static_cast<int>(d.op), d.root);
 }
 
 bool describe(Context& x, ridgeComm* c, const DeviceOp& op, OpDesc* d, std::string* why) {

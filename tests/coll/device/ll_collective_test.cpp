@@ -755,16 +755,7 @@ TEST(LLCollectives, TimeoutIsAnAsyncErrorNotAHang) {
 // its call on the slots' signature line and checks every peer's before any data line. Every
 // rank must fail asynchronously with ridgeInvalidUsage within seconds (not the 30 s timeout),
 // even where the lengths differ; a correct call on a fresh communicator is then right and LL.
-struct LLDisagreement {
-  const char* name;
-  Op op[2];
-  ridgeDataType_t dt[2];
-  ridgeRedOp_t red[2];
-  size_t count[2];
-  int root[2];
-};
-
-void expectLLMismatchFailsEveryRank(const LLDisagreement& k) {
+void expectLLMismatchFailsEveryRank(const Disagreement& k) {
   EmulatedRuntime rt(1);
   ScopedRuntimeForTesting scope(&rt);
   std::vector<ridgeResult_t> errors(2, ridgeSuccess);
@@ -776,11 +767,7 @@ void expectLLMismatchFailsEveryRank(const LLDisagreement& k) {
         const size_t bytes = k.count[r] * dtSize(k.dt[r]);
         DevMem in(rt, bytes), out(rt, bytes);
         const auto t0 = Clock::now();
-        const ridgeResult_t res =
-            k.op[r] == Op::Broadcast
-                ? ridgeBroadcast(in.p, out.p, k.count[r], k.dt[r], k.root[r], t.comm, t.stream)
-                : ridgeAllReduce(in.p, out.p, k.count[r], k.dt[r], k.red[r], t.comm, t.stream);
-        ASSERT_EQ(res, ridgeSuccess) << errorText();
+        ASSERT_EQ(issueDisagreeing(k, r, in.p, out.p, t.comm, t.stream), ridgeSuccess) << errorText();
         ASSERT_TRUE(rt.synchronize(t.stream).isOk());
         EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), scaledSeconds(10.0))
             << "a rank waited for the timeout";
@@ -805,19 +792,39 @@ void expectLLMismatchFailsEveryRank(const LLDisagreement& k) {
 }
 
 TEST(LLCollectives, MismatchedRootCountTypeOrOpFailsEveryRank) {
-  const LLDisagreement cases[] = {
-      {"root", {Op::Broadcast, Op::Broadcast}, {ridgeFloat32, ridgeFloat32}, {ridgeSum, ridgeSum}, {100, 100}, {0, 1}},
-      {"count", {Op::AllReduce, Op::AllReduce}, {ridgeFloat32, ridgeFloat32}, {ridgeSum, ridgeSum}, {100, 140}, {0, 0}},
+  const Disagreement cases[] = {
+      {"root",
+       {Op::Broadcast, Op::Broadcast},
+       {ridgeFloat32, ridgeFloat32},
+       {ridgeSum, ridgeSum},
+       {100, 100},
+       {0, 1}},
+      {"count",
+       {Op::AllReduce, Op::AllReduce},
+       {ridgeFloat32, ridgeFloat32},
+       {ridgeSum, ridgeSum},
+       {100, 140},
+       {0, 0}},
       {"datatype (same bytes)",
        {Op::AllReduce, Op::AllReduce},
        {ridgeFloat32, ridgeInt32},
        {ridgeSum, ridgeSum},
        {100, 100},
        {0, 0}},
-      {"op", {Op::AllReduce, Op::AllReduce}, {ridgeFloat32, ridgeFloat32}, {ridgeSum, ridgeMax}, {100, 100}, {0, 0}},
-      {"kind", {Op::AllReduce, Op::Broadcast}, {ridgeFloat32, ridgeFloat32}, {ridgeSum, ridgeSum}, {100, 100}, {0, 0}},
+      {"op",
+       {Op::AllReduce, Op::AllReduce},
+       {ridgeFloat32, ridgeFloat32},
+       {ridgeSum, ridgeMax},
+       {100, 100},
+       {0, 0}},
+      {"kind",
+       {Op::AllReduce, Op::Broadcast},
+       {ridgeFloat32, ridgeFloat32},
+       {ridgeSum, ridgeSum},
+       {100, 100},
+       {0, 0}},
   };
-  for (const LLDisagreement& k : cases) {
+  for (const Disagreement& k : cases) {
     SCOPED_TRACE(k.name);
     expectLLMismatchFailsEveryRank(k);
   }

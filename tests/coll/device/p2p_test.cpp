@@ -755,16 +755,6 @@ TEST(P2pFailures, AFailureOnOneRankReachesThePeersWithoutATimeout) {
 // descriptors every rank sends before a P2P operation are its signature. Each rank makes its
 // call on device memory; every rank must fail asynchronously with ridgeInvalidUsage naming
 // both calls, within seconds; a correct call on a fresh communicator is then right.
-struct Disagreement {
-  const char* name;
-  Op op[2];
-  ridgeDataType_t dt[2];
-  ridgeRedOp_t red[2];
-  size_t count[2];
-  int root[2];
-  const char* says[2];  // what each rank's call looks like in the message
-};
-
 void expectMismatchFailsEveryRank(const Disagreement& k) {
   EmulatedRuntime rt;
   ScopedRuntimeForTesting scope(&rt);
@@ -775,11 +765,7 @@ void expectMismatchFailsEveryRank(const Disagreement& k) {
     const size_t bytes = k.count[r] * dtSize(k.dt[r]);
     DevMem send(rt, bytes), recv(rt, bytes);
     const auto t0 = Clock::now();
-    ridgeResult_t res =
-        k.op[r] == Op::Broadcast
-            ? ridgeBroadcast(send.p, recv.p, k.count[r], k.dt[r], k.root[r], t.comm, t.stream)
-            : ridgeAllReduce(send.p, recv.p, k.count[r], k.dt[r], k.red[r], t.comm, t.stream);
-    ASSERT_EQ(res, ridgeSuccess) << errorText();
+    ASSERT_EQ(issueDisagreeing(k, r, send.p, recv.p, t.comm, t.stream), ridgeSuccess) << errorText();
     Status s = rt.synchronize(t.stream);
     EXPECT_TRUE(s.isOk()) << s.message();
     EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), ridgetest::scaledSeconds(10.0))
