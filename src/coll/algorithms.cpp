@@ -1024,9 +1024,9 @@ Task treeAllReduce(ridgeComm* c, CollArgs a) {
 // On the device network (coll/data_ops.h) only the ring and chain algorithms (and alltoall's
 // all-pairs exchange, its only one) move payload through the data ops.
 Algo chooseAlgo(ridgeComm* c, const CollArgs& a) {
-  return c->nranks == 1    ? Algo::AllPairs
+  return c->nranks == 1  ? Algo::AllPairs
          : c->device->data ? Algo::Ring
-                           : c->algos.choose(a.type, a.count * dataTypeSize(a.dtype));
+                         : c->algos.choose(a.type, a.count * dataTypeSize(a.dtype));
 }
 
 // A receive that may be single-copy: the sender decides (by size, and whether it could), so
@@ -1062,8 +1062,7 @@ Task dispatchAlgorithm(ridgeComm* c, const CollArgs& a, Algo algo, bool inlineHe
     return sendMessage(c, a.root, cbytes(a.send), bytes);
   }
   if (a.type == CollType::Recv) {
-    if (p2pMayReceiveSingleCopy(c, a.root, bytes))
-      return recvSingleCopyOrStaged(c, a.root, mbytes(a.recv), bytes);
+    if (p2pMayReceiveSingleCopy(c, a.root, bytes)) return recvSingleCopyOrStaged(c, a.root, mbytes(a.recv), bytes);
     return recvMessage(c, a.root, mbytes(a.recv), bytes);
   }
   if (a.count == 0) return finished(Status::ok());

@@ -402,8 +402,7 @@ Status ShmTransport::mapSegment(const TransportSetup& setup, bool leader, uint32
     int fd = forced ? -1 : ::open(path, O_RDWR | O_CLOEXEC);
     struct stat st {};
     if (fd < 0) {
-      why = format("open %s: %s", path,
-                   forced ? "not tried (a test forces the fallback)" : std::strerror(errno));
+      why = format("open %s: %s", path, forced ? "not tried (a test forces the fallback)" : std::strerror(errno));
     } else if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_ino) != ref.ino ||
                static_cast<uint64_t>(st.st_dev) != ref.dev || ref.bytes != bytes_) {
       why = format("%s is not rank %d's segment (another pid namespace?)", path, localRanks_[0]);
