@@ -321,6 +321,18 @@ uint64_t packedCall(const OpSignature& s) {
          uint64_t{static_cast<uint8_t>(s.root)} << 24 | (s.count & 0xffffffffull) << 32;
 }
 
+OpSignature unpackCall(uint64_t packed, int rank) {
+  OpSignature s;
+  s.magic = kSignatureMagic;
+  s.rank = rank;
+  s.kind = static_cast<uint8_t>(packed);
+  s.dtype = static_cast<uint8_t>(packed >> 8);
+  s.op = static_cast<int8_t>(packed >> 16);
+  s.root = static_cast<int8_t>(packed >> 24);
+  s.count = packed >> 32;
+  return s;
+}
+
 bool sameDeviceCall(const OpSignature& a, const OpSignature& b) {
   return sameCall(a, b);
 }

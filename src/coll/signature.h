@@ -16,10 +16,11 @@
 // The ledger also keeps per-rank operation counters for timeouts ("rank 2 did not arrive at
 // allreduce #17") and for the state dump of RIDGE_DEBUG_DUMP / ridgeCommDumpState.
 //
-// Not signed: batches of the GPU proxy on the device network (its slots are device memory,
-// and every rank voted the batch onto it), the P2P and LL paths (no connectors), and
-// communicators of one rank. Staged device batches run the host algorithms over the host
-// connectors and are signed like host calls.
+// The device paths sign with what they exchange per operation anyway (no header slot there):
+// the P2P engine's operation descriptors, the LL launches' signature line (packedCall), and the
+// device network's per-batch vote, which carries the batch's collectives as packedCall values.
+// Staged device batches run the host algorithms over the host connectors and are signed like
+// host calls. Communicators of one rank are not signed.
 #pragma once
 
 #include <atomic>
@@ -194,6 +195,8 @@ bool sameDeviceCall(const OpSignature& a, const OpSignature& b);
 // The LL path's signature: such a call (count <= 2^32 - 1, root and op below 256) packed into the
 // 8-byte payload of one LL line: kind, datatype, op, root, count; equal for calls that match.
 uint64_t packedCall(const OpSignature& s);
+// The call of packedCall's value, as posted by `rank` (no sequence number).
+OpSignature unpackCall(uint64_t packed, int rank);
 // ridgeInvalidUsage naming both calls (`path`: "P2P"), as the host signatures do.
 Status deviceCallMismatch(int rank, const char* path, const OpSignature& mine, int peer,
                           const OpSignature& theirs);
