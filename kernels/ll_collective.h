@@ -58,6 +58,11 @@ struct Launch {
   Line* mySlot[kMaxRanks] = {};    // by peer: where its lines for this rank arrive
   uint64_t statusWord = 0;         // device address of the communicator's status word (uint32)
   uint32_t statusBase = 0;         // the word's value while all is well
+  // The operation's signature (issue 19): the call every rank must agree on, packed into one
+  // line's payload (coll/signature.h, packedCall), exchanged with every peer on the slots' last
+  // line `sigLine` (never a data line: slots have one line more than the largest message).
+  uint32_t sigLine = 0;
+  uint64_t signature = 0;
 };
 
 // The status word holds statusBase while all is well; a launch whose wait passed its deadline
@@ -65,7 +70,8 @@ struct Launch {
 // broken communicator); any other value makes every waiting launch give up. Offsets from a
 // base, not fixed values: the word comes from the runtime's release-word pool, whose words
 // only move forward (a stream may still hold a wait on a recycled word's older value).
-constexpr uint32_t kTimedOut = 1, kAborted = 2;
+// kMismatch: a peer's signature line differs from this rank's (the calls do not match).
+constexpr uint32_t kTimedOut = 1, kAborted = 2, kMismatch = 3;
 
 RIDGE_HOST_DEVICE inline size_t messageBytes(const Launch& d) {
   return size_t(d.count) * size_t(d.elemBytes);
@@ -97,6 +103,7 @@ RIDGE_HOST_DEVICE inline void sendLine(const Launch& d, size_t i, Env& env) {
   const size_t bytes = messageBytes(d);
   for (int k = 1; k < d.nranks; ++k) {
     const int j = (d.rank + k) % d.nranks;
+    if (i == 0) env.store(d.peerSlot[j] + d.sigLine, encode(d.signature, d.flag));
     if (carriesData(d, d.rank, j))
       env.store(d.peerSlot[j] + i, encode(loadPayload(sendBlock(d, j), bytes, i), d.flag));
     else if (i == 0)
@@ -183,10 +190,23 @@ RIDGE_HOST_DEVICE inline bool receiveOutputLine(const Launch& d, size_t i, Env& 
 // operation k is awaited (so already here) in operation k, and the peer's next write to this
 // slot (operation k + 2) starts only after this launch ended (the two-parity argument), which
 // orders these local stores first. False when a wait gave up.
+// Line 0's thread first takes every peer's signature line: one that differs from this rank's
+// stops the launch (status word base + kMismatch, which also stops this rank's other waiting
+// threads) before any data line is awaited, so calls of different lengths fail the same way.
 template <class Env>
 RIDGE_HOST_DEVICE inline bool receiveLine(const Launch& d, size_t i, Env& env) {
   const int n = d.nranks, r = d.rank;
   if (i == 0) {
+    for (int k = 1; k < n; ++k) {
+      const int j = (r + k) % n;
+      Line l;
+      if (!env.wait(d.mySlot[j] + d.sigLine, d.flag, &l)) return false;
+      if (payloadOf(l) != d.signature) {
+        env.fail(kMismatch);
+        return false;
+      }
+      env.store(d.mySlot[j] + d.sigLine, encode(0, 0));
+    }
     for (int k = 1; k < n; ++k) {
       const int j = (r + k) % n;
       Line l;

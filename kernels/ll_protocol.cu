@@ -129,6 +129,14 @@ struct DeviceLLEnv {
 
   __device__ void store(ll::Line* p, const ll::Line& l) const { storeLine(p, l); }
 
+  // Stops the launch with statusBase + `code` (kMismatch); as a timeout, a plain store.
+  __device__ void fail(uint32_t code) const {
+    if (*status == statusBase) {
+      *status = statusBase + code;
+      __threadfence_system();
+    }
+  }
+
   __device__ bool wait(const ll::Line* p, uint32_t flag, ll::Line* out) const {
     for (uint64_t polls = 1; polls <= kMaxPolls; ++polls) {
       const ll::Line l = loadLine(p);

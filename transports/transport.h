@@ -42,6 +42,7 @@ constexpr uint32_t kDirectTransferVersion = 1;
 struct SlotInfo {
   uint32_t bytes = 0;
   bool lastOfMessage = false;
+  uint64_t tag = 0;  // the tag of a tagged post (the tag extension below), else 0
 };
 
 // ---- device-side producer extension (the gdr transport in write mode, docs/gdr-write.md) ----
@@ -109,6 +110,18 @@ class SendConnector {
   // The device-side producer of this connector, or nullptr (the default: host copies).
   virtual DeviceProducer* deviceProducer() { return nullptr; }
 
+  // ---- tag extension (only when carriesTags()) ----
+  // A transport whose slot metadata has room carries a 64-bit tag beside it, in the cache
+  // line the receiver reads anyway (SlotInfo::tag; an untagged post gives 0), and whose slots
+  // are memory both ranks see whole: the receiver may read any byte of a posted slot, not only
+  // its first `bytes`. The operation signatures (coll/signature.h) put a call's digest in the
+  // tag and its full description in the slot's last line, read only when the digests differ.
+  virtual bool carriesTags() const { return false; }
+  // post() with a tag (untagged where carriesTags() is false).
+  virtual void postTagged(uint32_t bytes, bool lastOfMessage, uint64_t /*tag*/) {
+    post(bytes, lastOfMessage);
+  }
+
   size_t slotBytes() const { return slotBytes_; }
   // The rank at the other end.
   int peer() const { return peer_; }
@@ -144,6 +157,9 @@ class RecvConnector {
   // As SendConnector::withdrawDirect: afterwards the transport never writes to a
   // declared destination; when some were still outstanding the peer's connection fails.
   virtual void withdrawDirect() {}
+
+  // As SendConnector::carriesTags (the same at both ends of a connection).
+  virtual bool carriesTags() const { return false; }
 
   size_t slotBytes() const { return slotBytes_; }
   // The rank at the other end.

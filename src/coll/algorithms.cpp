@@ -238,17 +238,30 @@ Task allPairsReduce(ridgeComm* c, CollArgs a, bool scatter, bool inlineHeader = 
   const int divisor = a.op == ridgeAvg ? P : 0;
   const void** srcs = c->scratchPtrs.data();
   // A message that fits one slot beside its header carries the header in that slot
-  // (runCollective decides, coll/signature.h): one slot per peer, as without signatures.
-  const size_t hdr = inlineHeader ? kInlineHeaderBytes : 0;
+  // (runCollective decides, coll/signature.h): one slot per peer, as without signatures. On
+  // a connector with tags the header's digest is the post's tag and the header itself sits
+  // in the slot's last line (hdr 0 there); elsewhere the header leads the data.
+  const OpLedger& L = c->ledger;
+  auto headerRoom = [inlineHeader](const std::vector<uint8_t>& tags, int peer) {
+    return inlineHeader && !tags[static_cast<size_t>(peer)] ? kInlineHeaderBytes : 0;
+  };
   for (size_t off = 0; off < a.count; off += chunkElems) {
     const size_t n = std::min(chunkElems, a.count - off);
     for (int k = 1; k < P; ++k) {
       int j = (r + k) % P;
       size_t src = scatter ? (size_t(j) * a.count + off) : off;
-      char* slot = static_cast<char*>(co_await AcquireSlot(c->sendTo[j]));
-      if (inlineHeader) writeInlineHeader(c, j, slot);
+      SendConnector* tx = c->sendTo[j];
+      char* slot = static_cast<char*>(co_await AcquireSlot(tx));
+      const size_t hdr = headerRoom(L.tagsTo, j);
+      if (inlineHeader && hdr == 0) {
+        const uint64_t tag = writeInlineHeader(c->ledger, j, coldHeader(slot, tx->slotBytes()));
+        std::memcpy(slot, cbytes(a.send) + src * es, n * es);
+        tx->postTagged(static_cast<uint32_t>(n * es), false, tag);
+        continue;
+      }
+      if (inlineHeader) writeInlineHeader(c->ledger, j, slot);
       std::memcpy(slot + hdr, cbytes(a.send) + src * es, n * es);
-      c->sendTo[j]->post(static_cast<uint32_t>(hdr + n * es), false);
+      tx->post(static_cast<uint32_t>(hdr + n * es), false);
     }
     srcs[r] = cbytes(a.send) + (scatter ? size_t(r) * a.count + off : off) * es;
     bool copied = false;  // inline headers copied out, checked after the reduction
@@ -258,6 +271,7 @@ Task allPairsReduce(ridgeComm* c, CollArgs a, bool scatter, bool inlineHeader = 
       PeekSlot pk(c->recvFrom[j]);
       const char* got = static_cast<const char*>(co_await pk);
       const bool due = inlineHeader && c->ledger.due[static_cast<size_t>(j)];
+      const size_t hdr = headerRoom(L.tagsFrom, j);
       srcs[j] = got + hdr;
       if (pk.info.bytes != hdr + n * es) {
         if (due) RIDGE_CO_TRY(checkInlineHeader(c, j, got, pk.info));  // names the peer's call
@@ -265,7 +279,10 @@ Task allPairsReduce(ridgeComm* c, CollArgs a, bool scatter, bool inlineHeader = 
                            pk.info);
       }
       if (due) {
-        copyInlineHeader(c->ledger, j, got);
+        if (inlineHeader && hdr == 0)
+          c->ledger.inbox[static_cast<size_t>(j)] = pk.info.tag;
+        else
+          copyInlineHeader(c->ledger, j, got);
         copied = true;
       }
     }
@@ -273,7 +290,18 @@ Task allPairsReduce(ridgeComm* c, CollArgs a, bool scatter, bool inlineHeader = 
     if (copied)
       for (int k = 1; k < P; ++k) {
         const int j = (r + P - k) % P;
-        if (c->ledger.due[static_cast<size_t>(j)]) RIDGE_CO_TRY(checkCopiedHeader(c, j));
+        if (!c->ledger.due[static_cast<size_t>(j)]) continue;
+        if (copiedHeaderMatches(c->ledger, j)) [[likely]] {
+          headerMatched(c->ledger, j);
+          continue;
+        }
+        // The slot is still held (its size checked above): the full header there names the
+        // peer's call.
+        const size_t hdr = headerRoom(L.tagsFrom, j);
+        SlotInfo info;
+        info.bytes = static_cast<uint32_t>(hdr + n * es);
+        info.tag = hdr == 0 ? c->ledger.inbox[static_cast<size_t>(j)] : 0;
+        RIDGE_CO_TRY(checkInlineHeader(c, j, cbytes(srcs[j]) - hdr, info));
       }
     for (int k = 1; k < P; ++k) c->recvFrom[(r + P - k) % P]->release();
   }
@@ -735,7 +763,7 @@ Task directBegin(ridgeComm* c, const CollArgs& a, bool inlineHeader) {
   for (int k = 1; k < P; ++k) {
     int j = (r + k) % P;
     char* slot = static_cast<char*>(co_await AcquireSlot(c->sendTo[j]));
-    if (inlineHeader) writeInlineHeader(c, j, slot);
+    if (inlineHeader) writeInlineHeader(c->ledger, j, slot);
     std::memcpy(slot + hdr, &mine, sizeof mine);
     c->sendTo[j]->post(static_cast<uint32_t>(hdr + sizeof mine), true);
   }
@@ -750,10 +778,7 @@ Task directBegin(ridgeComm* c, const CollArgs& a, bool inlineHeader) {
       if (due) RIDGE_CO_TRY(checkInlineHeader(c, j, slot, pk.info));  // names the peer's call
       co_return mismatch(c, a.type, j, hdr + sizeof mine, pk.info);
     }
-    if (due) {
-      copyInlineHeader(c->ledger, j, slot);
-      RIDGE_CO_TRY(checkCopiedHeader(c, j));
-    }
+    if (due) RIDGE_CO_TRY(checkInlineHeader(c, j, slot, pk.info));
     std::memcpy(&c->peerDesc[j], slot + hdr, sizeof mine);
     c->recvFrom[j]->release();
     const auto& d = c->peerDesc[j];

@@ -25,34 +25,6 @@ struct Descriptor {
   uint64_t bytes;  // the message size the sender was called with
 };
 constexpr size_t kSignedDescriptorBytes = kInlineHeaderBytes + sizeof(Descriptor);
-static_assert(sizeof(OpSignature) <= kInlineHeaderBytes, "the signature fits ahead of the descriptor");
-
-// The send's signature, counted in the ledger as coll/signature.cpp's beginSend counts it
-// (the pair's next sequence number, the operation published for dumps and timeouts), without
-// posting it: it rides in the descriptor's slot. Kept here so that signature.* stays with
-// its owner; needs the ledger set up (any earlier signed operation did that).
-OpSignature signSend(ridgeComm* c, int peer, size_t count, ridgeDataType_t dtype) {
-  OpLedger& L = c->ledger;
-  OpSignature s;
-  s.magic = kSignatureMagic;
-  s.seq = ++L.sendSeq[static_cast<size_t>(peer)];
-  s.count = count;
-  s.rank = c->rank;
-  s.root = peer;
-  s.op = -1;
-  s.kind = static_cast<uint8_t>(CollType::Send);
-  s.dtype = static_cast<uint8_t>(dtype);
-  L.current = s;
-  L.curSeq.store(s.seq, std::memory_order_relaxed);
-  L.curCount.store(s.count, std::memory_order_relaxed);
-  L.curKind.store(s.kind, std::memory_order_relaxed);
-  L.curRoot.store(s.root, std::memory_order_relaxed);
-  L.curOp.store(s.op, std::memory_order_relaxed);
-  L.curDtype.store(s.dtype, std::memory_order_relaxed);
-  L.started.store(L.started.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  L.running.store(true, std::memory_order_relaxed);
-  return s;
-}
 
 // The descriptor in a slot of `bytes` marked `last`, or nullptr if it holds none.
 const Descriptor* descriptorIn(const void* slot, const SlotInfo& info, size_t at) {
@@ -98,14 +70,12 @@ bool p2pSendsSingleCopy(ridgeComm* c, int peer, size_t bytes) {
 Task sendSingleCopy(ridgeComm* c, int peer, const char* src, size_t bytes, const SendSignature* sign) {
   SendConnector* tx = c->sendTo[peer];
   const Descriptor d{kDescriptorMagic, reinterpret_cast<uint64_t>(src), bytes};
-  // Signed: the header in the descriptor's slot; before the ledger is set up (the first
-  // signed operation of the communicator) beginSend sets it up and posts the header alone.
-  const bool inlineSignature = sign && c->ledger.sized;
-  if (sign && !inlineSignature) RIDGE_CO_TRY(co_await beginSend(c, peer, sign->count, sign->dtype));
-  const OpSignature s = inlineSignature ? signSend(c, peer, sign->count, sign->dtype) : OpSignature{};
+  // Signed: the header (coll/signature.h, sendHeader) in the descriptor's slot.
+  const bool inlineSignature = sign != nullptr;
+  const HeaderWire h = inlineSignature ? sendHeader(c, peer, sign->count, sign->dtype) : HeaderWire{};
   char* slot = static_cast<char*>(co_await AcquireSlot(tx));
   if (inlineSignature) {
-    std::memcpy(slot, &s, sizeof s);
+    std::memcpy(slot, &h, sizeof h);
     std::memcpy(slot + kInlineHeaderBytes, &d, sizeof d);
     tx->post(kSignedDescriptorBytes, true);
   } else {
@@ -141,12 +111,13 @@ Task recvSingleCopy(ridgeComm* c, int peer, char* dst, size_t bytes, bool* done)
   // A staged message of at least minBytes never starts with a last chunk this short.
   const Descriptor* found = descriptorIn(slot, first.info, headerDue ? kInlineHeaderBytes : 0);
   if (headerDue && found) {
-    copyInlineHeader(L, peer, slot);
-    RIDGE_CO_TRY(checkCopiedHeader(c, peer));
+    // Due again for the check alone (no suspension between): checkInlineHeader clears it.
+    L.due[static_cast<size_t>(peer)] = kDueRecv;
+    RIDGE_CO_TRY(checkInlineHeader(c, peer, slot, first.info));
   } else if (headerDue) {
     // A header alone (a descriptor or the staged message follows), or not a header at all:
     // takeHeader checks it, releases it and names a mismatch.
-    L.due[static_cast<size_t>(peer)] = 1;
+    L.due[static_cast<size_t>(peer)] = kDueRecv;
     RIDGE_CO_TRY(co_await takeHeader(c, peer));
     PeekSlot pk(rx);
     slot = co_await pk;

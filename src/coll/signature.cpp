@@ -45,6 +45,50 @@ OpSignature makeSignature(const ridgeComm* c, CollType kind, size_t count, ridge
   return s;
 }
 
+// A 64-bit mix (the finalizer of splitmix64): every input bit moves every output bit.
+inline uint64_t mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x;
+}
+
+// The digest of a call without the pair's part: what a collective's two sides must agree on
+// (kind, root, op, datatype, count, sequence number). A send and its receive agree on the
+// pair's sequence number, the bytes and the receiver: both digest them as a send's.
+uint64_t callDigest(const OpSignature& s) {
+  const CollType t = static_cast<CollType>(s.kind);
+  if (t == CollType::Send || t == CollType::Recv) {
+    const uint64_t bytes = s.count * dataTypeSize(static_cast<ridgeDataType_t>(s.dtype));
+    return mix64(mix64(mix64(0x53454e44ull ^ s.seq) ^ bytes) ^ static_cast<uint32_t>(s.root));
+  }
+  const uint64_t shape =
+      uint64_t{s.kind} | uint64_t{s.dtype} << 8 | uint64_t{static_cast<uint32_t>(s.op)} << 16;
+  return mix64(mix64(mix64(shape ^ uint64_t{static_cast<uint32_t>(s.root)} << 48) ^ s.count) ^ s.seq);
+}
+
+// The digest's part for a pair: the sender's rank and, for collectives, the messages between
+// the two before it (what one side sent, the other received).
+uint64_t pairDigest(int sender, uint64_t sent, uint64_t received) {
+  return mix64(mix64(static_cast<uint64_t>(sender) + 0x9e3779b97f4a7c15ull) ^ sent) ^ mix64(received + 1);
+}
+
+// The receiver's own `sig` (a Recv) as the digest of the header it expects from `peer`.
+uint64_t recvDigest(const OpSignature& mine, int self, int peer) {
+  OpSignature as = mine;
+  as.root = self;  // the send names its receiver
+  return headerDigest(callDigest(as), pairDigest(peer, 0, 0));
+}
+
+void updatePair(ridgeComm* c, int peer) {
+  OpLedger& L = c->ledger;
+  const size_t j = static_cast<size_t>(peer);
+  L.pairOut[j] = pairDigest(c->rank, L.sendSeq[j], L.recvSeq[j]);
+  L.pairIn[j] = pairDigest(peer, L.recvSeq[j], L.sendSeq[j]);
+}
+
 void ensureSized(ridgeComm* c) {
   OpLedger& L = c->ledger;
   if (L.sized) return;
@@ -53,9 +97,20 @@ void ensureSized(ridgeComm* c) {
   L.recvSeq.assign(P, 0);
   L.due.assign(P, 0);
   L.expect.assign(P, OpSignature{});
-  L.inbox.assign(P, OpSignature{});
+  L.expectDigest.assign(P, 0);
+  L.pairOut.assign(P, 0);
+  L.pairIn.assign(P, 0);
+  L.inbox.assign(P, 0);
+  L.tagsTo.assign(P, 0);
+  L.tagsFrom.assign(P, 0);
+  for (int j = 0; j < c->nranks; ++j) {
+    if (j == c->rank) continue;
+    L.tagsTo[static_cast<size_t>(j)] = c->sendTo[j]->carriesTags();
+    L.tagsFrom[static_cast<size_t>(j)] = c->recvFrom[j]->carriesTags();
+  }
   L.peerSeen.reset(new std::atomic<uint64_t>[P]);
   for (size_t j = 0; j < P; ++j) L.peerSeen[j].store(0, std::memory_order_relaxed);
+  for (int j = 0; j < c->nranks; ++j) updatePair(c, j);
   L.sized = true;
 }
 
@@ -110,16 +165,22 @@ Status mismatchError(const ridgeComm* c, int peer, const OpSignature& mine, cons
                    detail.c_str());
 }
 
-// Compares `peer`'s header `h` with what this rank expects from it.
-Status compareHeader(ridgeComm* c, int peer, const OpSignature& h) {
+// This rank's call that `peer`'s header must match (`due`: what the header is due for).
+const OpSignature& expectedCall(const ridgeComm* c, int peer, uint8_t due) {
+  return due == kDueRecv ? c->ledger.expect[static_cast<size_t>(peer)] : c->ledger.current;
+}
+
+// Compares `peer`'s header `h` in full with what this rank expects from it (`due`), after
+// their digests differed: says what differs.
+Status compareHeader(ridgeComm* c, int peer, const OpSignature& h, uint8_t due) {
   OpLedger& L = c->ledger;
-  const OpSignature& mine = L.expect[static_cast<size_t>(peer)];
+  const OpSignature& mine = expectedCall(c, peer, due);
   if (h.magic != kSignatureMagic || h.rank != peer)
     return makeError(ridgeInvalidUsage,
                      "rank %d: mismatched calls: rank %d called %s, but the next %zu bytes from rank %d "
                      "are data, not a call header (a send without its receive, or a different call); "
                      "the communicator is now broken",
-                     c->rank, c->rank, describeCall(mine).c_str(), sizeof h, peer);
+                     c->rank, c->rank, describeCall(mine).c_str(), sizeof(HeaderWire), peer);
   const CollType myKind = static_cast<CollType>(mine.kind);
   const CollType theirKind = static_cast<CollType>(h.kind);
   if (myKind == CollType::Recv) {
@@ -131,7 +192,10 @@ Status compareHeader(ridgeComm* c, int peer, const OpSignature& h) {
                            theirKind == CollType::Send && h.seq == mine.seq
                                ? "; the size of the message does not match the size of the receive"
                                : "");
-    return Status::ok();
+    return makeError(ridgeInternalError,
+                     "rank %d: rank %d's header for %s carries a digest that does not match its call "
+                     "(damaged in transit?)",
+                     c->rank, peer, describeCall(h).c_str());
   }
   if (theirKind != CollType::Send && theirKind != CollType::Recv)
     L.peerSeen[static_cast<size_t>(peer)].store(h.seq, std::memory_order_relaxed);
@@ -147,68 +211,79 @@ Status compareHeader(ridgeComm* c, int peer, const OpSignature& h) {
                static_cast<unsigned long long>(L.recvSeq[static_cast<size_t>(peer)]), peer,
                static_cast<unsigned long long>(h.p2pRecvd), c->rank,
                static_cast<unsigned long long>(h.p2pSent)));
-  return Status::ok();
+  // Everything compared is equal, yet the digests differed: the header was damaged.
+  return makeError(ridgeInternalError,
+                   "rank %d: rank %d's header for %s carries a digest that does not match its call "
+                   "(damaged in transit?)",
+                   c->rank, peer, describeCall(h).c_str());
 }
 
-Status notAHeader(const ridgeComm* c, int peer, const SlotInfo& info) {
+Status notAHeader(const ridgeComm* c, int peer, const SlotInfo& info, uint8_t due) {
   return makeError(ridgeInvalidUsage,
                    "rank %d: mismatched calls: rank %d called %s, but the next chunk from rank %d is "
                    "%u bytes of data, not its call's header: rank %d sent data this rank never asked "
                    "for (a send without its receive, or a different call); the communicator is now "
                    "broken",
-                   c->rank, c->rank, describeCall(c->ledger.expect[static_cast<size_t>(peer)]).c_str(), peer,
-                   info.bytes, peer);
+                   c->rank, c->rank, describeCall(expectedCall(c, peer, due)).c_str(), peer, info.bytes,
+                   peer);
 }
 
 // Checks the header slot `slot` of `peer` and releases it.
 // A slot that starts with a header but carries data (the peer's call put its header inline)
 // is compared all the same, so that the error names the peer's call.
+// Copies the header of the slot `slot` out: at its start, or in its last line when the post
+// was tagged (the tag is then the digest). False when an untagged slot is too short for one.
+bool readHeader(const RecvConnector* rx, const void* slot, const SlotInfo& info, HeaderWire* h) {
+  if (info.tag) {
+    std::memcpy(h, coldHeader(const_cast<void*>(slot), rx->slotBytes()), sizeof *h);
+    h->digest = info.tag;
+    return true;
+  }
+  if (info.bytes < sizeof(HeaderWire)) return false;
+  std::memcpy(h, slot, sizeof *h);
+  return true;
+}
+
 Status checkHeader(ridgeComm* c, int peer, const void* slot, const SlotInfo& info) {
   RecvConnector* rx = c->recvFrom[peer];
-  if (info.bytes < sizeof(OpSignature)) {
+  OpLedger& L = c->ledger;
+  const size_t j = static_cast<size_t>(peer);
+  const uint8_t due = L.due[j];
+  HeaderWire h;
+  if (!readHeader(rx, slot, info, &h)) {
     rx->release();
-    return notAHeader(c, peer, info);
+    return notAHeader(c, peer, info, due);
   }
-  OpSignature h;
-  std::memcpy(&h, slot, sizeof h);
   rx->release();
-  c->ledger.due[static_cast<size_t>(peer)] = 0;
-  RIDGE_TRY(compareHeader(c, peer, h));
-  if (info.bytes != sizeof(OpSignature))
+  L.due[j] = 0;
+  if (h.digest != L.expectDigest[j]) RIDGE_TRY(compareHeader(c, peer, h.sig, due));
+  if (due == kDueCollective) L.peerSeen[j].store(L.current.seq, std::memory_order_relaxed);
+  if (info.tag || info.bytes != sizeof(HeaderWire))
     return makeError(ridgeInternalError,
                      "rank %d: rank %d sent %s's header with data where this rank expects "
                      "it alone",
-                     c->rank, peer, describeCall(h).c_str());
+                     c->rank, peer, describeCall(h.sig).c_str());
   return Status::ok();
 }
 
 }  // namespace
 
-void writeInlineHeader(ridgeComm* c, int peer, void* slot) {
-  OpSignature s = c->ledger.current;
-  s.p2pSent = c->ledger.sendSeq[static_cast<size_t>(peer)];
-  s.p2pRecvd = c->ledger.recvSeq[static_cast<size_t>(peer)];
-  std::memcpy(slot, &s, sizeof s);
-}
-
 Status checkInlineHeader(ridgeComm* c, int peer, const void* slot, const SlotInfo& info) {
-  if (info.bytes < sizeof(OpSignature)) return notAHeader(c, peer, info);
-  OpSignature h;
-  std::memcpy(&h, slot, sizeof h);
-  c->ledger.due[static_cast<size_t>(peer)] = 0;
-  RIDGE_TRY(compareHeader(c, peer, h));
+  OpLedger& L = c->ledger;
+  const size_t j = static_cast<size_t>(peer);
+  const uint8_t due = L.due[j];
+  HeaderWire h;
+  if (!readHeader(c->recvFrom[peer], slot, info, &h)) return notAHeader(c, peer, info, due);
+  L.due[j] = 0;
+  if (h.digest != L.expectDigest[j]) RIDGE_TRY(compareHeader(c, peer, h.sig, due));
+  L.peerSeen[j].store(L.current.seq, std::memory_order_relaxed);
   // The same call on both ranks makes the same choice; a lone header here means they did not.
-  if (info.bytes == sizeof(OpSignature))
+  if (!info.tag && info.bytes == sizeof(HeaderWire))
     return makeError(ridgeInternalError,
                      "rank %d: rank %d sent %s's header alone where this rank carries it "
                      "with the data",
-                     c->rank, peer, describeCall(h).c_str());
+                     c->rank, peer, describeCall(h.sig).c_str());
   return Status::ok();
-}
-
-Status checkCopiedHeader(ridgeComm* c, int peer) {
-  c->ledger.due[static_cast<size_t>(peer)] = 0;
-  return compareHeader(c, peer, c->ledger.inbox[static_cast<size_t>(peer)]);
 }
 
 std::string describeCall(const OpSignature& s) {
@@ -218,12 +293,56 @@ std::string describeCall(const OpSignature& s) {
   const unsigned long long seq = static_cast<unsigned long long>(s.seq);
   if (s.kind > static_cast<uint8_t>(CollType::Recv)) return format("an unknown call (kind %u)", s.kind);
   std::string args;
-  if (t == CollType::Send) return format("send #%llu(%llu x %s to rank %d)", seq, n, type, s.root);
-  if (t == CollType::Recv) return format("recv #%llu(%llu x %s from rank %d)", seq, n, type, s.root);
+  // Sequence number 0: a device path's call, which counts none (deviceCallSignature).
+  const std::string number = seq ? format(" #%llu", seq) : std::string();
+  if (t == CollType::Send) return format("send%s(%llu x %s to rank %d)", number.c_str(), n, type, s.root);
+  if (t == CollType::Recv) return format("recv%s(%llu x %s from rank %d)", number.c_str(), n, type, s.root);
   if (hasRoot(t)) args = format("root %d, ", s.root);
   args += format("%llu x %s", n, type);
   if (hasOp(t)) args += ", " + opName(s.op);
-  return format("%s #%llu(%s)", collTypeName(t), seq, args.c_str());
+  return format("%s%s(%s)", collTypeName(t), number.c_str(), args.c_str());
+}
+
+OpSignature deviceCallSignature(int rank, CollType kind, uint64_t count, ridgeDataType_t dtype, int op,
+                                int root) {
+  OpSignature s;
+  s.magic = kSignatureMagic;
+  s.count = count;
+  s.rank = rank;
+  s.root = hasRoot(kind) ? root : -1;
+  s.op = hasOp(kind) ? op : -1;
+  s.kind = static_cast<uint8_t>(kind);
+  s.dtype = static_cast<uint8_t>(dtype);
+  return s;
+}
+
+uint64_t packedCall(const OpSignature& s) {
+  return uint64_t{s.kind} | uint64_t{s.dtype} << 8 | uint64_t{static_cast<uint8_t>(s.op)} << 16 |
+         uint64_t{static_cast<uint8_t>(s.root)} << 24 | (s.count & 0xffffffffull) << 32;
+}
+
+OpSignature unpackCall(uint64_t packed, int rank) {
+  OpSignature s;
+  s.magic = kSignatureMagic;
+  s.rank = rank;
+  s.kind = static_cast<uint8_t>(packed);
+  s.dtype = static_cast<uint8_t>(packed >> 8);
+  s.op = static_cast<int8_t>(packed >> 16);
+  s.root = static_cast<int8_t>(packed >> 24);
+  s.count = packed >> 32;
+  return s;
+}
+
+bool sameDeviceCall(const OpSignature& a, const OpSignature& b) {
+  return sameCall(a, b);
+}
+
+Status deviceCallMismatch(int rank, const char* path, const OpSignature& mine, int peer,
+                          const OpSignature& theirs) {
+  return makeError(ridgeInvalidUsage,
+                   "rank %d: mismatched calls (%s path): rank %d called %s where rank %d called %s; the "
+                   "communicator is now broken (ridgeCommGetAsyncError), create a new one",
+                   rank, path, rank, describeCall(mine).c_str(), peer, describeCall(theirs).c_str());
 }
 
 // On the device network the connectors' slots are device memory (and every rank voted the
@@ -239,11 +358,12 @@ OpSignature startCollective(ridgeComm* c, const CollArgs& a, bool inlineHeaders)
   OpLedger& L = c->ledger;
   const OpSignature s = makeSignature(c, a.type, a.count, a.dtype, a.op, a.root, ++L.collSeq);
   publish(c, s);
+  L.currentDigest = callDigest(s);
   L.inlineHeaders = inlineHeaders;
   for (int j = 0; j < c->nranks; ++j) {
     if (j == c->rank) continue;
-    L.due[static_cast<size_t>(j)] = 1;
-    L.expect[static_cast<size_t>(j)] = s;
+    L.due[static_cast<size_t>(j)] = kDueCollective;
+    L.expectDigest[static_cast<size_t>(j)] = headerDigest(L.currentDigest, L.pairIn[static_cast<size_t>(j)]);
   }
   return s;
 }
@@ -260,7 +380,7 @@ bool headersDue(const ridgeComm* c) {
 }
 
 Task beginCollective(ridgeComm* c, const CollArgs& a) {
-  OpSignature s = startCollective(c, a, false);
+  (void)startCollective(c, a, false);
   OpLedger& L = c->ledger;
   const int P = c->nranks, r = c->rank;
   // Every peer's header is due before any is posted: while this rank waits for room to post,
@@ -268,11 +388,9 @@ Task beginCollective(ridgeComm* c, const CollArgs& a) {
   for (int k = 1; k < P; ++k) declareHeaderSlot(c->recvFrom[(r + k) % P]);
   for (int k = 1; k < P; ++k) {
     const int j = (r + k) % P;
-    s.p2pSent = L.sendSeq[static_cast<size_t>(j)];
-    s.p2pRecvd = L.recvSeq[static_cast<size_t>(j)];
     void* slot = co_await AcquireSlot(c->sendTo[j]);
-    std::memcpy(slot, &s, sizeof s);
-    c->sendTo[j]->post(sizeof s, true);
+    writeInlineHeader(L, j, slot);
+    c->sendTo[j]->post(sizeof(HeaderWire), true);
   }
   const size_t bytes = a.count * dataTypeSize(a.dtype);
   for (int k = 1; k < P; ++k) co_await HeaderSent(c->sendTo[(r + k) % P], bytes);
@@ -297,15 +415,24 @@ OpSignature startExchange(ridgeComm* c, CollType kind, int peer, size_t count, r
   const OpSignature s =
       makeSignature(c, kind, count, dtype, ridgeSum, peer, ++seqs[static_cast<size_t>(peer)]);
   publish(c, s);
+  updatePair(c, peer);
   return s;
 }
 }  // namespace
 
-Task beginSend(ridgeComm* c, int peer, size_t count, ridgeDataType_t dtype) {
+HeaderWire sendHeader(ridgeComm* c, int peer, size_t count, ridgeDataType_t dtype) {
   const OpSignature s = startExchange(c, CollType::Send, peer, count, dtype);
+  HeaderWire w;
+  w.digest = headerDigest(callDigest(s), pairDigest(c->rank, 0, 0));
+  w.sig = s;
+  return w;
+}
+
+Task beginSend(ridgeComm* c, int peer, size_t count, ridgeDataType_t dtype) {
+  const HeaderWire w = sendHeader(c, peer, count, dtype);
   void* slot = co_await AcquireSlot(c->sendTo[peer]);
-  std::memcpy(slot, &s, sizeof s);
-  c->sendTo[peer]->post(sizeof s, true);
+  std::memcpy(slot, &w, sizeof w);
+  c->sendTo[peer]->post(sizeof w, true);
   // No HeaderSent wait: a send receives nothing, so it never fails on a mismatch of its own
   // and never withdraws its chunks while its header waits behind them.
   co_return Status::ok();
@@ -314,8 +441,9 @@ Task beginSend(ridgeComm* c, int peer, size_t count, ridgeDataType_t dtype) {
 void beginRecv(ridgeComm* c, int peer, size_t count, ridgeDataType_t dtype) {
   const OpSignature s = startExchange(c, CollType::Recv, peer, count, dtype);
   c->ledger.inlineHeaders = false;
-  c->ledger.due[static_cast<size_t>(peer)] = 1;
+  c->ledger.due[static_cast<size_t>(peer)] = kDueRecv;
   c->ledger.expect[static_cast<size_t>(peer)] = s;
+  c->ledger.expectDigest[static_cast<size_t>(peer)] = recvDigest(s, c->rank, peer);
   declareHeaderSlot(c->recvFrom[peer]);
 }
 

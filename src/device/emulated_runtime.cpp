@@ -976,6 +976,13 @@ struct EmulatedLLEnv {
     return false;
   }
 
+  // Stops the launch with statusBase + `code` (unless the word already left statusBase).
+  void fail(uint32_t code) const {
+    uint32_t expected = statusBase;
+    __atomic_compare_exchange_n(status, &expected, statusBase + code, false, __ATOMIC_ACQ_REL,
+                                __ATOMIC_ACQUIRE);
+  }
+
   uint64_t reduce(const uint64_t* srcs, int n, int elems, int divisor) const {
     const void* from[ll::kMaxRanks];
     for (int k = 0; k < n; ++k) from[k] = &srcs[k];
@@ -1016,7 +1023,9 @@ Status EmulatedRuntime::launchLLCollective(const ll::Launch& d, ridgeStream_t st
   }
   // The private aliases of every pointer the launch touches, for the extent it touches.
   ll::Launch x = d;
-  const size_t bytes = ll::messageBytes(d), lineBytes = ll::messageLines(d) * sizeof(ll::Line);
+  // Lines up to the signature line (the slot's last).
+  const size_t bytes = ll::messageBytes(d),
+               lineBytes = (std::max<size_t>(ll::messageLines(d), d.sigLine + size_t(1))) * sizeof(ll::Line);
   const bool blocks = d.kind == ll::CollKind::ReduceScatter || d.kind == ll::CollKind::AlltoAll;
   const bool gathers = d.kind == ll::CollKind::AllGather || d.kind == ll::CollKind::AlltoAll;
   const bool readsSend = d.kind != ll::CollKind::Broadcast || d.rank == d.root;

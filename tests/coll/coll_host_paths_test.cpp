@@ -121,11 +121,11 @@ void directHeaderInline(int P) {
             rep.fail(k.name, "nothing arrived from rank 0");
             return 1;
           }
-          ridge::OpSignature head;
-          std::memcpy(&head, slot, sizeof head);
-          if (head.magic != ridge::kSignatureMagic)
+          ridge::HeaderWire wire;  // the digest, then the signature
+          std::memcpy(&wire, slot, sizeof wire);
+          if (wire.digest == 0 || wire.sig.magic != ridge::kSignatureMagic)
             rep.fail(k.name, "rank 0's first slot does not start with its signature");
-          else if (info.bytes <= sizeof(ridge::OpSignature))
+          else if (info.bytes <= sizeof(ridge::HeaderWire))
             rep.fail(std::string(k.name) + " count " + std::to_string(count),
                      "the signature came in a slot of its own (" + std::to_string(info.bytes) +
                          " bytes) ahead of the direct algorithm's descriptor");

@@ -309,12 +309,13 @@ TEST(P2pSingleCopy, SignatureRidesInTheDescriptorSlot) {
         rep.fail("message " + std::to_string(msg), "nothing arrived from rank 0");
         return false;
       }
-      ridge::OpSignature head;
-      std::memcpy(&head, slot, sizeof head);
-      if (head.magic != ridge::kSignatureMagic || head.kind != static_cast<uint8_t>(ridge::CollType::Send) ||
-          head.count != bytes)
+      ridge::HeaderWire wire;  // the digest, then the signature
+      std::memcpy(&wire, slot, sizeof wire);
+      const ridge::OpSignature& head = wire.sig;
+      if (wire.digest == 0 || head.magic != ridge::kSignatureMagic ||
+          head.kind != static_cast<uint8_t>(ridge::CollType::Send) || head.count != bytes)
         rep.fail("message " + std::to_string(msg), "the first slot does not start with the send's signature");
-      if (msg > 0 && (info.bytes <= sizeof(ridge::OpSignature) || !info.lastOfMessage))
+      if (msg > 0 && (info.bytes <= sizeof(ridge::HeaderWire) || !info.lastOfMessage))
         rep.fail("message " + std::to_string(msg), "the signature came in a slot of its own (" +
                                                        std::to_string(info.bytes) +
                                                        " bytes): the single copy takes two slots");

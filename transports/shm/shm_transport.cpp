@@ -65,17 +65,25 @@ struct alignas(kLine) RankCtl {
 static_assert(sizeof(RankCtl) == kLine);
 
 constexpr uint32_t kMaxSlots = 64;
-// `head` and the slots' metadata share a line (the first 15 slots' metadata: the default 4
-// slots' all): a receiver's peek fetches one line that the sender wrote, not two, and a post
-// writes one. Every hand-off of a collective waits for that fetch (issue 21: the small
-// collectives' fixed cost against Open MPI's shared-memory transport).
+// A slot's metadata: its size and flag, and the tag of a tagged post (0 otherwise) in the
+// same 16 bytes, so the receiver's one read of the entry brings both.
+struct SlotMeta {
+  uint32_t word;  // bytes | kLastFlag
+  uint32_t reserved;
+  uint64_t tag;
+};
+// `head` and the first three slots' metadata share a line: a receiver's peek of those slots
+// fetches one line that the sender wrote, not two, and a post writes one. Every hand-off of a
+// collective waits for that fetch (issue 21: the small collectives' fixed cost against Open
+// MPI's shared-memory transport). With the default 4 slots the fourth slot's entry starts the
+// next line (the 16-byte entries carry the signature tag, issue 19).
 struct FifoCtl {
   alignas(kLine) std::atomic<uint32_t> head;  // sender-written
-  uint32_t meta[kMaxSlots];                   // sender-written: bytes | kLastFlag
+  SlotMeta meta[kMaxSlots];                   // sender-written
   alignas(kLine) std::atomic<uint32_t> tail;  // receiver-written
 };
-static_assert(offsetof(FifoCtl, meta) + 4 * sizeof(uint32_t) <= kLine,
-              "the default slots' metadata share head's line");
+static_assert(offsetof(FifoCtl, meta) + 3 * sizeof(SlotMeta) <= kLine,
+              "the first three slots' metadata share head's line");
 static_assert(offsetof(FifoCtl, tail) % kLine == 0, "tail has a line of its own");
 
 long futexCall(std::atomic<uint32_t>* word, int op, uint32_t val, const timespec* ts) {
@@ -104,8 +112,13 @@ class ShmSend final : public SendConnector {
     }
     return data_ + static_cast<size_t>(head_ % nslots_) * slotBytes();
   }
-  void post(uint32_t bytes, bool last) override {
-    ctl_->meta[head_ % nslots_] = bytes | (last ? kLastFlag : 0);
+  void post(uint32_t bytes, bool last) override { postTagged(bytes, last, 0); }
+  // Slots are the segment's memory, mapped by both ranks: the tag extension holds.
+  bool carriesTags() const override { return true; }
+  void postTagged(uint32_t bytes, bool last, uint64_t tag) override {
+    SlotMeta& m = ctl_->meta[head_ % nslots_];
+    m.word = bytes | (last ? kLastFlag : 0);
+    m.tag = tag;
     ++head_;
     ctl_->head.store(head_, std::memory_order_release);
     wakeIfSleeping(receiver_);
@@ -133,11 +146,14 @@ class ShmRecv final : public RecvConnector {
       cachedHead_ = ctl_->head.load(std::memory_order_acquire);
       if (tail_ == cachedHead_) return nullptr;
     }
-    uint32_t meta = ctl_->meta[tail_ % nslots_];
+    const SlotMeta& m = ctl_->meta[tail_ % nslots_];
+    const uint32_t meta = m.word;
     info->bytes = meta & ~kLastFlag;
     info->lastOfMessage = (meta & kLastFlag) != 0;
+    info->tag = m.tag;
     return data_ + static_cast<size_t>(tail_ % nslots_) * slotBytes();
   }
+  bool carriesTags() const override { return true; }
   void release() override {
     ++tail_;
     ctl_->tail.store(tail_, std::memory_order_release);

@@ -14,6 +14,7 @@
 #include "coll/device/data_ops.h"
 #include "coll/device/device_collectives.h"
 #include "coll/executor.h"
+#include "coll/signature.h"
 #include "core/log.h"
 #include "core/settings.h"
 #include "reduce/reduce.h"
@@ -63,29 +64,63 @@ bool deviceNetworkCarries(const DeviceOp& op, int rank, int nranks) {
          (!u.writesRecv || op.recvKind == device::PointerKind::Device);
 }
 
-// Every rank's vote on running a batch on the device network, one byte to and from every
-// peer over the host connectors: all ranks then decide alike (as P2P's vote does).
-Task exchangeDeviceNetworkVote(ridgeComm* c, bool mine, bool* all) {
+// Every rank's vote on running a batch on the device network, one slot to and from every
+// peer over the host connectors: all ranks then decide alike (as P2P's vote does). The vote
+// also signs the batch (coll/signature.h): it carries how many collectives the batch holds and
+// each one's call (packedCall; as many as fit the slot, 8 bytes each), and every rank compares
+// its peers' with its own, so calls that do not match fail the batch on every rank with
+// ridgeInvalidUsage instead of running the device network's algorithms on them.
+struct VoteHeader {
+  uint32_t vote;
+  uint32_t ops;
+};
+
+size_t signedOps(size_t m, size_t slotBytes) {
+  return std::min(m, (slotBytes - sizeof(VoteHeader)) / sizeof(uint64_t));
+}
+
+Task exchangeDeviceNetworkVote(ridgeComm* c, bool mine, const CollArgs* ops, size_t m, bool* all) {
   const int P = c->nranks, r = c->rank;
-  const uint8_t vote = mine ? 1 : 0;
+  const VoteHeader head{mine ? 1u : 0u, static_cast<uint32_t>(m)};
   for (int k = 1; k < P; ++k) {
     const int j = (r + k) % P;
-    void* slot = co_await AcquireSlot(c->sendTo[j]);
-    std::memcpy(slot, &vote, 1);
-    c->sendTo[j]->post(1, true);
+    char* slot = static_cast<char*>(co_await AcquireSlot(c->sendTo[j]));
+    std::memcpy(slot, &head, sizeof head);
+    const size_t signs = signedOps(m, c->sendTo[j]->slotBytes());
+    for (size_t i = 0; i < signs; ++i) {
+      const CollArgs& a = ops[i];
+      const uint64_t call = packedCall(deviceCallSignature(r, a.type, a.count, a.dtype, a.op, a.root));
+      std::memcpy(slot + sizeof head + i * sizeof call, &call, sizeof call);
+    }
+    c->sendTo[j]->post(static_cast<uint32_t>(sizeof head + signs * sizeof(uint64_t)), true);
   }
   bool every = mine;
   for (int k = 1; k < P; ++k) {
     const int j = (r + P - k) % P;
-    PeekSlot pk(c->recvFrom[j]);
-    const void* slot = co_await pk;
-    if (pk.info.bytes != 1)
+    RecvConnector* rx = c->recvFrom[j];
+    PeekSlot pk(rx);
+    const char* slot = static_cast<const char*>(co_await pk);
+    VoteHeader theirs{};
+    if (pk.info.bytes >= sizeof theirs) std::memcpy(&theirs, slot, sizeof theirs);
+    const size_t theirSigns = signedOps(theirs.ops, rx->slotBytes());
+    if (pk.info.bytes < sizeof theirs || pk.info.bytes != sizeof theirs + theirSigns * sizeof(uint64_t))
       co_return makeError(ridgeInvalidUsage,
                           "rank %d: rank %d sent a %u-byte chunk where its device network vote was expected; "
                           "ranks queued different device operations",
                           r, j, pk.info.bytes);
-    every = every && *static_cast<const uint8_t*>(slot) != 0;
-    c->recvFrom[j]->release();
+    // Batches of different lengths may still line up (one rank's group, another's single
+    // calls): their common start is compared.
+    const size_t signs = std::min(signedOps(m, rx->slotBytes()), theirSigns);
+    for (size_t i = 0; i < signs; ++i) {
+      uint64_t call;
+      std::memcpy(&call, slot + sizeof theirs + i * sizeof call, sizeof call);
+      const CollArgs& a = ops[i];
+      const OpSignature own = deviceCallSignature(r, a.type, a.count, a.dtype, a.op, a.root);
+      if (call != packedCall(own))
+        co_return deviceCallMismatch(r, "device network", own, j, unpackCall(call, j));
+    }
+    every = every && theirs.vote != 0;
+    rx->release();
   }
   *all = every;
   co_return Status::ok();
@@ -593,7 +628,7 @@ Status GpuProxy::runOnDeviceNetwork(size_t n, bool* ran) {
   if (hostProducers) mine = mine && hostConnectorsPostFromDevice(comm_, /*any=*/false);
   bool all = false;
   Executor& ex = Executor::forThisThread();
-  ex.spawn(comm_, exchangeDeviceNetworkVote(comm_, mine, &all));
+  ex.spawn(comm_, exchangeDeviceNetworkVote(comm_, mine, deviceArgs_, m, &all));
   RIDGE_TRY(ex.run());
   if (!all) {
     ++comm_->device->netDeclined;

@@ -12,6 +12,7 @@
 #include "coll/comm.h"
 #include "coll/device/device_collectives.h"
 #include "coll/device/p2p.h"
+#include "coll/signature.h"
 #include "core/log.h"
 #include "core/settings.h"
 #include "kernels/ll_collective.h"
@@ -24,7 +25,7 @@ using device::DeviceRuntime;
 struct LLState {
   DeviceRuntime* rt = nullptr;
   size_t maxBytes = 0;   // agreed: the smallest RIDGE_LL_MAX_BYTES
-  size_t slotLines = 0;  // linesFor(maxBytes): lines of one slot
+  size_t slotLines = 0;  // linesFor(maxBytes) + 1: lines of one slot (the last: the signature line)
   void* area = nullptr;  // this rank's area: nranks x 2 slots (allocDevice)
   size_t areaBytes = 0;
   std::vector<void*> peerArea;   // by rank: each peer's area as this rank addresses it
@@ -177,7 +178,7 @@ Status prepareLocal(ridgeComm* c, DeviceRuntime* rt, LLState& x, LLInfo* info, b
   // a proxy's release word: their kernels must be loaded now (lazy loading would load them at
   // the first launch, which may wait for the device).
   RIDGE_TRY(rt->preloadKernels());
-  x.slotLines = ll::linesFor(size_t(maxBytes));
+  x.slotLines = ll::linesFor(size_t(maxBytes)) + 1;
   x.areaBytes = size_t(c->nranks) * 2 * x.slotLines * sizeof(ll::Line);
   RIDGE_TRY(rt->allocDevice(x.areaBytes, &x.area));
   RIDGE_TRY(zeroArea(rt, x.area, x.areaBytes));
@@ -275,7 +276,7 @@ Status setupLL(ridgeComm* c) {
   int32_t ok = 0;
   if (why.empty()) {
     x->maxBytes = agreed;
-    x->slotLines = ll::linesFor(agreed);
+    x->slotLines = ll::linesFor(agreed) + 1;
     const Status opened = openPeers(c, *x, all);
     if (opened.isOk())
       ok = 1;
@@ -371,6 +372,10 @@ Status launchLL(ridgeComm* c, DeviceRuntime* rt, const DeviceOp& op) {
   d.recv = a.recv;
   d.statusWord = x.status.deviceAddress;
   d.statusBase = x.statusBase;
+  // The signature (issue 19): every rank's launch exchanges its call on the slots' last line
+  // and stops with kMismatch where a peer's differs (kernels/ll_collective.h).
+  d.sigLine = static_cast<uint32_t>(x.slotLines - 1);
+  d.signature = packedCall(deviceCallSignature(c->rank, a.type, a.count, a.dtype, a.op, a.root));
   const int parity = static_cast<int>(x.nextOp & 1);
   d.flag = ll::flagForStep(x.nextOp);
   for (int j = 0; j < c->nranks; ++j) {
@@ -436,7 +441,18 @@ Status leaveLLGroup(ridgeComm* c, DeviceRuntime* rt, const ridgeStream_t* stream
 void pollLLStatus(ridgeComm* c) {
   if (!c->device->ll) return;  // an LL state always holds its status word
   const uint32_t v = __atomic_load_n(c->device->ll->status.host, __ATOMIC_ACQUIRE);
-  if (v - c->device->ll->statusBase != ll::kTimedOut) return;
+  const uint32_t what = v - c->device->ll->statusBase;
+  if (what == ll::kMismatch) {
+    int expected = ridgeSuccess;
+    if (!c->asyncError.compare_exchange_strong(expected, ridgeInvalidUsage)) return;
+    std::lock_guard<std::mutex> lock(c->lastErrorMutex);
+    c->lastError = "rank " + std::to_string(c->rank) +
+                   ": mismatched calls (LL path): a peer's LL collective on device memory is not this "
+                   "rank's (another collective, root, count, datatype or op); the communicator is now broken "
+                   "(ridgeCommGetAsyncError), create a new one";
+    return;
+  }
+  if (what != ll::kTimedOut) return;
   int expected = ridgeSuccess;
   if (!c->asyncError.compare_exchange_strong(expected, ridgeTimeout)) return;
   std::lock_guard<std::mutex> lock(c->lastErrorMutex);

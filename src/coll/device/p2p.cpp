@@ -14,6 +14,7 @@
 #include "coll/comm.h"
 #include "coll/device/device_collectives.h"
 #include "coll/executor.h"
+#include "coll/signature.h"
 #include "coll/task.h"
 #include "core/log.h"
 #include "core/settings.h"
@@ -362,6 +363,12 @@ bool overlaps(const void* a, size_t an, const void* b, size_t bn) {
   return x < y + bn && y < x + an;
 }
 
+// A descriptor's call as a signature (the fields every rank must agree on).
+OpSignature signatureOf(const OpDesc& d, int rank) {
+  return deviceCallSignature(rank, static_cast<CollType>(d.type), d.count,
+                             static_cast<ridgeDataType_t>(d.dtype), static_cast<int>(d.op), d.root);
+}
+
 bool describe(Context& x, ridgeComm* c, const DeviceOp& op, OpDesc* d, std::string* why) {
   const CollArgs& a = op.args;
   std::memset(d, 0, sizeof *d);
@@ -563,16 +570,16 @@ Status queueChecked(Context& x, ridgeComm* c, const CollArgs& a, size_t i) {
   const int P = c->nranks, r = c->rank;
   const OpDesc* theirs = &x.table[i * size_t(P)];
   const OpDesc& me = x.mine[i];
+  // The descriptors are the operation's signature on this path (coll/signature.h): every rank
+  // compares every rank's with its own, so a mismatch fails the operation on all of them.
+  const OpSignature mine = signatureOf(me, r);
   for (int j = 0; j < P; ++j) {
     const OpDesc& d = theirs[j];
-    if (d.magic != kDescMagic || d.type != me.type || d.count != me.count || d.dtype != me.dtype ||
-        d.op != me.op || d.root != me.root)
-      return makeError(ridgeInvalidUsage,
-                       "rank %d: %s: rank %d called %s with count %llu type %u op %u root %d, this rank with "
-                       "count %zu type %d op %d root %d",
-                       r, collTypeName(a.type), j, collTypeName(static_cast<CollType>(d.type)),
-                       static_cast<unsigned long long>(d.count), d.dtype, d.op, d.root, a.count,
-                       static_cast<int>(a.dtype), static_cast<int>(a.op), a.root);
+    if (d.magic != kDescMagic)
+      return makeError(ridgeInvalidUsage, "rank %d: %s: rank %d sent no operation descriptor (magic %08x)", r,
+                       collTypeName(a.type), j, d.magic);
+    const OpSignature other = signatureOf(d, j);
+    if (!sameDeviceCall(mine, other)) return deviceCallMismatch(r, "P2P", mine, j, other);
   }
   if (a.count == 0) return Status::ok();  // addresses no buffer: its ranks exported none
   for (int j = 0; j < P; ++j) {

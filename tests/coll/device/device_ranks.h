@@ -106,6 +106,26 @@ inline void expectAbortReleasesTheStream(EmulatedRuntime& rt, const TestRank& t)
       << "abort did not release the stream";
 }
 
+// Two ranks' calls that disagree in one field (the signature tests of the device paths, issue
+// 19): rank r calls op[r] (a broadcast or an allreduce) with dt[r], red[r], count[r], root[r];
+// says[r] (may be null) is how its call reads in the mismatch message.
+struct Disagreement {
+  const char* name;
+  Op op[2];
+  ridgeDataType_t dt[2];
+  ridgeRedOp_t red[2];
+  size_t count[2];
+  int root[2];
+  const char* says[2] = {nullptr, nullptr};
+};
+
+// Issues rank `r`'s call of `k` on `in`/`out` (device memory of count[r] elements).
+inline ridgeResult_t issueDisagreeing(const Disagreement& k, int r, void* in, void* out, ridgeComm_t comm,
+                                      ridgeStream_t stream) {
+  return k.op[r] == Op::Broadcast ? ridgeBroadcast(in, out, k.count[r], k.dt[r], k.root[r], comm, stream)
+                                  : ridgeAllReduce(in, out, k.count[r], k.dt[r], k.red[r], comm, stream);
+}
+
 struct Call {
   Op op;
   ridgeDataType_t dt;

@@ -167,6 +167,83 @@ std::vector<Call> copies() {
           {Op::Broadcast, ridgeBfloat16, ridgeSum, 30001, true}};
 }
 
+// Calls that disagree in one field (issue 19, signatures on the device network): the per-batch
+// vote carries every collective's call; every rank must fail asynchronously with
+// ridgeInvalidUsage naming both calls, within seconds, before any slot moves; a correct call on
+// a fresh communicator then runs on the device network and is right.
+void expectDeviceNetworkMismatchFailsEveryRank(const Disagreement& k) {
+  std::vector<ridgeResult_t> errors(2, ridgeSuccess);
+  std::vector<std::string> texts(2);
+  withGdrRanks(
+      2,
+      [&](EmulatedRuntime& rt, TestRank& t) {
+        const int r = t.rank;
+        const size_t bytes = k.count[r] * dtSize(k.dt[r]);
+        DevMem in(rt, bytes), out(rt, bytes);
+        const auto t0 = std::chrono::steady_clock::now();
+        ASSERT_EQ(issueDisagreeing(k, r, in.p, out.p, t.comm, t.stream), ridgeSuccess) << errorText();
+        ASSERT_TRUE(rt.synchronize(t.stream).isOk());
+        EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                  ridgetest::scaledSeconds(10.0))
+            << "a rank waited for the timeout";
+        ASSERT_EQ(ridgeCommGetAsyncError(t.comm, &errors[r]), ridgeSuccess);
+        const char* e = ridgeGetLastError(t.comm);
+        texts[r] = e ? e : "";
+        EXPECT_EQ(t.comm->device->netBatches, 0u) << "a mismatched batch ran on the device network";
+      },
+      [](EmulatedRuntime&) {});
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(errors[r], ridgeInvalidUsage) << k.name << ": rank " << r << ": " << texts[r];
+    for (const char* want : k.says)
+      EXPECT_NE(texts[r].find(want), std::string::npos)
+          << k.name << ": rank " << r << "'s message lacks \"" << want << "\": " << texts[r];
+  }
+  withGdrRanks(
+      2,
+      [&](EmulatedRuntime& rt, TestRank& t) {
+        runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 4001}, 5);
+        expectPath(t, 1, 0);
+      },
+      [](EmulatedRuntime&) {});
+}
+
+TEST(GdrDataPath, MismatchedRootCountTypeOrOpFailsEveryRankNamingBothCalls) {
+  const Disagreement cases[] = {
+      {"root",
+       {Op::Broadcast, Op::Broadcast},
+       {ridgeFloat32, ridgeFloat32},
+       {ridgeSum, ridgeSum},
+       {3000, 3000},
+       {0, 1},
+       {"broadcast(root 0, 3000 x float", "broadcast(root 1, 3000 x float"}},
+      {"count",
+       {Op::AllReduce, Op::AllReduce},
+       {ridgeFloat32, ridgeFloat32},
+       {ridgeSum, ridgeSum},
+       {3000, 3004},
+       {0, 0},
+       {"allreduce(3000 x float", "allreduce(3004 x float"}},
+      {"datatype (same bytes)",
+       {Op::AllReduce, Op::AllReduce},
+       {ridgeFloat32, ridgeInt32},
+       {ridgeSum, ridgeSum},
+       {3000, 3000},
+       {0, 0},
+       {"3000 x float", "3000 x int32"}},
+      {"op",
+       {Op::AllReduce, Op::AllReduce},
+       {ridgeFloat32, ridgeFloat32},
+       {ridgeSum, ridgeMax},
+       {3000, 3000},
+       {0, 0},
+       {"float, sum)", "float, max)"}},
+  };
+  for (const Disagreement& k : cases) {
+    SCOPED_TRACE(k.name);
+    expectDeviceNetworkMismatchFailsEveryRank(k);
+  }
+}
+
 TEST(GdrDataPath, AllReduceAndReduceScatterTwoRanks) {
   runOnDeviceNetwork(2, reductions(), true);
 }

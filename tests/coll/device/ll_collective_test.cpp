@@ -688,7 +688,7 @@ TEST(LLCollectives, AbortNeverFreesTheAreaAPeerMayStillWrite) {
           const size_t live = rt.liveDeviceAllocations();
           EXPECT_EQ(ridgeCommAbort(t.comm), ridgeSuccess);
           EXPECT_EQ(rt.liveDeviceAllocations(), live) << "the aborted rank freed its LL area";
-          const size_t areaBytes = 2 * 2 * ridge::ll::linesFor(ridge::llStats(t.comm).maxBytes) * 16;
+          const size_t areaBytes = 2 * 2 * (ridge::ll::linesFor(ridge::llStats(t.comm).maxBytes) + 1) * 16;
           std::vector<DevMem*> fresh;
           for (int i = 0; i < 4; ++i) {
             fresh.push_back(new DevMem(rt, areaBytes));
@@ -749,6 +749,85 @@ TEST(LLCollectives, TimeoutIsAnAsyncErrorNotAHang) {
     EXPECT_EQ(ridgeAllReduce(in.p, out.p, 100, ridgeFloat32, ridgeSum, t.comm, t.stream), ridgeTimeout);
     EXPECT_EQ(ridgeCommAbort(t.comm), ridgeSuccess);
   });
+}
+
+// Calls that disagree in one field (issue 19, signatures on the LL path): every launch sends
+// its call on the slots' signature line and checks every peer's before any data line. Every
+// rank must fail asynchronously with ridgeInvalidUsage within seconds (not the 30 s timeout),
+// even where the lengths differ; a correct call on a fresh communicator is then right and LL.
+void expectLLMismatchFailsEveryRank(const Disagreement& k) {
+  EmulatedRuntime rt(1);
+  ScopedRuntimeForTesting scope(&rt);
+  std::vector<ridgeResult_t> errors(2, ridgeSuccess);
+  std::vector<std::string> texts(2);
+  withRanks(
+      rt, 2, 1,
+      [&](TestRank& t) {
+        const int r = t.rank;
+        const size_t bytes = k.count[r] * dtSize(k.dt[r]);
+        DevMem in(rt, bytes), out(rt, bytes);
+        const auto t0 = Clock::now();
+        ASSERT_EQ(issueDisagreeing(k, r, in.p, out.p, t.comm, t.stream), ridgeSuccess) << errorText();
+        ASSERT_TRUE(rt.synchronize(t.stream).isOk());
+        EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), scaledSeconds(10.0))
+            << "a rank waited for the timeout";
+        EXPECT_EQ(ridge::llStats(t.comm).launches, 1u) << "the call did not go LL";
+        ASSERT_EQ(ridgeCommGetAsyncError(t.comm, &errors[r]), ridgeSuccess);
+        const char* e = ridgeGetLastError(t.comm);
+        texts[r] = e ? e : "";
+        EXPECT_NE(ridgeAllReduce(in.p, out.p, 1, ridgeFloat32, ridgeSum, t.comm, t.stream), ridgeSuccess)
+            << "a broken communicator ran a call";
+        EXPECT_EQ(ridgeCommAbort(t.comm), ridgeSuccess);
+      },
+      /*destroy=*/false);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(errors[r], ridgeInvalidUsage) << k.name << ": rank " << r << ": " << texts[r];
+    EXPECT_NE(texts[r].find("mismatched calls (LL path)"), std::string::npos) << texts[r];
+  }
+  withRanks(rt, 2, 1, [&](TestRank& t) {
+    runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 301}, 91);
+    expectStreamDone(rt, t);
+    expectAllLL(t, 1);
+  });
+}
+
+TEST(LLCollectives, MismatchedRootCountTypeOrOpFailsEveryRank) {
+  const Disagreement cases[] = {
+      {"root",
+       {Op::Broadcast, Op::Broadcast},
+       {ridgeFloat32, ridgeFloat32},
+       {ridgeSum, ridgeSum},
+       {100, 100},
+       {0, 1}},
+      {"count",
+       {Op::AllReduce, Op::AllReduce},
+       {ridgeFloat32, ridgeFloat32},
+       {ridgeSum, ridgeSum},
+       {100, 140},
+       {0, 0}},
+      {"datatype (same bytes)",
+       {Op::AllReduce, Op::AllReduce},
+       {ridgeFloat32, ridgeInt32},
+       {ridgeSum, ridgeSum},
+       {100, 100},
+       {0, 0}},
+      {"op",
+       {Op::AllReduce, Op::AllReduce},
+       {ridgeFloat32, ridgeFloat32},
+       {ridgeSum, ridgeMax},
+       {100, 100},
+       {0, 0}},
+      {"kind",
+       {Op::AllReduce, Op::Broadcast},
+       {ridgeFloat32, ridgeFloat32},
+       {ridgeSum, ridgeSum},
+       {100, 100},
+       {0, 0}},
+  };
+  for (const Disagreement& k : cases) {
+    SCOPED_TRACE(k.name);
+    expectLLMismatchFailsEveryRank(k);
+  }
 }
 
 // A mix the ranks cannot see without talking: rank 0 passes host memory (host path), rank 1

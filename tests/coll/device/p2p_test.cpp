@@ -751,6 +751,81 @@ TEST(P2pFailures, AFailureOnOneRankReachesThePeersWithoutATimeout) {
   EXPECT_EQ(rt.ipcViewsOpen(), 0u);
 }
 
+// Calls that disagree in one field (issue 19, signatures on the P2P path): the operation
+// descriptors every rank sends before a P2P operation are its signature. Each rank makes its
+// call on device memory; every rank must fail asynchronously with ridgeInvalidUsage naming
+// both calls, within seconds; a correct call on a fresh communicator is then right.
+void expectMismatchFailsEveryRank(const Disagreement& k) {
+  EmulatedRuntime rt;
+  ScopedRuntimeForTesting scope(&rt);
+  std::vector<ridgeResult_t> errors(2, ridgeSuccess);
+  std::vector<std::string> texts(2);
+  withRanks(rt, 2, 1, [&](TestRank& t) {
+    const int r = t.rank;
+    const size_t bytes = k.count[r] * dtSize(k.dt[r]);
+    DevMem send(rt, bytes), recv(rt, bytes);
+    const auto t0 = Clock::now();
+    ASSERT_EQ(issueDisagreeing(k, r, send.p, recv.p, t.comm, t.stream), ridgeSuccess) << errorText();
+    Status s = rt.synchronize(t.stream);
+    EXPECT_TRUE(s.isOk()) << s.message();
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), ridgetest::scaledSeconds(10.0))
+        << "a rank waited for a timeout";
+    ridgeCommGetAsyncError(t.comm, &errors[r]);
+    const char* e = ridgeGetLastError(t.comm);
+    texts[r] = e ? e : "";
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(errors[r], ridgeInvalidUsage) << k.name << ": rank " << r << ": " << texts[r];
+    for (const char* want : k.says)
+      EXPECT_NE(texts[r].find(want), std::string::npos)
+          << k.name << ": rank " << r << "'s message lacks \"" << want << "\": " << texts[r];
+  }
+  // A correct call afterwards, on a fresh communicator (the broken one refuses calls), is right
+  // and goes P2P.
+  withRanks(rt, 2, 1, [&](TestRank& t) {
+    runCall(rt, t, {Op::AllReduce, ridgeFloat32, ridgeSum, 1531}, 77);
+    expectStreamDone(rt, t);
+    EXPECT_EQ(ridge::p2p::stats(t.comm).p2pOps, 1u);
+  });
+}
+
+TEST(P2pFailures, MismatchedRootCountTypeOrOpFailsEveryRankNamingBothCalls) {
+  const Disagreement cases[] = {
+      {"root",
+       {Op::Broadcast, Op::Broadcast},
+       {ridgeFloat32, ridgeFloat32},
+       {ridgeSum, ridgeSum},
+       {1000, 1000},
+       {0, 1},
+       {"broadcast(root 0, 1000 x float", "broadcast(root 1, 1000 x float"}},
+      {"count",
+       {Op::AllReduce, Op::AllReduce},
+       {ridgeFloat32, ridgeFloat32},
+       {ridgeSum, ridgeSum},
+       {1000, 1002},
+       {0, 0},
+       {"allreduce(1000 x float", "allreduce(1002 x float"}},
+      {"datatype (same bytes)",
+       {Op::AllReduce, Op::AllReduce},
+       {ridgeFloat32, ridgeInt32},
+       {ridgeSum, ridgeSum},
+       {1000, 1000},
+       {0, 0},
+       {"1000 x float", "1000 x int32"}},
+      {"op",
+       {Op::AllReduce, Op::AllReduce},
+       {ridgeFloat32, ridgeFloat32},
+       {ridgeSum, ridgeMax},
+       {1000, 1000},
+       {0, 0},
+       {"float, sum)", "float, max)"}},
+  };
+  for (const Disagreement& k : cases) {
+    SCOPED_TRACE(k.name);
+    expectMismatchFailsEveryRank(k);
+  }
+}
+
 // ---- abort --------------------------------------------------------------------------------
 
 TEST(P2pAbort, AbortDuringAP2pCollectiveReleasesTheStream) {
