@@ -160,6 +160,7 @@ void reduceResults(int n, Wire w) {
       if (!runner.run(c)) break;
       ++done;
     }
+    rep.line("DONE " + std::to_string(done));
     if (done != cases.size())
       rep.fail("rank " + std::to_string(rank),
                "stopped after " + std::to_string(done) + " of " + std::to_string(cases.size()) + " cases");
@@ -169,6 +170,14 @@ void reduceResults(int n, Wire w) {
   clearWireEnv();
   reportChildFailures(
       res, std::string("reduce results n=") + std::to_string(n) + (w == Wire::Tcp ? " tcp" : " shm"));
+  // Every rank ran every case: n roots x 2 placements x (4 counts x every operator + every
+  // datatype x every operator).
+  const size_t want = size_t(n) * 2 * (4 + ridgeNumTypes) * ridgeNumOps;
+  for (const RankResult& rr : res.ranks) {
+    const auto done = linesWith(rr, "DONE ");
+    ASSERT_EQ(done.size(), 1u) << "rank " << rr.rank;
+    EXPECT_EQ(std::strtoull(done[0].c_str(), nullptr, 10), want) << "rank " << rr.rank;
+  }
 }
 
 // Ranks and wire of one results case: 1-4 ranks on shared memory, 2-3 over TCP.
