@@ -2,7 +2,7 @@
 // message fits one slot beside the collective's header carries the header in that slot (the
 // all-pairs reduce's inline header, src/coll/algorithms.cpp): one slot per non-root and call to
 // the root, a slot with the header alone back. Checked here: what a peer posts (the slots),
-// results on 1-4 forked ranks over shared memory (tagged slots) and TCP (the header leads the
+// results on 1-4 and 8 forked ranks over shared memory (tagged slots) and TCP (the header leads the
 // slot) for every root, datatype, operator and placement around the size where the inline form
 // ends (hashed inputs, poisoned outputs and guard zones, a higher-precision reference:
 // matrix_cases.h), and that calls that do not match fail on every rank naming both calls.
@@ -126,6 +126,14 @@ TEST(CollReduceInline, ShmNonRootPostsOneTaggedSlotWithTheData) {
   EXPECT_EQ(std::atoi(leafSaw[0].c_str()), 0) << "the root's first slot is not its header alone";
 }
 
+// Roots of the results cases: every rank up to 4 ranks, else the first, a middle and the last.
+std::vector<int> rootsOf(int n) {
+  std::vector<int> roots;
+  for (int r = 0; r < n; ++r)
+    if (n <= 4 || r == 0 || r == n / 2 + 1 || r == n - 1) roots.push_back(r);
+  return roots;
+}
+
 // Every root, datatype, operator and placement at counts around the end of the inline form
 // (the largest float count whose bytes fit a 256 KiB slot beside the 64-byte header, and one
 // more), on `n` ranks over `w`.
@@ -145,7 +153,7 @@ void reduceResults(int n, Wire w) {
     }
     std::vector<Case> cases;
     uint32_t seed = 0x2ed00000u + static_cast<uint32_t>(n) * 1000u + (w == Wire::Tcp ? 500u : 0u);
-    for (int root = 0; root < n; ++root)
+    for (int root : rootsOf(n))
       for (int alt = 0; alt < 2; ++alt) {
         for (size_t count : {size_t(1), size_t(4099), lastInline, lastInline + 1})
           for (int op = 0; op < ridgeNumOps; ++op)
@@ -170,9 +178,9 @@ void reduceResults(int n, Wire w) {
   clearWireEnv();
   reportChildFailures(
       res, std::string("reduce results n=") + std::to_string(n) + (w == Wire::Tcp ? " tcp" : " shm"));
-  // Every rank ran every case: n roots x 2 placements x (4 counts x every operator + every
+  // Every rank ran every case: the roots x 2 placements x (4 counts x every operator + every
   // datatype x every operator).
-  const size_t want = size_t(n) * 2 * (4 + ridgeNumTypes) * ridgeNumOps;
+  const size_t want = rootsOf(n).size() * 2 * (4 + ridgeNumTypes) * ridgeNumOps;
   for (const RankResult& rr : res.ranks) {
     const auto done = linesWith(rr, "DONE ");
     ASSERT_EQ(done.size(), 1u) << "rank " << rr.rank;
@@ -180,7 +188,7 @@ void reduceResults(int n, Wire w) {
   }
 }
 
-// Ranks and wire of one results case: 1-4 ranks on shared memory, 2-3 over TCP.
+// Ranks and wire of one results case: 1-4 and 8 ranks on shared memory, 2-3 over TCP.
 class CollReduceResults : public ::testing::TestWithParam<std::pair<int, Wire>> {};
 TEST_P(CollReduceResults, EveryRootTypeOpPlacement) {
   reduceResults(GetParam().first, GetParam().second);
@@ -188,7 +196,8 @@ TEST_P(CollReduceResults, EveryRootTypeOpPlacement) {
 INSTANTIATE_TEST_SUITE_P(Ranks, CollReduceResults,
                          ::testing::Values(std::pair{1, Wire::Shm}, std::pair{2, Wire::Shm},
                                            std::pair{3, Wire::Shm}, std::pair{4, Wire::Shm},
-                                           std::pair{2, Wire::Tcp}, std::pair{3, Wire::Tcp}),
+                                           std::pair{8, Wire::Shm}, std::pair{2, Wire::Tcp},
+                                           std::pair{3, Wire::Tcp}),
                          [](const ::testing::TestParamInfo<std::pair<int, Wire>>& p) {
                            return std::to_string(p.param.first) +
                                   (p.param.second == Wire::Tcp ? "Tcp" : "Shm");
