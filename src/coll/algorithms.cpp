@@ -412,12 +412,102 @@ Task allPairsBroadcast(ridgeComm* c, CollArgs a) {
   co_return Status::ok();
 }
 
+// ---- inline headers of the all-pairs reduce (see allPairsReduceToRoot) -------------------
+
+// Where an inline header from `peer` sits: in the slot's last line on a connector with tags
+// (its digest is the post's tag), else ahead of the data.
+inline size_t inlineHeaderRoomFrom(const ridgeComm* c, int peer) {
+  return c->ledger.tagsFrom[static_cast<size_t>(peer)] ? 0 : kInlineHeaderBytes;
+}
+// The empty word after a header that leads a slot of its own (allPairsReduceToRoot).
+constexpr size_t kHeaderOnlyPad = sizeof(uint64_t);
+
+// Posts this rank's header for `peer` in one slot with `bytes` of `src` (null: the header
+// alone, see allPairsReduceToRoot).
+Task postInlineSlot(ridgeComm* c, int peer, const char* src, size_t bytes) {
+  SendConnector* tx = c->sendTo[peer];
+  char* slot = static_cast<char*>(co_await AcquireSlot(tx));
+  const size_t n = src ? bytes : 0;
+  if (c->ledger.tagsTo[static_cast<size_t>(peer)]) {
+    const uint64_t tag = writeInlineHeader(c->ledger, peer, coldHeader(slot, tx->slotBytes()));
+    if (n) std::memcpy(slot, src, n);
+    tx->postTagged(static_cast<uint32_t>(n), true, tag);
+    co_return Status::ok();
+  }
+  writeInlineHeader(c->ledger, peer, slot);
+  if (n)
+    std::memcpy(slot + kInlineHeaderBytes, src, n);
+  else
+    std::memset(slot + kInlineHeaderBytes, 0, kHeaderOnlyPad);
+  tx->post(static_cast<uint32_t>(kInlineHeaderBytes + (n ? n : kHeaderOnlyPad)), true);
+  co_return Status::ok();
+}
+
+// Takes `peer`'s slot with its header alone and checks the header, unless the executor's idle
+// poll already did in place.
+Task takeHeaderSlot(ridgeComm* c, CollType type, int peer) {
+  RecvConnector* rx = c->recvFrom[peer];
+  PeekSlot pk(rx);
+  const void* slot = co_await pk;
+  const size_t want = inlineHeaderRoomFrom(c, peer) ? kInlineHeaderBytes + kHeaderOnlyPad : 0;
+  if (c->ledger.due[static_cast<size_t>(peer)]) RIDGE_CO_TRY(checkInlineHeader(c, peer, slot, pk.info));
+  if (pk.info.bytes != want) co_return mismatch(c, type, peer, want, pk.info);
+  rx->release();
+  co_return Status::ok();
+}
+
+// A data slot's inline header in two steps, so that its line is fetched beside the payload's
+// rather than before it: the digest copied out before the reduction (the tag, or the slot's
+// first word), compared after it; a digest that differs is then checked in full from the slot,
+// still held, which names the peer's call.
+inline void keepInlineDigest(ridgeComm* c, int peer, const void* slot, const SlotInfo& info) {
+  OpLedger& L = c->ledger;
+  if (!L.due[static_cast<size_t>(peer)]) return;
+  if (inlineHeaderRoomFrom(c, peer) == 0)
+    L.inbox[static_cast<size_t>(peer)] = info.tag;
+  else
+    copyInlineHeader(L, peer, slot);
+}
+Status checkKeptDigest(ridgeComm* c, int peer, const void* slot, size_t bytes) {
+  OpLedger& L = c->ledger;
+  if (!L.due[static_cast<size_t>(peer)]) return Status::ok();
+  if (copiedHeaderMatches(L, peer)) [[likely]] {
+    headerMatched(L, peer);
+    return Status::ok();
+  }
+  SlotInfo info;
+  info.bytes = static_cast<uint32_t>(bytes);
+  info.tag = inlineHeaderRoomFrom(c, peer) == 0 ? L.inbox[static_cast<size_t>(peer)] : 0;
+  return checkInlineHeader(c, peer, slot, info);
+}
+
 // Reduce, all-pairs: every rank sends its whole input to the root, which reduces the P
 // contributions chunk by chunk.
-Task allPairsReduceToRoot(ridgeComm* c, CollArgs a) {
+// With `inlineHeader` (a message that fits one slot beside its header: runCollective decides,
+// coll/signature.h) the collective's header rides in that one slot, as in the small all-pairs
+// allreduce: a non-root posts one slot to the root per call instead of a header slot and then
+// a data slot, and the root takes one (the slot hand-off of the header alone was a part of a
+// 64 KiB reduce on 2 ranks, docs/performance.md, issue 21). Every pair still compares both
+// ways: a rank sends every peer it sends no data to a slot with its header alone (tagged and
+// empty where the connector carries tags, else the header and an empty word, so that it is
+// never the lone header of a rank that chose the other way) and takes one from every peer it
+// receives no data from.
+Task allPairsReduceToRoot(ridgeComm* c, CollArgs a, bool inlineHeader = false) {
   const size_t es = dataTypeSize(a.dtype);
-  if (c->rank != a.root) co_return co_await sendMessage(c, a.root, cbytes(a.send), a.count * es);
   const int P = c->nranks, r = c->rank;
+  if (inlineHeader) {
+    for (int k = 1; k < P; ++k) {
+      const int j = (r + k) % P;
+      RIDGE_CO_TRY(co_await postInlineSlot(c, j, j == a.root ? cbytes(a.send) : nullptr, a.count * es));
+    }
+    for (int k = 1; k < P && r != a.root; ++k) {
+      const int j = (r + P - k) % P;
+      if (j != a.root) RIDGE_CO_TRY(co_await takeHeaderSlot(c, CollType::Reduce, j));
+    }
+    if (r != a.root) co_return co_await takeHeaderSlot(c, CollType::Reduce, a.root);
+  } else if (r != a.root) {
+    co_return co_await sendMessage(c, a.root, cbytes(a.send), a.count * es);
+  }
   const size_t chunkElems =
       P == 1 ? std::max<size_t>(a.count, 1) : c->recvFrom[(r + 1) % P]->slotBytes() / es;
   const void** srcs = c->scratchPtrs.data();
@@ -426,13 +516,26 @@ Task allPairsReduceToRoot(ridgeComm* c, CollArgs a) {
     srcs[r] = cbytes(a.send) + off * es;
     for (int j = 0; j < P; ++j) {
       if (j == r) continue;
-      RIDGE_CO_TAKE_HEADER(c, j);
+      if (!inlineHeader) RIDGE_CO_TAKE_HEADER(c, j);
       PeekSlot pk(c->recvFrom[j]);
-      srcs[j] = co_await pk;
-      if (pk.info.bytes != n * es || pk.info.lastOfMessage != (off + n == a.count))
-        co_return mismatch(c, CollType::Reduce, j, n * es, pk.info);
+      const char* got = static_cast<const char*>(co_await pk);
+      const size_t hdr = inlineHeader ? inlineHeaderRoomFrom(c, j) : 0;
+      srcs[j] = got + hdr;
+      if (pk.info.bytes != hdr + n * es || pk.info.lastOfMessage != (off + n == a.count)) {
+        if (inlineHeader && c->ledger.due[static_cast<size_t>(j)])
+          RIDGE_CO_TRY(checkInlineHeader(c, j, got, pk.info));  // names the peer's call
+        co_return mismatch(c, CollType::Reduce, j, hdr + n * es, pk.info);
+      }
+      if (inlineHeader) keepInlineDigest(c, j, got, pk.info);
     }
     reduceMany(mbytes(a.recv) + off * es, srcs, P, n, a.dtype, a.op, a.op == ridgeAvg ? P : 0);
+    // The digests copied out before the reduction, compared after it (the slot is still held:
+    // a digest that differs is checked in full from there, which names the peer's call).
+    for (int j = 0; j < P && inlineHeader; ++j)
+      if (j != r) {
+        const size_t hdr = inlineHeaderRoomFrom(c, j);
+        RIDGE_CO_TRY(checkKeptDigest(c, j, cbytes(srcs[j]) - hdr, hdr + n * es));
+      }
     for (int j = 0; j < P; ++j)
       if (j != r) c->recvFrom[j]->release();
   }
@@ -1090,14 +1193,16 @@ Task recvSingleCopyOrStaged(ridgeComm* c, int peer, char* dst, size_t bytes) {
   co_return co_await recvMessage(c, peer, dst, bytes);
 }
 
-// Whether the all-pairs reduction carries the collective's header in its one slot per peer,
-// or a direct algorithm in its descriptor's slot (every peer's, as every peer's is read).
+// Whether the all-pairs reduction (allreduce, reduce-scatter, reduce) carries the collective's
+// header in its one slot per peer, or a direct algorithm in its descriptor's slot (every
+// peer's, as every peer's is read).
 bool inlineHeaderFits(const ridgeComm* c, const CollArgs& a, Algo algo) {
   if (algo == Algo::Direct)
     return a.count > 0 && c->nranks > 1 &&
            kInlineHeaderBytes + sizeof(ridgeComm::DirectDescriptor) <=
                c->sendTo[(c->rank + 1) % c->nranks]->slotBytes();
-  return algo == Algo::AllPairs && (a.type == CollType::AllReduce || a.type == CollType::ReduceScatter) &&
+  return algo == Algo::AllPairs &&
+         (a.type == CollType::AllReduce || a.type == CollType::ReduceScatter || a.type == CollType::Reduce) &&
          a.count > 0 &&
          a.count * dataTypeSize(a.dtype) + kInlineHeaderBytes <=
              c->sendTo[(c->rank + 1) % c->nranks]->slotBytes();
@@ -1166,7 +1271,7 @@ Task dispatchAlgorithm(ridgeComm* c, const CollArgs& a, Algo algo, bool inlineHe
       return allPairsBroadcast(c, a);
     case CollType::Reduce:
       if (ring) return chainReduce(c, a);
-      return allPairsReduceToRoot(c, a);
+      return allPairsReduceToRoot(c, a, inlineHeader);
     default: break;
   }
   return finished(makeError(ridgeInternalError, "unknown collective type %d", static_cast<int>(a.type)));
