@@ -102,6 +102,15 @@ double hostSendRecvTimeUs(const HostConstants& k, int nranks, size_t bytes, bool
 /// on both: it depends on the constants only.
 size_t hostSendRecvSingleCopyMin(const HostConstants& k, int nranks);
 
+/// Share of the message that the direct broadcast's root writes into every non-root's output
+/// itself (process_vm_writev, the head of the buffer), in [0, 1], while each non-root reads
+/// the rest from the root's buffer: both run at once, so the copy takes the longer of the
+/// two. Balanced where the root's writes to the P - 1 peers, plus its own copy into its
+/// output when `rootCopies` (out of place; it runs after the root's writes), take as long
+/// as a non-root's read. 0 where the root's own copy alone takes that long (in memory) or
+/// the bytes pushed would not pay for the extra CMA call.
+double hostBroadcastRootShare(const HostConstants& k, int nranks, size_t bytes, bool rootCopies);
+
 /// Whether `coll` only copies (broadcast, allgather, alltoall): with CMA its direct form is
 /// one kernel copy per byte against two through slots, the least memory traffic of all.
 bool hostCopiesOnly(Coll coll);
