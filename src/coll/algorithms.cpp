@@ -922,6 +922,7 @@ Task directCopy(ridgeComm* c, CollArgs a, bool inlineHeader) {
     for (int k = 1; k < P; ++k) {
       const int j = (r + k) % P;
       RIDGE_CO_TRY(c->peerMemory[j]->write(c->peerDesc[j].recv, a.send, pushed));
+      c->broadcastPushedBytes += pushed;
     }
   // The root's own copy runs after its "done" is posted: no peer waits for it.
   const OwnCopy own{a.recv, a.send, bytes, stream};

@@ -259,8 +259,9 @@ double hostSendRecvTimeUs(const HostConstants& k, int nranks, size_t bytes, bool
   // Each rank's send and receive buffers, every rank at once.
   const PerByte c = perByte(k, 2 * std::max(1, nranks) * N, false);
   if (singleCopy)
-    // The descriptor's hand-off, the read, the acknowledgement and its hand-off back.
-    return k.callUs + 2 * s + 2 * k.cmaCallUs + N * c.cmaRead * 1e-3;
+    // The descriptor's hand-off, the read, and the release of the descriptor's slot back (the
+    // sender sees it in the FIFO: no message, no system call; src/coll/p2p_copy.h).
+    return k.callUs + 2 * s + k.cmaCallUs + N * c.cmaRead * 1e-3;
   // The own message into slots, the peer's out of them (written by another core); the
   // first chunk is copied in before anyone copies it out.
   const double fill = std::min(N, static_cast<double>(k.slotBytes)) * c.copy;

@@ -93,7 +93,7 @@ HostAlgo hostBestAlgo(const HostConstants& k, Coll coll, int nranks, size_t byte
 /// sends one message and receives one, as ridge-bench's sendrecv shift does): staged through
 /// the slot FIFO (the sender copies into slots, the receiver out of them: 4 bytes of
 /// traffic per byte) or single copy (the receiver reads the sender's buffer with one CMA
-/// call and writes the sender an acknowledgement with another: 2 bytes per byte).
+/// call and releases the descriptor's slot, which the sender sees: 2 bytes per byte).
 double hostSendRecvTimeUs(const HostConstants& k, int nranks, size_t bytes, bool singleCopy);
 
 /// The smallest power of two from which the single copy is priced no slower than the
