@@ -86,6 +86,20 @@ std::string runAndCheck(const Case& k, uint32_t call, size_t count, int root, ri
   return "";
 }
 
+// Every one of the `calls` collectives of `comm` ran its direct algorithm.
+void expectAllDirect(ridgeComm_t comm, uint32_t calls, Reporter& rep) {
+  const uint64_t directRuns = comm->algoRuns[static_cast<int>(ridge::Algo::Direct)];
+  if (directRuns != calls)
+    rep.fail("paths", std::to_string(directRuns) + " of " + std::to_string(calls) + " calls direct");
+}
+
+// The children's failures, or the skip one of them reported (no CMA here).
+void reportOrSkip(const LaunchResult& res, const char* what) {
+  reportChildFailures(res, what);
+  for (const RankResult& rr : res.ranks)
+    if (!linesWith(rr, "SKIP ").empty()) GTEST_SKIP() << linesWith(rr, "SKIP ").front();
+}
+
 // The direct (single-copy) form of every collective that has one carries the collective's
 // signature (coll/signature.h) in the slot of its address exchange: one slot per peer and
 // direction before the copies, not a header slot and then a descriptor slot (the extra
@@ -134,15 +148,11 @@ void directHeaderInline(int P) {
         std::string bad = runAndCheck(k, call, count, P - 1, comm, me, P);
         if (!bad.empty()) rep.fail("count " + std::to_string(count), bad);
       }
-    const uint64_t directRuns = comm->algoRuns[static_cast<int>(ridge::Algo::Direct)];
-    if (directRuns != call)
-      rep.fail("paths", std::to_string(directRuns) + " of " + std::to_string(call) + " calls direct");
+    expectAllDirect(comm, call, rep);
     ridgeCommDestroy(comm);
     return 0;
   });
-  reportChildFailures(res, "direct header");
-  for (const RankResult& rr : res.ranks)
-    if (!linesWith(rr, "SKIP ").empty()) GTEST_SKIP() << linesWith(rr, "SKIP ").front();
+  reportOrSkip(res, "direct header");
 }
 
 TEST(HostDirect, HeaderRidesInTheDescriptorSlotTwoRanks) {
@@ -198,14 +208,11 @@ void directBroadcastSplit(int P) {
         }
     // Every rank was root of calls of 64 KiB and up, in and out of place.
     if (pushedAtLarge == 0) rep.fail("split", "the root never wrote into a peer's output at 64 KiB and up");
-    if (comm->algoRuns[static_cast<int>(ridge::Algo::Direct)] != call)
-      rep.fail("paths", "not every broadcast ran direct");
+    expectAllDirect(comm, call, rep);
     ridgeCommDestroy(comm);
     return 0;
   });
-  reportChildFailures(res, "direct broadcast split");
-  for (const RankResult& rr : res.ranks)
-    if (!linesWith(rr, "SKIP ").empty()) GTEST_SKIP() << linesWith(rr, "SKIP ").front();
+  reportOrSkip(res, "direct broadcast split");
 }
 
 TEST(HostDirect, BroadcastSplitsTheCopyBetweenRootAndPeersTwoRanks) {
