@@ -104,6 +104,11 @@ Status AlgoSelector::configure(const std::string& overrides, const AlgoDefaults&
       table_[t][c] =
           usesModel_ ? modelChoice(defaults, static_cast<plan::Coll>(t), bytes, measured) : measured;
     }
+  // The split is the model's under the fixed crossovers too: they choose algorithms only.
+  for (int c = 0; c < kSizeClasses; ++c)
+    for (int rootCopies = 0; rootCopies < 2; ++rootCopies)
+      broadcastShare_[c][rootCopies] = plan::hostBroadcastRootShare(
+          defaults.constants, defaults.nranks, c == 0 ? 0 : size_t{1} << (c - 1), rootCopies != 0);
   rules_.clear();
   std::vector<plan::AlgoRule> parsed;
   std::string bad;

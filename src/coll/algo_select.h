@@ -59,6 +59,12 @@ class AlgoSelector {
   // The choice without RIDGE_ALGO's rules.
   Algo defaultChoice(CollType type, size_t bytes) const;
   bool usesCostModel() const { return usesModel_; }
+  // The direct broadcast's split (plan::hostBroadcastRootShare): the share of `bytes` the
+  // root writes into every peer's output itself, by size class, from the constants alone,
+  // so that every rank derives the same split. `rootCopies`: the root is out of place.
+  double broadcastRootShare(size_t bytes, bool rootCopies) const {
+    return broadcastShare_[sizeClass(bytes)][rootCopies ? 1 : 0];
+  }
 
   // Size class of `bytes`: 0 for 0, else the bit width (class c holds [2^(c-1), 2^c)).
   static int sizeClass(size_t bytes);
@@ -73,6 +79,7 @@ class AlgoSelector {
   std::vector<Rule> rules_;
   bool usesModel_ = false;
   Algo table_[plan::kCollCount][kSizeClasses] = {};  // by collective and size class
+  double broadcastShare_[kSizeClasses][2] = {};      // by size class and rootCopies
 };
 
 }  // namespace ridge

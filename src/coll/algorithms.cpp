@@ -895,13 +895,22 @@ Task directBegin(ridgeComm* c, const CollArgs& a, bool inlineHeader) {
   co_return Status::ok();
 }
 
-Task directEnd(ridgeComm* c, CollType type) {
+// `ownCopy` (may be null): a copy of this rank's own that no peer waits for, run between
+// posting "done" and waiting for the peers' (the broadcast root's copy into its output).
+struct OwnCopy {
+  void* dst;
+  const void* src;
+  size_t bytes;
+  bool stream;
+};
+Task directEnd(ridgeComm* c, CollType type, const OwnCopy* ownCopy = nullptr) {
   const int P = c->nranks, r = c->rank;
   for (int k = 1; k < P; ++k) {
     int j = (r + k) % P;
     (void)co_await AcquireSlot(c->sendTo[j]);
     c->sendTo[j]->post(0, true);
   }
+  if (ownCopy) copyOut(ownCopy->stream, ownCopy->dst, ownCopy->src, ownCopy->bytes);
   for (int k = 1; k < P; ++k) {
     int j = (r + P - k) % P;
     RIDGE_CO_TAKE_HEADER(c, j);
@@ -973,6 +982,17 @@ Task directReduce(ridgeComm* c, CollArgs a, bool inlineHeader) {
   co_return co_await directEnd(c, a.type);
 }
 
+// Bytes at the start of every non-root's output that a direct broadcast's root writes into
+// it (process_vm_writev) while the non-root reads the rest from the root's buffer, so that
+// two cores copy at once instead of the non-root's alone (docs/algorithms.md, Broadcast).
+// The share is the model's (AlgoSelector::broadcastRootShare), by size and by whether the
+// root copies into its own output too; every rank derives the same split, as the
+// descriptors carry both of the root's buffers. Whole cache lines.
+size_t broadcastPushedBytes(const ridgeComm* c, size_t bytes, bool rootCopies) {
+  const double share = c->algos.broadcastRootShare(bytes, rootCopies);
+  return std::min(bytes, static_cast<size_t>(static_cast<double>(bytes) * share) & ~size_t{63});
+}
+
 // AllGather: read every peer's block straight into the output. Broadcast: non-roots read
 // the root's buffer. One kernel copy per byte, no staging.
 Task directCopy(ridgeComm* c, CollArgs a, bool inlineHeader) {
@@ -989,12 +1009,27 @@ Task directCopy(ridgeComm* c, CollArgs a, bool inlineHeader) {
       int j = (r + k) % P;
       RIDGE_CO_TRY(c->peerMemory[j]->read(mbytes(a.recv) + size_t(j) * bytes, c->peerDesc[j].send, bytes));
     }
-  } else if (r == a.root) {
-    if (a.recv != a.send) copyOut(stream, a.recv, a.send, bytes);
-  } else {
-    RIDGE_CO_TRY(c->peerMemory[a.root]->read(a.recv, c->peerDesc[a.root].send, bytes));
+    co_return co_await directEnd(c, a.type);
   }
-  co_return co_await directEnd(c, a.type);
+  // Broadcast: the root writes the head of every peer's output while each peer reads the
+  // rest (broadcastPushedBytes): both cores copy at once, not the peer's alone.
+  const auto& rootDesc = c->peerDesc[a.root];
+  const size_t pushed =
+      broadcastPushedBytes(c, bytes, r == a.root ? a.send != a.recv : rootDesc.send != rootDesc.recv);
+  if (r != a.root) {
+    RIDGE_CO_TRY(
+        c->peerMemory[a.root]->read(mbytes(a.recv) + pushed, rootDesc.send + pushed, bytes - pushed));
+    co_return co_await directEnd(c, a.type);
+  }
+  if (pushed > 0)
+    for (int k = 1; k < P; ++k) {
+      const int j = (r + k) % P;
+      RIDGE_CO_TRY(c->peerMemory[j]->write(c->peerDesc[j].recv, a.send, pushed));
+      c->broadcastPushedBytes += pushed;
+    }
+  // The root's own copy runs after its "done" is posted: no peer waits for it.
+  const OwnCopy own{a.recv, a.send, bytes, stream};
+  co_return co_await directEnd(c, a.type, a.recv != a.send ? &own : nullptr);
 }
 
 // AlltoAll: rank r's output block j is block r of rank j's input. Where neither rank of a

@@ -85,6 +85,9 @@ struct ridgeComm {
   // check that RIDGE_ALGO changes what runs).
   uint64_t algoRuns[ridge::kAlgoCount] = {};
   int lastAlgo = -1;
+  // Bytes this rank wrote into peers' outputs as a direct broadcast's root (tests show the
+  // split taken with it; src/coll/algorithms.cpp, broadcastPushedBytes).
+  uint64_t broadcastPushedBytes = 0;
 
   // Scratch for algorithms (sized nranks at init so the hot path never allocates).
   std::vector<const void*> scratchPtrs;

@@ -99,6 +99,15 @@ double chunks(double bytes, size_t chunk) {
   return bytes <= 0 ? 0 : std::ceil(bytes / static_cast<double>(chunk));
 }
 
+// hostBroadcastRootShare with the per-byte costs of the call already blended.
+double broadcastRootShare(const HostConstants& k, const PerByte& c, double P, double N, bool rootCopies) {
+  if (P < 2 || N <= 0) return 0;
+  // Root: (P - 1) f N written + N copied; a non-root: (1 - f) N read.
+  const double f = (c.cmaRead - (rootCopies ? c.copy : 0)) / ((P - 1) * c.cmaWrite + c.cmaRead);
+  if (f <= 0 || f * N * c.cmaRead * 1e-3 < k.cmaCallUs) return 0;
+  return std::min(f, 1.0);
+}
+
 }  // namespace
 
 double hostAlgoTimeUs(const HostConstants& k, Coll coll, HostAlgo algo, int nranks, size_t bytes,
@@ -190,11 +199,15 @@ double hostAlgoTimeUs(const HostConstants& k, Coll coll, HostAlgo algo, int nran
           latencyUs = (P - 1) * s;
           workNsPerB = (P > 2 ? 2 * c.copy : c.copy) + c.cross;
           break;
-        case HostAlgo::Direct:
+        case HostAlgo::Direct: {
+          // The root writes a share of every peer's output while the peers read the rest
+          // (priced out of place: the root's own copy counts).
+          const double f = broadcastRootShare(k, c, P, N, true);
           latencyUs = 2 * s;
-          cmaCalls = chunks(N, k.cmaChunkBytes);
-          workNsPerB = c.cmaRead;
+          cmaCalls = chunks((1 - f) * N, k.cmaChunkBytes) + (f > 0 ? 1 : 0);
+          workNsPerB = std::max((P - 1) * f * c.cmaWrite + c.copy, (1 - f) * c.cmaRead);
           break;
+        }
         case HostAlgo::Tree:
           latencyUs = depth * s;
           workNsPerB = (kids + 1) * c.copy + c.cross;
@@ -246,8 +259,9 @@ double hostSendRecvTimeUs(const HostConstants& k, int nranks, size_t bytes, bool
   // Each rank's send and receive buffers, every rank at once.
   const PerByte c = perByte(k, 2 * std::max(1, nranks) * N, false);
   if (singleCopy)
-    // The descriptor's hand-off, the read, the acknowledgement and its hand-off back.
-    return k.callUs + 2 * s + 2 * k.cmaCallUs + N * c.cmaRead * 1e-3;
+    // The descriptor's hand-off, the read, and the release of the descriptor's slot back (the
+    // sender sees it in the FIFO: no message, no system call; src/coll/p2p_copy.h).
+    return k.callUs + 2 * s + k.cmaCallUs + N * c.cmaRead * 1e-3;
   // The own message into slots, the peer's out of them (written by another core); the
   // first chunk is copied in before anyone copies it out.
   const double fill = std::min(N, static_cast<double>(k.slotBytes)) * c.copy;
@@ -261,6 +275,11 @@ size_t hostSendRecvSingleCopyMin(const HostConstants& k, int nranks) {
     from = bytes;
   }
   return from;
+}
+
+double hostBroadcastRootShare(const HostConstants& k, int nranks, size_t bytes, bool rootCopies) {
+  const double P = std::max(1, nranks), N = static_cast<double>(bytes);
+  return broadcastRootShare(k, perByte(k, P * 2 * N, false), P, N, rootCopies);
 }
 
 bool hostCopiesOnly(Coll coll) {

@@ -93,7 +93,7 @@ HostAlgo hostBestAlgo(const HostConstants& k, Coll coll, int nranks, size_t byte
 /// sends one message and receives one, as ridge-bench's sendrecv shift does): staged through
 /// the slot FIFO (the sender copies into slots, the receiver out of them: 4 bytes of
 /// traffic per byte) or single copy (the receiver reads the sender's buffer with one CMA
-/// call and writes the sender an acknowledgement with another: 2 bytes per byte).
+/// call and releases the descriptor's slot, which the sender sees: 2 bytes per byte).
 double hostSendRecvTimeUs(const HostConstants& k, int nranks, size_t bytes, bool singleCopy);
 
 /// The smallest power of two from which the single copy is priced no slower than the
@@ -101,6 +101,15 @@ double hostSendRecvTimeUs(const HostConstants& k, int nranks, size_t bytes, bool
 /// receiver take the single copy from here on (src/coll/p2p_copy.h), so it must be the same
 /// on both: it depends on the constants only.
 size_t hostSendRecvSingleCopyMin(const HostConstants& k, int nranks);
+
+/// Share of the message that the direct broadcast's root writes into every non-root's output
+/// itself (process_vm_writev, the head of the buffer), in [0, 1], while each non-root reads
+/// the rest from the root's buffer: both run at once, so the copy takes the longer of the
+/// two. Balanced where the root's writes to the P - 1 peers, plus its own copy into its
+/// output when `rootCopies` (out of place; it runs after the root's writes), take as long
+/// as a non-root's read. 0 where the root's own copy alone takes that long (in memory) or
+/// the bytes pushed would not pay for the extra CMA call.
+double hostBroadcastRootShare(const HostConstants& k, int nranks, size_t bytes, bool rootCopies);
 
 /// Whether `coll` only copies (broadcast, allgather, alltoall): with CMA its direct form is
 /// one kernel copy per byte against two through slots, the least memory traffic of all.

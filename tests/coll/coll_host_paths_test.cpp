@@ -3,6 +3,7 @@
 // on forked ranks (tests/coll/rank_launcher.h) with random inputs, poisoned outputs, odd
 // counts, in place and out of place, against a reference in double precision. Links the
 // static library to look at the slots a peer posted.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -85,6 +86,20 @@ std::string runAndCheck(const Case& k, uint32_t call, size_t count, int root, ri
   return "";
 }
 
+// Every one of the `calls` collectives of `comm` ran its direct algorithm.
+void expectAllDirect(ridgeComm_t comm, uint32_t calls, Reporter& rep) {
+  const uint64_t directRuns = comm->algoRuns[static_cast<int>(ridge::Algo::Direct)];
+  if (directRuns != calls)
+    rep.fail("paths", std::to_string(directRuns) + " of " + std::to_string(calls) + " calls direct");
+}
+
+// The children's failures, or the skip one of them reported (no CMA here).
+void reportOrSkip(const LaunchResult& res, const char* what) {
+  reportChildFailures(res, what);
+  for (const RankResult& rr : res.ranks)
+    if (!linesWith(rr, "SKIP ").empty()) GTEST_SKIP() << linesWith(rr, "SKIP ").front();
+}
+
 // The direct (single-copy) form of every collective that has one carries the collective's
 // signature (coll/signature.h) in the slot of its address exchange: one slot per peer and
 // direction before the copies, not a header slot and then a descriptor slot (the extra
@@ -133,15 +148,11 @@ void directHeaderInline(int P) {
         std::string bad = runAndCheck(k, call, count, P - 1, comm, me, P);
         if (!bad.empty()) rep.fail("count " + std::to_string(count), bad);
       }
-    const uint64_t directRuns = comm->algoRuns[static_cast<int>(ridge::Algo::Direct)];
-    if (directRuns != call)
-      rep.fail("paths", std::to_string(directRuns) + " of " + std::to_string(call) + " calls direct");
+    expectAllDirect(comm, call, rep);
     ridgeCommDestroy(comm);
     return 0;
   });
-  reportChildFailures(res, "direct header");
-  for (const RankResult& rr : res.ranks)
-    if (!linesWith(rr, "SKIP ").empty()) GTEST_SKIP() << linesWith(rr, "SKIP ").front();
+  reportOrSkip(res, "direct header");
 }
 
 TEST(HostDirect, HeaderRidesInTheDescriptorSlotTwoRanks) {
@@ -149,6 +160,66 @@ TEST(HostDirect, HeaderRidesInTheDescriptorSlotTwoRanks) {
 }
 TEST(HostDirect, HeaderRidesInTheDescriptorSlotThreeRanks) {
   directHeaderInline(3);
+}
+
+// The direct broadcast splits the copy (src/coll/algorithms.cpp, broadcastPushedBytes): the
+// root writes the head of every non-root's output with process_vm_writev while each non-root
+// reads the rest, by the model's share (plan::hostBroadcastRootShare). Every root, in place
+// and out of place, odd counts from one element to past a CMA chunk, random inputs, poisoned
+// outputs: a byte neither side copies (a gap or overlap at the split) or a split the two
+// sides disagree on shows as a wrong element. The root counts the bytes it pushed: exactly
+// the share of every peer's output the selector gives, and some at 64 KiB and up on 2 and 3
+// ranks (the copy ran on the non-roots alone before).
+void directBroadcastSplit(int P) {
+  ridgeUniqueId id;
+  if (!makeUniqueId(&id)) return;
+  LaunchResult res = launchRanks(P, 120, [&](int me, Reporter& rep) {
+    setenv("RIDGE_ALGO", "broadcast:0-:direct", 1);
+    ridgeComm_t comm = initRank(P, id, me, rep);
+    if (!comm) return 2;
+    if (comm->p2pCopy.minBytes == SIZE_MAX) {
+      rep.line("SKIP single-copy (CMA) is not available here: no direct broadcast");
+      ridgeCommDestroy(comm);
+      return 0;
+    }
+    uint32_t call = 0;
+    uint64_t pushedAtLarge = 0;
+    for (bool inPlace : {false, true})
+      for (int root = 0; root < P; ++root)
+        for (size_t count : {size_t(1), size_t(4099), size_t(16411), size_t(70001), size_t(262147)}) {
+          ++call;
+          const Case k{"broadcast", broadcast, false, inPlace};
+          const uint64_t before = comm->broadcastPushedBytes;
+          std::string bad = runAndCheck(k, call, count, root, comm, me, P);
+          const std::string where = std::string(inPlace ? "in place" : "out of place") + " root " +
+                                    std::to_string(root) + " count " + std::to_string(count);
+          if (!bad.empty()) rep.fail(where, bad);
+          const size_t bytes = count * sizeof(float);
+          const double share = comm->algos.broadcastRootShare(bytes, !inPlace);
+          const uint64_t expected =
+              me != root ? 0
+                         : uint64_t(P - 1) *
+                               (std::min(bytes, static_cast<size_t>(double(bytes) * share) & ~size_t{63}));
+          const uint64_t pushed = comm->broadcastPushedBytes - before;
+          if (pushed != expected)
+            rep.fail(where, "the root pushed " + std::to_string(pushed) + " bytes, the share gives " +
+                                std::to_string(expected));
+          if (me == root && bytes >= 65536) pushedAtLarge += pushed;
+        }
+    // Every rank was root of calls of 64 KiB and up, in and out of place.
+    if (pushedAtLarge == 0) rep.fail("split", "the root never wrote into a peer's output at 64 KiB and up");
+    expectAllDirect(comm, call, rep);
+    ridgeCommDestroy(comm);
+    return 0;
+  });
+  reportOrSkip(res, "direct broadcast split");
+}
+
+TEST(HostDirect, BroadcastSplitsTheCopyBetweenRootAndPeersTwoRanks) {
+  directBroadcastSplit(2);
+}
+TEST(HostDirect, BroadcastSplitsTheCopyBetweenRootAndPeersThreeRanks) {
+  directBroadcastSplit(3);
 }
 
 }  // namespace
