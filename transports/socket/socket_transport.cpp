@@ -4,7 +4,8 @@
 // Threads. The algorithm thread sees only the slot FIFOs of transport.h. Two progress
 // threads per transport ("lanes") move bytes between those FIFOs and the sockets: the
 // send lane writes posted slots, the receive lane reads pieces into free slots. So the
-// coroutines never make a system call, a reduction of one chunk overlaps the transfer of
+// coroutines never make a system call (but a thread that only waits for its sends, which
+// writes them itself: SockSend::sendsComplete), a reduction of one chunk overlaps the transfer of
 // the next, and the kernel's copies in the two directions run on two cores when there
 // are two. Each FIFO is a single-producer single-consumer ring in this process's memory:
 //   send FIFO:  `head` counts posts (algorithm), `tail` counts slots fully written to
@@ -448,19 +449,7 @@ class SocketTransport final : public Transport {
   uint32_t pieceIndexOf(const Stream& s, uint32_t seq) const {
     return pieceOnStream(static_cast<uint32_t>(s.index), seq, static_cast<uint32_t>(nstreams_));
   }
-  // Reads the stream until it is empty or waits for a slot, then wakes the algorithm for the
-  // small chunks completed meanwhile (completeRecvPiece): a collective's header chunk and
-  // the data chunk read right behind it cost one wake-up, and the algorithm is not woken to
-  // spin on a chunk still streaming in (issue 21).
-  bool pumpRecv(Stream& s, PeerState& p) {
-    const bool progressed = pumpRecvPieces(s, p);
-    if (recvCompleted_) {
-      recvCompleted_ = false;
-      wakeAlgorithm();
-    }
-    return progressed;
-  }
-  bool pumpRecvPieces(Stream& s, PeerState& p);
+  bool pumpRecv(Stream& s, PeerState& p);
   bool hasWork(const Lane& lane);
   bool acceptPiece(Stream& s, PeerState& p);
   void completeRecvPiece(Stream& s, PeerState& p);
@@ -486,7 +475,6 @@ class SocketTransport final : public Transport {
   std::atomic<int> progressClaimed_{0};
   std::string progressFailure_;
   std::atomic<bool> progressFailed_{false};
-  bool recvCompleted_ = false;  // receive lane only: a chunk completed since its last wake-up
 };
 
 void SockSend::publish(uint32_t bytes, bool last) {
@@ -832,32 +820,24 @@ void SocketTransport::completeRecvPiece(Stream& s, PeerState& p) {
   s.hdrGot = 0;
   const uint32_t slot = s.recvSeq % nslots_;
   ++p.recvGotCount[slot];
-  bool advanced = false, large = false;
+  bool advanced = false;
   while (true) {
     const uint32_t h = p.recvHead % nslots_;
     if (p.recvSize[h] == 0xffffffffu || p.recvGotCount[h] < p.recvPieces[h]) break;
-    large = large || (p.recvSize[h] & kSizeMask) >= kMinPiece;
     p.recv.meta[h] = p.recvSize[h] | (p.recvLanded[h] ? kLandedFlag : 0);
     p.recvSize[h] = 0xffffffffu;
     p.recvGotCount[h] = 0;
     ++p.recvHead;
     advanced = true;
   }
-  if (!advanced) return;
-  p.recv.head.store(p.recvHead, std::memory_order_release);
-  // A large chunk is worth the algorithm's attention at once (it may reduce it while the
-  // next one streams in); a small one, typically a collective's header with its data right
-  // behind it, waits until the stream is read (pumpRecv).
-  if (large) {
-    recvCompleted_ = false;
+  if (advanced) {
+    p.recv.head.store(p.recvHead, std::memory_order_release);
     wakeAlgorithm();
-  } else {
-    recvCompleted_ = true;
   }
 }
 
 // Reads pieces into free recv slots until the socket is empty or the next slot is busy.
-bool SocketTransport::pumpRecvPieces(Stream& s, PeerState& p) {
+bool SocketTransport::pumpRecv(Stream& s, PeerState& p) {
   bool progressed = false;
   while (!s.dead.load(std::memory_order_relaxed) && !s.eof && s.readable) {
     iovec iov[2];
