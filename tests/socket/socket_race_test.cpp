@@ -8,11 +8,15 @@
 //     connections, before the send lane handed that chunk's slot back must finish its call:
 //     the peer's orderly close is no failure while the lane's pass that completes the call is
 //     still in flight (chaos mismatch case Datatype_Tcp's fresh allreduce failed so).
-// And, with the same hook, that a two-rank allgather or alltoall sends ahead of its receives.
+// And, with the same hook, that a two-rank allgather or alltoall sends ahead of its receives,
+// that pieces queued together leave in one write call, and that a root waiting for its sends
+// writes them itself when its lane does not run (issue 21).
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <new>
 #include <string>
@@ -246,6 +250,166 @@ TEST(SocketRace, TwoRankExchangeSendsAheadOfItsReceives) {
   }
   for (const char* name : {"RIDGE_SOCKET_CHUNK", "RIDGE_SOCKET_SLOTS", "RIDGE_SOCKET_STREAMS", "RIDGE_ALGO"})
     unsetenv(name);
+}
+
+// ---- queued pieces leave together; a waiting root writes them itself (issue 21) --------
+//
+// Value of element i of a broadcast from `root` in call `call`: distinct per call and root, so
+// that a chunk of another call or from the wrong offset shows.
+float bcastValue(int call, int root, size_t i) {
+  return static_cast<float>((i * 2654435761u) % 65521 + 70000 * call + 35000 * root);
+}
+
+// 4 KiB chunks, 4 slots, 1 stream, kernel buffers of 1 MiB (which hold every case below), and
+// the algorithm `algo` (RIDGE_ALGO).
+void smallChunkEnv(const char* algo) {
+  tcpEnv();
+  setenv("RIDGE_SOCKET_CHUNK", "4K", 1);
+  setenv("RIDGE_SOCKET_SLOTS", "4", 1);
+  setenv("RIDGE_SOCKET_STREAMS", "1", 1);
+  setenv("RIDGE_SOCKET_BUFFER", "1M", 1);
+  setenv("RIDGE_ALGO", algo, 1);
+}
+void clearSmallChunkEnv() {
+  for (const char* name : {"RIDGE_SOCKET_CHUNK", "RIDGE_SOCKET_SLOTS", "RIDGE_SOCKET_STREAMS",
+                           "RIDGE_SOCKET_BUFFER", "RIDGE_ALGO"})
+    unsetenv(name);
+}
+
+// Rank 0's lane pieces and write calls to rank 1 from the call on (the call returns before
+// its lane wrote them: all-pairs posts its chunks from slots).
+std::atomic<int> gPieces{0}, gWrites{0};
+std::atomic<bool> gCallReturned{false};
+double gLaneHoldUntil = 0;
+
+// Once the lane wrote the operation's header (which the root's data waits for: the message is
+// above a slot), holds it until rank 0's call returned (all-pairs posts every chunk from a slot
+// and returns once it has rank 1's header); counts pieces and write calls throughout.
+void holdAfterHeaderThenCount(ridge::SendLaneStage stage, int peer) {
+  if (!gArmed.load()) return;
+  if (stage == ridge::SendLaneStage::BeforePass && gPieces.load() >= 1)
+    while (!gCallReturned.load() && nowSec() < gLaneHoldUntil) usleep(500);
+  if (stage == ridge::SendLaneStage::AfterPiece && peer == 1) gPieces.fetch_add(1);
+  if (stage == ridge::SendLaneStage::AfterWrite && peer == 1) gWrites.fetch_add(1);
+}
+
+// Rank 0 broadcasts 12 KiB in 4 KiB chunks (its header and 3 chunks, all in the FIFO of 4
+// slots); its send lane holds after the header until the call returned: the lane then finds
+// the 3 chunks queued and writes them in one call (kernel buffers of 1 MiB hold them), where
+// it made one call per piece before (4 in all). So a header posted with its data leaves with it.
+TEST(SocketRace, QueuedPiecesLeaveInOneWrite) {
+  smallChunkEnv("broadcast:0-:allpairs");
+  ridgeUniqueId id;
+  const bool idOk = makeUniqueId(&id);
+  SharedPage sp;
+  ASSERT_NE(sp.shared, nullptr);
+  constexpr size_t count = 3 * 1024;  // 12 KiB of float
+  LaunchResult res = launchRanks(2, 60, [&](int me, Reporter& rep) {
+    if (!idOk) return 2;
+    ridgeComm_t comm = initRank(2, id, me, rep);
+    if (!comm) return 2;
+    std::vector<float> buf(count);
+    for (size_t i = 0; i < count; ++i) buf[i] = me == 0 ? bcastValue(0, 0, i) : std::nanf("");
+    gLaneHoldUntil = nowSec() + scaledSeconds(kHoldSeconds);
+    if (me == 0) ridge::setSendLaneHook(holdAfterHeaderThenCount);
+    gArmed.store(true);
+    const double t0 = nowSec();
+    const ridgeResult_t r = ridgeBroadcast(buf.data(), buf.data(), count, ridgeFloat32, 0, comm, nullptr);
+    gCallReturned.store(true);
+    long wrong = 0;
+    for (size_t i = 0; i < count; ++i) wrong += buf[i] != bcastValue(0, 0, i) ? 1 : 0;
+    rep.line("ERR " + std::to_string(r) + " " +
+             (r == ridgeSuccess ? std::string() : std::string(ridgeGetLastError(comm))));
+    rep.line("WRONG " + std::to_string(wrong));
+    if (me == 0) rep.line("TOOK " + std::to_string(nowSec() - t0));
+    waitForEveryRank(sp.shared, 2);
+    // Destruction lets the lane write every posted chunk first: then all were counted.
+    ridgeCommDestroy(comm);
+    gArmed.store(false);
+    ridge::setSendLaneHook(nullptr);
+    if (me == 0) rep.line("WRITES " + std::to_string(gWrites.load()) + " " + std::to_string(gPieces.load()));
+    return 0;
+  });
+  clearSmallChunkEnv();
+  ASSERT_TRUE(idOk);
+  reportChildFailures(res, "broadcast with a delayed send lane");
+  ASSERT_FALSE(res.timedOut);
+  expectSuccessAndNoWrongValue(res);
+  auto writes = linesWith(res.ranks[0], "WRITES ");
+  ASSERT_EQ(writes.size(), 1u);
+  int calls = 0, pieces = 0;
+  ASSERT_EQ(std::sscanf(writes[0].c_str(), "%d %d", &calls, &pieces), 2);
+  EXPECT_EQ(pieces, 4) << "the header and 3 chunks";
+  // The header, then the 3 chunks queued behind the held lane in one call.
+  EXPECT_GE(calls, 1);
+  EXPECT_LE(calls, 2) << "pieces queued together should leave in one write call";
+  auto took = linesWith(res.ranks[0], "TOOK ");
+  ASSERT_EQ(took.size(), 1u);
+  EXPECT_LT(std::atof(took[0].c_str()), scaledSeconds(kHoldSeconds) / 2)
+      << "the lane was held longer than meant";
+}
+
+// Rank 0's send lane holds at the start of its passes until rank 0's calls returned (or
+// kHoldSeconds passed). Rank 0 broadcasts, as the root of a chain (direct: from its buffer),
+// messages of 1 to 3 chunks of 4 KiB, each of which, with its header, fits in the FIFO and in
+// the kernel buffers: as it waits for its sends to complete it writes them itself, so every call
+// returns although its lane never ran. Before, the root waited for the lane (kHoldSeconds).
+std::atomic<bool> gRootDone{false};
+double gRootHoldUntil = 0;
+
+void holdWhileRootCalls(ridge::SendLaneStage stage, int) {
+  if (stage != ridge::SendLaneStage::BeforePass || !gArmed.load()) return;
+  while (!gRootDone.load() && nowSec() < gRootHoldUntil) usleep(500);
+}
+
+TEST(SocketRace, WaitingRootWritesItsChunksWhileItsLaneIsHeld) {
+  smallChunkEnv("broadcast:0-:ring");
+  ridgeUniqueId id;
+  const bool idOk = makeUniqueId(&id);
+  SharedPage sp;
+  ASSERT_NE(sp.shared, nullptr);
+  constexpr int kCalls = 6;
+  LaunchResult res = launchRanks(2, 60, [&](int me, Reporter& rep) {
+    if (!idOk) return 2;
+    ridgeComm_t comm = initRank(2, id, me, rep);
+    if (!comm) return 2;
+    std::vector<float> send(3 * 1024), recv(3 * 1024);
+    gRootHoldUntil = nowSec() + scaledSeconds(kHoldSeconds);
+    if (me == 0) ridge::setSendLaneHook(holdWhileRootCalls, /*inlineSends=*/true);
+    gArmed.store(true);
+    const double t0 = nowSec();
+    ridgeResult_t r = ridgeSuccess;
+    long wrong = 0;
+    for (int call = 0; call < kCalls && r == ridgeSuccess; ++call) {
+      const size_t count = 1024 * static_cast<size_t>(1 + call % 3);  // 1 to 3 chunks
+      for (size_t i = 0; i < count; ++i) {
+        send[i] = bcastValue(call, 0, i);
+        recv[i] = std::nanf("");
+      }
+      r = ridgeBroadcast(send.data(), recv.data(), count, ridgeFloat32, 0, comm, nullptr);
+      for (size_t i = 0; i < count; ++i) wrong += recv[i] != bcastValue(call, 0, i) ? 1 : 0;
+    }
+    const double took = nowSec() - t0;
+    gRootDone.store(true);
+    gArmed.store(false);
+    rep.line("ERR " + std::to_string(r) + " " +
+             (r == ridgeSuccess ? std::string() : std::string(ridgeGetLastError(comm))));
+    rep.line("WRONG " + std::to_string(wrong));
+    if (me == 0) rep.line("TOOK " + std::to_string(took));
+    waitForEveryRank(sp.shared, 2);
+    ridge::setSendLaneHook(nullptr);
+    ridgeCommDestroy(comm);
+    return 0;
+  });
+  clearSmallChunkEnv();
+  ASSERT_TRUE(idOk);
+  reportChildFailures(res, "broadcast root with a held send lane");
+  ASSERT_FALSE(res.timedOut);
+  expectSuccessAndNoWrongValue(res);
+  auto took = linesWith(res.ranks[0], "TOOK ");
+  ASSERT_EQ(took.size(), 1u);
+  EXPECT_LT(std::atof(took[0].c_str()), scaledSeconds(kHoldSeconds) / 2)
+      << "the root's calls waited for its held send lane instead of writing their chunks themselves";
 }
 
 }  // namespace

@@ -158,14 +158,16 @@ int allreduceUntilError(ridgeComm_t comm, int rank, Reporter& rep, int maxIters)
 struct SocketSettings {
   const char* chunk = "4K";
   const char* slots = "2";
-  const char* buffer = nullptr;  // RIDGE_SOCKET_BUFFER, else the kernel's auto-tuning
-  bool large = false;            // the 64 MiB cases instead of the small ones
+  const char* buffer = nullptr;   // RIDGE_SOCKET_BUFFER, else the kernel's auto-tuning
+  bool large = false;             // the 64 MiB cases instead of the small ones
+  const char* streams = nullptr;  // RIDGE_SOCKET_STREAMS, else the automatic count
 };
 void setSocketEnv(const char* algo, const SocketSettings& s) {
   setenv("RIDGE_ALGO", algo, 1);
   setenv("RIDGE_SOCKET_CHUNK", s.chunk, 1);
   setenv("RIDGE_SOCKET_SLOTS", s.slots, 1);
   if (s.buffer) setenv("RIDGE_SOCKET_BUFFER", s.buffer, 1);
+  if (s.streams) setenv("RIDGE_SOCKET_STREAMS", s.streams, 1);
 }
 
 // Every ring and chain algorithm at every size, with the smallest chunk and FIFO so that
@@ -179,7 +181,8 @@ void runDirectMatrix(int n, const char* algo, int directOff, const SocketSetting
   setSocketEnv(algo, settings);
   ridgeUniqueId id;
   const bool idOk = makeUniqueId(&id);
-  for (const char* name : {"RIDGE_ALGO", "RIDGE_SOCKET_CHUNK", "RIDGE_SOCKET_SLOTS", "RIDGE_SOCKET_BUFFER"})
+  for (const char* name : {"RIDGE_ALGO", "RIDGE_SOCKET_CHUNK", "RIDGE_SOCKET_SLOTS", "RIDGE_SOCKET_BUFFER",
+                           "RIDGE_SOCKET_STREAMS"})
     unsetenv(name);
   if (!idOk) return;
   LaunchResult res = launchRanks(n, 120, [&](int rank, Reporter& rep) {
@@ -219,6 +222,19 @@ TEST(SocketOneHost, DirectAllPairsExchangeRanks2) {
 }
 TEST(SocketOneHost, DirectAllPairsExchangeRanks2OneRankSlotsOnly) {
   runDirectMatrix(2, kAllPairsExchange, 0, {}, exchangeCase);
+}
+
+// Three streams per pair: the send lane writes up to 4 queued pieces of a stream in one call
+// (issue 21). With 4 KiB chunks every chunk is one piece, so each stream carries every third
+// chunk and steps over the others inside a batch; with 256 KiB chunks a chunk is cut into 3
+// pieces, one per stream. Broadcast (chain and all-pairs), allgather, alltoall and the
+// reductions, direct and slots only.
+constexpr const char* kMixed =
+    "allreduce:0-:ring;reducescatter:0-:ring;allgather:0-:allpairs;"
+    "alltoall:0-:allpairs;broadcast:0-16K:allpairs;broadcast:16K-:ring;reduce:0-:ring";
+TEST(SocketOneHost, BatchedPiecesThreeStreamsRanks2) {
+  runDirectMatrix(2, kMixed, -1, {"4K", "4", nullptr, false, "3"});
+  runDirectMatrix(2, kMixed, 1, {"256K", "4", nullptr, false, "3"});
 }
 
 // A ring of two ranks sends the reduce-scatter's first chunks of later rounds ahead

@@ -4,7 +4,8 @@
 // Threads. The algorithm thread sees only the slot FIFOs of transport.h. Two progress
 // threads per transport ("lanes") move bytes between those FIFOs and the sockets: the
 // send lane writes posted slots, the receive lane reads pieces into free slots. So the
-// coroutines never make a system call, a reduction of one chunk overlaps the transfer of
+// coroutines never make a system call (but a thread that only waits for its sends, which
+// writes them itself: SockSend::sendsComplete), a reduction of one chunk overlaps the transfer of
 // the next, and the kernel's copies in the two directions run on two cores when there
 // are two. Each FIFO is a single-producer single-consumer ring in this process's memory:
 //   send FIFO:  `head` counts posts (algorithm), `tail` counts slots fully written to
@@ -184,10 +185,7 @@ class SockSend final : public SendConnector {
     directEnd_ = head_;
     return true;
   }
-  bool sendsComplete() override {
-    cachedTail_ = fifo_->tail.load(std::memory_order_acquire);
-    return cachedTail_ == head_;
-  }
+  bool sendsComplete() override;
   void withdrawDirect() override;
   // The first queued position (posted, not yet handed back) that holds caller memory, or
   // the FIFO's head when none does: the slots before it are the transport's own memory.
@@ -211,7 +209,11 @@ class SockSend final : public SendConnector {
   uint32_t head_ = 0;
   uint32_t cachedTail_ = 0;
   uint32_t directEnd_ = 0;  // head_ after the latest direct post
-  bool direct_;             // RIDGE_SOCKET_DIRECT
+  // The tail when an inline pump last found the socket full: no new attempt (and system
+  // call) until the lane has moved the tail on.
+  uint32_t inlineStallTail_ = 0;
+  bool inlineStalled_ = false;
+  bool direct_;  // RIDGE_SOCKET_DIRECT
 };
 
 class SockRecv final : public RecvConnector {
@@ -264,16 +266,24 @@ struct Stream {
   // Set by whichever lane sees the connection fail; both lanes then leave it alone.
   std::atomic<bool> dead{false};
   // Edge-triggered readiness: set by epoll, cleared when a call meets EAGAIN (readable by
-  // the receive lane only, writable by the send lane only).
+  // the receive lane only; writable written by the send lane only, read by the algorithm
+  // thread too before it writes in the lane's place, SockSend::sendsComplete).
   bool readable = true;
-  bool writable = true;
-  // Sending: the next slot sequence number to look at, and the piece being written.
+  std::atomic<bool> writable{true};
+  // Sending: the next slot sequence number to look at (while `sending`: the chunk of the
+  // first piece not fully written), and the pieces being written, up to kSendBatch queued
+  // ones in one system call: a collective's header chunk goes out with its data chunk in
+  // one sendmsg and one segment train, so the receiver wakes once instead of once for the
+  // header alone (issue 21).
+  static constexpr int kSendBatch = 4;
   uint32_t sendSeq = 0;
   bool sending = false;
-  PieceHeader sendHdr{};
-  const char* sendPayload = nullptr;
-  uint32_t sendLen = 0;
-  uint32_t sendDone = 0;  // bytes of header + payload written
+  int sendCount = 0;      // pieces in the batch
+  int sendFirst = 0;      // the first piece of the batch not fully written
+  uint32_t sendDone = 0;  // bytes of that piece's header + payload written
+  PieceHeader sendHdr[kSendBatch]{};
+  const char* sendPayload[kSendBatch] = {};
+  uint32_t sendLen[kSendBatch] = {};
   // Receiving: header bytes so far, then the payload of the current piece.
   PieceHeader recvHdr{};
   uint32_t hdrGot = 0;
@@ -297,6 +307,10 @@ struct PeerState {
   std::vector<char> sendData, recvData;
   // Send side: tail as the progress thread knows it.
   uint32_t sendTail = 0;
+  // Held by whichever thread writes the peer's send state (its streams' send fields,
+  // sendTail): the send lane, or the algorithm thread pumping in its place while it waits
+  // for its sends to complete (SocketTransport::pumpSendsInline).
+  std::atomic<bool> sendBusy{false};
   // Recv side: pieces received per slot, and each slot's header fields.
   uint32_t recvHead = 0;
   uint8_t recvGotCount[kMaxSlots] = {};
@@ -329,10 +343,13 @@ struct Lane {
   std::atomic<uint64_t> passes{0};
   std::atomic<bool> exited{false};
   // Wakes the lane if it announced that it may sleep; the fence orders the caller's
-  // counter publish before the read of the flag (the lane fences the other way).
+  // counter publish before the read of the flag (the lane fences the other way). The first
+  // waker clears the flag, so a burst of posts (a header and its data chunk) writes the
+  // eventfd once: the later ones find the wake-up on its way.
   void wake() {
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (sleeping.load(std::memory_order_relaxed)) [[unlikely]] {
+    if (sleeping.load(std::memory_order_relaxed) && sleeping.exchange(0, std::memory_order_relaxed))
+        [[unlikely]] {
       uint64_t one = 1;
       ssize_t n = ::write(eventFd, &one, sizeof one);
       (void)n;  // EAGAIN means a wake-up is pending already
@@ -399,11 +416,17 @@ class SocketTransport final : public Transport {
   // An operation gave up while caller memory of `peer` was queued or declared: fail the
   // peer (its streams are then skipped) and wait until the lane's pass in flight is over.
   void withdrawDirect(int peer, bool sendSide);
+  // The algorithm thread, waiting for its sends to `peer` to complete, writes the queued
+  // pieces itself when the send lane is not at them. False when it left some (the socket
+  // was full, or the lane holds the peer): the lane carries on.
+  bool pumpSendsInline(int peer);
 
  private:
+  // As Lane::wake: only the first waker of a sleep makes the system call.
   void wakeAlgorithm() {
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (algoSleeping_.load(std::memory_order_relaxed)) [[unlikely]] {
+    if (algoSleeping_.load(std::memory_order_relaxed) && algoSleeping_.exchange(0, std::memory_order_relaxed))
+        [[unlikely]] {
       wakeWord_.fetch_add(1, std::memory_order_release);
       futexCall(&wakeWord_, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr);
     }
@@ -418,7 +441,10 @@ class SocketTransport final : public Transport {
   void shutdown();
   void progressLoop(Lane& lane);
   void progressPasses(Lane& lane);
-  bool pumpSend(Stream& s, PeerState& p);
+  // inLane: the send lane's own pass (it alone records EAGAIN in `writable`; a pump by the
+  // algorithm thread stops there and leaves the rest to the lane, which then meets EAGAIN
+  // itself, so that no readiness edge from epoll is overwritten). *full: EAGAIN was met.
+  bool pumpSend(Stream& s, PeerState& p, bool inLane, bool* full = nullptr);
   void retireSentSlots(PeerState& p);
   uint32_t pieceIndexOf(const Stream& s, uint32_t seq) const {
     return pieceOnStream(static_cast<uint32_t>(s.index), seq, static_cast<uint32_t>(nstreams_));
@@ -456,6 +482,20 @@ void SockSend::publish(uint32_t bytes, bool last) {
   ++head_;
   fifo_->head.store(head_, std::memory_order_release);
   transport_->wakeSendLane();
+}
+
+bool SockSend::sendsComplete() {
+  cachedTail_ = fifo_->tail.load(std::memory_order_acquire);
+  if (cachedTail_ == head_) return true;
+  // The caller has nothing to do but wait: write what is queued now rather than wait for
+  // the lane to be scheduled and then to wake us (issue 21: the root of a broadcast over
+  // TCP, like Gloo's, then writes its message from its own thread). Once per stall: the
+  // executor polls this while it spins.
+  if (inlineStalled_ && cachedTail_ == inlineStallTail_) return false;
+  inlineStalled_ = !transport_->pumpSendsInline(peer());
+  cachedTail_ = fifo_->tail.load(std::memory_order_acquire);
+  inlineStallTail_ = cachedTail_;
+  return cachedTail_ == head_;
 }
 
 void SockSend::withdrawDirect() {
@@ -592,46 +632,47 @@ void SocketTransport::withdrawDirect(int peer, bool sendSide) {
 }
 
 // Writes as much of this stream's share of the posted slots as the socket takes.
-bool SocketTransport::pumpSend(Stream& s, PeerState& p) {
+bool SocketTransport::pumpSend(Stream& s, PeerState& p, bool inLane, bool* full) {
   bool progressed = false;
-  while (!s.dead.load(std::memory_order_relaxed) && s.writable) {
+  while (!s.dead.load(std::memory_order_relaxed) && s.writable.load(std::memory_order_relaxed)) {
     if (!s.sending) {
-      // Find the next posted slot that has a piece for this stream.
+      // The next posted slots that have a piece for this stream, up to a batch.
       const uint32_t head = p.send.head.load(std::memory_order_acquire);
-      bool found = false;
-      while (s.sendSeq != head) {
-        const uint32_t seq = s.sendSeq;
+      s.sendCount = s.sendFirst = 0;
+      s.sendDone = 0;
+      for (uint32_t seq = s.sendSeq; seq != head && s.sendCount < Stream::kSendBatch; ++seq) {
         const uint32_t meta = p.send.meta[seq % nslots_];
         const uint32_t bytes = meta & kSizeMask;
         const uint32_t pieces = piecesFor(bytes, nstreams_);
         const uint32_t j = pieceIndexOf(s, seq);
         if (j >= pieces) {
-          ++s.sendSeq;
+          if (s.sendCount == 0) ++s.sendSeq;  // passed: no piece of it is ours
           continue;
         }
         uint32_t off = 0, len = 0;
         pieceRange(bytes, pieces, j, &off, &len);
-        s.sendHdr = PieceHeader{seq, meta, static_cast<uint16_t>(j), static_cast<uint16_t>(pieces), 0};
-        s.sendHdr.check = headerCheck(s.sendHdr);
+        const int k = s.sendCount++;
+        s.sendHdr[k] = PieceHeader{seq, meta, static_cast<uint16_t>(j), static_cast<uint16_t>(pieces), 0};
+        s.sendHdr[k].check = headerCheck(s.sendHdr[k]);
         const char* direct = p.send.src[seq % nslots_];
-        s.sendPayload =
+        s.sendPayload[k] =
             (direct ? direct : p.send.data + static_cast<size_t>(seq % nslots_) * slotBytes_) + off;
-        s.sendLen = len;
-        s.sendDone = 0;
-        s.sending = true;
-        found = true;
-        break;
+        s.sendLen[k] = len;
       }
-      if (!found) return progressed;
+      if (s.sendCount == 0) return progressed;
+      s.sending = true;
     }
-    iovec iov[2];
+    iovec iov[2 * Stream::kSendBatch];
     int n = 0;
-    if (s.sendDone < sizeof(PieceHeader)) {
-      iov[n++] = {reinterpret_cast<char*>(&s.sendHdr) + s.sendDone, sizeof(PieceHeader) - s.sendDone};
-      if (s.sendLen) iov[n++] = {const_cast<char*>(s.sendPayload), s.sendLen};
-    } else {
-      const uint32_t off = s.sendDone - static_cast<uint32_t>(sizeof(PieceHeader));
-      iov[n++] = {const_cast<char*>(s.sendPayload) + off, s.sendLen - off};
+    for (int k = s.sendFirst; k < s.sendCount; ++k) {
+      const uint32_t done = k == s.sendFirst ? s.sendDone : 0;
+      if (done < sizeof(PieceHeader)) {
+        iov[n++] = {reinterpret_cast<char*>(&s.sendHdr[k]) + done, sizeof(PieceHeader) - done};
+        if (s.sendLen[k]) iov[n++] = {const_cast<char*>(s.sendPayload[k]), s.sendLen[k]};
+      } else {
+        const uint32_t off = done - static_cast<uint32_t>(sizeof(PieceHeader));
+        iov[n++] = {const_cast<char*>(s.sendPayload[k]) + off, s.sendLen[k] - off};
+      }
     }
     msghdr msg{};
     msg.msg_iov = iov;
@@ -641,7 +682,8 @@ bool SocketTransport::pumpSend(Stream& s, PeerState& p) {
       int err = errno;
       if (err == EINTR) continue;
       if (err == EAGAIN || err == EWOULDBLOCK) {
-        s.writable = false;
+        if (inLane) s.writable.store(false, std::memory_order_relaxed);
+        if (full) *full = true;
         return progressed;
       }
       failPeer(p, s,
@@ -651,15 +693,53 @@ bool SocketTransport::pumpSend(Stream& s, PeerState& p) {
       return true;
     }
     progressed = true;
-    s.sendDone += static_cast<uint32_t>(w);
-    if (s.sendDone < sizeof(PieceHeader) + s.sendLen) continue;
-    // Piece written: hand back the slots every stream is done with.
-    sendLaneStage(SendLaneStage::AfterPiece, s.peer);
-    s.sending = false;
-    ++s.sendSeq;
-    retireSentSlots(p);
+    if (inLane) sendLaneStage(SendLaneStage::AfterWrite, s.peer);
+    // Step over the pieces the call wrote in full.
+    size_t written = static_cast<size_t>(w);
+    bool anyDone = false;
+    while (s.sendFirst < s.sendCount) {
+      const size_t rest = sizeof(PieceHeader) + s.sendLen[s.sendFirst] - s.sendDone;
+      if (written < rest) {
+        s.sendDone += static_cast<uint32_t>(written);
+        break;
+      }
+      written -= rest;
+      // Piece written: the stream is past its chunk.
+      if (inLane) sendLaneStage(SendLaneStage::AfterPiece, s.peer);
+      s.sendSeq = s.sendHdr[s.sendFirst].seq + 1;
+      ++s.sendFirst;
+      s.sendDone = 0;
+      anyDone = true;
+    }
+    if (s.sendFirst == s.sendCount) s.sending = false;
+    // Hand back the slots every stream is done with.
+    if (anyDone) retireSentSlots(p);
   }
   return progressed;
+}
+
+bool SocketTransport::pumpSendsInline(int peer) {
+  PeerState& p = *peers_[peer];
+  // A test's hook stretches the lane's windows (socket_hooks.h): leave every piece to the lane.
+  if ((sendLaneHook().load(std::memory_order_relaxed) &&
+       !sendLaneHookAllowsInline().load(std::memory_order_relaxed)) ||
+      p.failed.load(std::memory_order_acquire))
+    return false;
+  if (p.sendBusy.exchange(true, std::memory_order_acquire)) return false;
+  bool left = false;
+  for (int index : p.streams) {
+    Stream& s = streams_[index];
+    bool full = false;
+    pumpSend(s, p, false, &full);
+    left = left || full || s.dead.load(std::memory_order_relaxed) || s.sending ||
+           s.sendSeq != p.send.head.load(std::memory_order_acquire);
+  }
+  p.sendBusy.store(false, std::memory_order_release);
+  // The lane may have skipped the peer while we held it, and gone to sleep: its sleep flag
+  // is read after the release (wake's fence), so a lane that checked before it sees the
+  // work itself, and one that checked after is woken here.
+  if (left) wakeSendLane();
+  return !left;
 }
 
 // Hands back to the algorithm every leading slot that all of the peer's streams have
@@ -831,7 +911,12 @@ bool SocketTransport::hasWork(const Lane& lane) {
     if (s.dead.load(std::memory_order_relaxed)) continue;
     PeerState& p = *peers_[s.peer];
     if (lane.sends) {
-      if (s.writable && (s.sending || s.sendSeq != p.send.head.load(std::memory_order_acquire))) return true;
+      // The algorithm thread pumping this peer wakes the lane if it leaves work.
+      if (p.sendBusy.exchange(true, std::memory_order_acquire)) continue;
+      const bool work = s.writable.load(std::memory_order_relaxed) &&
+                        (s.sending || s.sendSeq != p.send.head.load(std::memory_order_acquire));
+      p.sendBusy.store(false, std::memory_order_release);
+      if (work) return true;
       continue;
     }
     if (!s.readable || s.eof) continue;
@@ -860,7 +945,14 @@ void SocketTransport::progressPasses(Lane& lane) {
     for (Stream& s : streams_) {
       if (s.dead.load(std::memory_order_relaxed)) continue;
       PeerState& p = *peers_[s.peer];
-      progressed |= lane.sends ? pumpSend(s, p) : pumpRecv(s, p);
+      if (!lane.sends) {
+        progressed |= pumpRecv(s, p);
+        continue;
+      }
+      // Skipped while the algorithm thread pumps the peer (it wakes the lane if it leaves work).
+      if (p.sendBusy.exchange(true, std::memory_order_acquire)) continue;
+      progressed |= pumpSend(s, p, true);
+      p.sendBusy.store(false, std::memory_order_release);
     }
     int timeoutMs = 0;
     if (!progressed) {
@@ -893,7 +985,8 @@ void SocketTransport::progressPasses(Lane& lane) {
       }
       Stream& s = streams_[key];
       const uint32_t ev = events[i].events;
-      if (lane.sends && (ev & (EPOLLOUT | EPOLLHUP | EPOLLERR))) s.writable = true;
+      if (lane.sends && (ev & (EPOLLOUT | EPOLLHUP | EPOLLERR)))
+        s.writable.store(true, std::memory_order_relaxed);
       if (!lane.sends && (ev & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP))) s.readable = true;
     }
   }
