@@ -24,6 +24,13 @@ struct CollArgs {
   int root;  // root for Broadcast/Reduce; peer for Send/Recv
 };
 
+// Whether a point-to-point message of `bytes` over `tx` is sent straight from caller memory
+// (the direct extension, from the connector's directSendMinBytes) rather than copied into
+// slots. sendMessage and the header wait before it (coll/signature.cpp) agree through this.
+inline bool sendsDirect(const SendConnector* tx, size_t bytes) {
+  return tx && tx->directVersion() >= kDirectTransferVersion && bytes >= tx->directSendMinBytes();
+}
+
 // The task that runs `args` on `comm` with the algorithm the selector picks.
 Task runCollective(ridgeComm* comm, CollArgs args);
 
