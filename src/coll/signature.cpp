@@ -135,8 +135,8 @@ void declareHeaderSlot(RecvConnector* rx) {
     (void)rx->tryExpect(nullptr, static_cast<uint32_t>(rx->slotBytes()));
 }
 
-// Before an operation queues caller memory on a connector with the direct extension (messages
-// of at least directSendMinBytes: sendsDirect), its header must have left: a rank that fails the
+// Before an operation queues caller memory on a connector with the direct extension (whole
+// chunks, so messages of at least a slot), its header must have left: a rank that fails the
 // operation withdraws its queued chunks, which fails the connection, and a header still queued
 // behind nothing would then never reach the peer, which would wait for RIDGE_TIMEOUT instead
 // of seeing the mismatch. Costs a wake-up of the transport's thread on large messages only.
@@ -144,7 +144,9 @@ void declareHeaderSlot(RecvConnector* rx) {
 // TCP transport's withdrawal first lets the slots ahead of the caller's chunks leave
 // (transports/socket/socket_transport.cpp, withdrawDirect).
 struct HeaderSent : SendsComplete {
-  HeaderSent(SendConnector* tx, size_t bytes) : SendsComplete(tx) { skip = !sendsDirect(tx, bytes); }
+  HeaderSent(SendConnector* tx, size_t bytes) : SendsComplete(tx) {
+    skip = tx->directVersion() < kDirectTransferVersion || bytes < tx->slotBytes();
+  }
   bool skip;
   bool await_ready() { return skip || SendsComplete::await_ready(); }
 };
