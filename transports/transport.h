@@ -101,6 +101,10 @@ class SendConnector {
   // Whether every chunk posted so far (slot or direct) has left this process's memory, so
   // the caller may reuse what it queued. Never blocks.
   virtual bool sendsComplete() { return true; }
+  // The shortest message a point-to-point send queues from caller memory rather than
+  // copying it into slots (coll/algorithms.cpp, sendMessage): a full slot unless the
+  // transport knows that handing a copied slot to its progress thread costs more.
+  virtual size_t directSendMinBytes() const { return slotBytes(); }
   // Called by an operation that ends without completing (error, abort, timeout) while it
   // may have direct chunks queued: afterwards the transport never reads them. When some
   // were still queued the connection to the peer is failed (what it already received

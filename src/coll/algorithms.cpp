@@ -147,8 +147,9 @@ Task sendChunk(ridgeComm* c, SendConnector* tx, bool direct, const void* src, si
 
 // ---- point to point ---------------------------------------------------------------------
 
-// Messages of at least one full chunk go straight from the caller's buffer where the
-// connector offers it, which saves copying them into slots; the call then returns once
+// Messages of at least the connector's directSendMinBytes (a full chunk, or less where the
+// transport says so) go straight from the caller's buffer where the connector offers it,
+// which saves copying them into slots; the call then returns once
 // the transport has handed every chunk over (SendsComplete), so the caller may reuse its
 // buffer. Shorter messages are copied into a slot: the copy costs less than waiting for
 // the transport, and the call returns as soon as the message is queued.
@@ -175,7 +176,7 @@ Task sendMessage(ridgeComm* c, int peer, const char* src, size_t bytes) {
     }
   }
   const size_t chunk = tx->slotBytes();
-  const bool direct = !c->device->data && offersDirect(tx) && bytes >= chunk;
+  const bool direct = !c->device->data && sendsDirect(tx, bytes);
   DirectWithdrawal withdrawal{direct ? tx : nullptr, nullptr};
   size_t off = 0;
   do {

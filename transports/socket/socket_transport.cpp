@@ -84,6 +84,8 @@ constexpr int kMaxStreams = 16;
 // stream is larger than what striping gains.
 constexpr uint32_t kMinPiece = 64 << 10;
 constexpr uint32_t kPieceAlign = 4096;
+// SockSend::directSendMinBytes.
+constexpr size_t kDirectSendMin = 128 << 10;
 constexpr size_t kLine = 64;
 
 struct PieceHeader {
@@ -187,6 +189,13 @@ class SockSend final : public SendConnector {
   }
   bool sendsComplete() override;
   void withdrawDirect() override;
+  // From 128 KiB a direct send is faster (issue 21, docs/performance.md "Sendrecv over TCP
+  // at 256 KiB"): the caller, which waits for its sends anyway, writes the message itself
+  // (sendsComplete), where a copied slot costs a memcpy plus waking the send lane and
+  // waiting for it to be scheduled, and a two-core host then runs the caller's receive,
+  // both lanes and the peer's threads at once. Below it the copy is cheap and the call
+  // returns without waiting for the socket.
+  size_t directSendMinBytes() const override { return std::min<size_t>(slotBytes(), kDirectSendMin); }
   // The first queued position (posted, not yet handed back) that holds caller memory, or
   // the FIFO's head when none does: the slots before it are the transport's own memory.
   uint32_t firstQueuedDirect() const {
