@@ -70,6 +70,14 @@ inline bool offersDirect(Connector* conn) {
   return conn && conn->directVersion() >= kDirectTransferVersion;
 }
 
+// Whether a point-to-point message of `bytes` over `tx` is sent straight from caller memory
+// (from the connector's directSendMinBytes) rather than copied into slots (sendMessage). A
+// collective's header wait (coll/signature.cpp, HeaderSent) still starts at a full slot:
+// below it the TCP transport's withdrawal lets the header leave first.
+inline bool sendsDirect(SendConnector* tx, size_t bytes) {
+  return offersDirect(tx) && bytes >= tx->directSendMinBytes();
+}
+
 // Withdraws the direct chunks of an operation that ends without completing (error, or its
 // frame destroyed by the executor after an abort or timeout), so that the transport never
 // touches the caller's buffers after the call returned.
@@ -230,6 +238,75 @@ Task recvMessage(ridgeComm* c, int peer, char* dst, size_t bytes) {
 
 // ---- all-pairs: every rank exchanges with every other rank in one step per chunk -------
 
+// ---- inline headers of the all-pairs reductions (allPairsReduce, allPairsReduceToRoot) ----
+
+// Where an inline header from `peer` sits: in the slot's last line on a connector with tags
+// (its digest is the post's tag), else ahead of the data.
+inline size_t inlineHeaderRoomFrom(const ridgeComm* c, int peer) {
+  return c->ledger.tagsFrom[static_cast<size_t>(peer)] ? 0 : kInlineHeaderBytes;
+}
+// The empty word after a header that leads a slot of its own (allPairsReduceToRoot).
+constexpr size_t kHeaderOnlyPad = sizeof(uint64_t);
+
+// Posts this rank's header for `peer` in one slot with `bytes` of `src` (null: the header
+// alone, see allPairsReduceToRoot).
+Task postInlineSlot(ridgeComm* c, int peer, const char* src, size_t bytes) {
+  SendConnector* tx = c->sendTo[peer];
+  char* slot = static_cast<char*>(co_await AcquireSlot(tx));
+  const size_t n = src ? bytes : 0;
+  if (c->ledger.tagsTo[static_cast<size_t>(peer)]) {
+    const uint64_t tag = writeInlineHeader(c->ledger, peer, coldHeader(slot, tx->slotBytes()));
+    if (n) std::memcpy(slot, src, n);
+    tx->postTagged(static_cast<uint32_t>(n), true, tag);
+    co_return Status::ok();
+  }
+  writeInlineHeader(c->ledger, peer, slot);
+  if (n)
+    std::memcpy(slot + kInlineHeaderBytes, src, n);
+  else
+    std::memset(slot + kInlineHeaderBytes, 0, kHeaderOnlyPad);
+  tx->post(static_cast<uint32_t>(kInlineHeaderBytes + (n ? n : kHeaderOnlyPad)), true);
+  co_return Status::ok();
+}
+
+// Takes `peer`'s slot with its header alone and checks the header, unless the executor's idle
+// poll already did in place.
+Task takeHeaderSlot(ridgeComm* c, CollType type, int peer) {
+  RecvConnector* rx = c->recvFrom[peer];
+  PeekSlot pk(rx);
+  const void* slot = co_await pk;
+  const size_t want = inlineHeaderRoomFrom(c, peer) ? kInlineHeaderBytes + kHeaderOnlyPad : 0;
+  if (c->ledger.due[static_cast<size_t>(peer)]) RIDGE_CO_TRY(checkInlineHeader(c, peer, slot, pk.info));
+  if (pk.info.bytes != want) co_return mismatch(c, type, peer, want, pk.info);
+  rx->release();
+  co_return Status::ok();
+}
+
+// A data slot's inline header in two steps, so that its line is fetched beside the payload's
+// rather than before it: the digest copied out before the reduction (the tag, or the slot's
+// first word), compared after it; a digest that differs is then checked in full from the slot,
+// still held, which names the peer's call.
+inline void keepInlineDigest(ridgeComm* c, int peer, const void* slot, const SlotInfo& info) {
+  OpLedger& L = c->ledger;
+  if (!L.due[static_cast<size_t>(peer)]) return;
+  if (inlineHeaderRoomFrom(c, peer) == 0)
+    L.inbox[static_cast<size_t>(peer)] = info.tag;
+  else
+    copyInlineHeader(L, peer, slot);
+}
+Status checkKeptDigest(ridgeComm* c, int peer, const void* slot, size_t bytes) {
+  OpLedger& L = c->ledger;
+  if (!L.due[static_cast<size_t>(peer)]) return Status::ok();
+  if (copiedHeaderMatches(L, peer)) [[likely]] {
+    headerMatched(L, peer);
+    return Status::ok();
+  }
+  SlotInfo info;
+  info.bytes = static_cast<uint32_t>(bytes);
+  info.tag = inlineHeaderRoomFrom(c, peer) == 0 ? L.inbox[static_cast<size_t>(peer)] : 0;
+  return checkInlineHeader(c, peer, slot, info);
+}
+
 // AllReduce (blockStride 0) and ReduceScatter (blockStride = recv count): in each round
 // a rank sends the chunk every peer needs, then reduces the P contributions to its own.
 Task allPairsReduce(ridgeComm* c, CollArgs a, bool scatter, bool inlineHeader = false) {
@@ -280,10 +357,7 @@ Task allPairsReduce(ridgeComm* c, CollArgs a, bool scatter, bool inlineHeader = 
                            pk.info);
       }
       if (due) {
-        if (inlineHeader && hdr == 0)
-          c->ledger.inbox[static_cast<size_t>(j)] = pk.info.tag;
-        else
-          copyInlineHeader(c->ledger, j, got);
+        keepInlineDigest(c, j, got, pk.info);
         copied = true;
       }
     }
@@ -291,18 +365,8 @@ Task allPairsReduce(ridgeComm* c, CollArgs a, bool scatter, bool inlineHeader = 
     if (copied)
       for (int k = 1; k < P; ++k) {
         const int j = (r + P - k) % P;
-        if (!c->ledger.due[static_cast<size_t>(j)]) continue;
-        if (copiedHeaderMatches(c->ledger, j)) [[likely]] {
-          headerMatched(c->ledger, j);
-          continue;
-        }
-        // The slot is still held (its size checked above): the full header there names the
-        // peer's call.
         const size_t hdr = headerRoom(L.tagsFrom, j);
-        SlotInfo info;
-        info.bytes = static_cast<uint32_t>(hdr + n * es);
-        info.tag = hdr == 0 ? c->ledger.inbox[static_cast<size_t>(j)] : 0;
-        RIDGE_CO_TRY(checkInlineHeader(c, j, cbytes(srcs[j]) - hdr, info));
+        RIDGE_CO_TRY(checkKeptDigest(c, j, cbytes(srcs[j]) - hdr, hdr + n * es));
       }
     for (int k = 1; k < P; ++k) c->recvFrom[(r + P - k) % P]->release();
   }
@@ -411,75 +475,6 @@ Task allPairsBroadcast(ridgeComm* c, CollArgs a) {
   }
   if (a.recv != a.send) std::memcpy(a.recv, a.send, bytes);
   co_return Status::ok();
-}
-
-// ---- inline headers of the all-pairs reduce (see allPairsReduceToRoot) -------------------
-
-// Where an inline header from `peer` sits: in the slot's last line on a connector with tags
-// (its digest is the post's tag), else ahead of the data.
-inline size_t inlineHeaderRoomFrom(const ridgeComm* c, int peer) {
-  return c->ledger.tagsFrom[static_cast<size_t>(peer)] ? 0 : kInlineHeaderBytes;
-}
-// The empty word after a header that leads a slot of its own (allPairsReduceToRoot).
-constexpr size_t kHeaderOnlyPad = sizeof(uint64_t);
-
-// Posts this rank's header for `peer` in one slot with `bytes` of `src` (null: the header
-// alone, see allPairsReduceToRoot).
-Task postInlineSlot(ridgeComm* c, int peer, const char* src, size_t bytes) {
-  SendConnector* tx = c->sendTo[peer];
-  char* slot = static_cast<char*>(co_await AcquireSlot(tx));
-  const size_t n = src ? bytes : 0;
-  if (c->ledger.tagsTo[static_cast<size_t>(peer)]) {
-    const uint64_t tag = writeInlineHeader(c->ledger, peer, coldHeader(slot, tx->slotBytes()));
-    if (n) std::memcpy(slot, src, n);
-    tx->postTagged(static_cast<uint32_t>(n), true, tag);
-    co_return Status::ok();
-  }
-  writeInlineHeader(c->ledger, peer, slot);
-  if (n)
-    std::memcpy(slot + kInlineHeaderBytes, src, n);
-  else
-    std::memset(slot + kInlineHeaderBytes, 0, kHeaderOnlyPad);
-  tx->post(static_cast<uint32_t>(kInlineHeaderBytes + (n ? n : kHeaderOnlyPad)), true);
-  co_return Status::ok();
-}
-
-// Takes `peer`'s slot with its header alone and checks the header, unless the executor's idle
-// poll already did in place.
-Task takeHeaderSlot(ridgeComm* c, CollType type, int peer) {
-  RecvConnector* rx = c->recvFrom[peer];
-  PeekSlot pk(rx);
-  const void* slot = co_await pk;
-  const size_t want = inlineHeaderRoomFrom(c, peer) ? kInlineHeaderBytes + kHeaderOnlyPad : 0;
-  if (c->ledger.due[static_cast<size_t>(peer)]) RIDGE_CO_TRY(checkInlineHeader(c, peer, slot, pk.info));
-  if (pk.info.bytes != want) co_return mismatch(c, type, peer, want, pk.info);
-  rx->release();
-  co_return Status::ok();
-}
-
-// A data slot's inline header in two steps, so that its line is fetched beside the payload's
-// rather than before it: the digest copied out before the reduction (the tag, or the slot's
-// first word), compared after it; a digest that differs is then checked in full from the slot,
-// still held, which names the peer's call.
-inline void keepInlineDigest(ridgeComm* c, int peer, const void* slot, const SlotInfo& info) {
-  OpLedger& L = c->ledger;
-  if (!L.due[static_cast<size_t>(peer)]) return;
-  if (inlineHeaderRoomFrom(c, peer) == 0)
-    L.inbox[static_cast<size_t>(peer)] = info.tag;
-  else
-    copyInlineHeader(L, peer, slot);
-}
-Status checkKeptDigest(ridgeComm* c, int peer, const void* slot, size_t bytes) {
-  OpLedger& L = c->ledger;
-  if (!L.due[static_cast<size_t>(peer)]) return Status::ok();
-  if (copiedHeaderMatches(L, peer)) [[likely]] {
-    headerMatched(L, peer);
-    return Status::ok();
-  }
-  SlotInfo info;
-  info.bytes = static_cast<uint32_t>(bytes);
-  info.tag = inlineHeaderRoomFrom(c, peer) == 0 ? L.inbox[static_cast<size_t>(peer)] : 0;
-  return checkInlineHeader(c, peer, slot, info);
 }
 
 // Reduce, all-pairs: every rank sends its whole input to the root, which reduces the P

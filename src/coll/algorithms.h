@@ -24,14 +24,6 @@ struct CollArgs {
   int root;  // root for Broadcast/Reduce; peer for Send/Recv
 };
 
-// Whether a point-to-point message of `bytes` over `tx` is sent straight from caller memory
-// (the direct extension, from the connector's directSendMinBytes) rather than copied into
-// slots (sendMessage). A collective's header wait (coll/signature.cpp, HeaderSent) still
-// starts at a full slot: below it the TCP transport's withdrawal lets the header leave first.
-inline bool sendsDirect(const SendConnector* tx, size_t bytes) {
-  return tx && tx->directVersion() >= kDirectTransferVersion && bytes >= tx->directSendMinBytes();
-}
-
 // The task that runs `args` on `comm` with the algorithm the selector picks.
 Task runCollective(ridgeComm* comm, CollArgs args);
 
