@@ -178,11 +178,30 @@ class RecvConnector {
 // transport would map this to RDMA READ/WRITE). Addresses are the peer's virtual
 // addresses, exchanged by the algorithm through the connectors. Blocking, but bounded by
 // the size of the copy: no waiting on the peer is involved.
+//
+// Mapped access (shm, issue 21): where [remoteAddr, remoteAddr + bytes) lies in memory the
+// peer shares (its ridgeMemAlloc host buffers, core/shared_segments.h), mapped() returns
+// where that range is in this process, to read (or reduce from, or write) with plain loads
+// and stores: no system call and no page pinning per access. read() and write() then copy
+// through the mapping themselves. The pointer is valid until the next call on this object;
+// the peer's buffer must not change hands meanwhile, as for read() and write().
+struct PeerMemoryCounters {
+  uint64_t mappedAccesses = 0;  // reads, writes and mapped() calls served by a mapping
+  uint64_t copiedAccesses = 0;  // reads and writes that took the system call (CMA)
+  uint64_t segmentsMapped = 0;  // peer segments mapped (each once while it lives)
+  uint64_t staleMappings = 0;   // cached mappings dropped because the peer freed the segment
+};
 class PeerMemory {
  public:
   virtual ~PeerMemory() = default;
   virtual Status read(void* local, uint64_t remoteAddr, size_t bytes) = 0;
   virtual Status write(uint64_t remoteAddr, const void* local, size_t bytes) = 0;
+  // The local address of the peer's [remoteAddr, remoteAddr + bytes), or nullptr where the
+  // range is not mapped here (then read()/write() take the other way).
+  virtual const void* mapped(uint64_t /*remoteAddr*/, size_t /*bytes*/) { return nullptr; }
+  virtual void* mappedForWrite(uint64_t /*remoteAddr*/, size_t /*bytes*/) { return nullptr; }
+  // What took which path (tests, debugging).
+  virtual PeerMemoryCounters counters() const { return {}; }
 };
 
 class NetRingAllocator;  // transports/net/net_transport.h
@@ -232,8 +251,9 @@ class Transport {
 // out-of-tree transports built against an older header can be recognised and refused.
 // 2: the connector and transport classes gained virtual functions
 // (SendConnector::chunksInFlight, Transport::progressThreads), so an older build's vtables
-// no longer match. 3: SendConnector::unreleasedChunks.
-constexpr uint32_t kTransportTableVersion = 3;
+// no longer match. 3: SendConnector::unreleasedChunks. 4: PeerMemory::mapped, mappedForWrite
+// and counters.
+constexpr uint32_t kTransportTableVersion = 4;
 struct TransportTable {
   uint32_t size;     // sizeof(TransportTable) the transport was built with
   uint32_t version;  // kTransportTableVersion the transport was built with

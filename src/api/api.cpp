@@ -28,6 +28,7 @@
 #include "coll/executor.h"
 #include "core/log.h"
 #include "core/settings.h"
+#include "core/shared_segments.h"
 #include "device/runtime.h"
 #include "reduce/reduce.h"
 #include "ridge/ridge.h"
@@ -1382,9 +1383,10 @@ RIDGE_API ridgeResult_t ridgeRedOpDestroy(ridgeRedOp_t op, ridgeComm_t comm) {
 }
 
 namespace {
-// Allocations of ridgeMemAlloc and whether each is device memory.
+// Allocations of ridgeMemAlloc and what each is.
+enum class MemKind { Host, SharedHost, Device };
 std::mutex gMemMutex;
-std::unordered_map<void*, bool> gMemAllocations;
+std::unordered_map<void*, MemKind> gMemAllocations;
 }  // namespace
 
 RIDGE_API ridgeResult_t ridgeMemAlloc(void** ptr, size_t size) {
@@ -1395,15 +1397,22 @@ RIDGE_API ridgeResult_t ridgeMemAlloc(void** ptr, size_t size) {
   if (size > SIZE_MAX - 4096) return fail(nullptr, badArg(fn, "size is too large"));
   void* p = nullptr;
   device::DeviceRuntime* rt = device::activeRuntime();
-  const bool onDevice = rt && rt->deviceCount() > 0;
-  if (onDevice) {
+  MemKind kind = rt && rt->deviceCount() > 0 ? MemKind::Device : MemKind::SharedHost;
+  if (kind == MemKind::Device) {
     RIDGE_CHECK(nullptr, rt->allocDevice(size, &p));
   } else {
-    p = std::aligned_alloc(4096, (size + 4095) / 4096 * 4096);
+    // Shareable: peers of this host map it and copy with plain loads and stores instead of a
+    // cross-memory-attach call per access (core/shared_segments.h). Private memory when memfd
+    // is unavailable.
+    p = allocateSharedSegment(size);
+    if (!p) {
+      kind = MemKind::Host;
+      p = std::aligned_alloc(4096, (size + 4095) / 4096 * 4096);
+    }
     if (!p) return fail(nullptr, makeError(ridgeSystemError, "%s: no memory for %zu bytes", fn, size));
   }
   std::lock_guard<std::mutex> lock(gMemMutex);
-  gMemAllocations[p] = onDevice;
+  gMemAllocations[p] = kind;
   *ptr = p;
   return ridgeSuccess;
 }
@@ -1411,7 +1420,7 @@ RIDGE_API ridgeResult_t ridgeMemAlloc(void** ptr, size_t size) {
 RIDGE_API ridgeResult_t ridgeMemFree(void* ptr) {
   const char* fn = "ridgeMemFree";
   if (!ptr) return fail(nullptr, badArg(fn, "ptr is NULL"));
-  bool onDevice = false;
+  MemKind kind = MemKind::Host;
   {
     std::lock_guard<std::mutex> lock(gMemMutex);
     auto it = gMemAllocations.find(ptr);
@@ -1420,11 +1429,13 @@ RIDGE_API ridgeResult_t ridgeMemFree(void* ptr) {
                                      "%s: ptr %p was not returned by ridgeMemAlloc (or was "
                                      "freed already)",
                                      fn, ptr));
-    onDevice = it->second;
+    kind = it->second;
     gMemAllocations.erase(it);
   }
-  if (onDevice)
+  if (kind == MemKind::Device)
     device::activeRuntime()->freeDevice(ptr);
+  else if (kind == MemKind::SharedHost)
+    (void)freeSharedSegment(ptr);
   else
     std::free(ptr);
   return ridgeSuccess;

@@ -918,8 +918,34 @@ Task directEnd(ridgeComm* c, CollType type, const OwnCopy* ownCopy = nullptr) {
   co_return Status::ok();
 }
 
-// Reads chunk [off, off+n) of block `block` of every peer's send buffer into the bounce
-// chunks and reduces them with the local input into `dst`, sources in rank order.
+// Peer j's [remote, remote + bytes) into `dst`: where the peer's buffer is mapped here (its
+// shareable ridgeMemAlloc memory, transports/transport.h PeerMemory::mapped) a copy by this
+// core, with streaming stores when `stream` as the algorithms' own copies; else the
+// transport's copy (CMA), which does not stream.
+Status peerRead(ridgeComm* c, int j, void* dst, uint64_t remote, size_t bytes, bool stream) {
+  PeerMemory* pm = c->peerMemory[j];
+  if (stream)
+    if (const void* src = pm->mapped(remote, bytes)) {
+      copyOut(true, dst, src, bytes);
+      return Status::ok();
+    }
+  return pm->read(dst, remote, bytes);  // copies through the mapping itself when there is one
+}
+// The same, this rank's `src` into peer j's [remote, remote + bytes).
+Status peerWrite(ridgeComm* c, int j, uint64_t remote, const void* src, size_t bytes, bool stream) {
+  PeerMemory* pm = c->peerMemory[j];
+  if (stream)
+    if (void* dst = pm->mappedForWrite(remote, bytes)) {
+      copyOut(true, dst, src, bytes);
+      return Status::ok();
+    }
+  return pm->write(remote, src, bytes);
+}
+
+// Reduces chunk [srcElem, srcElem+n) of every peer's send buffer with the local input into
+// `dst`, sources in rank order: straight from a peer's buffer where it is mapped here
+// (docs/algorithms.md, "Mapped buffers": the peer's bytes are read once, by the reduction),
+// else read into that peer's bounce chunk first.
 Status directReduceChunk(ridgeComm* c, const CollArgs& a, size_t srcElem, size_t n, char* dst, int divisor) {
   const int P = c->nranks, r = c->rank;
   const size_t es = dataTypeSize(a.dtype);
@@ -929,8 +955,13 @@ Status directReduceChunk(ridgeComm* c, const CollArgs& a, size_t srcElem, size_t
       srcs[j] = cbytes(a.send) + srcElem * es;
       continue;
     }
+    const uint64_t remote = c->peerDesc[j].send + srcElem * es;
+    if (const void* mapped = c->peerMemory[j]->mapped(remote, n * es)) {
+      srcs[j] = mapped;
+      continue;
+    }
     char* bounce = c->bounce.get() + size_t(j) * c->bounceChunk;
-    RIDGE_TRY(c->peerMemory[j]->read(bounce, c->peerDesc[j].send + srcElem * es, n * es));
+    RIDGE_TRY(c->peerMemory[j]->read(bounce, remote, n * es));
     srcs[j] = bounce;
   }
   reduceMany(dst, srcs, P, n, a.dtype, a.op, divisor);
@@ -971,7 +1002,7 @@ Task directReduce(ridgeComm* c, CollArgs a, bool inlineHeader) {
     RIDGE_CO_TRY(directReduceChunk(c, a, inBase + off, n, mine, divisor));
     for (int k = 1; k < P; ++k) {
       int j = (r + k) % P;
-      RIDGE_CO_TRY(c->peerMemory[j]->write(c->peerDesc[j].recv + off * es, mine, n * es));
+      RIDGE_CO_TRY(peerWrite(c, j, c->peerDesc[j].recv + off * es, mine, n * es, stream));
     }
     copyOut(stream, dst, mine, n * es);
   }
@@ -1003,7 +1034,7 @@ Task directCopy(ridgeComm* c, CollArgs a, bool inlineHeader) {
     if (own != a.send) copyOut(stream, own, a.send, bytes);
     for (int k = 1; k < P; ++k) {
       int j = (r + k) % P;
-      RIDGE_CO_TRY(c->peerMemory[j]->read(mbytes(a.recv) + size_t(j) * bytes, c->peerDesc[j].send, bytes));
+      RIDGE_CO_TRY(peerRead(c, j, mbytes(a.recv) + size_t(j) * bytes, c->peerDesc[j].send, bytes, stream));
     }
     co_return co_await directEnd(c, a.type);
   }
@@ -1014,13 +1045,13 @@ Task directCopy(ridgeComm* c, CollArgs a, bool inlineHeader) {
       broadcastPushedBytes(c, bytes, r == a.root ? a.send != a.recv : rootDesc.send != rootDesc.recv);
   if (r != a.root) {
     RIDGE_CO_TRY(
-        c->peerMemory[a.root]->read(mbytes(a.recv) + pushed, rootDesc.send + pushed, bytes - pushed));
+        peerRead(c, a.root, mbytes(a.recv) + pushed, rootDesc.send + pushed, bytes - pushed, stream));
     co_return co_await directEnd(c, a.type);
   }
   if (pushed > 0)
     for (int k = 1; k < P; ++k) {
       const int j = (r + k) % P;
-      RIDGE_CO_TRY(c->peerMemory[j]->write(c->peerDesc[j].recv, a.send, pushed));
+      RIDGE_CO_TRY(peerWrite(c, j, c->peerDesc[j].recv, a.send, pushed, stream));
       c->broadcastPushedBytes += pushed;
     }
   // The root's own copy runs after its "done" is posted: no peer waits for it.
@@ -1049,7 +1080,7 @@ Task directAlltoAll(ridgeComm* c, CollArgs a, bool inlineHeader) {
     const uint64_t peerBlock = d.send + size_t(r) * bytes;  // block r of j's input
     char* mine = out + size_t(j) * bytes;                   // lands in block j of the output
     if (in != out && d.send != d.recv) {
-      RIDGE_CO_TRY(c->peerMemory[j]->read(mine, peerBlock, bytes));
+      RIDGE_CO_TRY(peerRead(c, j, mine, peerBlock, bytes, bytes >= c->streamMin));
       continue;
     }
     const size_t parity = r < j ? 0 : 1;

@@ -24,6 +24,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <climits>
@@ -36,6 +37,7 @@
 #include "bootstrap/init_stage.h"
 #include "core/log.h"
 #include "core/settings.h"
+#include "core/shared_segments.h"
 #include "transports/transport.h"
 
 namespace ridge {
@@ -173,21 +175,145 @@ size_t alignUp(size_t v, size_t a) {
   return (v + a - 1) / a * a;
 }
 
-// Cross-memory attach: the kernel copies straight between the two address spaces, so a
-// transfer touches each byte once. Needs ptrace-level access to the peer (same user,
-// and no Yama/ seccomp/container policy against it), which the init probe checks.
-class CmaPeerMemory final : public PeerMemory {
+// Peer memory on one host. Cross-memory attach by default: the kernel copies straight between
+// the two address spaces, so a transfer touches each byte once. Needs ptrace-level access to
+// the peer (same user, and no Yama/ seccomp/container policy against it), which the init probe
+// checks.
+//
+// Mapped segments (issue 21): the peer's shareable buffers (ridgeMemAlloc host memory,
+// core/shared_segments.h) are listed in the peer's segment table, which this object maps
+// read-only at connect. An access to a range inside one of them maps that segment once
+// (/proc/<pid>/fd/<fd>, MAP_SHARED) and from then on copies with memcpy, or hands the
+// algorithm the mapped address to reduce from: no system call, no page pinning, no lock.
+//
+// Staleness: a cached mapping remembers its table entry and the entry's sequence. Each access
+// re-reads that sequence with one acquire load of the peer's table; a peer that freed the
+// segment (and perhaps allocated another at the same address) has changed it, so the mapping
+// is dropped and the table scanned again. The acquire load sees the peer's latest publication
+// for any address that reached this rank in a collective's descriptor, because the peer
+// published the entry (release) before it posted the descriptor (release store of the FIFO
+// head), which this rank read with an acquire load before looking the address up
+// (shared_segments.h, "Ordering").
+class ShmPeerMemory final : public PeerMemory {
  public:
-  CmaPeerMemory(int peerRank, pid_t pid) : peerRank_(peerRank), pid_(pid) {}
+  ShmPeerMemory(int peerRank, pid_t pid, const SharedSegmentTable* table)
+      : peerRank_(peerRank), pid_(pid), table_(table) {}
+  ~ShmPeerMemory() override {
+    for (uint32_t i = 0; i < cached_; ++i) munmap(cache_[i].local, cache_[i].bytes);
+    if (table_) munmap(const_cast<SharedSegmentTable*>(table_), sharedSegmentTableBytes());
+  }
   Status read(void* local, uint64_t remoteAddr, size_t bytes) override {
+    if (char* p = lookup(remoteAddr, bytes)) {
+      std::memcpy(local, p, bytes);
+      return Status::ok();
+    }
     return copy(local, remoteAddr, bytes, false);
   }
   Status write(uint64_t remoteAddr, const void* local, size_t bytes) override {
+    if (char* p = lookup(remoteAddr, bytes)) {
+      std::memcpy(p, local, bytes);
+      return Status::ok();
+    }
     return copy(const_cast<void*>(local), remoteAddr, bytes, true);
   }
+  const void* mapped(uint64_t remoteAddr, size_t bytes) override { return lookup(remoteAddr, bytes); }
+  void* mappedForWrite(uint64_t remoteAddr, size_t bytes) override { return lookup(remoteAddr, bytes); }
+  PeerMemoryCounters counters() const override { return counters_; }
 
  private:
+  // A peer segment mapped here.
+  struct Mapping {
+    uint64_t base;  // in the peer's address space
+    size_t bytes;
+    char* local;
+    uint32_t entry;  // its entry in the peer's table
+    uint64_t sequence;
+  };
+  static constexpr uint32_t kCachedMappings = 8;
+
+  static bool contains(uint64_t base, uint64_t bytes, uint64_t addr, size_t n) {
+    return addr >= base && addr - base <= bytes && n <= bytes - (addr - base);
+  }
+
+  // The local address of the peer's [remote, remote + bytes), or nullptr (then CMA).
+  char* lookup(uint64_t remote, size_t bytes) {
+    if (!table_) return nullptr;
+    for (uint32_t i = 0; i < cached_;) {
+      Mapping& m = cache_[i];
+      if (!contains(m.base, m.bytes, remote, bytes)) {
+        ++i;
+        continue;
+      }
+      if (table_->entries[m.entry].sequence.load(std::memory_order_acquire) == m.sequence) {
+        ++counters_.mappedAccesses;
+        return m.local + (remote - m.base);
+      }
+      ++counters_.staleMappings;
+      drop(i);  // the peer freed it: the slot now holds the last mapping, look at it next
+    }
+    char* p = mapFromTable(remote, bytes);
+    if (p) ++counters_.mappedAccesses;
+    return p;
+  }
+
+  void drop(uint32_t i) {
+    munmap(cache_[i].local, cache_[i].bytes);
+    cache_[i] = cache_[--cached_];
+  }
+
+  // Scans the used entries of the peer's table (seqlock reads) for a live segment holding the
+  // range, maps it and caches the mapping. Misses cost one load per used entry.
+  char* mapFromTable(uint64_t remote, size_t bytes) {
+    const uint32_t used =
+        std::min(table_->usedEntries.load(std::memory_order_acquire), kSharedSegmentEntries);
+    for (uint32_t i = 0; i < used; ++i) {
+      const SharedSegmentEntry& e = table_->entries[i];
+      const uint64_t seq = e.sequence.load(std::memory_order_acquire);
+      if (seq & 1) continue;
+      const uint64_t base = e.base.load(std::memory_order_relaxed);
+      const uint64_t size = e.bytes.load(std::memory_order_relaxed);
+      const uint64_t fd = e.fd.load(std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (e.sequence.load(std::memory_order_relaxed) != seq) continue;  // rewritten meanwhile
+      if (!contains(base, size, remote, bytes)) continue;
+      return mapSegment(i, seq, base, size, static_cast<int>(fd), remote);
+    }
+    return nullptr;
+  }
+
+  char* mapSegment(uint32_t entry, uint64_t seq, uint64_t base, uint64_t size, int fd, uint64_t remote) {
+    if (unmappable_) return nullptr;
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%d/fd/%d", static_cast<int>(pid_), fd);
+    const int local = ::open(path, O_RDWR | O_CLOEXEC);
+    struct stat st {};
+    void* p = MAP_FAILED;
+    if (local >= 0 && fstat(local, &st) == 0 && static_cast<uint64_t>(st.st_size) >= size)
+      p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, local, 0);
+    const int err = errno;
+    if (local >= 0) ::close(local);
+    // The owner retires the entry before it closes the descriptor (with a full fence): if the
+    // entry still reads `seq` now, the descriptor opened above was that segment's.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    const bool stillLive = table_->entries[entry].sequence.load(std::memory_order_acquire) == seq;
+    if (p == MAP_FAILED || !stillLive) {
+      if (p != MAP_FAILED) munmap(p, size);
+      if (stillLive) {
+        // Not a race with a free: this peer's segments cannot be mapped (permissions, limits).
+        unmappable_ = true;
+        RIDGE_INFO("shm: cannot map rank %d's shared buffers (%s: %s); using cross-memory attach", peerRank_,
+                   path, local < 0 ? std::strerror(err) : "mmap or size check failed");
+      }
+      return nullptr;
+    }
+    if (cached_ == kCachedMappings) drop(nextVictim_++ % kCachedMappings);
+    cache_[cached_++] = {base, static_cast<size_t>(size), static_cast<char*>(p), entry, seq};
+    ++counters_.segmentsMapped;
+    return static_cast<char*>(p) + (remote - base);
+  }
+
   Status copy(void* local, uint64_t remote, size_t bytes, bool toPeer) {
+    ++counters_.copiedAccesses;
     size_t done = 0;
     while (done < bytes) {
       iovec l{static_cast<char*>(local) + done, bytes - done};
@@ -209,6 +335,12 @@ class CmaPeerMemory final : public PeerMemory {
   }
   int peerRank_;
   pid_t pid_;
+  const SharedSegmentTable* table_;  // the peer's table, mapped read-only; null: CMA only
+  Mapping cache_[kCachedMappings] = {};
+  uint32_t cached_ = 0;
+  uint32_t nextVictim_ = 0;
+  bool unmappable_ = false;
+  PeerMemoryCounters counters_;
 };
 
 // Read by peers in the init probe: if they can read this value out of our memory,
@@ -287,8 +419,32 @@ class ShmTransport final : public Transport {
   RankCtl* myCtl_ = nullptr;
   std::vector<std::unique_ptr<ShmSend>> send_;  // indexed by global rank
   std::vector<std::unique_ptr<ShmRecv>> recv_;
-  std::vector<std::unique_ptr<CmaPeerMemory>> cma_;  // empty unless every rank can use CMA
+  std::vector<std::unique_ptr<ShmPeerMemory>> cma_;  // empty unless every rank can use CMA
 };
+
+// Maps `peer`'s table of shareable buffers read-only (ShmPeerMemory), or returns null: the
+// peer's buffers are then reached by cross-memory attach alone. Checked by inode and device,
+// as the transport's segment is (another pid namespace would name another process).
+const SharedSegmentTable* mapPeerSegmentTable(int peer, int pid, const SharedSegmentTableRef& ref) {
+  if (ref.fd < 0) return nullptr;
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/fd/%d", pid, ref.fd);
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  struct stat st {};
+  void* p = MAP_FAILED;
+  if (fd >= 0 && fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_ino) == ref.ino &&
+      static_cast<uint64_t>(st.st_dev) == ref.dev &&
+      static_cast<uint64_t>(st.st_size) >= sharedSegmentTableBytes())
+    p = mmap(nullptr, sharedSegmentTableBytes(), PROT_READ, MAP_SHARED, fd, 0);
+  const int err = errno;
+  if (fd >= 0) ::close(fd);
+  if (p != MAP_FAILED && static_cast<const SharedSegmentTable*>(p)->magic == kSharedSegmentTableMagic)
+    return static_cast<const SharedSegmentTable*>(p);
+  if (p != MAP_FAILED) munmap(p, sharedSegmentTableBytes());
+  RIDGE_INFO("shm: rank %d's shareable buffers are reached by cross-memory attach (%s: %s)", peer, path,
+             fd < 0 ? std::strerror(err) : "not its table");
+  return nullptr;
+}
 
 Status ShmTransport::probeCma(const TransportSetup& setup) {
   const std::string mode = settingString(Setting::CMA);
@@ -298,11 +454,15 @@ Status ShmTransport::probeCma(const TransportSetup& setup) {
     uint64_t value;
     int32_t canRead;  // this rank could read every local peer's probe word
     int32_t pad;
+    SharedSegmentTableRef segments;  // where this rank's table of shareable buffers is
   };
   if (gCmaProbeWord == 0) gCmaProbeWord = randomNonce() | 1;
   std::vector<Probe> probes(setup.nranks);
-  probes[setup.rank] = {reinterpret_cast<uint64_t>(&gCmaProbeWord), gCmaProbeWord, 0, 0};
+  probes[setup.rank] = {reinterpret_cast<uint64_t>(&gCmaProbeWord), gCmaProbeWord, 0, 0,
+                        wanted ? sharedSegmentTable() : SharedSegmentTableRef{}};
   RIDGE_TRY(setup.bootstrap->allGather(probes.data(), sizeof(Probe)));
+  std::vector<SharedSegmentTableRef> tables(setup.nranks);
+  for (int r = 0; r < setup.nranks; ++r) tables[r] = probes[r].segments;
   bool ok = wanted;
   std::string why = wanted ? "" : "RIDGE_CMA=0";
   for (int peer : localRanks_) {
@@ -335,7 +495,9 @@ Status ShmTransport::probeCma(const TransportSetup& setup) {
   if (all && setup.nranks > 1) {
     cma_.resize(setup.nranks);
     for (int peer : localRanks_)
-      if (peer != setup.rank) cma_[peer] = std::make_unique<CmaPeerMemory>(peer, setup.pidOfRank[peer]);
+      if (peer != setup.rank)
+        cma_[peer] = std::make_unique<ShmPeerMemory>(
+            peer, setup.pidOfRank[peer], mapPeerSegmentTable(peer, setup.pidOfRank[peer], tables[peer]));
   }
   RIDGE_INFO("shm: single-copy (CMA) %s%s%s", all ? "enabled" : "disabled", why.empty() ? "" : ": ",
              why.c_str());

@@ -1,0 +1,188 @@
+// Shareable host memory (shared_segments.h).
+#include "core/shared_segments.h"
+
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "core/log.h"
+
+namespace ridge {
+namespace {
+
+constexpr size_t kPage = 4096;
+static_assert(offsetof(SharedSegmentTable, entries) == 64, "the entries start on a line of their own");
+
+size_t tableBytes() {
+  return (sizeof(SharedSegmentTable) + kPage - 1) / kPage * kPage;
+}
+
+int createMemfd(const char* name) {
+  return static_cast<int>(syscall(SYS_memfd_create, name, 1u /* MFD_CLOEXEC */));
+}
+
+struct Segment {
+  size_t bytes;
+  int fd;
+  int entry;  // index in the table, -1 when not published (table full or absent)
+};
+
+// The process-wide registry. Everything under `mutex`; the table is written only here.
+struct Registry {
+  std::mutex mutex;
+  int ownerPid = 0;  // the process the table belongs to (a forked child makes its own)
+  int tableFd = -1;
+  SharedSegmentTable* table = nullptr;
+  SharedSegmentTableRef ref;
+  bool tableFailed = false;
+  std::unordered_map<void*, Segment> segments;
+
+  // After a fork the inherited table is the parent's (shared memory): let go of it here and
+  // publish what this process holds in a new one.
+  void adoptAfterFork() {
+    const int pid = static_cast<int>(getpid());
+    if (ownerPid == pid) return;
+    const bool inherited = ownerPid != 0;
+    ownerPid = pid;
+    if (!inherited) return;
+    if (table) munmap(table, tableBytes());
+    if (tableFd >= 0) ::close(tableFd);
+    table = nullptr;
+    tableFd = -1;
+    ref = {};
+    tableFailed = false;
+    for (auto& [base, seg] : segments) seg.entry = -1;
+    if (!ensureTable()) return;
+    for (auto& [base, seg] : segments) publish(base, seg);
+  }
+
+  bool ensureTable() {
+    if (table) return true;
+    if (tableFailed) return false;
+    int fd = createMemfd("ridge-segments");
+    struct stat st {};
+    void* p = MAP_FAILED;
+    if (fd >= 0 && ftruncate(fd, static_cast<off_t>(tableBytes())) == 0 && fstat(fd, &st) == 0)
+      p = mmap(nullptr, tableBytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      RIDGE_INFO("shared segments: no table of shareable buffers (memfd: %s); peers use cross-memory attach",
+                 std::strerror(errno));
+      if (fd >= 0) ::close(fd);
+      tableFailed = true;
+      return false;
+    }
+    table = static_cast<SharedSegmentTable*>(p);  // zero-filled: every sequence 0 (even, but
+    for (auto& e : table->entries) e.sequence.store(1, std::memory_order_relaxed);  // now free)
+    table->usedEntries.store(0, std::memory_order_relaxed);
+    table->magic = kSharedSegmentTableMagic;
+    std::atomic_thread_fence(std::memory_order_release);
+    tableFd = fd;
+    ref = {fd, 0, static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_dev)};
+    return true;
+  }
+
+  // Seqlock write: the entry is free (odd) while its fields change, and the store that makes
+  // it even is a release, so a reader whose acquire load sees the even value sees the fields.
+  void publish(void* base, Segment& seg) {
+    if (!table) return;
+    for (uint32_t i = 0; i < kSharedSegmentEntries; ++i) {
+      SharedSegmentEntry& e = table->entries[i];
+      const uint64_t s = e.sequence.load(std::memory_order_relaxed);
+      if ((s & 1) == 0) continue;
+      e.base.store(reinterpret_cast<uint64_t>(base), std::memory_order_relaxed);
+      e.bytes.store(seg.bytes, std::memory_order_relaxed);
+      e.fd.store(static_cast<uint64_t>(seg.fd), std::memory_order_relaxed);
+      if (i >= table->usedEntries.load(std::memory_order_relaxed))
+        table->usedEntries.store(i + 1, std::memory_order_release);
+      e.sequence.store(s + 1, std::memory_order_release);
+      seg.entry = static_cast<int>(i);
+      return;
+    }
+    RIDGE_INFO("shared segments: table full (%u segments): a new buffer is reached by cross-memory attach",
+               kSharedSegmentEntries);
+  }
+
+  // Retires an entry: odd again, and a full fence before the caller unmaps and closes, so a
+  // reader that opens the descriptor afterwards and re-reads the sequence sees the change.
+  void retire(Segment& seg) {
+    if (!table || seg.entry < 0) return;
+    SharedSegmentEntry& e = table->entries[seg.entry];
+    e.sequence.fetch_add(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    seg.entry = -1;
+  }
+};
+
+Registry& registry() {
+  static Registry* r = new Registry;  // never destroyed: buffers may be freed from atexit handlers
+  return *r;
+}
+
+}  // namespace
+
+SharedSegmentTableRef sharedSegmentTable() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.adoptAfterFork();
+  return r.ensureTable() ? r.ref : SharedSegmentTableRef{};
+}
+
+size_t sharedSegmentTableBytes() {
+  return tableBytes();
+}
+
+void* allocateSharedSegment(size_t bytes) {
+  const size_t rounded = (bytes + kPage - 1) / kPage * kPage;
+  int fd = createMemfd("ridge-buffer");
+  if (fd < 0) return nullptr;
+  void* p = MAP_FAILED;
+  if (ftruncate(fd, static_cast<off_t>(rounded)) == 0)
+    p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    ::close(fd);
+    return nullptr;
+  }
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.adoptAfterFork();
+  Segment& seg = r.segments[p] = Segment{rounded, fd, -1};
+  if (r.ensureTable()) r.publish(p, seg);
+  return p;
+}
+
+bool freeSharedSegment(void* base) {
+  Registry& r = registry();
+  Segment seg{};
+  {
+    std::lock_guard<std::mutex> lock(r.mutex);
+    r.adoptAfterFork();
+    auto it = r.segments.find(base);
+    if (it == r.segments.end()) return false;
+    r.retire(it->second);
+    seg = it->second;
+    r.segments.erase(it);
+  }
+  munmap(base, seg.bytes);
+  ::close(seg.fd);
+  return true;
+}
+
+bool isPublishedSharedSegment(const void* p, size_t bytes) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.adoptAfterFork();
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  for (const auto& [base, seg] : r.segments) {
+    const auto b = reinterpret_cast<uintptr_t>(base);
+    if (seg.entry >= 0 && a >= b && a - b <= seg.bytes && bytes <= seg.bytes - (a - b)) return true;
+  }
+  return false;
+}
+
+}  // namespace ridge
