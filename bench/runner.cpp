@@ -170,6 +170,9 @@ class Monitor {
 // against a library without them. NCCL's shape (ncclCommRegister(comm, buff, size, &handle)).
 using RegisterFn = ridgeResult_t (*)(ridgeComm_t, void*, size_t, void**);
 using DeregisterFn = ridgeResult_t (*)(ridgeComm_t, void*);
+// -R 2 on host buffers: ridgeMemAlloc/ridgeMemFree, looked up the same way.
+using MemAllocFn = ridgeResult_t (*)(void**, size_t);
+using MemFreeFn = ridgeResult_t (*)(void*);
 
 class Bench {
  public:
@@ -181,8 +184,8 @@ class Bench {
   }
   ~Bench() {
     deregister();
-    std::free(sendBase_);
-    std::free(recvBase_);
+    freeHost(sendBase_);
+    freeHost(recvBase_);
     deviceFree(dsendBase_);
     deviceFree(drecvBase_);
     if (ownRidgeStream_) streamDestroy(ridgeStream_);
@@ -218,6 +221,13 @@ class Bench {
   void allocate(size_t bytes);
   void registerBuffers();
   void deregister();
+  char* allocateHost(size_t bytes);
+  void freeHost(char* p) {
+    if (memFreeFn_)
+      memFreeFn_(p);
+    else
+      std::free(p);
+  }
   void printHeader();
   void printRanks();
   void measureMemory();
@@ -287,6 +297,7 @@ class Bench {
   bool ownRidgeStream_ = false;
   std::vector<void*> regHandles_;  // -R: what ridgeCommRegister returned
   DeregisterFn deregisterFn_ = nullptr;
+  MemFreeFn memFreeFn_ = nullptr;  // set when the host buffers came from ridgeMemAlloc (-R 2)
   FILE* out_ = stdout;
   double copiedGBs_ = 0, trafficGBs_ = 0;
   std::string startDate_;  // ISO 8601 UTC, when the run started
@@ -350,12 +361,10 @@ std::vector<size_t> Bench::sizes() const {
 void Bench::allocate(size_t bytes) {
   // -u skews the start by up to 4096 elements of at most 8 bytes.
   size_t b = (std::max<size_t>(bytes, 64) + size_t(o_.unalign) * 8 + 4095) / 4096 * 4096;
-  void* p = nullptr;
-  void* q = nullptr;
-  if (posix_memalign(&p, 4096, b) != 0 || posix_memalign(&q, 4096, b) != 0)
+  sendBase_ = allocateHost(b);
+  recvBase_ = allocateHost(b);
+  if (!sendBase_ || !recvBase_)
     fatal(comm_, "cannot allocate two buffers of " + std::to_string(b) + " bytes");
-  sendBase_ = static_cast<char*>(p);
-  recvBase_ = static_cast<char*>(q);
   std::memset(sendBase_, 0, b);  // fault the pages in before timing
   std::memset(recvBase_, 0, b);
   allocBytes_ = b;
@@ -372,6 +381,26 @@ void Bench::allocate(size_t bytes) {
   }
   select(dtype_, op_, root_);
   registerBuffers();
+}
+
+// A host buffer of `bytes`: from ridgeMemAlloc with -R 2 (symmetric, as nccl-tests allocates
+// with ncclMemAlloc there) where Ridge's calls use host buffers and the library has it and no
+// device (its host memory is shareable: a peer on this host maps it and copies with plain loads
+// and stores, issue 21); posix_memalign otherwise. The peer library's variant uses the same
+// buffers, so both libraries get the same memory.
+char* Bench::allocateHost(size_t bytes) {
+  int dev = -1;
+  auto memAlloc = reinterpret_cast<MemAllocFn>(dlsym(RTLD_DEFAULT, "ridgeMemAlloc"));
+  auto memFree = reinterpret_cast<MemFreeFn>(dlsym(RTLD_DEFAULT, "ridgeMemFree"));
+  if (o_.localRegister == 2 && !o_.ridgeOnDevice && memAlloc && memFree &&
+      ridgeCommCuDevice(comm_, &dev) == ridgeSuccess && dev < 0) {
+    void* p = nullptr;
+    check(memAlloc(&p, bytes), "ridgeMemAlloc (-R 2)");
+    memFreeFn_ = memFree;
+    return static_cast<char*>(p);
+  }
+  void* p = nullptr;
+  return posix_memalign(&p, 4096, bytes) == 0 ? static_cast<char*>(p) : nullptr;
 }
 
 // -R 1/2: Ridge's buffers registered once, before any timing, when the library has
@@ -483,8 +512,10 @@ void Bench::printHeader() {
                    "registered\n",
                    o_.localRegister);
     else
-      std::fprintf(out_, "# -R %d: send and receive buffers registered with ridgeCommRegister%s\n",
-                   o_.localRegister, o_.localRegister == 2 ? " (Ridge has no symmetric windows: local)" : "");
+      std::fprintf(out_, "# -R %d: send and receive buffers %sregistered with ridgeCommRegister%s\n",
+                   o_.localRegister,
+                   memFreeFn_ ? "from ridgeMemAlloc (host memory that peers of this host map), " : "",
+                   o_.localRegister == 2 && !memFreeFn_ ? " (Ridge has no symmetric windows: local)" : "");
   }
   if (o_.streamNull && !o_.ridgeOnDevice && !info_.ncclPeer)
     std::fprintf(out_, "# -y 1: no effect: host buffers run on no stream\n");

@@ -14,7 +14,11 @@
 #
 #   bench/micro/host_vs_mpi.sh [build-dir] [collective...]
 # Environment: ROUNDS (default 3), SIZES (ridge-bench -b/-e/-f, default "-b 64K -e 16M -f 4"),
-# ITERS (default "-n 20 -w 5 -I 1").
+# ITERS (default "-n 20 -w 5 -I 1"), REGISTER (ridge-bench -R, default 0). REGISTER=2 (-R 2,
+# symmetric, as nccl-tests' -R 2 allocates with ncclMemAlloc) allocates the buffers with
+# ridgeMemAlloc, whose host memory a peer of this host maps once and copies with plain loads
+# and stores instead of a cross-memory-attach call per access (issue 21), and registers them;
+# Open MPI's variant runs on the same buffers. REGISTER=1 only registers them.
 set -euo pipefail
 build=${1:-build}
 shift || true
@@ -23,13 +27,14 @@ colls=("$@")
 rounds=${ROUNDS:-3}
 sizes=${SIZES:--b 64K -e 16M -f 4}
 iters=${ITERS:--n 20 -w 5 -I 1}
+register=${REGISTER:-0}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 echo "# $(date -u +%FT%TZ) load average: $(cut -d' ' -f1-3 /proc/loadavg); Ridge $(git -C "$(dirname "$0")" describe --always --dirty 2>/dev/null || echo '?'), $(nproc) cores"
-echo "# ridge-bench COLL -np 2 $sizes $iters -N $rounds --peer mpi"
+echo "# ridge-bench COLL -np 2 $sizes $iters -R $register -N $rounds --peer mpi"
 for c in "${colls[@]}"; do
   # shellcheck disable=SC2086
-  "$build/bench/ridge-bench" "$c" -np 2 $sizes $iters -N "$rounds" --peer mpi --csv "$dir/$c.csv" >"$dir/$c.out" 2>&1 ||
+  "$build/bench/ridge-bench" "$c" -np 2 $sizes $iters -R "$register" -N "$rounds" --peer mpi --csv "$dir/$c.csv" >"$dir/$c.out" 2>&1 ||
     { echo "ridge-bench $c failed:"; tail -5 "$dir/$c.out"; }
   # The load each collective ran under: on a shared machine a row is only as quiet as this.
   echo "# $c done $(date -u +%TZ), load average: $(cut -d' ' -f1-3 /proc/loadavg)"
