@@ -41,6 +41,7 @@ struct Registry {
   SharedSegmentTable* table = nullptr;
   SharedSegmentTableRef ref;
   bool tableFailed = false;
+  int tableUsers = 0;  // transports holding the table (sharedSegmentTable/releaseSharedSegmentTable)
   std::unordered_map<void*, Segment> segments;
 
   // After a fork the inherited table is the parent's (shared memory): let go of it here and
@@ -57,6 +58,7 @@ struct Registry {
     tableFd = -1;
     ref = {};
     tableFailed = false;
+    tableUsers = 0;  // the parent's transports are the parent's
     for (auto& [base, seg] : segments) seg.entry = -1;
     if (!ensureTable()) return;
     for (auto& [base, seg] : segments) publish(base, seg);
@@ -85,6 +87,19 @@ struct Registry {
     tableFd = fd;
     ref = {fd, 0, static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_dev)};
     return true;
+  }
+
+  // The table lives while a transport holds it or a segment is listed in it, so that a process
+  // that neither communicates nor holds shareable buffers keeps no descriptor open for it (the
+  // leak checks count descriptors around a communicator's life). Peers keep their own mappings.
+  void dropTableIfUnused() {
+    if (!table || tableUsers > 0 || !segments.empty()) return;
+    munmap(table, tableBytes());
+    ::close(tableFd);
+    table = nullptr;
+    tableFd = -1;
+    ref = {};
+    tableFailed = false;
   }
 
   // Seqlock write: the entry is free (odd) while its fields change, and the store that makes
@@ -126,11 +141,21 @@ Registry& registry() {
 
 }  // namespace
 
-SharedSegmentTableRef sharedSegmentTable() {
+SharedSegmentTableRef holdSharedSegmentTable() {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   r.adoptAfterFork();
-  return r.ensureTable() ? r.ref : SharedSegmentTableRef{};
+  if (!r.ensureTable()) return {};
+  ++r.tableUsers;
+  return r.ref;
+}
+
+void releaseSharedSegmentTable() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.adoptAfterFork();
+  if (r.tableUsers > 0) --r.tableUsers;
+  r.dropTableIfUnused();
 }
 
 size_t sharedSegmentTableBytes() {
@@ -167,6 +192,7 @@ bool freeSharedSegment(void* base) {
     r.retire(it->second);
     seg = it->second;
     r.segments.erase(it);
+    r.dropTableIfUnused();
   }
   munmap(base, seg.bytes);
   ::close(seg.fd);

@@ -63,8 +63,12 @@ struct SharedSegmentTableRef {
   uint64_t dev = 0;
 };
 
-// This process's table, created on first use. fd -1 when it cannot be created.
-SharedSegmentTableRef sharedSegmentTable();
+// This process's table, created when needed, for a transport to hand to its peers; fd -1 when
+// it cannot be created. Every call that returns a table takes a hold on it that
+// releaseSharedSegmentTable gives back: the table (and its descriptor) lives while a hold or a
+// segment does.
+SharedSegmentTableRef holdSharedSegmentTable();
+void releaseSharedSegmentTable();
 size_t sharedSegmentTableBytes();
 
 // `bytes` (rounded up to whole pages, zero-filled) of shareable memory, published in the

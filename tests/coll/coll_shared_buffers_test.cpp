@@ -5,6 +5,7 @@
 // peer-memory counters which way the bytes went (PeerMemory::counters), and that a peer never
 // reads through a mapping of a segment the owner freed. Links the static library to read the
 // counters.
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -330,7 +331,17 @@ TEST(SharedBuffers, PeerNeverReadsAFreedSegmentAtAReusedAddress) {
 
 // ---- ridgeMemFree's validation and the table, in this process --------------------------------
 
+int openDescriptors() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (readdir(d)) ++n;
+    closedir(d);
+  }
+  return n;
+}
+
 TEST(SharedBuffers, MemFreeRefusesWhatItDidNotAllocate) {
+  const int fdsBefore = openDescriptors();
   void* p = nullptr;
   ASSERT_EQ(ridgeMemAlloc(&p, 10000), ridgeSuccess) << ridgeGetLastError(nullptr);
   ASSERT_NE(p, nullptr);
@@ -356,12 +367,14 @@ TEST(SharedBuffers, MemFreeRefusesWhatItDidNotAllocate) {
   EXPECT_EQ(ridgeMemFree(p), ridgeSuccess);
   EXPECT_FALSE(ridge::isPublishedSharedSegment(p, 1)) << "a freed segment leaves the table";
   EXPECT_EQ(ridgeMemFree(p), ridgeInvalidArgument) << "twice";
+  // Neither the segment's descriptor nor the table's outlives the last segment.
+  EXPECT_EQ(openDescriptors(), fdsBefore);
 }
 
 // The table a peer maps lists every live segment once, with a sequence that changes on every
 // free and allocation, so a peer never takes a new segment for an old one.
 TEST(SharedBuffers, TableEntriesChangeSequenceOnEveryFree) {
-  const ridge::SharedSegmentTableRef ref = ridge::sharedSegmentTable();
+  const ridge::SharedSegmentTableRef ref = ridge::holdSharedSegmentTable();
   if (ref.fd < 0) GTEST_SKIP() << "no memfd here";
   char path[64];
   std::snprintf(path, sizeof path, "/proc/self/fd/%d", ref.fd);
@@ -394,6 +407,7 @@ TEST(SharedBuffers, TableEntriesChangeSequenceOnEveryFree) {
     EXPECT_NE(table->entries[e].sequence.load(), seq);
   }
   munmap(map, ridge::sharedSegmentTableBytes());
+  ridge::releaseSharedSegmentTable();
 }
 
 }  // namespace

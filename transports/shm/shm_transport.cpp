@@ -352,6 +352,8 @@ class ShmTransport final : public Transport {
   ~ShmTransport() override {
     send_.clear();
     recv_.clear();
+    cma_.clear();
+    if (holdsSegmentTable_) releaseSharedSegmentTable();
     if (base_ && base_ != MAP_FAILED) munmap(base_, bytes_);
   }
   const char* name() const override { return "shm"; }
@@ -420,6 +422,7 @@ class ShmTransport final : public Transport {
   std::vector<std::unique_ptr<ShmSend>> send_;  // indexed by global rank
   std::vector<std::unique_ptr<ShmRecv>> recv_;
   std::vector<std::unique_ptr<ShmPeerMemory>> cma_;  // empty unless every rank can use CMA
+  bool holdsSegmentTable_ = false;                   // holdSharedSegmentTable: released at destruction
 };
 
 // Maps `peer`'s table of shareable buffers read-only (ShmPeerMemory), or returns null: the
@@ -458,8 +461,12 @@ Status ShmTransport::probeCma(const TransportSetup& setup) {
   };
   if (gCmaProbeWord == 0) gCmaProbeWord = randomNonce() | 1;
   std::vector<Probe> probes(setup.nranks);
-  probes[setup.rank] = {reinterpret_cast<uint64_t>(&gCmaProbeWord), gCmaProbeWord, 0, 0,
-                        wanted ? sharedSegmentTable() : SharedSegmentTableRef{}};
+  SharedSegmentTableRef table;
+  if (wanted && setup.nranks > 1 && localRanks_.size() > 1) {
+    table = holdSharedSegmentTable();
+    holdsSegmentTable_ = table.fd >= 0;
+  }
+  probes[setup.rank] = {reinterpret_cast<uint64_t>(&gCmaProbeWord), gCmaProbeWord, 0, 0, table};
   RIDGE_TRY(setup.bootstrap->allGather(probes.data(), sizeof(Probe)));
   std::vector<SharedSegmentTableRef> tables(setup.nranks);
   for (int r = 0; r < setup.nranks; ++r) tables[r] = probes[r].segments;
