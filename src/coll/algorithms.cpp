@@ -16,6 +16,7 @@
 #include "coll/p2p_copy.h"
 #include "coll/signature.h"
 #include "core/log.h"
+#include "core/shared_segments.h"
 #include "plan/host_cost.h"
 #include "reduce/reduce.h"
 #include "reduce/stream_copy.h"
@@ -843,12 +844,29 @@ Task chainReduce(ridgeComm* c, CollArgs a) {
 // exchange an empty "done" slot so that nobody returns, and reuses its buffers, while
 // a peer may still be reading or writing them.
 
+// DirectDescriptor::shareable: this rank's input / output of a broadcast lies in its own
+// shareable memory (ridgeMemAlloc on the host, core/shared_segments.h), which its peers map
+// and copy with memcpy instead of CMA: the split of the copy depends on it
+// (broadcastPushedBytes), so every rank tells the others.
+constexpr uint32_t kSendShareable = 1, kRecvShareable = 2;
+uint32_t broadcastShareable(const CollArgs& a) {
+  const size_t bytes = a.count * dataTypeSize(a.dtype);
+  return (isOwnSharedMemory(a.send, bytes) ? kSendShareable : 0) |
+         (isOwnSharedMemory(a.recv, bytes) ? kRecvShareable : 0);
+}
+
 // With `inlineHeader` (runCollective decides, coll/signature.h) the collective's header rides
 // at the start of the descriptor's slot: one slot per peer and direction, not two.
 Task directBegin(ridgeComm* c, const CollArgs& a, bool inlineHeader) {
   const int P = c->nranks, r = c->rank;
-  ridgeComm::DirectDescriptor mine{reinterpret_cast<uint64_t>(a.send), reinterpret_cast<uint64_t>(a.recv),
-                                   a.count, static_cast<uint32_t>(a.type), static_cast<uint32_t>(a.root)};
+  ridgeComm::DirectDescriptor mine{reinterpret_cast<uint64_t>(a.send),
+                                   reinterpret_cast<uint64_t>(a.recv),
+                                   a.count,
+                                   static_cast<uint32_t>(a.type),
+                                   static_cast<uint32_t>(a.root),
+                                   a.type == CollType::Broadcast ? broadcastShareable(a) : 0u,
+                                   0u};
+  c->peerDesc[r] = mine;
   // Peers read (and write) these buffers through CMA: count the calls whose buffers the
   // caller registered (ridgeCommRegister locks them in RAM for exactly this access).
   if (!c->registrations.empty()) {
@@ -1014,9 +1032,16 @@ Task directReduce(ridgeComm* c, CollArgs a, bool inlineHeader) {
 // two cores copy at once instead of the non-root's alone (docs/algorithms.md, Broadcast).
 // The share is the model's (AlgoSelector::broadcastRootShare), by size and by whether the
 // root copies into its own output too; every rank derives the same split, as the
-// descriptors carry both of the root's buffers. Whole cache lines.
-size_t broadcastPushedBytes(const ridgeComm* c, size_t bytes, bool rootCopies) {
-  const double share = c->algos.broadcastRootShare(bytes, rootCopies);
+// descriptors carry both of the root's buffers. Where the root's input and every non-root's
+// output are shareable (the descriptors say so), both sides memcpy at one rate and the
+// split is plan::hostBroadcastRootShareMapped's instead (measured: out of place the model's
+// CMA split left the root 1.3-2x slower at 1-16 MiB, docs/performance.md). Whole cache lines.
+size_t broadcastPushedBytes(const ridgeComm* c, int root, size_t bytes, bool rootCopies) {
+  bool mapped = true;
+  for (int j = 0; j < c->nranks && mapped; ++j)
+    mapped = (c->peerDesc[j].shareable & (j == root ? kSendShareable : kRecvShareable)) != 0;
+  const double share = mapped ? plan::hostBroadcastRootShareMapped(c->nranks, rootCopies)
+                              : c->algos.broadcastRootShare(bytes, rootCopies);
   return std::min(bytes, static_cast<size_t>(static_cast<double>(bytes) * share) & ~size_t{63});
 }
 
@@ -1042,7 +1067,7 @@ Task directCopy(ridgeComm* c, CollArgs a, bool inlineHeader) {
   // rest (broadcastPushedBytes): both cores copy at once, not the peer's alone.
   const auto& rootDesc = c->peerDesc[a.root];
   const size_t pushed =
-      broadcastPushedBytes(c, bytes, r == a.root ? a.send != a.recv : rootDesc.send != rootDesc.recv);
+      broadcastPushedBytes(c, a.root, bytes, r == a.root ? a.send != a.recv : rootDesc.send != rootDesc.recv);
   if (r != a.root) {
     RIDGE_CO_TRY(
         peerRead(c, a.root, mbytes(a.recv) + pushed, rootDesc.send + pushed, bytes - pushed, stream));

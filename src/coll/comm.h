@@ -98,6 +98,8 @@ struct ridgeComm {
   struct DirectDescriptor {
     uint64_t send, recv, count;
     uint32_t type, root;
+    uint32_t shareable;  // a broadcast's kSendShareable | kRecvShareable (src/coll/algorithms.cpp)
+    uint32_t pad;
   };
   std::vector<DirectDescriptor> peerDesc;
   struct FreeBytes {

@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -39,6 +40,7 @@ struct Registry {
   int ownerPid = 0;  // the process the table belongs to (a forked child makes its own)
   int tableFd = -1;
   SharedSegmentTable* table = nullptr;
+  std::atomic<const SharedSegmentTable*> published{nullptr};  // `table`, for isOwnSharedMemory
   SharedSegmentTableRef ref;
   bool tableFailed = false;
   int tableUsers = 0;  // transports holding the table (sharedSegmentTable/releaseSharedSegmentTable)
@@ -52,6 +54,7 @@ struct Registry {
     const bool inherited = ownerPid != 0;
     ownerPid = pid;
     if (!inherited) return;
+    published.store(nullptr, std::memory_order_release);
     if (table) munmap(table, tableBytes());
     if (tableFd >= 0) ::close(tableFd);
     table = nullptr;
@@ -86,6 +89,7 @@ struct Registry {
     std::atomic_thread_fence(std::memory_order_release);
     tableFd = fd;
     ref = {fd, 0, static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_dev)};
+    published.store(table, std::memory_order_release);
     return true;
   }
 
@@ -94,6 +98,7 @@ struct Registry {
   // leak checks count descriptors around a communicator's life). Peers keep their own mappings.
   void dropTableIfUnused() {
     if (!table || tableUsers > 0 || !segments.empty()) return;
+    published.store(nullptr, std::memory_order_release);
     munmap(table, tableBytes());
     ::close(tableFd);
     table = nullptr;
@@ -197,6 +202,24 @@ bool freeSharedSegment(void* base) {
   munmap(base, seg.bytes);
   ::close(seg.fd);
   return true;
+}
+
+bool isOwnSharedMemory(const void* p, size_t bytes) {
+  const SharedSegmentTable* t = registry().published.load(std::memory_order_acquire);
+  if (!t) return false;
+  const auto a = reinterpret_cast<uint64_t>(p);
+  const uint32_t used = std::min(t->usedEntries.load(std::memory_order_acquire), kSharedSegmentEntries);
+  for (uint32_t i = 0; i < used; ++i) {
+    const SharedSegmentEntry& e = t->entries[i];
+    const uint64_t seq = e.sequence.load(std::memory_order_acquire);
+    if (seq & 1) continue;
+    const uint64_t base = e.base.load(std::memory_order_relaxed),
+                   size = e.bytes.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (e.sequence.load(std::memory_order_relaxed) != seq) continue;
+    if (a >= base && a - base <= size && bytes <= size - (a - base)) return true;
+  }
+  return false;
 }
 
 bool isPublishedSharedSegment(const void* p, size_t bytes) {

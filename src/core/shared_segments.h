@@ -80,7 +80,11 @@ void* allocateSharedSegment(size_t bytes);
 // `base` is not the start of one.
 bool freeSharedSegment(void* base);
 
-// Whether [p, p + bytes) lies in one live, published segment of this process (tests).
+// Whether [p, p + bytes) lies in one live, published segment of this process, so that a peer
+// holding this process's table can map it: a lock-free read of the table, for a collective to
+// tell its peers (the direct broadcast's split). Only while a transport holds the table.
+bool isOwnSharedMemory(const void* p, size_t bytes);
+// The same under the registry's mutex, at any time (tests).
 bool isPublishedSharedSegment(const void* p, size_t bytes);
 
 }  // namespace ridge

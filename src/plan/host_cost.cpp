@@ -282,6 +282,11 @@ double hostBroadcastRootShare(const HostConstants& k, int nranks, size_t bytes, 
   return broadcastRootShare(k, perByte(k, P * 2 * N, false), P, N, rootCopies);
 }
 
+double hostBroadcastRootShareMapped(int nranks, bool rootCopies) {
+  // broadcastRootShare with cmaRead = cmaWrite = copy: (1 - [rootCopies]) / P.
+  return nranks < 2 || rootCopies ? 0 : 1.0 / nranks;
+}
+
 bool hostCopiesOnly(Coll coll) {
   return coll == Coll::Broadcast || coll == Coll::AllGather || coll == Coll::AlltoAll;
 }

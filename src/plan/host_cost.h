@@ -110,6 +110,12 @@ size_t hostSendRecvSingleCopyMin(const HostConstants& k, int nranks);
 /// as a non-root's read. 0 where the root's own copy alone takes that long (in memory) or
 /// the bytes pushed would not pay for the extra CMA call.
 double hostBroadcastRootShare(const HostConstants& k, int nranks, size_t bytes, bool rootCopies);
+/// The same balance where the root's input and every non-root's output are mapped by the ranks
+/// that copy them (shareable ridgeMemAlloc buffers, issue 21): the root's writes, its own copy
+/// and a non-root's read are all memcpy at one rate and no call costs anything, so the root
+/// pushes nothing out of place (its own copy takes as long as a non-root's whole read) and
+/// 1/P in place.
+double hostBroadcastRootShareMapped(int nranks, bool rootCopies);
 
 /// Whether `coll` only copies (broadcast, allgather, alltoall): with CMA its direct form is
 /// one kernel copy per byte against two through slots, the least memory traffic of all.

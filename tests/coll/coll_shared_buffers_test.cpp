@@ -252,6 +252,70 @@ TEST(SharedBuffers, MixedSharedAndPrivateBuffersThreeRanks) {
   allCollectives(3, {false, true, true});
 }
 
+// The direct broadcast's split on shareable buffers (plan::hostBroadcastRootShareMapped): both
+// sides memcpy at one rate, so out of place the root pushes nothing (its own copy takes as long
+// as a peer's whole read) and in place it writes 1/P of every peer's output, whatever the size;
+// the CMA model's split (about a third in cache, out of place) left the root the slower side.
+// Every root, odd counts, results checked; a mixed pair keeps the model's split.
+void broadcastSplitOnSharedBuffers(int P, bool allShared) {
+  ridgeUniqueId id;
+  if (!makeUniqueId(&id)) return;
+  LaunchResult res = launchRanks(P, 120, [&](int me, Reporter& rep) {
+    ridgeComm_t comm = nullptr;
+    if (const int rc = initDirect(P, id, me, rep, &comm); !comm) return rc;
+    const size_t maxCount = 262147;
+    Buffers b;
+    if (!b.make(allShared || me != P - 1, maxCount, rep)) return 1;
+    uint32_t call = 100;
+    for (bool inPlace : {false, true})
+      for (int root = 0; root < P; ++root)
+        for (size_t count : {size_t(4099), size_t(70001), maxCount}) {
+          ++call;
+          float* out = b.recv;
+          float* in = inPlace ? b.recv : b.send;
+          for (size_t i = 0; i < count; ++i) {
+            if (me == root) in[i] = inputOf(root, call, i);
+            if (me != root || !inPlace) out[i] = kPoison;
+          }
+          const uint64_t before = comm->broadcastPushedBytes;
+          const std::string where = std::string(inPlace ? "in place" : "out of place") + " root " +
+                                    std::to_string(root) + " count " + std::to_string(count);
+          const ridgeResult_t rc = ridgeBroadcast(in, out, count, ridgeFloat32, root, comm, nullptr);
+          if (rc != ridgeSuccess) {
+            rep.fail(where, describeResult(rc, comm));
+            continue;
+          }
+          for (size_t i = 0; i < count; ++i)
+            if (static_cast<double>(out[i]) != inputOf(root, call, i)) {
+              rep.fail(where, "element " + std::to_string(i) + " is " + std::to_string(out[i]));
+              break;
+            }
+          const size_t bytes = count * sizeof(float);
+          const double share =
+              allShared ? (inPlace ? 1.0 / P : 0.0) : comm->algos.broadcastRootShare(bytes, !inPlace);
+          const uint64_t expected =
+              me != root ? 0 : uint64_t(P - 1) * (static_cast<size_t>(double(bytes) * share) & ~size_t{63});
+          if (comm->broadcastPushedBytes - before != expected)
+            rep.fail(where, "the root pushed " + std::to_string(comm->broadcastPushedBytes - before) +
+                                " bytes, expected " + std::to_string(expected));
+        }
+    ridgeCommDestroy(comm);
+    return 0;
+  });
+  reportOrSkip(res, "broadcast split on shareable buffers");
+}
+
+TEST(SharedBuffers, BroadcastSplitForMappedBuffersTwoRanks) {
+  broadcastSplitOnSharedBuffers(2, true);
+}
+TEST(SharedBuffers, BroadcastSplitForMappedBuffersThreeRanks) {
+  broadcastSplitOnSharedBuffers(3, true);
+}
+// The last rank's output is private: the CMA model's split, on every rank alike.
+TEST(SharedBuffers, BroadcastSplitWithOnePrivateOutputKeepsTheModel) {
+  broadcastSplitOnSharedBuffers(2, false);
+}
+
 // Rank 0 frees its send buffer after a peer mapped it and allocates a new one at the same
 // address (mmap hands the hole back; bounded tries), with other contents: the peer must read
 // the new contents. A peer that trusted its cached mapping (without the entry's sequence)
