@@ -369,6 +369,11 @@ RIDGE_API ridgeResult_t ridgeRedOpDestroy(ridgeRedOp_t op, ridgeComm_t comm);
 /**
  * Allocates memory for communication buffers: device memory of the current CUDA device in a
  * CUDA build with a device, page-aligned host memory otherwise. Free it with ridgeMemFree.
+ * Host memory is shareable with the ranks of the same host: a peer maps it once and reads,
+ * reduces from and writes it with plain loads and stores instead of a cross-memory-attach
+ * system call per access (faster single-copy collectives and send/recv). No registration
+ * (ridgeCommRegister) is needed for that. Unlike private memory, it stays shared with a
+ * process forked after the allocation.
  */
 RIDGE_API ridgeResult_t ridgeMemAlloc(void** ptr, size_t size);
 
