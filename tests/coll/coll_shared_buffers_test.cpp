@@ -474,6 +474,55 @@ TEST(SharedBuffers, TableEntriesChangeSequenceOnEveryFree) {
   ridge::releaseSharedSegmentTable();
 }
 
+// A forked child must not write into its parent's table (which it inherits mapped): its first
+// call makes a table of its own, lists what it inherited and what it allocates there, and the
+// parent's table never lists the child's buffers.
+TEST(SharedBuffers, ForkedChildKeepsATableOfItsOwn) {
+  void* inherited = nullptr;
+  ASSERT_EQ(ridgeMemAlloc(&inherited, 8192), ridgeSuccess);
+  const ridge::SharedSegmentTableRef parentRef = ridge::holdSharedSegmentTable();
+  if (parentRef.fd < 0) GTEST_SKIP() << "no memfd here";
+  LaunchResult res = launchRanks(1, 30, [&](int, Reporter& rep) {
+    void* own = nullptr;
+    if (ridgeMemAlloc(&own, 8192) != ridgeSuccess) {
+      rep.fail("ridgeMemAlloc", ridgeGetLastError(nullptr));
+      return 1;
+    }
+    const ridge::SharedSegmentTableRef childRef = ridge::holdSharedSegmentTable();
+    if (childRef.fd < 0 || childRef.ino == parentRef.ino)
+      rep.fail("table", "the child lists its buffers in its parent's table");
+    if (!ridge::isPublishedSharedSegment(own, 8192)) rep.fail("table", "the child's buffer is not listed");
+    if (!ridge::isPublishedSharedSegment(inherited, 8192))
+      rep.fail("table", "the inherited buffer is not listed in the child's table");
+    rep.line("CHILD " + std::to_string(reinterpret_cast<uintptr_t>(own)));
+    ridge::releaseSharedSegmentTable();
+    return 0;
+  });
+  reportChildFailures(res, "fork");
+  ASSERT_EQ(res.ranks.size(), 1u);
+  const std::vector<std::string> child = linesWith(res.ranks[0], "CHILD ");
+  ASSERT_EQ(child.size(), 1u);
+  const uint64_t childBuffer = std::strtoull(child[0].c_str(), nullptr, 10);
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/fd/%d", parentRef.fd);
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  void* map = mmap(nullptr, ridge::sharedSegmentTableBytes(), PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  ASSERT_NE(map, MAP_FAILED);
+  const auto* table = static_cast<const ridge::SharedSegmentTable*>(map);
+  int listedInherited = 0;
+  for (uint32_t i = 0; i < table->usedEntries.load(); ++i) {
+    if (table->entries[i].sequence.load() % 2 != 0) continue;
+    EXPECT_NE(table->entries[i].base.load(), childBuffer) << "the child's buffer is in the parent's table";
+    listedInherited += table->entries[i].base.load() == reinterpret_cast<uint64_t>(inherited);
+  }
+  EXPECT_EQ(listedInherited, 1);
+  munmap(map, ridge::sharedSegmentTableBytes());
+  ridge::releaseSharedSegmentTable();
+  EXPECT_EQ(ridgeMemFree(inherited), ridgeSuccess);
+}
+
 }  // namespace
 }  // namespace ridgetest
 
