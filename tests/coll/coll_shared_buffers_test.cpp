@@ -435,20 +435,26 @@ TEST(SharedBuffers, MemFreeRefusesWhatItDidNotAllocate) {
   EXPECT_EQ(openDescriptors(), fdsBefore);
 }
 
+// This process's table, mapped read-only as a peer maps it; null when that fails.
+const ridge::SharedSegmentTable* mapTable(const ridge::SharedSegmentTableRef& ref) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/self/fd/%d", ref.fd);
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return nullptr;
+  void* map = mmap(nullptr, ridge::sharedSegmentTableBytes(), PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) return nullptr;
+  const auto* table = static_cast<const ridge::SharedSegmentTable*>(map);
+  return table->magic == ridge::kSharedSegmentTableMagic ? table : nullptr;
+}
+
 // The table a peer maps lists every live segment once, with a sequence that changes on every
 // free and allocation, so a peer never takes a new segment for an old one.
 TEST(SharedBuffers, TableEntriesChangeSequenceOnEveryFree) {
   const ridge::SharedSegmentTableRef ref = ridge::holdSharedSegmentTable();
   if (ref.fd < 0) GTEST_SKIP() << "no memfd here";
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/self/fd/%d", ref.fd);
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  ASSERT_GE(fd, 0);
-  void* map = mmap(nullptr, ridge::sharedSegmentTableBytes(), PROT_READ, MAP_SHARED, fd, 0);
-  ::close(fd);
-  ASSERT_NE(map, MAP_FAILED);
-  const auto* table = static_cast<const ridge::SharedSegmentTable*>(map);
-  ASSERT_EQ(table->magic, ridge::kSharedSegmentTableMagic);
+  const ridge::SharedSegmentTable* table = mapTable(ref);
+  ASSERT_NE(table, nullptr);
   auto entryOf = [&](const void* p) -> int {
     for (uint32_t i = 0; i < table->usedEntries.load(); ++i)
       if (table->entries[i].sequence.load() % 2 == 0 &&
@@ -470,7 +476,7 @@ TEST(SharedBuffers, TableEntriesChangeSequenceOnEveryFree) {
     EXPECT_EQ(entryOf(p), -1) << "the freed segment is still listed";
     EXPECT_NE(table->entries[e].sequence.load(), seq);
   }
-  munmap(map, ridge::sharedSegmentTableBytes());
+  munmap(const_cast<ridge::SharedSegmentTable*>(table), ridge::sharedSegmentTableBytes());
   ridge::releaseSharedSegmentTable();
 }
 
@@ -503,14 +509,8 @@ TEST(SharedBuffers, ForkedChildKeepsATableOfItsOwn) {
   const std::vector<std::string> child = linesWith(res.ranks[0], "CHILD ");
   ASSERT_EQ(child.size(), 1u);
   const uint64_t childBuffer = std::strtoull(child[0].c_str(), nullptr, 10);
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/self/fd/%d", parentRef.fd);
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  ASSERT_GE(fd, 0);
-  void* map = mmap(nullptr, ridge::sharedSegmentTableBytes(), PROT_READ, MAP_SHARED, fd, 0);
-  ::close(fd);
-  ASSERT_NE(map, MAP_FAILED);
-  const auto* table = static_cast<const ridge::SharedSegmentTable*>(map);
+  const ridge::SharedSegmentTable* table = mapTable(parentRef);
+  ASSERT_NE(table, nullptr);
   int listedInherited = 0;
   for (uint32_t i = 0; i < table->usedEntries.load(); ++i) {
     if (table->entries[i].sequence.load() % 2 != 0) continue;
@@ -518,7 +518,7 @@ TEST(SharedBuffers, ForkedChildKeepsATableOfItsOwn) {
     listedInherited += table->entries[i].base.load() == reinterpret_cast<uint64_t>(inherited);
   }
   EXPECT_EQ(listedInherited, 1);
-  munmap(map, ridge::sharedSegmentTableBytes());
+  munmap(const_cast<ridge::SharedSegmentTable*>(table), ridge::sharedSegmentTableBytes());
   ridge::releaseSharedSegmentTable();
   EXPECT_EQ(ridgeMemFree(inherited), ridgeSuccess);
 }
