@@ -8,6 +8,7 @@
 #include "coll/device/data_ops.h"
 #include "coll/signature.h"
 #include "core/log.h"
+#include "reduce/stream_copy.h"
 
 namespace ridge {
 namespace {
@@ -135,7 +136,14 @@ Task recvSingleCopy(ridgeComm* c, int peer, char* dst, size_t bytes, bool* done)
                         c->rank, bytes, peer, static_cast<unsigned long long>(d.bytes));
   PeerMemory* pm = c->peerMemory[peer];
   if (!c->device->data) {
-    RIDGE_CO_TRY(pm->read(dst, d.src, bytes));
+    // A mapped sender's buffer (its shareable ridgeMemAlloc memory) is copied by this core,
+    // with streaming stores from RIDGE_STREAM_MIN as the collectives' outputs; else one
+    // peer-memory read (CMA, or a plain copy through the mapping).
+    const void* mapped = bytes >= c->streamMin ? pm->mapped(d.src, bytes) : nullptr;
+    if (mapped)
+      streamCopy(dst, mapped, bytes);
+    else
+      RIDGE_CO_TRY(pm->read(dst, d.src, bytes));
     ++c->p2pCopy.singleCopyRecvs;
   } else {
     // Device memory: through this peer's bounce chunk (no other strand of this rank uses

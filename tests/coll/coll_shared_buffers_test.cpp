@@ -195,10 +195,14 @@ void reportOrSkip(const LaunchResult& res, const char* what) {
 // chunk and one above (several chunks of the reductions). A rank whose peers all allocated with
 // ridgeMemAlloc reads every byte of theirs through a mapping (no CMA call at all); a peer of a
 // malloc rank reaches that rank's memory by CMA.
-void allCollectives(int P, std::vector<bool> shared) {
+// `streamMin`: RIDGE_STREAM_MIN, low enough for the copies through a mapping to take their
+// streaming-store form at these sizes (allgather, broadcast, alltoall, the allreduce's writes
+// into the peers' outputs, the single-copy receive); empty: the default (above them).
+void allCollectives(int P, std::vector<bool> shared, const char* streamMin = nullptr) {
   ridgeUniqueId id;
   if (!makeUniqueId(&id)) return;
   LaunchResult res = launchRanks(P, 150, [&](int me, Reporter& rep) {
+    if (streamMin) setenv("RIDGE_STREAM_MIN", streamMin, 1);
     ridgeComm_t comm = nullptr;
     if (const int rc = initDirect(P, id, me, rep, &comm); !comm) return rc;
     const size_t maxCount = 70001;  // floats: past a bounce chunk
@@ -240,6 +244,9 @@ void allCollectives(int P, std::vector<bool> shared) {
 
 TEST(SharedBuffers, EveryCollectiveReadsPeersThroughTheMappingTwoRanks) {
   allCollectives(2, {true, true});
+}
+TEST(SharedBuffers, EveryCollectiveReadsPeersThroughTheMappingWithStreamingStores) {
+  allCollectives(2, {true, true}, "16K");
 }
 TEST(SharedBuffers, EveryCollectiveReadsPeersThroughTheMappingThreeRanks) {
   allCollectives(3, {true, true, true});
