@@ -2,6 +2,7 @@
 #include "core/shared_segments.h"
 
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -167,8 +168,23 @@ size_t sharedSegmentTableBytes() {
   return tableBytes();
 }
 
+// Each segment holds a descriptor for as long as it lives: at most a quarter of the soft
+// RLIMIT_NOFILE (the application's sockets and files come first) and one per table entry;
+// beyond that ridgeMemAlloc returns private memory, which peers reach by CMA.
+size_t segmentCap() {
+  rlimit rl{};
+  size_t cap = kSharedSegmentEntries;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+    cap = std::min<size_t>(cap, static_cast<size_t>(rl.rlim_cur) / 4);
+  return cap;
+}
+
 void* allocateSharedSegment(size_t bytes) {
   const size_t rounded = (bytes + kPage - 1) / kPage * kPage;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.adoptAfterFork();
+  if (r.segments.size() >= segmentCap()) return nullptr;
   int fd = createMemfd("ridge-buffer");
   if (fd < 0) return nullptr;
   void* p = MAP_FAILED;
@@ -178,9 +194,6 @@ void* allocateSharedSegment(size_t bytes) {
     ::close(fd);
     return nullptr;
   }
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  r.adoptAfterFork();
   Segment& seg = r.segments[p] = Segment{rounded, fd, -1};
   if (r.ensureTable()) r.publish(p, seg);
   return p;

@@ -72,9 +72,10 @@ void releaseSharedSegmentTable();
 size_t sharedSegmentTableBytes();
 
 // `bytes` (rounded up to whole pages, zero-filled) of shareable memory, published in the
-// table; nullptr when memfd_create, ftruncate or mmap fail (the caller falls back to private
-// memory). A segment beyond the table's capacity is still shareable memory but not published:
-// peers reach it by cross-memory attach like any other memory.
+// table; nullptr when memfd_create, ftruncate or mmap fail or the process holds as many
+// segments as it may (each keeps a descriptor open: at most a quarter of the soft
+// RLIMIT_NOFILE, and kSharedSegmentEntries): the caller falls back to private memory, which
+// peers reach by cross-memory attach like any other memory.
 void* allocateSharedSegment(size_t bytes);
 // Retires, unmaps and closes a segment of allocateSharedSegment; false (nothing done) when
 // `base` is not the start of one.

@@ -8,9 +8,11 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -528,6 +530,43 @@ TEST(SharedBuffers, ForkedChildKeepsATableOfItsOwn) {
   munmap(const_cast<ridge::SharedSegmentTable*>(table), ridge::sharedSegmentTableBytes());
   ridge::releaseSharedSegmentTable();
   EXPECT_EQ(ridgeMemFree(inherited), ridgeSuccess);
+}
+
+// Every shareable buffer keeps a descriptor open: a process allocating many buffers must not
+// run out of descriptors for its own sockets and files. Under a soft RLIMIT_NOFILE of 64 at
+// most 16 buffers are shareable; the rest are private memory, as usable and as freeable.
+TEST(SharedBuffers, ShareableBuffersLeaveMostDescriptorsToTheApplication) {
+  LaunchResult res = launchRanks(1, 30, [&](int, Reporter& rep) {
+    rlimit rl{};
+    getrlimit(RLIMIT_NOFILE, &rl);
+    rl.rlim_cur = 64;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+      rep.fail("setrlimit", std::strerror(errno));
+      return 1;
+    }
+    const int fdsBefore = openDescriptors();
+    std::vector<void*> buffers;
+    int shareable = 0;
+    for (int i = 0; i < 40; ++i) {
+      void* p = nullptr;
+      if (ridgeMemAlloc(&p, 4096) != ridgeSuccess) {
+        rep.fail("ridgeMemAlloc " + std::to_string(i), ridgeGetLastError(nullptr));
+        break;
+      }
+      static_cast<char*>(p)[4095] = 1;
+      shareable += ridge::isPublishedSharedSegment(p, 4096);
+      buffers.push_back(p);
+    }
+    // One descriptor per shareable buffer and one for the table.
+    if (shareable != 16) rep.fail("cap", std::to_string(shareable) + " of 40 buffers shareable, expected 16");
+    if (openDescriptors() > fdsBefore + 17)
+      rep.fail("descriptors", std::to_string(openDescriptors() - fdsBefore) + " held by 40 buffers");
+    for (void* p : buffers)
+      if (ridgeMemFree(p) != ridgeSuccess) rep.fail("ridgeMemFree", ridgeGetLastError(nullptr));
+    if (openDescriptors() != fdsBefore) rep.fail("descriptors", "left open after every buffer was freed");
+    return 0;
+  });
+  reportChildFailures(res, "descriptor cap");
 }
 
 }  // namespace
