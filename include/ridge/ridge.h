@@ -372,8 +372,9 @@ RIDGE_API ridgeResult_t ridgeRedOpDestroy(ridgeRedOp_t op, ridgeComm_t comm);
  * Host memory is shareable with the ranks of the same host: a peer maps it once and reads,
  * reduces from and writes it with plain loads and stores instead of a cross-memory-attach
  * system call per access (faster single-copy collectives and send/recv). No registration
- * (ridgeCommRegister) is needed for that. Unlike private memory, it stays shared with a
- * process forked after the allocation.
+ * (ridgeCommRegister) is needed for that. Each such buffer keeps a file descriptor open: past
+ * a quarter of the soft RLIMIT_NOFILE (or 500 buffers) host memory is private again. Unlike
+ * private memory, it stays shared with a process forked after the allocation.
  */
 RIDGE_API ridgeResult_t ridgeMemAlloc(void** ptr, size_t size);
 
