@@ -44,7 +44,7 @@ struct Registry {
   std::atomic<const SharedSegmentTable*> published{nullptr};  // `table`, for isOwnSharedMemory
   SharedSegmentTableRef ref;
   bool tableFailed = false;
-  int tableUsers = 0;  // transports holding the table (sharedSegmentTable/releaseSharedSegmentTable)
+  int tableUsers = 0;  // holds of holdSharedSegmentTable not yet released (transports)
   std::unordered_map<void*, Segment> segments;
 
   // After a fork the inherited table is the parent's (shared memory): let go of it here and
