@@ -217,7 +217,7 @@ Status classifyBuffers(const char* fn, ridgeComm* comm, const void* send, bool r
                        device::PointerKind* recvKind) {
   *onDevice = false;
   *sendKind = *recvKind = device::PointerKind::Host;
-  device::DeviceRuntime* rt = device::activeRuntime();
+  device::DeviceRuntime* rt = device::runtimeOf(comm->emulatedDevice);
   if (!rt || rt->deviceCount() == 0) return Status::ok();  // no device: everything is host memory
   struct Use {
     const char* name;
@@ -321,9 +321,9 @@ Status runGroup(const std::vector<QueuedOp>& ops, std::vector<ridgeComm*>& comms
 // the collectives through LL in call order and gives the proxy the sends and receives, if any.
 // So within one group the LL collectives come before the group's proxy work on each stream.
 Status submitDeviceGroup(const std::vector<QueuedOp>& ops, std::vector<ridgeComm*>& comms) {
-  device::DeviceRuntime* rt = device::activeRuntime();
   std::vector<DeviceOp> batch;
   return forEachComm(ops, comms, [&](ridgeComm* c, const std::vector<QueuedOp>& mine) {
+    device::DeviceRuntime* rt = device::runtimeOf(c->emulatedDevice);
     // One rank, every operation on one stream: the copies in call order on that stream (with
     // several streams the proxy's batch makes each wait for the whole group).
     bool oneRankOneStream = c->nranks == 1;
@@ -417,7 +417,7 @@ Status runSelfCopy(const SelfCopy& p) {
     std::memmove(r.recv, s.send, bytes);
     return Status::ok();
   }
-  device::DeviceRuntime* rt = device::activeRuntime();
+  device::DeviceRuntime* rt = device::runtimeOf(c->emulatedDevice);
   const ridgeStream_t sendStream = p.send->op.stream, recvStream = p.recv->op.stream;
   const int previous = rt->currentDevice();
   Status st = previous != c->cudaDevice ? rt->bindThread(c->cudaDevice) : Status::ok();
@@ -450,12 +450,13 @@ ridgeResult_t submit(ridgeComm* comm, const DeviceOp& op, bool device,
   }
   comm->callsInFlight.fetch_add(1);
   Status s;
+  device::DeviceRuntime* rt = device ? device::runtimeOf(comm->emulatedDevice) : nullptr;
   if (device && oneRankDeviceCopyTakes(comm, op)) {
-    s = runOneRankDeviceCopy(comm, device::activeRuntime(), op);
+    s = runOneRankDeviceCopy(comm, rt, op);
   } else if (device && llTakes(comm, op)) {
-    s = launchLL(comm, device::activeRuntime(), op);
+    s = launchLL(comm, rt, op);
   } else if (device) {
-    s = submitDeviceBatch(comm, device::activeRuntime(), &op, 1);
+    s = submitDeviceBatch(comm, rt, &op, 1);
   } else {
     s = drainDeviceOps(comm);
     if (s.isOk()) {
@@ -584,11 +585,11 @@ ridgeResult_t collective(const char* fn, CollType type, const void* send, void* 
   // stream-ordered no-op instead of a synchronization of the caller's stream.
   RIDGE_CHECK(comm, classifyBuffers(fn, comm, send, use.readsSend, recv, use.writesRecv, &onDevice,
                                     &call.sendKind, &call.recvKind));
-  if (!onDevice && stream && !device::activeRuntime())
+  if (!onDevice && stream && !device::runtimeOf(comm->emulatedDevice))
     return fail(comm, makeError(ridgeInvalidArgument, "%s: stream must be NULL in a build without CUDA", fn));
   if (!onDevice && tGroup.depth == 0) RIDGE_CHECK(comm, syncStreamForHostCall(fn, stream));
   if (onDevice && tGroup.depth == 0)
-    RIDGE_CHECK(comm, refuseCapturingStream(fn, device::activeRuntime(), stream));
+    RIDGE_CHECK(comm, refuseCapturingStream(fn, device::runtimeOf(comm->emulatedDevice), stream));
   if (!userOp) return submit(comm, call, onDevice);
   // PreMulSum: the sum of scalar*x, with x scaled here into a buffer of its own.
   if (onDevice)
@@ -663,7 +664,8 @@ static ridgeResult_t initRank(const char* fn, ridgeComm_t* out, int nranks, cons
   // As NCCL: the communicator serves the device current on the calling thread. Read here,
   // on that thread: a non-blocking init runs initComm on a thread of its own, whose current
   // device is the runtime's default (CUDA: device 0), not the caller's.
-  if (device::DeviceRuntime* rt = device::activeRuntime(); rt && rt->deviceCount() > 0)
+  comm->emulatedDevice = device::emulatedBySettings();
+  if (device::DeviceRuntime* rt = device::runtimeOf(comm->emulatedDevice); rt && rt->deviceCount() > 0)
     comm->cudaDevice = rt->currentDevice();
   if (config) {
     if (config->blocking != RIDGE_CONFIG_UNDEF_INT) blocking = config->blocking != 0;
@@ -1237,7 +1239,7 @@ RIDGE_API ridgeResult_t ridgeGroupEnd(void) {
   // communicator first, so that none of the group is queued); host calls with a stream are
   // ordered after the stream's earlier work, as outside a group. Self pairs included.
   for (const QueuedOp& q : ops) {
-    Status s = q.device ? refuseCapturingStream(fn, device::activeRuntime(), q.op.stream)
+    Status s = q.device ? refuseCapturingStream(fn, device::runtimeOf(q.comm->emulatedDevice), q.op.stream)
                         : syncStreamForHostCall(fn, q.op.stream);
     if (!s.isOk()) return fail(q.comm, s);
   }
@@ -1311,7 +1313,7 @@ static ridgeResult_t rootedExchange(const char* fn, bool gather, const void* sen
   char* ownDst = gather ? recvBytes + root * bytes : recvBytes;
   if (ownSrc == ownDst) return ridgeSuccess;  // in place
   if (onDevice) {
-    Status s = device::activeRuntime()->copy(ownDst, ownSrc, bytes, stream);
+    Status s = device::runtimeOf(comm->emulatedDevice)->copy(ownDst, ownSrc, bytes, stream);
     if (!s.isOk())
       return fail(comm, Status(s.code(), std::string(fn) + ": copying root's own block: " + s.message()));
   } else {
