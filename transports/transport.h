@@ -158,6 +158,13 @@ class RecvConnector {
   // or as slots by a tryPeek without one: slot-only users get read-ahead that way). A
   // caller that plans its chunks from here skips that many: they arrive in slots.
   virtual uint32_t declaredAhead() const { return 0; }
+  // A caller that declares its chunks (tryExpect) starts: a transport that reads ahead into
+  // slots for slot-only users stops declaring more slots as they are released, so that what
+  // it declared drains and this caller's chunks land where it declares them. Without it, a
+  // read-ahead that re-declares every released slot never ends for messages of fewer chunks
+  // than the FIFO has positions (issue 21: a TCP broadcast after any slot-only collective
+  // landed in slots and was copied out).
+  virtual void endReadAhead() {}
   // As SendConnector::withdrawDirect: afterwards the transport never writes to a
   // declared destination; when some were still outstanding the peer's connection fails.
   virtual void withdrawDirect() {}

@@ -248,6 +248,7 @@ class SockRecv final : public RecvConnector {
   uint32_t directVersion() const override { return direct_ ? kDirectTransferVersion : 0; }
   bool tryExpect(void* dst, uint32_t capacity) override;
   uint32_t declaredAhead() const override { return grant_ - tail_; }
+  void endReadAhead() override { readAhead_ = false; }
   void withdrawDirect() override;
 
  private:
@@ -260,8 +261,8 @@ class SockRecv final : public RecvConnector {
   uint32_t tail_ = 0;
   uint32_t cachedHead_ = 0;
   uint32_t grant_ = 0;
-  // Slot-only use: every release declares one more slot. Cleared by the first tryExpect,
-  // set again when a tryPeek finds nothing declared.
+  // Slot-only use: every release declares one more slot. Cleared by the first tryExpect or
+  // by endReadAhead, set again when a tryPeek finds nothing declared.
   bool readAhead_ = true;
   uint32_t directEnd_ = 0;  // grant_ after the latest declaration with a destination
   bool direct_;             // RIDGE_SOCKET_DIRECT
