@@ -233,14 +233,21 @@ class Transport {
   // host when it decides whether a waiting rank may spin, since a spinning rank takes the
   // core that one of them needs.
   virtual int progressThreads() const { return 0; }
+  // Called by the algorithm thread when it is about to wait (the executor's first idle poll):
+  // a transport whose progress threads write what the algorithm posted may write what is
+  // still queued from this thread now, since it has nothing else to do, instead of leaving
+  // it until a progress thread is scheduled (issue 21: on 2 cores that hand-off sat on the
+  // path of every TCP broadcast's data and header). Never blocks.
+  virtual void flushSends() {}
 };
 
 // A transport type, registered once. Tables start with their size and version so that
 // out-of-tree transports built against an older header can be recognised and refused.
 // 2: the connector and transport classes gained virtual functions
 // (SendConnector::chunksInFlight, Transport::progressThreads), so an older build's vtables
-// no longer match. 3: SendConnector::unreleasedChunks.
-constexpr uint32_t kTransportTableVersion = 3;
+// no longer match. 3: SendConnector::unreleasedChunks. 4: RecvConnector::endReadAhead,
+// Transport::flushSends.
+constexpr uint32_t kTransportTableVersion = 4;
 struct TransportTable {
   uint32_t size;     // sizeof(TransportTable) the transport was built with
   uint32_t version;  // kTransportTableVersion the transport was built with

@@ -278,14 +278,26 @@ struct GroupState {
   std::vector<ridgeComm*> hostComms, deviceComms;
   std::vector<CollArgs> args;
 };
-thread_local GroupState tGroup;
+thread_local GroupState tGroupStorage;
+// Its address in the initial-exec TLS model: one load from the thread pointer, where the
+// shared library's default model calls __tls_get_addr at every use of a thread_local (a
+// send/recv uses the group state about ten times; those calls were 2.6 % of a 64 KiB
+// send/recv's profile, issue 21). A pointer: 8 bytes of static TLS, which a library opened
+// with dlopen still finds.
+[[gnu::tls_model("initial-exec")]] thread_local GroupState* tGroupFast = nullptr;
+GroupState& group() {
+  GroupState* g = tGroupFast;
+  if (!g) [[unlikely]]
+    g = tGroupFast = &tGroupStorage;
+  return *g;
+}
 
 // Calls fn(comm, its operations) once per communicator of `ops`, in order of first
 // appearance; `comms` receives each communicator handled, whose callsInFlight (raised here)
 // the caller must drop once it no longer touches them. Stops at the first error.
 template <class Fn>
 Status forEachComm(const std::vector<QueuedOp>& ops, std::vector<ridgeComm*>& comms, Fn fn) {
-  std::vector<QueuedOp>& mine = tGroup.perComm;
+  std::vector<QueuedOp>& mine = group().perComm;
   for (const QueuedOp& q : ops) {
     bool known = false;
     for (ridgeComm* c : comms) known = known || c == q.comm;
@@ -303,7 +315,7 @@ Status forEachComm(const std::vector<QueuedOp>& ops, std::vector<ridgeComm*>& co
 // Runs the queued host-memory operations on this thread, every communicator's together.
 Status runGroup(const std::vector<QueuedOp>& ops, std::vector<ridgeComm*>& comms) {
   Executor& ex = Executor::forThisThread();
-  std::vector<CollArgs>& args = tGroup.args;
+  std::vector<CollArgs>& args = group().args;
   RIDGE_TRY(forEachComm(ops, comms, [&](ridgeComm* c, const std::vector<QueuedOp>& mine) {
     // Device operations queued earlier on this communicator use the same connectors.
     RIDGE_TRY(drainDeviceOps(c));
@@ -444,8 +456,8 @@ Status runSelfCopy(const SelfCopy& p) {
 // the communicator's proxy (device memory).
 ridgeResult_t submit(ridgeComm* comm, const DeviceOp& op, bool device,
                      std::shared_ptr<std::vector<unsigned char>> scaledInput = nullptr) {
-  if (tGroup.depth > 0) {
-    tGroup.ops.push_back({comm, op, device, std::move(scaledInput)});
+  if (group().depth > 0) {
+    group().ops.push_back({comm, op, device, std::move(scaledInput)});
     return ridgeSuccess;
   }
   comm->callsInFlight.fetch_add(1);
@@ -568,7 +580,7 @@ ridgeResult_t collective(const char* fn, CollType type, const void* send, void* 
         comm, checkRoot(fn, type == CollType::Send || type == CollType::Recv ? "peer" : "root", root, comm));
   // A send to self is a local copy paired, in ridgeGroupEnd, with a receive from self of the
   // same group; alone (outside a group) it has no partner and would never complete.
-  if ((type == CollType::Send || type == CollType::Recv) && root == comm->rank && tGroup.depth == 0)
+  if ((type == CollType::Send || type == CollType::Recv) && root == comm->rank && group().depth == 0)
     return fail(comm, makeError(ridgeInvalidUsage,
                                 "%s: peer %d is this rank; a %s to self needs its matching %s in the same "
                                 "group (ridgeGroupStart/ridgeGroupEnd)",
@@ -587,8 +599,8 @@ ridgeResult_t collective(const char* fn, CollType type, const void* send, void* 
                                     &call.sendKind, &call.recvKind));
   if (!onDevice && stream && !device::runtimeOf(comm->emulatedDevice))
     return fail(comm, makeError(ridgeInvalidArgument, "%s: stream must be NULL in a build without CUDA", fn));
-  if (!onDevice && tGroup.depth == 0) RIDGE_CHECK(comm, syncStreamForHostCall(fn, stream));
-  if (onDevice && tGroup.depth == 0)
+  if (!onDevice && group().depth == 0) RIDGE_CHECK(comm, syncStreamForHostCall(fn, stream));
+  if (onDevice && group().depth == 0)
     RIDGE_CHECK(comm, refuseCapturingStream(fn, device::runtimeOf(comm->emulatedDevice), stream));
   if (!userOp) return submit(comm, call, onDevice);
   // PreMulSum: the sum of scalar*x, with x scaled here into a buffer of its own.
@@ -781,7 +793,7 @@ RIDGE_API ridgeResult_t ridgeCommSplit(ridgeComm_t comm, int color, int key, rid
     return fail(
         comm, makeError(ridgeInvalidArgument, "%s: color %d must be >= 0 or RIDGE_SPLIT_NOCOLOR", fn, color));
   RIDGE_CHECK(comm, checkConfig(fn, config));
-  if (tGroup.depth > 0)
+  if (group().depth > 0)
     return fail(comm, makeError(ridgeInvalidUsage, "%s: called inside a group (ridgeGroupStart)", fn));
   int timeout = comm->timeoutSec;
   std::vector<ridgeUniqueId> ids(comm->nranks);
@@ -966,7 +978,7 @@ RIDGE_API ridgeResult_t ridgeCommShrink(ridgeComm_t comm, const int* excludeRank
     return fail(comm, makeError(ridgeInvalidArgument,
                                 "%s: excludeRanks names this rank (%d); an excluded rank must not call it",
                                 fn, comm->rank));
-  if (tGroup.depth > 0)
+  if (group().depth > 0)
     return fail(comm, makeError(ridgeInvalidUsage, "%s: called inside a group (ridgeGroupStart)", fn));
   std::vector<int> survivors;
   for (int r = 0; r < comm->nranks; ++r)
@@ -1190,27 +1202,27 @@ RIDGE_API ridgeResult_t ridgeRecv(void* recvbuff, size_t count, ridgeDataType_t 
 }
 
 RIDGE_API ridgeResult_t ridgeGroupStart(void) {
-  ++tGroup.depth;
+  ++group().depth;
   return ridgeSuccess;
 }
 
 RIDGE_API ridgeResult_t ridgeGroupEnd(void) {
   const char* fn = "ridgeGroupEnd";
-  if (tGroup.depth == 0)
+  if (group().depth == 0)
     return fail(nullptr, makeError(ridgeInvalidUsage, "%s: no matching ridgeGroupStart", fn));
-  if (--tGroup.depth > 0) return ridgeSuccess;
-  if (tGroup.ops.empty()) return ridgeSuccess;
+  if (--group().depth > 0) return ridgeSuccess;
+  if (group().ops.empty()) return ridgeSuccess;
   // The group moves to `running` (ops keeps its capacity for the next group); every exit
   // clears the scratch, which releases the operations' pre-multiplied inputs.
-  std::vector<QueuedOp>& ops = tGroup.running;
-  ops.swap(tGroup.ops);
+  std::vector<QueuedOp>& ops = group().running;
+  ops.swap(group().ops);
   struct ClearScratch {
     ~ClearScratch() {
-      for (auto* v : {&tGroup.running, &tGroup.hostOps, &tGroup.deviceOps, &tGroup.perComm}) v->clear();
-      tGroup.deviceOfComm.clear();
-      tGroup.hostComms.clear();
-      tGroup.deviceComms.clear();
-      tGroup.args.clear();
+      for (auto* v : {&group().running, &group().hostOps, &group().deviceOps, &group().perComm}) v->clear();
+      group().deviceOfComm.clear();
+      group().hostComms.clear();
+      group().deviceComms.clear();
+      group().args.clear();
     }
   } clearScratch;
   // A communicator's operations in one group run together: all on the caller's thread
@@ -1219,10 +1231,10 @@ RIDGE_API ridgeResult_t ridgeGroupEnd(void) {
   // One pass: the first operation of each communicator says which kind it is.
   std::vector<SelfCopy> selfCopies;
   if (Status p = pairSelfExchanges(fn, ops, &selfCopies); !p.isOk()) return fail(ops.front().comm, p);
-  std::vector<QueuedOp>& hostOps = tGroup.hostOps;
-  std::vector<QueuedOp>& deviceOps = tGroup.deviceOps;
+  std::vector<QueuedOp>& hostOps = group().hostOps;
+  std::vector<QueuedOp>& deviceOps = group().deviceOps;
   // A group spans few communicators: a linear search, no map.
-  std::vector<std::pair<ridgeComm*, bool>>& deviceOfComm = tGroup.deviceOfComm;
+  std::vector<std::pair<ridgeComm*, bool>>& deviceOfComm = group().deviceOfComm;
   for (const QueuedOp& q : ops) {
     auto first = std::find_if(deviceOfComm.begin(), deviceOfComm.end(),
                               [&](const std::pair<ridgeComm*, bool>& e) { return e.first == q.comm; });
@@ -1256,8 +1268,8 @@ RIDGE_API ridgeResult_t ridgeGroupEnd(void) {
     }
     c->callsInFlight.fetch_sub(1);
   }
-  std::vector<ridgeComm*>& deviceComms = tGroup.deviceComms;
-  std::vector<ridgeComm*>& hostComms = tGroup.hostComms;
+  std::vector<ridgeComm*>& deviceComms = group().deviceComms;
+  std::vector<ridgeComm*>& hostComms = group().hostComms;
   Status s = submitDeviceGroup(deviceOps, deviceComms);
   if (!hostOps.empty()) {
     Status h = runGroup(hostOps, hostComms);

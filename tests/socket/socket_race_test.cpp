@@ -574,5 +574,70 @@ TEST(SocketRace, DeclaringCallerEndsTheSlotOnlyReadAhead) {
   }
 }
 
+
+// Both ranks' send lanes hold at the start of their passes until the rank's own calls returned
+// (holdWhileExchanging, with inline sends allowed). Rank 0 broadcasts 16 and 64 KiB: below
+// the 128 KiB from which a message goes out from the caller's buffer, so the root copies it
+// into a slot and nobody waits for its sends; the header of every call goes into a slot too.
+// A rank about to wait writes what it queued itself (Transport::flushSends, the executor's
+// first idle poll): the root its header and data, the receiver its header, which the root
+// waits for. Before, both waited for the held lanes (kHoldSeconds): on 2 cores that hand-off
+// to the lane was on the path of every TCP broadcast below 128 KiB (issue 21).
+TEST(SocketRace, WaitingRankWritesWhatItQueuedWhileItsLaneIsHeld) {
+  tcpEnv();
+  setenv("RIDGE_SOCKET_STREAMS", "1", 1);
+  setenv("RIDGE_ALGO", "broadcast:0-:ring", 1);
+  ridgeUniqueId id;
+  const bool idOk = makeUniqueId(&id);
+  SharedPage sp;
+  ASSERT_NE(sp.shared, nullptr);
+  const std::vector<size_t> counts = {4096, 16384, 4096, 16384};  // floats: 16 and 64 KiB
+  LaunchResult res = launchRanks(2, 60, [&](int me, Reporter& rep) {
+    if (!idOk) return 2;
+    ridgeComm_t comm = initRank(2, id, me, rep);
+    if (!comm) return 2;
+    std::vector<float> send(16384), recv(16384);
+    ridgeResult_t r = ridgeSuccess;
+    long wrong = 0;
+    gExchangeHoldUntil = nowSec() + scaledSeconds(kHoldSeconds);
+    ridge::setSendLaneHook(holdWhileExchanging, /*inlineSends=*/true);
+    gArmed.store(true);
+    const double t0 = nowSec();
+    for (size_t call = 0; call < counts.size() && r == ridgeSuccess; ++call) {
+      const size_t count = counts[call];
+      for (size_t i = 0; i < count; ++i) {
+        send[i] = bcastValue(static_cast<int>(call), 0, i);
+        recv[i] = std::nanf("");
+      }
+      r = ridgeBroadcast(send.data(), recv.data(), count, ridgeFloat32, 0, comm, nullptr);
+      for (size_t i = 0; i < count; ++i) wrong += recv[i] != bcastValue(static_cast<int>(call), 0, i) ? 1 : 0;
+    }
+    const double took = nowSec() - t0;
+    gExchangeDone.store(true);
+    gArmed.store(false);
+    rep.line("ERR " + std::to_string(r) + " " +
+             (r == ridgeSuccess ? std::string() : std::string(ridgeGetLastError(comm))));
+    rep.line("WRONG " + std::to_string(wrong));
+    rep.line("TOOK " + std::to_string(took));
+    waitForEveryRank(sp.shared, 2);
+    ridge::setSendLaneHook(nullptr);
+    ridgeCommDestroy(comm);
+    return 0;
+  });
+  unsetenv("RIDGE_SOCKET_STREAMS");
+  unsetenv("RIDGE_ALGO");
+  ASSERT_TRUE(idOk);
+  reportChildFailures(res, "broadcast below 128 KiB with held send lanes");
+  ASSERT_FALSE(res.timedOut);
+  expectSuccessAndNoWrongValue(res);
+  for (int rank = 0; rank < 2; ++rank) {
+    auto took = linesWith(res.ranks[rank], "TOOK ");
+    ASSERT_EQ(took.size(), 1u);
+    EXPECT_LT(std::atof(took[0].c_str()), scaledSeconds(kHoldSeconds) / 2)
+        << "rank " << rank << ": the broadcasts waited for the held send lanes instead of the waiting "
+        << "ranks writing what they queued";
+  }
+}
+
 }  // namespace
 }  // namespace ridgetest
