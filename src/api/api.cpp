@@ -27,6 +27,7 @@
 #include "coll/device/ll_path.h"
 #include "coll/executor.h"
 #include "core/log.h"
+#include "core/per_thread.h"
 #include "core/settings.h"
 #include "device/runtime.h"
 #include "reduce/reduce.h"
@@ -278,18 +279,9 @@ struct GroupState {
   std::vector<ridgeComm*> hostComms, deviceComms;
   std::vector<CollArgs> args;
 };
-thread_local GroupState tGroupStorage;
-// Its address in the initial-exec TLS model: one load from the thread pointer, where the
-// shared library's default model calls __tls_get_addr at every use of a thread_local (a
-// send/recv uses the group state about ten times; those calls were 2.6 % of a 64 KiB
-// send/recv's profile, issue 21). A pointer: 8 bytes of static TLS, which a library opened
-// with dlopen still finds.
-[[gnu::tls_model("initial-exec")]] thread_local GroupState* tGroupFast = nullptr;
+// The calling thread's group state (core/per_thread.h: no __tls_get_addr per use).
 GroupState& group() {
-  GroupState* g = tGroupFast;
-  if (!g) [[unlikely]]
-    g = tGroupFast = &tGroupStorage;
-  return *g;
+  return perThread<GroupState>();
 }
 
 // Calls fn(comm, its operations) once per communicator of `ops`, in order of first

@@ -10,6 +10,7 @@
 #include "coll/device/device_collectives.h"
 #include "coll/signature.h"
 #include "core/log.h"
+#include "core/per_thread.h"
 #include "core/settings.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -44,16 +45,9 @@ struct FramePool {
     }
   }
 };
-thread_local FramePool tFramesStorage;
-// Its address in the initial-exec TLS model: one load from the thread pointer instead of a
-// call of __tls_get_addr (the shared library's default model) per frame allocated and freed,
-// several per operation (issue 21). A pointer: 8 bytes of static TLS.
-[[gnu::tls_model("initial-exec")]] thread_local FramePool* tFramesFast = nullptr;
+// This thread's pool (core/per_thread.h: no __tls_get_addr per frame).
 FramePool& framePool() {
-  FramePool* p = tFramesFast;
-  if (!p) [[unlikely]]
-    p = tFramesFast = &tFramesStorage;
-  return *p;
+  return perThread<FramePool>();
 }
 }  // namespace
 
@@ -95,15 +89,9 @@ static int64_t nowNs() {
 }
 
 Executor& Executor::forThisThread() {
-  thread_local Executor ex;
-  // As framePool(): the executor's address through the initial-exec model, so that a call
-  // does not pay __tls_get_addr and the guard of ex's initialization.
-  [[gnu::tls_model("initial-exec")]] static thread_local Executor* fast = nullptr;
-  Executor* e = fast;
-  if (!e) [[unlikely]]
-    e = fast = &ex;
-  e->reset();
-  return *e;
+  Executor& ex = perThread<Executor>();  // core/per_thread.h: no __tls_get_addr per call
+  ex.reset();
+  return ex;
 }
 
 void Executor::reset() {
