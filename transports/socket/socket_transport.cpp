@@ -393,14 +393,20 @@ class SocketTransport final : public Transport {
 
   // What is queued for a peer whose send lane is not at it goes out from this thread, as a
   // waiting sender's chunks do (SockSend::sendsComplete): a header with the data chunk posted
-  // behind it in one write. The lane was woken by the posts; it finds the work done.
+  // behind it in one write. The lane was woken by the posts; it finds the work done. Only a
+  // few small chunks (at most kDirectSendMin in all: headers, messages copied into a slot):
+  // larger ones stay with the lane, which writes them on another core while this thread
+  // goes on with what arrives (a ring's next chunk), and a direct message's caller writes
+  // its own when it waits for it.
   void flushSends() override {
     for (int peer : activePeers_) {
       PeerState& p = *peers_[peer];
-      if (p.send.tail.load(std::memory_order_acquire) == p.send.head.load(std::memory_order_relaxed) ||
-          p.sendBusy.load(std::memory_order_relaxed))
-        continue;
-      (void)pumpSendsInline(peer);
+      const uint32_t head = p.send.head.load(std::memory_order_relaxed);  // this thread posts
+      uint32_t pos = p.send.tail.load(std::memory_order_acquire);
+      if (pos == head || p.sendBusy.load(std::memory_order_relaxed)) continue;
+      size_t queued = 0;
+      for (; pos != head && queued <= kDirectSendMin; ++pos) queued += p.send.meta[pos % nslots_] & kSizeMask;
+      if (queued <= kDirectSendMin) (void)pumpSendsInline(peer);
     }
   }
 
