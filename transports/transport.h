@@ -158,6 +158,13 @@ class RecvConnector {
   // or as slots by a tryPeek without one: slot-only users get read-ahead that way). A
   // caller that plans its chunks from here skips that many: they arrive in slots.
   virtual uint32_t declaredAhead() const { return 0; }
+  // A caller that declares its chunks (tryExpect) starts: a transport that reads ahead into
+  // slots for slot-only users stops declaring more slots as they are released, so that what
+  // it declared drains and this caller's chunks land where it declares them. Without it, a
+  // read-ahead that re-declares every released slot never ends for messages of fewer chunks
+  // than the FIFO has positions (issue 21: a TCP broadcast after any slot-only collective
+  // landed in slots and was copied out).
+  virtual void endReadAhead() {}
   // As SendConnector::withdrawDirect: afterwards the transport never writes to a
   // declared destination; when some were still outstanding the peer's connection fails.
   virtual void withdrawDirect() {}
@@ -245,6 +252,12 @@ class Transport {
   // host when it decides whether a waiting rank may spin, since a spinning rank takes the
   // core that one of them needs.
   virtual int progressThreads() const { return 0; }
+  // Called by the algorithm thread when it is about to wait (the executor's first idle poll):
+  // a transport whose progress threads write what the algorithm posted may write what is
+  // still queued from this thread now, since it has nothing else to do, instead of leaving
+  // it until a progress thread is scheduled (issue 21: on 2 cores that hand-off sat on the
+  // path of every TCP broadcast's data and header). Never blocks.
+  virtual void flushSends() {}
 };
 
 // A transport type, registered once. Tables start with their size and version so that
@@ -252,7 +265,7 @@ class Transport {
 // 2: the connector and transport classes gained virtual functions
 // (SendConnector::chunksInFlight, Transport::progressThreads), so an older build's vtables
 // no longer match. 3: SendConnector::unreleasedChunks. 4: PeerMemory::mapped, mappedForWrite
-// and counters.
+// and counters; RecvConnector::endReadAhead, Transport::flushSends.
 constexpr uint32_t kTransportTableVersion = 4;
 struct TransportTable {
   uint32_t size;     // sizeof(TransportTable) the transport was built with

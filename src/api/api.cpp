@@ -27,6 +27,7 @@
 #include "coll/device/ll_path.h"
 #include "coll/executor.h"
 #include "core/log.h"
+#include "core/per_thread.h"
 #include "core/settings.h"
 #include "core/shared_segments.h"
 #include "device/runtime.h"
@@ -218,7 +219,7 @@ Status classifyBuffers(const char* fn, ridgeComm* comm, const void* send, bool r
                        device::PointerKind* recvKind) {
   *onDevice = false;
   *sendKind = *recvKind = device::PointerKind::Host;
-  device::DeviceRuntime* rt = device::activeRuntime();
+  device::DeviceRuntime* rt = device::runtimeOf(comm->emulatedDevice);
   if (!rt || rt->deviceCount() == 0) return Status::ok();  // no device: everything is host memory
   struct Use {
     const char* name;
@@ -279,14 +280,17 @@ struct GroupState {
   std::vector<ridgeComm*> hostComms, deviceComms;
   std::vector<CollArgs> args;
 };
-thread_local GroupState tGroup;
+// The calling thread's group state (core/per_thread.h: no __tls_get_addr per use).
+GroupState& group() {
+  return perThread<GroupState>();
+}
 
 // Calls fn(comm, its operations) once per communicator of `ops`, in order of first
 // appearance; `comms` receives each communicator handled, whose callsInFlight (raised here)
 // the caller must drop once it no longer touches them. Stops at the first error.
 template <class Fn>
 Status forEachComm(const std::vector<QueuedOp>& ops, std::vector<ridgeComm*>& comms, Fn fn) {
-  std::vector<QueuedOp>& mine = tGroup.perComm;
+  std::vector<QueuedOp>& mine = group().perComm;
   for (const QueuedOp& q : ops) {
     bool known = false;
     for (ridgeComm* c : comms) known = known || c == q.comm;
@@ -304,7 +308,7 @@ Status forEachComm(const std::vector<QueuedOp>& ops, std::vector<ridgeComm*>& co
 // Runs the queued host-memory operations on this thread, every communicator's together.
 Status runGroup(const std::vector<QueuedOp>& ops, std::vector<ridgeComm*>& comms) {
   Executor& ex = Executor::forThisThread();
-  std::vector<CollArgs>& args = tGroup.args;
+  std::vector<CollArgs>& args = group().args;
   RIDGE_TRY(forEachComm(ops, comms, [&](ridgeComm* c, const std::vector<QueuedOp>& mine) {
     // Device operations queued earlier on this communicator use the same connectors.
     RIDGE_TRY(drainDeviceOps(c));
@@ -322,9 +326,9 @@ Status runGroup(const std::vector<QueuedOp>& ops, std::vector<ridgeComm*>& comms
 // the collectives through LL in call order and gives the proxy the sends and receives, if any.
 // So within one group the LL collectives come before the group's proxy work on each stream.
 Status submitDeviceGroup(const std::vector<QueuedOp>& ops, std::vector<ridgeComm*>& comms) {
-  device::DeviceRuntime* rt = device::activeRuntime();
   std::vector<DeviceOp> batch;
   return forEachComm(ops, comms, [&](ridgeComm* c, const std::vector<QueuedOp>& mine) {
+    device::DeviceRuntime* rt = device::runtimeOf(c->emulatedDevice);
     // One rank, every operation on one stream: the copies in call order on that stream (with
     // several streams the proxy's batch makes each wait for the whole group).
     bool oneRankOneStream = c->nranks == 1;
@@ -418,7 +422,7 @@ Status runSelfCopy(const SelfCopy& p) {
     std::memmove(r.recv, s.send, bytes);
     return Status::ok();
   }
-  device::DeviceRuntime* rt = device::activeRuntime();
+  device::DeviceRuntime* rt = device::runtimeOf(c->emulatedDevice);
   const ridgeStream_t sendStream = p.send->op.stream, recvStream = p.recv->op.stream;
   const int previous = rt->currentDevice();
   Status st = previous != c->cudaDevice ? rt->bindThread(c->cudaDevice) : Status::ok();
@@ -445,18 +449,19 @@ Status runSelfCopy(const SelfCopy& p) {
 // the communicator's proxy (device memory).
 ridgeResult_t submit(ridgeComm* comm, const DeviceOp& op, bool device,
                      std::shared_ptr<std::vector<unsigned char>> scaledInput = nullptr) {
-  if (tGroup.depth > 0) {
-    tGroup.ops.push_back({comm, op, device, std::move(scaledInput)});
+  if (group().depth > 0) {
+    group().ops.push_back({comm, op, device, std::move(scaledInput)});
     return ridgeSuccess;
   }
   comm->callsInFlight.fetch_add(1);
   Status s;
+  device::DeviceRuntime* rt = device ? device::runtimeOf(comm->emulatedDevice) : nullptr;
   if (device && oneRankDeviceCopyTakes(comm, op)) {
-    s = runOneRankDeviceCopy(comm, device::activeRuntime(), op);
+    s = runOneRankDeviceCopy(comm, rt, op);
   } else if (device && llTakes(comm, op)) {
-    s = launchLL(comm, device::activeRuntime(), op);
+    s = launchLL(comm, rt, op);
   } else if (device) {
-    s = submitDeviceBatch(comm, device::activeRuntime(), &op, 1);
+    s = submitDeviceBatch(comm, rt, &op, 1);
   } else {
     s = drainDeviceOps(comm);
     if (s.isOk()) {
@@ -568,7 +573,7 @@ ridgeResult_t collective(const char* fn, CollType type, const void* send, void* 
         comm, checkRoot(fn, type == CollType::Send || type == CollType::Recv ? "peer" : "root", root, comm));
   // A send to self is a local copy paired, in ridgeGroupEnd, with a receive from self of the
   // same group; alone (outside a group) it has no partner and would never complete.
-  if ((type == CollType::Send || type == CollType::Recv) && root == comm->rank && tGroup.depth == 0)
+  if ((type == CollType::Send || type == CollType::Recv) && root == comm->rank && group().depth == 0)
     return fail(comm, makeError(ridgeInvalidUsage,
                                 "%s: peer %d is this rank; a %s to self needs its matching %s in the same "
                                 "group (ridgeGroupStart/ridgeGroupEnd)",
@@ -585,11 +590,11 @@ ridgeResult_t collective(const char* fn, CollType type, const void* send, void* 
   // stream-ordered no-op instead of a synchronization of the caller's stream.
   RIDGE_CHECK(comm, classifyBuffers(fn, comm, send, use.readsSend, recv, use.writesRecv, &onDevice,
                                     &call.sendKind, &call.recvKind));
-  if (!onDevice && stream && !device::activeRuntime())
+  if (!onDevice && stream && !device::runtimeOf(comm->emulatedDevice))
     return fail(comm, makeError(ridgeInvalidArgument, "%s: stream must be NULL in a build without CUDA", fn));
-  if (!onDevice && tGroup.depth == 0) RIDGE_CHECK(comm, syncStreamForHostCall(fn, stream));
-  if (onDevice && tGroup.depth == 0)
-    RIDGE_CHECK(comm, refuseCapturingStream(fn, device::activeRuntime(), stream));
+  if (!onDevice && group().depth == 0) RIDGE_CHECK(comm, syncStreamForHostCall(fn, stream));
+  if (onDevice && group().depth == 0)
+    RIDGE_CHECK(comm, refuseCapturingStream(fn, device::runtimeOf(comm->emulatedDevice), stream));
   if (!userOp) return submit(comm, call, onDevice);
   // PreMulSum: the sum of scalar*x, with x scaled here into a buffer of its own.
   if (onDevice)
@@ -664,7 +669,8 @@ static ridgeResult_t initRank(const char* fn, ridgeComm_t* out, int nranks, cons
   // As NCCL: the communicator serves the device current on the calling thread. Read here,
   // on that thread: a non-blocking init runs initComm on a thread of its own, whose current
   // device is the runtime's default (CUDA: device 0), not the caller's.
-  if (device::DeviceRuntime* rt = device::activeRuntime(); rt && rt->deviceCount() > 0)
+  comm->emulatedDevice = device::emulatedBySettings();
+  if (device::DeviceRuntime* rt = device::runtimeOf(comm->emulatedDevice); rt && rt->deviceCount() > 0)
     comm->cudaDevice = rt->currentDevice();
   if (config) {
     if (config->blocking != RIDGE_CONFIG_UNDEF_INT) blocking = config->blocking != 0;
@@ -780,7 +786,7 @@ RIDGE_API ridgeResult_t ridgeCommSplit(ridgeComm_t comm, int color, int key, rid
     return fail(
         comm, makeError(ridgeInvalidArgument, "%s: color %d must be >= 0 or RIDGE_SPLIT_NOCOLOR", fn, color));
   RIDGE_CHECK(comm, checkConfig(fn, config));
-  if (tGroup.depth > 0)
+  if (group().depth > 0)
     return fail(comm, makeError(ridgeInvalidUsage, "%s: called inside a group (ridgeGroupStart)", fn));
   int timeout = comm->timeoutSec;
   std::vector<ridgeUniqueId> ids(comm->nranks);
@@ -965,7 +971,7 @@ RIDGE_API ridgeResult_t ridgeCommShrink(ridgeComm_t comm, const int* excludeRank
     return fail(comm, makeError(ridgeInvalidArgument,
                                 "%s: excludeRanks names this rank (%d); an excluded rank must not call it",
                                 fn, comm->rank));
-  if (tGroup.depth > 0)
+  if (group().depth > 0)
     return fail(comm, makeError(ridgeInvalidUsage, "%s: called inside a group (ridgeGroupStart)", fn));
   std::vector<int> survivors;
   for (int r = 0; r < comm->nranks; ++r)
@@ -1189,27 +1195,27 @@ RIDGE_API ridgeResult_t ridgeRecv(void* recvbuff, size_t count, ridgeDataType_t 
 }
 
 RIDGE_API ridgeResult_t ridgeGroupStart(void) {
-  ++tGroup.depth;
+  ++group().depth;
   return ridgeSuccess;
 }
 
 RIDGE_API ridgeResult_t ridgeGroupEnd(void) {
   const char* fn = "ridgeGroupEnd";
-  if (tGroup.depth == 0)
+  if (group().depth == 0)
     return fail(nullptr, makeError(ridgeInvalidUsage, "%s: no matching ridgeGroupStart", fn));
-  if (--tGroup.depth > 0) return ridgeSuccess;
-  if (tGroup.ops.empty()) return ridgeSuccess;
+  if (--group().depth > 0) return ridgeSuccess;
+  if (group().ops.empty()) return ridgeSuccess;
   // The group moves to `running` (ops keeps its capacity for the next group); every exit
   // clears the scratch, which releases the operations' pre-multiplied inputs.
-  std::vector<QueuedOp>& ops = tGroup.running;
-  ops.swap(tGroup.ops);
+  std::vector<QueuedOp>& ops = group().running;
+  ops.swap(group().ops);
   struct ClearScratch {
     ~ClearScratch() {
-      for (auto* v : {&tGroup.running, &tGroup.hostOps, &tGroup.deviceOps, &tGroup.perComm}) v->clear();
-      tGroup.deviceOfComm.clear();
-      tGroup.hostComms.clear();
-      tGroup.deviceComms.clear();
-      tGroup.args.clear();
+      for (auto* v : {&group().running, &group().hostOps, &group().deviceOps, &group().perComm}) v->clear();
+      group().deviceOfComm.clear();
+      group().hostComms.clear();
+      group().deviceComms.clear();
+      group().args.clear();
     }
   } clearScratch;
   // A communicator's operations in one group run together: all on the caller's thread
@@ -1218,10 +1224,10 @@ RIDGE_API ridgeResult_t ridgeGroupEnd(void) {
   // One pass: the first operation of each communicator says which kind it is.
   std::vector<SelfCopy> selfCopies;
   if (Status p = pairSelfExchanges(fn, ops, &selfCopies); !p.isOk()) return fail(ops.front().comm, p);
-  std::vector<QueuedOp>& hostOps = tGroup.hostOps;
-  std::vector<QueuedOp>& deviceOps = tGroup.deviceOps;
+  std::vector<QueuedOp>& hostOps = group().hostOps;
+  std::vector<QueuedOp>& deviceOps = group().deviceOps;
   // A group spans few communicators: a linear search, no map.
-  std::vector<std::pair<ridgeComm*, bool>>& deviceOfComm = tGroup.deviceOfComm;
+  std::vector<std::pair<ridgeComm*, bool>>& deviceOfComm = group().deviceOfComm;
   for (const QueuedOp& q : ops) {
     auto first = std::find_if(deviceOfComm.begin(), deviceOfComm.end(),
                               [&](const std::pair<ridgeComm*, bool>& e) { return e.first == q.comm; });
@@ -1238,7 +1244,7 @@ RIDGE_API ridgeResult_t ridgeGroupEnd(void) {
   // communicator first, so that none of the group is queued); host calls with a stream are
   // ordered after the stream's earlier work, as outside a group. Self pairs included.
   for (const QueuedOp& q : ops) {
-    Status s = q.device ? refuseCapturingStream(fn, device::activeRuntime(), q.op.stream)
+    Status s = q.device ? refuseCapturingStream(fn, device::runtimeOf(q.comm->emulatedDevice), q.op.stream)
                         : syncStreamForHostCall(fn, q.op.stream);
     if (!s.isOk()) return fail(q.comm, s);
   }
@@ -1255,8 +1261,8 @@ RIDGE_API ridgeResult_t ridgeGroupEnd(void) {
     }
     c->callsInFlight.fetch_sub(1);
   }
-  std::vector<ridgeComm*>& deviceComms = tGroup.deviceComms;
-  std::vector<ridgeComm*>& hostComms = tGroup.hostComms;
+  std::vector<ridgeComm*>& deviceComms = group().deviceComms;
+  std::vector<ridgeComm*>& hostComms = group().hostComms;
   Status s = submitDeviceGroup(deviceOps, deviceComms);
   if (!hostOps.empty()) {
     Status h = runGroup(hostOps, hostComms);
@@ -1312,7 +1318,7 @@ static ridgeResult_t rootedExchange(const char* fn, bool gather, const void* sen
   char* ownDst = gather ? recvBytes + root * bytes : recvBytes;
   if (ownSrc == ownDst) return ridgeSuccess;  // in place
   if (onDevice) {
-    Status s = device::activeRuntime()->copy(ownDst, ownSrc, bytes, stream);
+    Status s = device::runtimeOf(comm->emulatedDevice)->copy(ownDst, ownSrc, bytes, stream);
     if (!s.isOk())
       return fail(comm, Status(s.code(), std::string(fn) + ": copying root's own block: " + s.message()));
   } else {

@@ -112,6 +112,9 @@ struct ExpectAhead {
   ExpectAhead(const ridgeComm* c, RecvConnector* r, Next n)
       : rx(offersDirect(r) ? r : nullptr), next(std::move(n)) {
     if (!rx) return;
+    // Slots a slot-only user's read-ahead declared drain from here on instead of being
+    // declared again as they are released (transport.h, endReadAhead).
+    rx->endReadAhead();
     uint32_t ahead = rx->declaredAhead();
     if (ahead && c->ledger.sized && c->ledger.due[static_cast<size_t>(rx->peer())]) --ahead;
     for (; ahead && next(&dst, &bytes); --ahead) {

@@ -130,6 +130,9 @@ struct ridgeComm {
   // The CUDA device the communicator serves: the caller's current device at init when the
   // device runtime has one; -1 for a host-only communicator.
   int cudaDevice = -1;
+  // RIDGE_DEVICE=emulated when it was made: its operations classify their buffers with that
+  // runtime (device::runtimeOf) without reading the environment again.
+  bool emulatedDevice = false;
   // Everything its collectives on device memory use (coll/device/device_collectives.h: the
   // GPU proxy, P2P, device network, data ops and LL path). Never null.
   std::unique_ptr<ridge::DeviceCollectives, ridge::DeviceCollectivesDeleter> device{

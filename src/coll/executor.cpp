@@ -10,6 +10,7 @@
 #include "coll/device/device_collectives.h"
 #include "coll/signature.h"
 #include "core/log.h"
+#include "core/per_thread.h"
 #include "core/settings.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -44,14 +45,18 @@ struct FramePool {
     }
   }
 };
-thread_local FramePool tFrames;
+// This thread's pool (core/per_thread.h: no __tls_get_addr per frame).
+FramePool& framePool() {
+  return perThread<FramePool>();
+}
 }  // namespace
 
 void* allocateFrame(size_t bytes) {
   size_t cls = (bytes + kFrameClass - 1) / kFrameClass;
   if (cls < kFrameClasses) {
-    if (FreeFrame* f = tFrames.lists[cls]) {
-      tFrames.lists[cls] = f->next;
+    FramePool& pool = framePool();
+    if (FreeFrame* f = pool.lists[cls]) {
+      pool.lists[cls] = f->next;
       return f;
     }
     const size_t classBytes = cls * kFrameClass;
@@ -64,8 +69,9 @@ void freeFrame(void* p, size_t bytes) noexcept {
   size_t cls = (bytes + kFrameClass - 1) / kFrameClass;
   if (cls < kFrameClasses) {
     auto* f = static_cast<FreeFrame*>(p);
-    f->next = tFrames.lists[cls];
-    tFrames.lists[cls] = f;
+    FramePool& pool = framePool();
+    f->next = pool.lists[cls];
+    pool.lists[cls] = f;
     return;
   }
   ::operator delete(p);
@@ -83,7 +89,7 @@ static int64_t nowNs() {
 }
 
 Executor& Executor::forThisThread() {
-  thread_local Executor ex;
+  Executor& ex = perThread<Executor>();  // core/per_thread.h: no __tls_get_addr per call
   ex.reset();
   return ex;
 }
@@ -238,7 +244,13 @@ Status Executor::run() {
     // Nothing could move. Reading the clock costs ~20 ns, so only every 64 idle polls.
     if ((idleSpins++ & 63) == 0) {
       int64_t now = nowNs();
-      if (idleSpins == 1) idleSince = now;
+      if (idleSpins == 1) {
+        idleSince = now;
+        // About to wait: what this thread posted and a transport's progress thread has not
+        // written yet leaves from here (Transport::flushSends).
+        for (ridgeComm* c : comms_)
+          for (auto& t : c->transports) t->flushSends();
+      }
       failure = checkIdle(now - idleSince);
       if (!failure.isOk()) break;
     } else {

@@ -140,8 +140,9 @@ EmulatedRuntime* emulatedRuntimeOfThisProcess() {
 }
 }  // namespace
 
-// Asked on every call of the API (activeRuntime, up to twice per operation): one environment
-// lookup and no allocation. deviceSettingValue's strings cost 0.3-0.4 us a call under
+// Asked by activeRuntime (API calls without a communicator, and communicator init; an
+// operation uses its communicator's answer, runtimeOf): one environment lookup and no
+// allocation. deviceSettingValue's strings cost 0.3-0.4 us a call under
 // mpirun's environment, a tenth of a 64 KiB broadcast (issue 21).
 bool emulatedBySettings() {
   static const std::string name = std::string("RIDGE_") + settingInfo(Setting::DEVICE).name;
@@ -163,8 +164,12 @@ Status checkDeviceSetting() {
 }
 
 DeviceRuntime* activeRuntime() {
+  return runtimeOf(emulatedBySettings());
+}
+
+DeviceRuntime* runtimeOf(bool emulatedAtInit) {
   if (DeviceRuntime* rt = gTestRuntime.load(std::memory_order_acquire)) return rt;
-  if (emulatedBySettings()) return emulatedRuntimeOfThisProcess();
+  if (emulatedAtInit) return emulatedRuntimeOfThisProcess();
 #ifdef RIDGE_HAVE_CUDA
   return cudaRuntime();
 #else

@@ -250,6 +250,11 @@ class DeviceRuntime {
 // bus ids), else the CUDA runtime in CUDA builds, else null (a host-only build: every
 // pointer is host memory, streams are refused).
 DeviceRuntime* activeRuntime();
+// The same for a communicator, with RIDGE_DEVICE as read when it was made (emulatedAtInit,
+// from emulatedBySettings() then) instead of read again: every operation classifies its
+// buffers, and the environment lookup was one of a 64 KiB send/recv's fixed costs (issue 21).
+// A runtime installed for testing still comes first.
+DeviceRuntime* runtimeOf(bool emulatedAtInit);
 
 // RIDGE_DEVICE in lower case ("auto" when unset), whether it asks for the emulated runtime,
 // and an error naming the accepted values when it is neither (init fails with it).

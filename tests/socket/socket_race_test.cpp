@@ -19,9 +19,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <new>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "coll/comm.h"
 #include "rank_launcher.h"
 #include "transports/socket/socket_hooks.h"
 
@@ -497,6 +499,143 @@ TEST(SocketRace, SubChunkSendrecvWrittenByTheWaitingCaller) {
     EXPECT_LT(std::atof(took[0].c_str()), scaledSeconds(kHoldSeconds) / 2)
         << "rank " << rank << ": the exchanges waited for the held send lanes instead of the callers "
         << "writing their messages themselves";
+  }
+}
+
+
+// A slot-only collective (a one-element allreduce) leaves the TCP receive side reading ahead
+// into slots: every released slot is declared again. A broadcast after it declares where its
+// chunks land (ExpectAhead), which ends the read-ahead (RecvConnector::endReadAhead): the
+// slots declared before drain, and from then on nothing is declared between calls, so each
+// broadcast lands in the output instead of a slot that is then copied out. Before, a
+// read-ahead never ended for messages of fewer chunks than the FIFO has slots (issue 21: a
+// 1 MiB TCP broadcast copied every message once more on the receiver). Twice, with an
+// allreduce between, so that read-ahead starts again and ends again.
+TEST(SocketRace, DeclaringCallerEndsTheSlotOnlyReadAhead) {
+  tcpEnv();
+  setenv("RIDGE_ALGO", "broadcast:0-:ring", 1);
+  ridgeUniqueId id;
+  const bool idOk = makeUniqueId(&id);
+  SharedPage sp;
+  ASSERT_NE(sp.shared, nullptr);
+  constexpr int kRounds = 2, kCalls = 4;
+  constexpr size_t kCount = 64 * 1024;  // 256 KiB: one chunk of the default 1 MiB
+  LaunchResult res = launchRanks(2, 60, [&](int me, Reporter& rep) {
+    if (!idOk) return 2;
+    ridgeComm_t comm = initRank(2, id, me, rep);
+    if (!comm) return 2;
+    std::vector<float> send(kCount), recv(kCount);
+    ridgeResult_t r = ridgeSuccess;
+    long wrong = 0;
+    std::string ahead;
+    for (int round = 0; round < kRounds && r == ridgeSuccess; ++round) {
+      float one = 1.0f, sum = 0.0f;
+      r = ridgeAllReduce(&one, &sum, 1, ridgeFloat32, ridgeSum, comm, nullptr);
+      wrong += r == ridgeSuccess && sum != 2.0f ? 1 : 0;
+      ahead.append(" allreduce ").append(std::to_string(comm->recvFrom[1 - me]->declaredAhead()));
+      for (int call = 0; call < kCalls && r == ridgeSuccess; ++call) {
+        const int tag = round * kCalls + call;
+        for (size_t i = 0; i < kCount; ++i) {
+          send[i] = bcastValue(tag, 0, i);
+          recv[i] = std::nanf("");
+        }
+        r = ridgeBroadcast(send.data(), recv.data(), kCount, ridgeFloat32, 0, comm, nullptr);
+        for (size_t i = 0; i < kCount; ++i) wrong += recv[i] != bcastValue(tag, 0, i) ? 1 : 0;
+        ahead.append(" ").append(std::to_string(comm->recvFrom[1 - me]->declaredAhead()));
+      }
+    }
+    rep.line("ERR " + std::to_string(r) + " " +
+             (r == ridgeSuccess ? std::string() : std::string(ridgeGetLastError(comm))));
+    rep.line("WRONG " + std::to_string(wrong));
+    rep.line("AHEAD" + ahead);
+    waitForEveryRank(sp.shared, 2);
+    ridgeCommDestroy(comm);
+    return 0;
+  });
+  unsetenv("RIDGE_ALGO");
+  ASSERT_TRUE(idOk);
+  reportChildFailures(res, "broadcasts after a slot-only allreduce");
+  ASSERT_FALSE(res.timedOut);
+  expectSuccessAndNoWrongValue(res);
+  // Rank 1 receives the broadcasts: after each allreduce its connector from rank 0 reads
+  // ahead (slots declared); by the last broadcast of each round nothing is declared.
+  auto ahead = linesWith(res.ranks[1], "AHEAD ");
+  ASSERT_EQ(ahead.size(), 1u);
+  std::vector<std::string> words;
+  std::istringstream in(ahead[0]);
+  for (std::string w; in >> w;) words.push_back(w);
+  ASSERT_EQ(words.size(), static_cast<size_t>(kRounds * (2 + kCalls))) << ahead[0];
+  for (int round = 0; round < kRounds; ++round) {
+    const size_t base = static_cast<size_t>(round * (2 + kCalls));
+    EXPECT_NE(words[base + 1], "0") << "no read-ahead after the allreduce: the test shows nothing: " << ahead[0];
+    EXPECT_EQ(words[base + 1 + kCalls], "0")
+        << "round " << round << ": the receiver still reads ahead into slots after " << kCalls
+        << " broadcasts that declare their chunks: " << ahead[0];
+  }
+}
+
+
+// Both ranks' send lanes hold at the start of their passes until the rank's own calls returned
+// (holdWhileExchanging, with inline sends allowed). Rank 0 broadcasts 16 and 64 KiB: below
+// the 128 KiB from which a message goes out from the caller's buffer, so the root copies it
+// into a slot and nobody waits for its sends; the header of every call goes into a slot too.
+// A rank about to wait writes what it queued itself (Transport::flushSends, the executor's
+// first idle poll): the root its header and data, the receiver its header, which the root
+// waits for. Before, both waited for the held lanes (kHoldSeconds): on 2 cores that hand-off
+// to the lane was on the path of every TCP broadcast below 128 KiB (issue 21).
+TEST(SocketRace, WaitingRankWritesWhatItQueuedWhileItsLaneIsHeld) {
+  tcpEnv();
+  setenv("RIDGE_SOCKET_STREAMS", "1", 1);
+  setenv("RIDGE_ALGO", "broadcast:0-:ring", 1);
+  ridgeUniqueId id;
+  const bool idOk = makeUniqueId(&id);
+  SharedPage sp;
+  ASSERT_NE(sp.shared, nullptr);
+  const std::vector<size_t> counts = {4096, 16384, 4096, 16384};  // floats: 16 and 64 KiB
+  LaunchResult res = launchRanks(2, 60, [&](int me, Reporter& rep) {
+    if (!idOk) return 2;
+    ridgeComm_t comm = initRank(2, id, me, rep);
+    if (!comm) return 2;
+    std::vector<float> send(16384), recv(16384);
+    ridgeResult_t r = ridgeSuccess;
+    long wrong = 0;
+    gExchangeHoldUntil = nowSec() + scaledSeconds(kHoldSeconds);
+    ridge::setSendLaneHook(holdWhileExchanging, /*inlineSends=*/true);
+    gArmed.store(true);
+    const double t0 = nowSec();
+    for (size_t call = 0; call < counts.size() && r == ridgeSuccess; ++call) {
+      const size_t count = counts[call];
+      for (size_t i = 0; i < count; ++i) {
+        send[i] = bcastValue(static_cast<int>(call), 0, i);
+        recv[i] = std::nanf("");
+      }
+      r = ridgeBroadcast(send.data(), recv.data(), count, ridgeFloat32, 0, comm, nullptr);
+      for (size_t i = 0; i < count; ++i) wrong += recv[i] != bcastValue(static_cast<int>(call), 0, i) ? 1 : 0;
+    }
+    const double took = nowSec() - t0;
+    gExchangeDone.store(true);
+    gArmed.store(false);
+    rep.line("ERR " + std::to_string(r) + " " +
+             (r == ridgeSuccess ? std::string() : std::string(ridgeGetLastError(comm))));
+    rep.line("WRONG " + std::to_string(wrong));
+    rep.line("TOOK " + std::to_string(took));
+    waitForEveryRank(sp.shared, 2);
+    ridge::setSendLaneHook(nullptr);
+    ridgeCommDestroy(comm);
+    return 0;
+  });
+  unsetenv("RIDGE_SOCKET_STREAMS");
+  unsetenv("RIDGE_ALGO");
+  ASSERT_TRUE(idOk);
+  reportChildFailures(res, "broadcast below 128 KiB with held send lanes");
+  ASSERT_FALSE(res.timedOut);
+  expectSuccessAndNoWrongValue(res);
+  for (int rank = 0; rank < 2; ++rank) {
+    auto took = linesWith(res.ranks[rank], "TOOK ");
+    ASSERT_EQ(took.size(), 1u);
+    EXPECT_LT(std::atof(took[0].c_str()), scaledSeconds(kHoldSeconds) / 2)
+        << "rank " << rank << ": the broadcasts waited for the held send lanes instead of the waiting "
+        << "ranks writing what they queued";
   }
 }
 

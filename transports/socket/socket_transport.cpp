@@ -248,6 +248,7 @@ class SockRecv final : public RecvConnector {
   uint32_t directVersion() const override { return direct_ ? kDirectTransferVersion : 0; }
   bool tryExpect(void* dst, uint32_t capacity) override;
   uint32_t declaredAhead() const override { return grant_ - tail_; }
+  void endReadAhead() override { readAhead_ = false; }
   void withdrawDirect() override;
 
  private:
@@ -260,8 +261,8 @@ class SockRecv final : public RecvConnector {
   uint32_t tail_ = 0;
   uint32_t cachedHead_ = 0;
   uint32_t grant_ = 0;
-  // Slot-only use: every release declares one more slot. Cleared by the first tryExpect,
-  // set again when a tryPeek finds nothing declared.
+  // Slot-only use: every release declares one more slot. Cleared by the first tryExpect or
+  // by endReadAhead, set again when a tryPeek finds nothing declared.
   bool readAhead_ = true;
   uint32_t directEnd_ = 0;  // grant_ after the latest declaration with a destination
   bool direct_;             // RIDGE_SOCKET_DIRECT
@@ -389,6 +390,25 @@ class SocketTransport final : public Transport {
   }
 
   int progressThreads() const override { return 2; }  // the send and receive lanes
+
+  // What is queued for a peer whose send lane is not at it goes out from this thread, as a
+  // waiting sender's chunks do (SockSend::sendsComplete): a header with the data chunk posted
+  // behind it in one write. The lane was woken by the posts; it finds the work done. Only a
+  // few small chunks (at most kDirectSendMin in all: headers, messages copied into a slot):
+  // larger ones stay with the lane, which writes them on another core while this thread
+  // goes on with what arrives (a ring's next chunk), and a direct message's caller writes
+  // its own when it waits for it.
+  void flushSends() override {
+    for (int peer : activePeers_) {
+      PeerState& p = *peers_[peer];
+      const uint32_t head = p.send.head.load(std::memory_order_relaxed);  // this thread posts
+      uint32_t pos = p.send.tail.load(std::memory_order_acquire);
+      if (pos == head || p.sendBusy.load(std::memory_order_relaxed)) continue;
+      size_t queued = 0;
+      for (; pos != head && queued <= kDirectSendMin; ++pos) queued += p.send.meta[pos % nslots_] & kSizeMask;
+      if (queued <= kDirectSendMin) (void)pumpSendsInline(peer);
+    }
+  }
 
   Status checkPeer(int peer) override {
     if (peer < 0 || peer >= static_cast<int>(peers_.size()) || !peers_[peer] || !peers_[peer]->connected)

@@ -28,6 +28,7 @@
 #include "coll/device/gpu_proxy.h"
 #include "device/emulated_runtime.h"
 #include "ridge/ridge.h"
+#include "ridge/ridge_emulated.h"
 #include "scoped_env.h"
 #include "test_data.h"
 #include "time_scale.h"
@@ -905,6 +906,44 @@ TEST(EmulatedRuntime, DeviceReduceKernelMatchesTheReference) {
   std::vector<unsigned char> out = dst.download();
   ops.checkRed(out.data(), count, keys, n, 0, 0, mm);
   EXPECT_EQ(mm.count, 0u) << mm.text;
+}
+
+// A communicator keeps the RIDGE_DEVICE of its init: its operations classify their buffers
+// with that runtime and never read the environment again (issue 21: the lookup was a fixed
+// cost of every operation). Made under RIDGE_DEVICE=emulated, a call after the variable was
+// removed still finds its emulated device buffers and runs on the stream; reading the
+// setting per call took them for host memory and refused the stream (or touched device
+// memory from the host).
+TEST(DeviceSetting, ReadOnceWhenTheCommunicatorIsMade) {
+  constexpr size_t count = 16;
+  ridgeComm_t comm = nullptr;
+  void* in = nullptr;
+  void* out = nullptr;
+  ridgeStream_t stream = nullptr;
+  std::vector<float> host(count), back(count, -1.0f);
+  for (size_t i = 0; i < count; ++i) host[i] = 0.5f + static_cast<float>(i);
+  {
+    ridgetest::ScopedEnv emulated("RIDGE_DEVICE", "emulated");
+    ridgeUniqueId id;
+    ASSERT_EQ(ridgeGetUniqueId(&id), ridgeSuccess) << lastError();
+    ASSERT_EQ(ridgeEmulatedSetDevice(0), ridgeSuccess) << lastError();
+    ASSERT_EQ(ridgeCommInitRank(&comm, 1, id, 0), ridgeSuccess) << lastError();
+    ASSERT_EQ(ridgeMemAlloc(&in, count * sizeof(float)), ridgeSuccess) << lastError();
+    ASSERT_EQ(ridgeMemAlloc(&out, count * sizeof(float)), ridgeSuccess) << lastError();
+    ASSERT_EQ(ridgeEmulatedMemcpy(in, host.data(), count * sizeof(float)), ridgeSuccess) << lastError();
+    ASSERT_EQ(ridgeEmulatedMemcpy(out, back.data(), count * sizeof(float)), ridgeSuccess) << lastError();
+    ASSERT_EQ(ridgeEmulatedStreamCreate(&stream), ridgeSuccess) << lastError();
+  }
+  ASSERT_EQ(std::getenv("RIDGE_DEVICE"), nullptr);
+  EXPECT_EQ(ridgeAllReduce(in, out, count, ridgeFloat32, ridgeSum, comm, stream), ridgeSuccess) << lastError();
+  ridgetest::ScopedEnv emulated("RIDGE_DEVICE", "emulated");  // the emulated API checks it per call
+  EXPECT_EQ(ridgeEmulatedStreamSynchronize(stream), ridgeSuccess) << lastError();
+  EXPECT_EQ(ridgeEmulatedMemcpy(back.data(), out, count * sizeof(float)), ridgeSuccess) << lastError();
+  EXPECT_EQ(back, host);
+  EXPECT_EQ(ridgeCommDestroy(comm), ridgeSuccess) << lastError();
+  EXPECT_EQ(ridgeEmulatedStreamDestroy(stream), ridgeSuccess) << lastError();
+  EXPECT_EQ(ridgeMemFree(in), ridgeSuccess) << lastError();
+  EXPECT_EQ(ridgeMemFree(out), ridgeSuccess) << lastError();
 }
 
 #ifndef RIDGE_HAVE_CUDA
