@@ -939,20 +939,7 @@ Task directEnd(ridgeComm* c, CollType type, const OwnCopy* ownCopy = nullptr) {
   co_return Status::ok();
 }
 
-// Peer j's [remote, remote + bytes) into `dst`: where the peer's buffer is mapped here (its
-// shareable ridgeMemAlloc memory, transports/transport.h PeerMemory::mapped) a copy by this
-// core, with streaming stores when `stream` as the algorithms' own copies; else the
-// transport's copy (CMA), which does not stream.
-Status peerRead(ridgeComm* c, int j, void* dst, uint64_t remote, size_t bytes, bool stream) {
-  PeerMemory* pm = c->peerMemory[j];
-  if (stream)
-    if (const void* src = pm->mapped(remote, bytes)) {
-      copyOut(true, dst, src, bytes);
-      return Status::ok();
-    }
-  return pm->read(dst, remote, bytes);  // copies through the mapping itself when there is one
-}
-// The same, this rank's `src` into peer j's [remote, remote + bytes).
+// This rank's `src` into peer j's [remote, remote + bytes): peerRead's counterpart (algorithms.h).
 Status peerWrite(ridgeComm* c, int j, uint64_t remote, const void* src, size_t bytes, bool stream) {
   PeerMemory* pm = c->peerMemory[j];
   if (stream)
@@ -1388,6 +1375,20 @@ Status checkOverlap(const ridgeComm* c, const CollArgs& a) {
 }
 
 }  // namespace
+
+// Peer j's [remote, remote + bytes) into `dst`: where the peer's buffer is mapped here (its
+// shareable ridgeMemAlloc memory, transports/transport.h PeerMemory::mapped) a copy by this
+// core, with streaming stores when `stream` as the algorithms' own copies; else the
+// transport's copy (CMA), which does not stream.
+Status peerRead(ridgeComm* c, int j, void* dst, uint64_t remote, size_t bytes, bool stream) {
+  PeerMemory* pm = c->peerMemory[j];
+  if (stream)
+    if (const void* src = pm->mapped(remote, bytes)) {
+      streamCopy(dst, src, bytes);
+      return Status::ok();
+    }
+  return pm->read(dst, remote, bytes);  // copies through the mapping itself when there is one
+}
 
 // Every operation carries its signature (coll/signature.h): collectives exchange headers
 // with every peer, a send sends one ahead of its message, a receive checks it.

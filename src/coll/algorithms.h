@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "coll/algo_select.h"
 #include "coll/task.h"
@@ -26,5 +27,10 @@ struct CollArgs {
 
 // The task that runs `args` on `comm` with the algorithm the selector picks.
 Task runCollective(ridgeComm* comm, CollArgs args);
+
+// Peer j's [remote, remote + bytes) into `dst` through its PeerMemory: with streaming stores
+// when `stream` and the peer's buffer is mapped here, else the transport's read (a plain copy
+// through the mapping, or CMA). The single-copy collectives and send/recv's receive use it.
+Status peerRead(ridgeComm* c, int j, void* dst, uint64_t remote, size_t bytes, bool stream);
 
 }  // namespace ridge

@@ -4,11 +4,11 @@
 #include <algorithm>
 #include <cstring>
 
+#include "coll/algorithms.h"
 #include "coll/comm.h"
 #include "coll/device/data_ops.h"
 #include "coll/signature.h"
 #include "core/log.h"
-#include "reduce/stream_copy.h"
 
 namespace ridge {
 namespace {
@@ -136,14 +136,9 @@ Task recvSingleCopy(ridgeComm* c, int peer, char* dst, size_t bytes, bool* done)
                         c->rank, bytes, peer, static_cast<unsigned long long>(d.bytes));
   PeerMemory* pm = c->peerMemory[peer];
   if (!c->device->data) {
-    // A mapped sender's buffer (its shareable ridgeMemAlloc memory) is copied by this core,
-    // with streaming stores from RIDGE_STREAM_MIN as the collectives' outputs; else one
-    // peer-memory read (CMA, or a plain copy through the mapping).
-    const void* mapped = bytes >= c->streamMin ? pm->mapped(d.src, bytes) : nullptr;
-    if (mapped)
-      streamCopy(dst, mapped, bytes);
-    else
-      RIDGE_CO_TRY(pm->read(dst, d.src, bytes));
+    // A mapped sender's buffer (its shareable ridgeMemAlloc memory) is copied with streaming
+    // stores from RIDGE_STREAM_MIN, as the collectives' outputs (peerRead).
+    RIDGE_CO_TRY(peerRead(c, peer, dst, d.src, bytes, bytes >= c->streamMin));
     ++c->p2pCopy.singleCopyRecvs;
   } else {
     // Device memory: through this peer's bounce chunk (no other strand of this rank uses

@@ -217,22 +217,28 @@ bool freeSharedSegment(void* base) {
   return true;
 }
 
-bool isOwnSharedMemory(const void* p, size_t bytes) {
-  const SharedSegmentTable* t = registry().published.load(std::memory_order_acquire);
-  if (!t) return false;
-  const auto a = reinterpret_cast<uint64_t>(p);
-  const uint32_t used = std::min(t->usedEntries.load(std::memory_order_acquire), kSharedSegmentEntries);
+bool findLiveSegment(const SharedSegmentTable& table, uint64_t addr, uint64_t n, LiveSegment* out) {
+  const uint32_t used = std::min(table.usedEntries.load(std::memory_order_acquire), kSharedSegmentEntries);
   for (uint32_t i = 0; i < used; ++i) {
-    const SharedSegmentEntry& e = t->entries[i];
+    const SharedSegmentEntry& e = table.entries[i];
     const uint64_t seq = e.sequence.load(std::memory_order_acquire);
     if (seq & 1) continue;
-    const uint64_t base = e.base.load(std::memory_order_relaxed),
-                   size = e.bytes.load(std::memory_order_relaxed);
+    const uint64_t base = e.base.load(std::memory_order_relaxed);
+    const uint64_t size = e.bytes.load(std::memory_order_relaxed);
+    const uint64_t fd = e.fd.load(std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_acquire);
-    if (e.sequence.load(std::memory_order_relaxed) != seq) continue;
-    if (a >= base && a - base <= size && bytes <= size - (a - base)) return true;
+    if (e.sequence.load(std::memory_order_relaxed) != seq) continue;  // rewritten meanwhile
+    if (!rangeInside(base, size, addr, n)) continue;
+    *out = {i, seq, base, size, fd};
+    return true;
   }
   return false;
+}
+
+bool isOwnSharedMemory(const void* p, size_t bytes) {
+  const SharedSegmentTable* t = registry().published.load(std::memory_order_acquire);
+  LiveSegment found;
+  return t && findLiveSegment(*t, reinterpret_cast<uint64_t>(p), bytes, &found);
 }
 
 bool isPublishedSharedSegment(const void* p, size_t bytes) {
@@ -242,7 +248,7 @@ bool isPublishedSharedSegment(const void* p, size_t bytes) {
   const auto a = reinterpret_cast<uintptr_t>(p);
   for (const auto& [base, seg] : r.segments) {
     const auto b = reinterpret_cast<uintptr_t>(base);
-    if (seg.entry >= 0 && a >= b && a - b <= seg.bytes && bytes <= seg.bytes - (a - b)) return true;
+    if (seg.entry >= 0 && rangeInside(b, seg.bytes, a, bytes)) return true;
   }
   return false;
 }

@@ -55,6 +55,25 @@ struct SharedSegmentTable {
   SharedSegmentEntry entries[kSharedSegmentEntries];
 };
 
+// Whether [addr, addr + n) lies inside [base, base + bytes), without overflow.
+inline bool rangeInside(uint64_t base, uint64_t bytes, uint64_t addr, uint64_t n) {
+  return addr >= base && addr - base <= bytes && n <= bytes - (addr - base);
+}
+
+// A live entry of a table as one consistent seqlock read.
+struct LiveSegment {
+  uint32_t entry;
+  uint64_t sequence;
+  uint64_t base;
+  uint64_t bytes;
+  uint64_t fd;
+};
+
+// Scans the used entries of `table` (the owner's or a peer's mapping of it) for a live segment
+// holding [addr, addr + n): true and `*out` filled, or false. One load per used entry; an
+// entry being rewritten meanwhile is skipped.
+bool findLiveSegment(const SharedSegmentTable& table, uint64_t addr, uint64_t n, LiveSegment* out);
+
 // Where a peer finds a process's table: /proc/<pid>/fd/<fd>, checked by inode and device.
 struct SharedSegmentTableRef {
   int32_t fd = -1;  // -1: this process has no table (memfd unavailable)

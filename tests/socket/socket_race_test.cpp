@@ -430,6 +430,29 @@ void holdWhileExchanging(ridge::SendLaneStage stage, int) {
   while (!gExchangeDone.load() && nowSec() < gExchangeHoldUntil) usleep(500);
 }
 
+// The end of a rank's run with held send lanes: its result, wrong values and the time its
+// calls took, for expectNotHeld; then the hook is dropped and the communicator destroyed.
+int reportHeldRun(Reporter& rep, Shared* s, ridgeComm_t comm, ridgeResult_t r, long wrong, double took) {
+  rep.line("ERR " + std::to_string(r) + " " +
+           (r == ridgeSuccess ? std::string() : std::string(ridgeGetLastError(comm))));
+  rep.line("WRONG " + std::to_string(wrong));
+  rep.line("TOOK " + std::to_string(took));
+  waitForEveryRank(s, 2);
+  ridge::setSendLaneHook(nullptr);
+  ridgeCommDestroy(comm);
+  return 0;
+}
+
+// Both ranks' calls finished well before the held lanes would have let them go.
+void expectNotHeld(const LaunchResult& res, const char* calls, const char* instead) {
+  for (int rank = 0; rank < 2; ++rank) {
+    auto took = linesWith(res.ranks[rank], "TOOK ");
+    ASSERT_EQ(took.size(), 1u);
+    EXPECT_LT(std::atof(took[0].c_str()), scaledSeconds(kHoldSeconds) / 2)
+        << "rank " << rank << ": " << calls << " waited for the held send lanes instead of " << instead;
+  }
+}
+
 float exchangeValue(int call, int from, size_t i) {
   return static_cast<float>(call * 1000003 + from * 7919 + i % 65521);
 }
@@ -478,14 +501,7 @@ TEST(SocketRace, SubChunkSendrecvWrittenByTheWaitingCaller) {
     gArmed.store(false);
     for (size_t count : afterwards)
       if (r == ridgeSuccess) exchange(count);
-    rep.line("ERR " + std::to_string(r) + " " +
-             (r == ridgeSuccess ? std::string() : std::string(ridgeGetLastError(comm))));
-    rep.line("WRONG " + std::to_string(wrong));
-    rep.line("TOOK " + std::to_string(took));
-    waitForEveryRank(sp.shared, 2);
-    ridge::setSendLaneHook(nullptr);
-    ridgeCommDestroy(comm);
-    return 0;
+    return reportHeldRun(rep, sp.shared, comm, r, wrong, took);
   });
   unsetenv("RIDGE_SOCKET_STREAMS");
   unsetenv("RIDGE_SOCKET_BUFFER");
@@ -493,15 +509,8 @@ TEST(SocketRace, SubChunkSendrecvWrittenByTheWaitingCaller) {
   reportChildFailures(res, "sendrecv below a chunk with held send lanes");
   ASSERT_FALSE(res.timedOut);
   expectSuccessAndNoWrongValue(res);
-  for (int rank = 0; rank < 2; ++rank) {
-    auto took = linesWith(res.ranks[rank], "TOOK ");
-    ASSERT_EQ(took.size(), 1u);
-    EXPECT_LT(std::atof(took[0].c_str()), scaledSeconds(kHoldSeconds) / 2)
-        << "rank " << rank << ": the exchanges waited for the held send lanes instead of the callers "
-        << "writing their messages themselves";
-  }
+  expectNotHeld(res, "the exchanges", "the callers writing their messages themselves");
 }
-
 
 // A slot-only collective (a one-element allreduce) leaves the TCP receive side reading ahead
 // into slots: every released slot is declared again. A broadcast after it declares where its
@@ -567,13 +576,13 @@ TEST(SocketRace, DeclaringCallerEndsTheSlotOnlyReadAhead) {
   ASSERT_EQ(words.size(), static_cast<size_t>(kRounds * (2 + kCalls))) << ahead[0];
   for (int round = 0; round < kRounds; ++round) {
     const size_t base = static_cast<size_t>(round * (2 + kCalls));
-    EXPECT_NE(words[base + 1], "0") << "no read-ahead after the allreduce: the test shows nothing: " << ahead[0];
+    EXPECT_NE(words[base + 1], "0") << "no read-ahead after the allreduce: the test shows nothing: "
+                                    << ahead[0];
     EXPECT_EQ(words[base + 1 + kCalls], "0")
         << "round " << round << ": the receiver still reads ahead into slots after " << kCalls
         << " broadcasts that declare their chunks: " << ahead[0];
   }
 }
-
 
 // Both ranks' send lanes hold at the start of their passes until the rank's own calls returned
 // (holdWhileExchanging, with inline sends allowed). Rank 0 broadcasts 16 and 64 KiB: below
@@ -615,14 +624,7 @@ TEST(SocketRace, WaitingRankWritesWhatItQueuedWhileItsLaneIsHeld) {
     const double took = nowSec() - t0;
     gExchangeDone.store(true);
     gArmed.store(false);
-    rep.line("ERR " + std::to_string(r) + " " +
-             (r == ridgeSuccess ? std::string() : std::string(ridgeGetLastError(comm))));
-    rep.line("WRONG " + std::to_string(wrong));
-    rep.line("TOOK " + std::to_string(took));
-    waitForEveryRank(sp.shared, 2);
-    ridge::setSendLaneHook(nullptr);
-    ridgeCommDestroy(comm);
-    return 0;
+    return reportHeldRun(rep, sp.shared, comm, r, wrong, took);
   });
   unsetenv("RIDGE_SOCKET_STREAMS");
   unsetenv("RIDGE_ALGO");
@@ -630,13 +632,7 @@ TEST(SocketRace, WaitingRankWritesWhatItQueuedWhileItsLaneIsHeld) {
   reportChildFailures(res, "broadcast below 128 KiB with held send lanes");
   ASSERT_FALSE(res.timedOut);
   expectSuccessAndNoWrongValue(res);
-  for (int rank = 0; rank < 2; ++rank) {
-    auto took = linesWith(res.ranks[rank], "TOOK ");
-    ASSERT_EQ(took.size(), 1u);
-    EXPECT_LT(std::atof(took[0].c_str()), scaledSeconds(kHoldSeconds) / 2)
-        << "rank " << rank << ": the broadcasts waited for the held send lanes instead of the waiting "
-        << "ranks writing what they queued";
-  }
+  expectNotHeld(res, "the broadcasts", "the waiting ranks writing what they queued");
 }
 
 }  // namespace

@@ -231,16 +231,12 @@ class ShmPeerMemory final : public PeerMemory {
   };
   static constexpr uint32_t kCachedMappings = 8;
 
-  static bool contains(uint64_t base, uint64_t bytes, uint64_t addr, size_t n) {
-    return addr >= base && addr - base <= bytes && n <= bytes - (addr - base);
-  }
-
   // The local address of the peer's [remote, remote + bytes), or nullptr (then CMA).
   char* lookup(uint64_t remote, size_t bytes) {
     if (!table_) return nullptr;
     for (uint32_t i = 0; i < cached_;) {
       Mapping& m = cache_[i];
-      if (!contains(m.base, m.bytes, remote, bytes)) {
+      if (!rangeInside(m.base, m.bytes, remote, bytes)) {
         ++i;
         continue;
       }
@@ -264,21 +260,9 @@ class ShmPeerMemory final : public PeerMemory {
   // Scans the used entries of the peer's table (seqlock reads) for a live segment holding the
   // range, maps it and caches the mapping. Misses cost one load per used entry.
   char* mapFromTable(uint64_t remote, size_t bytes) {
-    const uint32_t used =
-        std::min(table_->usedEntries.load(std::memory_order_acquire), kSharedSegmentEntries);
-    for (uint32_t i = 0; i < used; ++i) {
-      const SharedSegmentEntry& e = table_->entries[i];
-      const uint64_t seq = e.sequence.load(std::memory_order_acquire);
-      if (seq & 1) continue;
-      const uint64_t base = e.base.load(std::memory_order_relaxed);
-      const uint64_t size = e.bytes.load(std::memory_order_relaxed);
-      const uint64_t fd = e.fd.load(std::memory_order_relaxed);
-      std::atomic_thread_fence(std::memory_order_acquire);
-      if (e.sequence.load(std::memory_order_relaxed) != seq) continue;  // rewritten meanwhile
-      if (!contains(base, size, remote, bytes)) continue;
-      return mapSegment(i, seq, base, size, static_cast<int>(fd), remote);
-    }
-    return nullptr;
+    LiveSegment seg;
+    if (!findLiveSegment(*table_, remote, bytes, &seg)) return nullptr;
+    return mapSegment(seg.entry, seg.sequence, seg.base, seg.bytes, static_cast<int>(seg.fd), remote);
   }
 
   char* mapSegment(uint32_t entry, uint64_t seq, uint64_t base, uint64_t size, int fd, uint64_t remote) {
